@@ -1,0 +1,54 @@
+# The command index: `make help` lists every target with its one-line description.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# On a machine without an NVIDIA driver the CPU build of torch goes in first; the package's own
+# `torch>=...` range then accepts it. On a GPU box pip takes the ordinary (CUDA) build.
+TORCH_CPU ?= torch==2.13.0
+EXTRAS ?= dev,sweeps,peft
+RUN ?=
+ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-full demo train sweep report bench lint clean
+
+help:  ## Show this list
+	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q "$(TORCH_CPU)"; fi
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	touch $@
+
+install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)
+
+test: install  ## Run the test suite (fast; the tiny-model ladder runs end to end)
+	$(PY) -m pytest -m "not slow" -q
+
+test-full: install  ## Run every test, including the slow ones on the real pretrained model
+	$(PY) -m pytest -q
+
+demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start then the 2->6 ladder, then the report
+	$(PY) -m train experiment=cpu_demo $(ARGS)
+	$(PY) -m eval.report
+
+train: install  ## Train the default ladder (pass Hydra overrides in ARGS="model=qwen3-0.6b ...")
+	$(PY) -m train +curriculum=kk_ladder $(ARGS)
+
+sweep: install  ## Hydra multirun over reward weights (ARGS="reward.weights.format=0,0.5,1")
+	$(PY) -m train -m +curriculum=kk_ladder $(ARGS)
+
+report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<dir>)
+	$(PY) -m eval.report $(RUN)
+
+bench: install  ## Speed and memory figures, measured side by side; writes outputs/bench.json
+	$(PY) -m tests.bench
+
+lint: install  ## ruff
+	$(PY) -m ruff check .
+
+clean:  ## Remove caches (keeps outputs/ and .venv)
+	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,1 @@
+"""The grader, per-subset validation, `python -m eval` and the run report."""

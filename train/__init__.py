@@ -1,0 +1,1 @@
+"""`python -m train`: the curriculum stage loop on TRL's GRPOTrainer."""
