@@ -1,0 +1,148 @@
+"""The stage plan: a curriculum config turned into checked, plain `Stage` records.
+
+Every check here runs before any model or data is loaded, and every error names the config key,
+so a typo in a sweep costs a second, not a GPU hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+# People per puzzle that the grammar and the published data cover.
+KNOWN_PPL = range(2, 9)
+STAGE_KINDS = ("grpo", "sft")
+STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides"}
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message starts with the dotted key that holds it."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a curriculum, with every budget already resolved."""
+
+    index: int  # 1-based position in the plan
+    name: str
+    kind: str  # grpo | sft
+    ppl_weights: dict[int, float]  # ppl -> share of the pool (sums to 1)
+    steps: int  # optimizer steps
+    pool: int  # training puzzles
+    overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields for this stage only
+
+    @property
+    def dirname(self) -> str:
+        """`<k>-<name>`: the stage's folder under `stages/` of a run directory."""
+        return f"{self.index}-{self.name}"
+
+    @property
+    def ppl_label(self) -> str:
+        """'3' for a single ppl, '2-6' for a mix (for plots and tables)."""
+        ppls = sorted(self.ppl_weights)
+        return str(ppls[0]) if len(ppls) == 1 else f"{ppls[0]}-{ppls[-1]}"
+
+
+def build_plan(cfg: DictConfig) -> list[Stage]:
+    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied.
+
+    >>> cfg = OmegaConf.create({"curriculum": {"stages": [{"name": "a", "ppl": 2, "steps": 3, "pool": 9}]},
+    ...                         "limits": {"max_steps": 2, "max_pool": None}, "grpo": {}})
+    >>> build_plan(cfg)[0].steps
+    2
+    """
+    if OmegaConf.select(cfg, "curriculum") is None:
+        raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder (or kk_logicrl, kk_mixed, kk_r1)")
+    stages_cfg = OmegaConf.select(cfg, "curriculum.stages")
+    if not isinstance(stages_cfg, ListConfig) or len(stages_cfg) == 0:
+        raise ConfigError("curriculum.stages: must be a non-empty list of stages")
+    limits = cfg.get("limits") or {}
+    plan = [_build_stage(i, s, cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
+    names = [s.name for s in plan]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
+    return plan
+
+
+def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Stage:
+    key = f"curriculum.stages[{index - 1}]"
+    if not isinstance(stage_cfg, DictConfig):
+        raise ConfigError(f"{key}: must be a mapping with name, ppl, steps (or epochs) and pool")
+    unknown = set(stage_cfg.keys()) - STAGE_KEYS
+    if unknown:
+        raise ConfigError(f"{key}.{sorted(unknown)[0]}: unknown stage key; known: {sorted(STAGE_KEYS)}")
+    name = str(stage_cfg.get("name") or "")
+    if not name or "/" in name:
+        raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
+    kind = stage_cfg.get("kind") or "grpo"
+    if kind not in STAGE_KINDS:
+        raise ConfigError(f"{key}.kind: {kind!r} is not one of {STAGE_KINDS}")
+    ppl_weights = parse_ppl(stage_cfg.get("ppl"), f"{key}.ppl")
+    pool = _positive_int(stage_cfg.get("pool"), f"{key}.pool")
+    overrides = OmegaConf.to_container(stage_cfg.get("overrides") or OmegaConf.create({}), resolve=True)
+    steps = _stage_steps(stage_cfg, key, pool, cfg, overrides)
+    if limits.get("max_pool"):
+        pool = min(pool, int(limits["max_pool"]))
+    if limits.get("max_steps"):
+        steps = min(steps, int(limits["max_steps"]))
+    return Stage(index, name, kind, ppl_weights, steps, pool, overrides)
+
+
+def parse_ppl(value, key: str) -> dict[int, float]:
+    """A stage's `ppl` as normalised weights: 3, [2, 3] (uniform) or {2: 1, 3: 3}.
+
+    >>> parse_ppl({2: 1, 3: 3}, "ppl")
+    {2: 0.25, 3: 0.75}
+    """
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value)
+    if isinstance(value, Mapping):
+        raw = {_ppl(k, key): float(w) for k, w in value.items()}
+    elif isinstance(value, Sequence) and not isinstance(value, str):
+        raw = {_ppl(k, key): 1.0 for k in value}
+    else:
+        raw = {_ppl(value, key): 1.0}
+    if not raw or any(w < 0 for w in raw.values()) or sum(raw.values()) <= 0:
+        raise ConfigError(f"{key}: weights must be >= 0 with a positive sum (got {value!r})")
+    total = sum(raw.values())
+    return {p: w / total for p, w in sorted(raw.items()) if w > 0}
+
+
+def _ppl(value, key: str) -> int:
+    try:
+        ppl = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {value!r} is not a number of people") from None
+    if ppl not in KNOWN_PPL:
+        raise ConfigError(f"{key}: unknown ppl {ppl}; puzzles exist for {KNOWN_PPL.start}..{KNOWN_PPL.stop - 1}")
+    return ppl
+
+
+def _positive_int(value, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
+        raise ConfigError(f"{key}: must be a whole number > 0 (got {value!r})")
+    return int(value)
+
+
+def _stage_steps(stage_cfg, key: str, pool: int, cfg: DictConfig, overrides: dict) -> int:
+    """Steps from `steps`, or from `epochs` over the pool at the stage's prompts per step."""
+    if stage_cfg.get("steps") is not None:
+        if stage_cfg.get("epochs") is not None:
+            raise ConfigError(f"{key}: give steps or epochs, not both")
+        return _positive_int(stage_cfg.get("steps"), f"{key}.steps")
+    epochs = stage_cfg.get("epochs")
+    if epochs is None or float(epochs) <= 0:
+        raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
+    return max(1, math.ceil(float(epochs) * pool / prompts_per_step(cfg, overrides)))
+
+
+def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> int:
+    """Distinct prompts one optimizer step consumes (TRL 1.x: the batch counts completions)."""
+    grpo = {**OmegaConf.to_container(cfg.get("grpo") or OmegaConf.create({}), resolve=True), **(overrides or {})}
+    batch = int(grpo.get("per_device_train_batch_size", 8)) * int(grpo.get("gradient_accumulation_steps", 1))
+    generation_batch = int(grpo.get("generation_batch_size") or batch)
+    return max(1, generation_batch // int(grpo.get("num_generations", 8)))

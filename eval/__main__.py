@@ -1,0 +1,76 @@
+"""`python -m eval model=<checkpoint dir or hub id> [overrides]`: validate any model like a run does.
+
+The same config root as `python -m train`, so the pools (eval.seed, eval.subsets, eval.n, data
+source), the prompt and the grader are the ones a run uses: the base model, every stage and a model
+from elsewhere are compared on identical puzzles. `model=` takes a config name (`tiny`,
+`qwen3-0.6b`, ...) or a path / hub id; a stage's final inside a run directory takes that run's
+model settings (chat template, context) from its `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from conf import CONF_DIR, register_resolvers
+from curriculum.data import validation_pool
+from eval.validation import validate
+from train.manifest import JsonlWriter
+from train.models import resolve_model
+
+register_resolvers()
+
+
+def split_checkpoint_arg(argv: list[str]) -> list[str]:
+    """Turn `model=<path or hub id>` into `+checkpoint=<it>`; `model=<config name>` stays a group choice.
+
+    >>> split_checkpoint_arg(["model=tiny", "eval.n=4"])
+    ['model=tiny', 'eval.n=4']
+    >>> split_checkpoint_arg(["model=outputs/runs/x/stages/1-2ppl/final"])
+    ['+checkpoint=outputs/runs/x/stages/1-2ppl/final']
+    """
+    out = []
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if eq and name == "model" and not (CONF_DIR / "model" / f"{value}.yaml").exists():
+            arg = f"+checkpoint={value}"
+        out.append(arg)
+    return out
+
+
+def _run_model_config(checkpoint: Path) -> DictConfig | None:
+    """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final)."""
+    run_config = checkpoint.resolve().parents[2] / "config.yaml" if len(checkpoint.parts) >= 3 else None
+    if run_config is not None and run_config.exists():
+        return OmegaConf.load(run_config).model
+    return None
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    checkpoint = cfg.get("checkpoint")
+    if checkpoint:
+        path = Path(checkpoint)
+        cfg.model = _run_model_config(path) or cfg.model
+        model_path = str(path) if path.exists() else checkpoint
+    else:
+        model_path = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
+    writer = JsonlWriter(out_dir / "validation.jsonl", key=("stage", "ppl"))
+    tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
+    rows = validate(cfg, model_path, pools, tag=tag, out_dir=out_dir / "samples", writer=writer)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return sum(r["accuracy"] for r in rows) / len(rows)
+
+
+if __name__ == "__main__":
+    args = split_checkpoint_arg(sys.argv[1:])
+    if not any(a.startswith("hydra.run.dir=") for a in args):
+        args.append("hydra.run.dir=${paths.output_dir}/eval/${now:%Y-%m-%d_%H-%M-%S}")
+    sys.argv = [sys.argv[0], *args]
+    main()

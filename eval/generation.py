@@ -1,0 +1,82 @@
+"""Batched generation for validation: left padding, batches bucketed by prompt length, a progress bar.
+
+Prompts are sorted by token length so that each batch pads little; results come back in the
+caller's order. Greedy when temperature is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    tokens: int  # generated tokens, up to and including the end-of-sequence token
+    truncated: bool  # hit max_new_tokens without an end-of-sequence token
+
+
+def prompt_text(prompt, tokenizer, chat_kwargs: dict | None = None) -> str:
+    """The exact text TRL would feed the model for this prompt (chat template applied, prefill continued)."""
+    if isinstance(prompt, str):
+        return prompt
+    continue_final = prompt[-1]["role"] == "assistant"
+    return tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=not continue_final,
+        continue_final_message=continue_final, **(chat_kwargs or {}),
+    )
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperature: float = 0.0,
+             samples: int = 1, batch_size: int = 32, chat_kwargs: dict | None = None, seed: int = 0,
+             label: str = "generating") -> list[list[Completion]]:
+    """`samples` completions for each prompt, in prompt order."""
+    texts = [prompt_text(p, tokenizer, chat_kwargs) for p in prompts]
+    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    order = sorted(range(len(texts)), key=lengths.__getitem__)
+    results: list[list[Completion]] = [[] for _ in texts]
+    eos_ids = _eos_ids(model, tokenizer)
+    torch.manual_seed(seed)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task(label, total=len(texts))
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            outputs = _generate_batch(model, tokenizer, [texts[i] for i in batch], max_new_tokens,
+                                      temperature, samples, eos_ids)
+            for j, i in enumerate(batch):
+                results[i] = outputs[j * samples : (j + 1) * samples]
+            progress.advance(task, len(batch))
+    return results
+
+
+def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, samples, eos_ids) -> list[Completion]:
+    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    enc = {k: v.to(model.device) for k, v in enc.items()}
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
+        "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    out = model.generate(
+        **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), **sampling,
+    )
+    new = out[:, enc["input_ids"].shape[1]:].tolist()
+    return [_completion(ids, tokenizer, eos_ids, max_new_tokens) for ids in new]
+
+
+def _completion(ids: list[int], tokenizer, eos_ids: set[int], max_new_tokens: int) -> Completion:
+    end = next((k for k, tok in enumerate(ids) if tok in eos_ids), None)
+    kept = ids if end is None else ids[: end + 1]
+    text = tokenizer.decode(kept if end is None else kept[:-1], skip_special_tokens=True)
+    return Completion(text=text, tokens=len(kept), truncated=end is None and len(kept) >= max_new_tokens)

@@ -1,0 +1,93 @@
+"""Validation of one checkpoint on every subset, with the reward's grader (one grader).
+
+Writes one row per subset to `validation.jsonl` ({stage, stage_name, global_step, ppl, metrics}),
+every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so a person can read what
+the model wrote, and a recount can check the metrics), and prints a rich table.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from curriculum.prompts import render_prompt
+from eval.generation import generate
+from eval.grader import grade
+from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from train.models import load_for_inference
+
+
+def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Scored], list[dict]]:
+    """Grade every completion of a subset; returns the scores and the sample rows to save."""
+    scored, samples = [], []
+    for record, outs in zip(records, completions, strict=True):
+        puzzle = f"{len(record['names'])}ppl-{record['index']}"
+        for k, out in enumerate(outs):
+            g = grade(out.text, record["names"], record["solution"], fmt=fmt)
+            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok,
+                                 g.answered, out.tokens, out.truncated))
+            samples.append({
+                "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
+                "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
+                "answered": g.answered, "n_right": g.n_right, "n_people": len(record["names"]),
+                "assignment": g.assignment, "reasons": list(g.reasons),
+                "solution": list(record["solution"]), "names": list(record["names"]),
+            })
+    return scored, samples
+
+
+def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
+             out_dir: Path, writer=None, tracker=None, console: Console | None = None) -> list[dict]:
+    """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
+
+    `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
+    when given. Returns the rows.
+    """
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_for_inference(model_path, device)
+    ev, rows = cfg.eval, []
+    chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
+    for ppl, records in sorted(pools.items()):
+        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
+        completions = generate(
+            model, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens), temperature=float(ev.temperature),
+            samples=int(ev.samples), batch_size=int(ev.batch_size), chat_kwargs=chat_kwargs,
+            seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
+        )
+        scored, samples = grade_subset(records, completions, cfg.prompt.fmt)
+        _write_samples(out_dir / f"{ppl}ppl.jsonl", samples)
+        rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})
+    if writer is not None:
+        writer.write(rows)
+    if tracker is not None:
+        for row in rows:
+            tracker.log({f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
+                        step=int(tag.get("global_step", 0)))
+    (console or Console()).print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
+    del model
+    return rows
+
+
+def _write_samples(path: Path, samples: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    tmp.replace(path)
+
+
+def results_table(rows: list[dict], title: str) -> Table:
+    """A subset x metric table for the terminal."""
+    table = Table(title=title)
+    shown = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "truncation_rate", "n")
+    table.add_column("ppl", justify="right")
+    for name in shown:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(str(row["ppl"]), *("-" if row[k] is None else f"{row[k]:g}" for k in shown))
+    return table

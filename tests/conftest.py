@@ -1,0 +1,43 @@
+"""Shared fixtures: configs composed in-process (as `python -m train` would) and a shared model cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
+
+# Tests never reach a hub, and wandb never phones home.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One model cache for the whole session: the tiny model is built once."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
+@pytest.fixture
+def make_cfg(cache_dir, tmp_path):
+    """compose(overrides) -> the config `python -m train <overrides>` would run, caching in the session cache."""
+
+    def _make(*overrides: str):
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose("config", overrides=[f"paths.cache_dir={cache_dir}", f"paths.output_dir={tmp_path}",
+                                                 *overrides])
+
+    return _make
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None, **kwargs):
+    """Run `python -m <args>` as a user would, returning the CompletedProcess (output captured)."""
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})}, **kwargs)

@@ -1,0 +1,99 @@
+"""The whole smoke ladder on the tiny model, in process: stages, handoff, reference refresh, records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from train.checkpoints import fingerprint
+from train.manifest import read_jsonl
+from train.runner import run_curriculum
+
+
+def _fingerprint_of(path: str) -> str:
+    return fingerprint(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))
+
+
+@pytest.fixture(scope="module")
+def ladder_runs(tmp_path_factory, cache_dir):
+    """Two smoke ladders: reference refresh on and off (each runs once for the module)."""
+    from hydra import compose, initialize_config_dir
+
+    from tests.conftest import ROOT
+
+    runs = {}
+    for refresh in (True, False):
+        run_dir = tmp_path_factory.mktemp(f"ladder-refresh-{refresh}")
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=["+curriculum=kk_ladder", "experiment=smoke",
+                                               f"paths.cache_dir={cache_dir}", f"ref_refresh={refresh}"])
+        objective = run_curriculum(cfg, run_dir)
+        runs[refresh] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
+    return runs
+
+
+def test_every_stage_done_with_a_loadable_final(ladder_runs):
+    run_dir, manifest, objective = ladder_runs[True]
+    assert manifest["status"] == "done"
+    assert [s["status"] for s in manifest["stages"]] == ["done"] * 5
+    for stage in manifest["stages"]:
+        final = run_dir / "stages" / f"{stage['index']}-{stage['name']}" / "final"
+        assert Path(stage["checkpoint"]) == final
+        assert (final / "config.json").exists() and (final / "tokenizer_config.json").exists()
+        assert not (final.parent / "trainer").exists(), "trainer checkpoints are pruned once the final is saved"
+    assert (run_dir / "config.yaml").exists()
+    assert 0.0 <= objective <= 1.0
+
+
+def test_global_steps_are_contiguous_and_logged_once(ladder_runs):
+    run_dir, manifest, _ = ladder_runs[True]
+    steps = [r["global_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
+    assert steps == list(range(1, 11))
+    assert [(s["global_step_start"], s["global_step_end"]) for s in manifest["stages"]] == [
+        (0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert {r["stage"] for r in rows} == {1, 2, 3, 4, 5}
+    assert all("reward" in r for r in rows if r["kind"] == "step")
+
+
+def test_validation_rows_for_baseline_and_every_stage(ladder_runs):
+    run_dir, _, _ = ladder_runs[True]
+    rows = read_jsonl(run_dir / "validation.jsonl")
+    assert sorted((r["stage"], r["ppl"]) for r in rows) == [(k, p) for k in range(6) for p in (2, 3)]
+
+
+def test_handoff_with_reference_refresh(ladder_runs):
+    """Stage k starts from stage k-1's final; its reference model holds those same weights."""
+    run_dir, manifest, _ = ladder_runs[True]
+    base = _fingerprint_of(manifest["base_model"])
+    previous = base
+    for stage in manifest["stages"]:
+        assert stage["policy_fingerprint"] == previous
+        assert stage["reference_fingerprint"] == previous
+        final = _fingerprint_of(stage["checkpoint"])
+        assert final != stage["policy_fingerprint"], f"stage {stage['name']}: parameters did not change"
+        previous = final
+
+
+def test_handoff_without_reference_refresh(ladder_runs):
+    """With ref_refresh=false the policy still moves forward but the reference stays the base model."""
+    run_dir, manifest, _ = ladder_runs[False]
+    base = _fingerprint_of(manifest["base_model"])
+    previous = base
+    for stage in manifest["stages"]:
+        assert stage["policy_fingerprint"] == previous
+        assert stage["reference_fingerprint"] == base
+        previous = _fingerprint_of(stage["checkpoint"])
+    assert previous != base
+
+
+def test_parameters_really_change_within_a_stage(ladder_runs):
+    run_dir, manifest, _ = ladder_runs[True]
+    first, second = (AutoModelForCausalLM.from_pretrained(s["checkpoint"]) for s in manifest["stages"][:2])
+    changed = [n for (n, a), (_, b) in zip(first.named_parameters(), second.named_parameters(), strict=True)
+               if not torch.equal(a, b)]
+    assert len(changed) > len(list(first.parameters())) // 2

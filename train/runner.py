@@ -1,0 +1,132 @@
+"""The curriculum run: a plan, then `for stage in plan:` train, hand off, validate.
+
+Order of work, so that a bad input fails before anything expensive and nothing written is lost:
+check the config -> lock the run directory -> build every pool and row (prompt lengths checked)
+-> baseline validation -> per stage: train from the previous final, publish the final,
+validate, mark done. `run.json` records each step; a resume skips what it says is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoTokenizer
+
+from curriculum.data import to_rows, training_pool, validation_pool
+from curriculum.plan import Stage, build_plan
+from eval.validation import validate
+from train.checkpoints import final_info
+from train.config_check import check_config, check_prompt_lengths
+from train.manifest import JsonlWriter, Manifest
+from train.models import resolve_model
+from train.runlock import RunLock
+from train.stage import StageContext, run_grpo_stage
+from train.tracking import make_tracker
+
+log = logging.getLogger(__name__)
+
+
+def run_curriculum(cfg: DictConfig, run_dir: Path) -> float:
+    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective."""
+    plan = build_plan(cfg)
+    check_config(cfg, plan)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(run_dir):
+        config_file = run_dir / "config.yaml"
+        if not config_file.exists():
+            config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        manifest = Manifest.open(run_dir, cfg, plan)
+        base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
+        manifest.update(base_model=base, status="running")
+        held_out = {ppl: validation_pool(cfg, ppl) for ppl in _ppls(cfg, plan)}
+        rows = _stage_rows(cfg, plan, held_out, manifest)
+        tokenizer = AutoTokenizer.from_pretrained(base)
+        check_prompt_lengths(
+            rows, tokenizer, context_length=int(cfg.model.context_length),
+            max_new_tokens=int(cfg.grpo.max_completion_length), chat_kwargs=cfg.model.get("chat_template_kwargs"),
+        )
+        tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.data['config_hash']}")
+        try:
+            _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker)
+        except BaseException:
+            manifest.update(status="failed")
+            raise
+        finally:
+            tracker.finish()
+        manifest.update(status="done")
+    return objective(cfg, manifest)
+
+
+def _ppls(cfg: DictConfig, plan: list[Stage]) -> list[int]:
+    """Subsets validated, plus every ppl trained on (their held-out puzzles stay out of training)."""
+    return sorted(set(int(p) for p in cfg.eval.subsets) | {p for s in plan for p in s.ppl_weights})
+
+
+def _stage_rows(cfg, plan, held_out, manifest) -> dict:
+    rows = {}
+    for stage in plan:
+        records, removed = training_pool(cfg, stage, held_out)
+        rows[stage.name] = to_rows(records, cfg.prompt, chat=bool(cfg.model.chat))
+        manifest.stage(stage.index)["removed_overlap"] = removed
+        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)", stage.name, len(records), removed)
+    manifest.save()
+    return rows
+
+
+def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker) -> None:
+    metrics = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
+    validation = JsonlWriter(run_dir / "validation.jsonl", key=("stage", "ppl"))
+    subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
+    if manifest.data["baseline"] is None:
+        tag = {"stage": 0, "stage_name": "baseline", "global_step": 0}
+        result = validate(cfg, base, subsets, tag=tag, out_dir=run_dir / "samples" / "0-baseline",
+                          writer=validation, tracker=tracker)
+        manifest.update(baseline=_summary(result))
+    previous = base
+    for stage in plan:
+        entry = manifest.stage(stage.index)
+        if entry["status"] != "done":
+            _train_stage(cfg, run_dir, stage, manifest, base, previous, rows[stage.name], metrics, tracker)
+            entry = manifest.stage(stage.index)
+            tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry["global_step_end"]}
+            result = validate(cfg, entry["checkpoint"], subsets, tag=tag,
+                              out_dir=run_dir / "samples" / stage.dirname, writer=validation, tracker=tracker)
+            manifest.update_stage(stage.index, status="done", final_metrics=_summary(result))
+        previous = manifest.stage(stage.index)["checkpoint"]
+
+
+def _train_stage(cfg, run_dir, stage, manifest, base, previous, rows, metrics, tracker) -> None:
+    """Train unless a complete final already exists (a kill after publishing, before run.json knew)."""
+    final = run_dir / "stages" / stage.dirname / "final"
+    start = manifest.global_step_before(stage.index)
+    info = final_info(final)
+    if info is None:
+        manifest.update_stage(stage.index, status="running", policy_init=previous, global_step_start=start)
+        ctx = StageContext(cfg, run_dir, base, previous, start, metrics, tracker)
+        began = time.time()
+        info = run_grpo_stage(stage, ctx, rows)
+        info["wall_seconds"] = round(time.time() - began, 2)
+    manifest.update_stage(
+        stage.index, status="trained", checkpoint=str(final), steps_done=info["steps_done"],
+        global_step_start=start, global_step_end=start + info["steps_done"],
+        **{k: v for k, v in info.items() if k not in ("steps_done", "checkpoint")},
+    )
+
+
+def _summary(rows: list[dict]) -> dict:
+    return {f"{r['ppl']}ppl": {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}
+
+
+def objective(cfg: DictConfig, manifest: Manifest) -> float:
+    """What a sweeper optimises: mean final accuracy over eval.subsets, or one subset's."""
+    final = manifest.data["stages"][-1]["final_metrics"] or manifest.data["baseline"] or {}
+    accuracies = {key: value["accuracy"] for key, value in final.items()}
+    name = str(cfg.objective)
+    if name == "mean_final_accuracy":
+        return sum(accuracies.values()) / max(1, len(accuracies))
+    if name.startswith("final_accuracy_") and name.removeprefix("final_accuracy_") in accuracies:
+        return accuracies[name.removeprefix("final_accuracy_")]
+    raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<n>ppl for a validated n")

@@ -1,0 +1,131 @@
+"""One GRPO stage: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final.
+
+TRL builds the reference model from the policy's `config._name_or_path`, so each stage starts from
+the saved directory of the previous one (never an in-memory model): the reference then holds the
+previous stage's weights. With `ref_refresh: false` the policy is loaded here and pointed at the
+base model, so TRL builds the reference from the base instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from curriculum.plan import Stage
+from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
+from train.manifest import JsonlWriter
+from train.models import device_settings, lora_config, merge_lora_and_save
+from train.rewards import build_reward_funcs
+from train.tracking import MetricsCallback
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageContext:
+    """What a stage needs from the run around it."""
+
+    cfg: DictConfig
+    run_dir: Path
+    base_model: str  # the base checkpoint (stage 1's policy; the reference when ref_refresh is off)
+    init_model: str  # the checkpoint this stage starts from
+    step_offset: int  # global steps done before this stage
+    metrics: JsonlWriter
+    tracker: object
+    callbacks: list = field(default_factory=list)  # extra TrainerCallbacks (validation every N steps)
+
+
+def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
+    """GRPOConfig from `cfg.grpo`, the stage's overrides and the device (bf16/optim on CUDA only)."""
+    device = device_settings()
+    fields = {"optim": device["optim"], **OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}
+    fields.update(
+        output_dir=str(output_dir),
+        max_steps=stage.steps,
+        seed=int(cfg.seed) + stage.index,
+        report_to="none",
+        bf16=device["bf16"],
+        use_cpu=device["use_cpu"],
+        model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
+        chat_template_kwargs=dict(cfg.model.get("chat_template_kwargs") or {}) or None,
+        save_strategy="steps",
+        remove_unused_columns=False,
+    )
+    return GRPOConfig(**fields)
+
+
+class HandoffRecorder(TrainerCallback):
+    """Fingerprints of the policy and the reference model as training begins (provenance in run.json)."""
+
+    def __init__(self):
+        self.trainer = None
+        self.policy = self.reference = None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.policy = fingerprint(model)
+        ref = getattr(self.trainer, "ref_model", None)
+        self.reference = fingerprint(ref) if ref is not None else None
+
+
+def _policy(ctx: StageContext, dtype_name: str):
+    """The policy as TRL should load it: a path (reference = same checkpoint) or a model pointed at the base."""
+    if ctx.cfg.ref_refresh or ctx.init_model == ctx.base_model:
+        return ctx.init_model
+    model = AutoModelForCausalLM.from_pretrained(ctx.init_model, dtype=dtype_name)
+    model.config._name_or_path = ctx.base_model  # TRL builds the reference from this path
+    return model
+
+
+def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
+    """Train one stage and publish `stages/<k>-<name>/final`; returns what run.json records."""
+    cfg, stage_dir = ctx.cfg, ctx.run_dir / "stages" / stage.dirname
+    args = grpo_config(cfg, stage, stage_dir / "trainer")
+    funcs, weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=args.max_completion_length)
+    args.reward_weights = weights
+    tokenizer = AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left")
+    recorder = HandoffRecorder()
+    metrics = MetricsCallback(
+        ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
+        ppl=stage.ppl_label, step_offset=ctx.step_offset,
+    )
+    trainer = GRPOTrainer(
+        model=_policy(ctx, args.model_init_kwargs["dtype"]),
+        reward_funcs=funcs,
+        args=args,
+        train_dataset=train_rows,
+        processing_class=tokenizer,
+        callbacks=[recorder, metrics, *ctx.callbacks],
+        peft_config=lora_config(cfg.model),
+    )
+    recorder.trainer = trainer
+    resume_from = last_complete_checkpoint(stage_dir / "trainer")
+    if resume_from:
+        log.info("stage %s: resuming from %s", stage.name, resume_from)
+    started = time.time()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    steps_done = trainer.state.global_step
+    final = stage_dir / "final"
+    tmp = stage_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    merge_lora_and_save(trainer.model, tokenizer, tmp)
+    info = {
+        "stage": stage.name, "steps_done": steps_done, "init": ctx.init_model,
+        "policy_fingerprint": recorder.policy, "reference_fingerprint": recorder.reference,
+    }
+    publish_final(tmp, final, info)
+    if not cfg.keep_trainer_checkpoints:
+        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
+    return {
+        **info,
+        "checkpoint": str(final),
+        "reference": ctx.init_model if cfg.ref_refresh else ctx.base_model,
+        "wall_seconds": round(time.time() - started, 2),
+        "resumed_from": str(resume_from) if resume_from else None,
+    }
