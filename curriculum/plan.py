@@ -87,8 +87,9 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     steps = _stage_steps(stage_cfg, key, pool, cfg, overrides)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
-    if limits.get("max_steps"):
-        steps = min(steps, int(limits["max_steps"]))
+    cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
+    if cap:
+        steps = min(steps, int(cap))
     return Stage(index, name, kind, ppl_weights, steps, pool, overrides)
 
 

@@ -41,3 +41,21 @@ def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None =
     """Run `python -m <args>` as a user would, returning the CompletedProcess (output captured)."""
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, **kwargs)
+
+
+def compose_cfg(cache_dir: Path, *overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"paths.cache_dir={cache_dir}", *overrides])
+
+
+@pytest.fixture(scope="session")
+def smoke_ladder(tmp_path_factory, cache_dir):
+    """The smoke ladder (tiny model, 5 stages, reference refresh on), run once per session in process.
+
+    Returns (run_dir, objective).
+    """
+    from train.runner import run_curriculum
+
+    run_dir = tmp_path_factory.mktemp("smoke-ladder")
+    objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke"), run_dir)
+    return run_dir, objective

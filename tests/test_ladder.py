@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 
 from train.checkpoints import fingerprint
 from train.manifest import read_jsonl
+from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 
 
@@ -19,20 +20,15 @@ def _fingerprint_of(path: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def ladder_runs(tmp_path_factory, cache_dir):
-    """Two smoke ladders: reference refresh on and off (each runs once for the module)."""
-    from hydra import compose, initialize_config_dir
-
-    from tests.conftest import ROOT
-
+def ladder_runs(smoke_ladder, tmp_path_factory, cache_dir):
+    """The session's smoke ladder (reference refresh on) and one more with refresh off."""
     runs = {}
-    for refresh in (True, False):
-        run_dir = tmp_path_factory.mktemp(f"ladder-refresh-{refresh}")
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=["+curriculum=kk_ladder", "experiment=smoke",
-                                               f"paths.cache_dir={cache_dir}", f"ref_refresh={refresh}"])
-        objective = run_curriculum(cfg, run_dir)
-        runs[refresh] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
+    run_dir, objective = smoke_ladder
+    runs[True] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
+    off_dir = tmp_path_factory.mktemp("ladder-refresh-off")
+    objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
+                                           "ref_refresh=false"), off_dir)
+    runs[False] = (off_dir, json.loads((off_dir / "run.json").read_text()), objective)
     return runs
 
 

@@ -6,13 +6,14 @@ import dataclasses
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from trl import GRPOConfig
+from trl import GRPOConfig, SFTConfig
 
 from curriculum.plan import KNOWN_PPL, ConfigError, Stage
 from eval.grader import FORMATS
 from train.rewards import build_reward_funcs
 
 GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
+SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
 DATA_SOURCES = ("generated", "hub", "local")
@@ -24,7 +25,10 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     _check_grpo(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
     for stage in plan:
         key = f"curriculum.stages[{stage.index - 1}].overrides"
-        _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
+        if stage.kind == "sft":
+            _check_sft({**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}, key)
+        else:
+            _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
     _check_eval(cfg.eval)
     _check_data(cfg.data)
     if cfg.prompt.fmt not in FORMATS:
@@ -57,6 +61,14 @@ def _check_grpo(fields: dict, key: str) -> None:
         )
     if int(fields.get("max_completion_length", 512)) <= 0:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
+
+
+def _check_sft(fields: dict, key: str) -> None:
+    for name in fields:
+        if name not in SFT_FIELDS:
+            raise ConfigError(f"{key}.{name}: not an SFTConfig field")
+        if name in RUNNER_OWNED:
+            raise ConfigError(f"{key}.{name}: set by the runner per stage; use the stage's steps")
 
 
 def _check_eval(eval_cfg: DictConfig) -> None:

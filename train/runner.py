@@ -17,12 +17,14 @@ from transformers import AutoTokenizer
 
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
+from curriculum.sft import to_sft_rows
 from eval.validation import validate
 from train.checkpoints import final_info
 from train.config_check import check_config, check_prompt_lengths
 from train.manifest import JsonlWriter, Manifest
 from train.models import resolve_model
 from train.runlock import RunLock
+from train.sft_stage import run_sft_stage
 from train.stage import StageContext, run_grpo_stage
 from train.tracking import make_tracker
 
@@ -42,8 +44,8 @@ def run_curriculum(cfg: DictConfig, run_dir: Path) -> float:
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         manifest.update(base_model=base, status="running")
         held_out = {ppl: validation_pool(cfg, ppl) for ppl in _ppls(cfg, plan)}
-        rows = _stage_rows(cfg, plan, held_out, manifest)
         tokenizer = AutoTokenizer.from_pretrained(base)
+        rows = _stage_rows(cfg, plan, held_out, manifest, tokenizer)
         check_prompt_lengths(
             rows, tokenizer, context_length=int(cfg.model.context_length),
             max_new_tokens=int(cfg.grpo.max_completion_length), chat_kwargs=cfg.model.get("chat_template_kwargs"),
@@ -65,11 +67,16 @@ def _ppls(cfg: DictConfig, plan: list[Stage]) -> list[int]:
     return sorted(set(int(p) for p in cfg.eval.subsets) | {p for s in plan for p in s.ppl_weights})
 
 
-def _stage_rows(cfg, plan, held_out, manifest) -> dict:
-    rows = {}
+def _stage_rows(cfg, plan, held_out, manifest, tokenizer) -> dict:
+    """Every stage's training rows, built up front (bad data fails before any training)."""
+    rows, chat = {}, bool(cfg.model.chat)
     for stage in plan:
         records, removed = training_pool(cfg, stage, held_out)
-        rows[stage.name] = to_rows(records, cfg.prompt, chat=bool(cfg.model.chat))
+        if stage.kind == "sft":
+            rows[stage.name] = to_sft_rows(records, cfg.prompt, tokenizer, chat=chat,
+                                           chat_kwargs=cfg.model.get("chat_template_kwargs"))
+        else:
+            rows[stage.name] = to_rows(records, cfg.prompt, chat=chat)
         manifest.stage(stage.index)["removed_overlap"] = removed
         log.info("stage %s: %d training puzzles (%d held-out overlaps removed)", stage.name, len(records), removed)
     manifest.save()
@@ -107,7 +114,7 @@ def _train_stage(cfg, run_dir, stage, manifest, base, previous, rows, metrics, t
         manifest.update_stage(stage.index, status="running", policy_init=previous, global_step_start=start)
         ctx = StageContext(cfg, run_dir, base, previous, start, metrics, tracker)
         began = time.time()
-        info = run_grpo_stage(stage, ctx, rows)
+        info = (run_sft_stage if stage.kind == "sft" else run_grpo_stage)(stage, ctx, rows)
         info["wall_seconds"] = round(time.time() - began, 2)
     manifest.update_stage(
         stage.index, status="trained", checkpoint=str(final), steps_done=info["steps_done"],

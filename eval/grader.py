@@ -1,0 +1,219 @@
+"""The one grader: training rewards and reported validation accuracy both call `grade`.
+
+Parsing approach, in two layers, each a single linear pass (no regex that can backtrack):
+
+1. **Tags.** One scan finds every literal `<think>`, `</think>`, `<answer>`, `</answer>`. The tag
+   sequence decides the format: for the format's tags, each exactly once, in order, and nothing but
+   whitespace after `</answer>` (text before `<think>` or between `</think>` and `<answer>` is
+   allowed, as in Logic-RL). The same walk collects the closed `<answer>` blocks that lie outside
+   any `<think>` block: an answer only inside `<think>`, or a block never closed, is no answer.
+   For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk runs over `"<think>" + completion`
+   and a second `<think>` from the model breaks the format.
+2. **Answer text.** `eval.answer_parse.parse_answer` tokenizes each block and binds names to roles
+   with a small state machine (its docstring lists the phrasings and refusals). The final block is
+   the answer; a person whom two blocks give different roles is undecided ("answer blocks
+   disagree"), so several blocks can never be more right than one.
+
+`correct` is judged on the answer alone (every person decided and equal to the solution); format is
+reported separately in `format_ok`, and `Grade.strict_correct` is Logic-RL's validation criterion
+(both). Rewards decide how to combine them (`train/rewards.py`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eval.answer_parse import parse_answer
+
+FORMATS = ("think_answer", "answer_only", "logic_rl")
+_TAG = re.compile(r"</?(?:think|answer)>")
+_EXPECTED = {
+    "think_answer": ("<think>", "</think>", "<answer>", "</answer>"),
+    "answer_only": ("<answer>", "</answer>"),
+    "logic_rl": ("<think>", "</think>", "<answer>", "</answer>"),
+}
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The verdict on one completion.
+
+    correct: every person decided and equal to the solution (format not required).
+    format_ok: the format's tags each exactly once, in order, only whitespace after </answer>.
+    partial_format: not format_ok, but the completion holds at least one of the format's tags
+        (for "logic_rl" the pre-filled <think> does not count): the tiered rewards' "half format".
+    think_ok: a <think> block with non-whitespace content is present.
+    answered: a closed <answer> block was found outside <think>.
+    assignment: name -> True (knight) / False (knave) / None (missing, hedged or contradictory).
+    n_right: people whose parsed role equals the solution.
+    reasons: why anything is not right, e.g. "no <answer> block", "Zoey given both roles".
+    """
+
+    correct: bool
+    format_ok: bool
+    partial_format: bool
+    think_ok: bool
+    answered: bool
+    assignment: dict[str, bool | None]
+    n_right: int
+    reasons: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Every person was given exactly one role (right or wrong)."""
+        return all(role is not None for role in self.assignment.values())
+
+    @property
+    def strict_correct(self) -> bool:
+        """Correct and well formatted: Logic-RL's validation criterion (reward == 3)."""
+        return self.correct and self.format_ok
+
+
+def completion_text(completion) -> str:
+    """The text of a completion: a str, or TRL's conversational `[{"role": "assistant", ...}]`.
+
+    A message whose think block TRL's `parse_response` split off into `reasoning_content` (or
+    `thinking`) gets it back inside <think> tags, so the format check sees what the model wrote.
+
+    >>> completion_text([{"role": "assistant", "content": "<answer>x</answer>"}])
+    '<answer>x</answer>'
+    >>> completion_text([{"role": "assistant", "reasoning_content": "hm", "content": "<answer>x</answer>"}])
+    '<think>\\nhm\\n</think>\\n<answer>x</answer>'
+    """
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    parts = []
+    for message in completion:
+        if not isinstance(message, dict):
+            parts.append(str(message))
+            continue
+        thinking = message.get("reasoning_content") or message.get("thinking")
+        if thinking:
+            parts.append(f"<think>\n{thinking}\n</think>\n")
+        content = message.get("content")
+        if isinstance(content, list):  # multimodal parts: [{"type": "text", "text": ...}]
+            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        parts.append("" if content is None else str(content))
+    return "".join(parts)
+
+
+def _walk_tags(text: str) -> tuple[list[re.Match], list[str], bool, bool]:
+    """One pass over the tags: (tags, answer blocks outside <think>, answer seen inside <think>,
+    a non-empty think block present)."""
+    tags = list(_TAG.finditer(text))
+    blocks: list[str] = []
+    in_think, answer_in_think, think_ok = False, False, False
+    think_at = answer_at = None
+    for tag in tags:
+        name = tag.group()
+        if name == "<think>" and not in_think:
+            in_think, think_at, answer_at = True, tag.end(), None
+        elif name == "</think>" and in_think:
+            in_think = False
+            think_ok = think_ok or bool(text[think_at:tag.start()].strip())
+        elif in_think:
+            answer_in_think = answer_in_think or name == "<answer>"
+        elif name == "<answer>":
+            answer_at = tag.end()  # a re-opened block restarts: the latest opener wins
+        elif name == "</answer>" and answer_at is not None:
+            blocks.append(text[answer_at:tag.start()])
+            answer_at = None
+    return tags, blocks, answer_in_think, think_ok
+
+
+def _format_reasons(text: str, tags: list[re.Match], fmt: str) -> list[str]:
+    expected = _EXPECTED[fmt]
+    reasons = []
+    if tuple(t.group() for t in tags) != expected:
+        reasons.append(f"format: want {''.join(expected)}, each once, in order")
+    if tags and tags[-1].group() == "</answer>" and text[tags[-1].end():].strip():
+        reasons.append("format: text after </answer>")
+    return reasons
+
+
+def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, bool | None], list[str]]:
+    """The final block's assignment, with anyone whom two blocks give different roles undecided."""
+    parsed = [parse_answer(block, names) for block in blocks]
+    final = dict(parsed[-1].assignment)
+    reasons = list(parsed[-1].reasons)
+    for name in names:
+        roles = {p.assignment[name] for p in parsed} - {None}
+        if len(roles) > 1:
+            final[name] = None
+            reasons.append(f"answer blocks disagree on {name}")
+    return final, reasons
+
+
+def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: str = "think_answer") -> Grade:
+    """Grade one completion against the puzzle's `names` and `solution` (True = knight).
+
+    >>> g = grade("<think>Zoey lies.</think><answer>(1) Zoey is a knave\\n(2) Oliver is a knight</answer>",
+    ...           ["Zoey", "Oliver"], [False, True])
+    >>> g.correct, g.format_ok, g.assignment
+    (True, True, {'Zoey': False, 'Oliver': True})
+    >>> grade("<answer>Zoey is a knight or a knave.</answer>", ["Zoey"], [True], fmt="answer_only").reasons
+    ('Zoey hedged',)
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt {fmt!r} is not one of {FORMATS}")
+    names, solution = [str(n) for n in names], [bool(s) for s in solution]
+    if not names or len(names) != len(solution):
+        raise ValueError(f"need one solution entry per person: {len(names)} names, {len(solution)} entries")
+    text = completion_text(completion)
+    checked = "<think>" + text if fmt == "logic_rl" else text
+    tags, blocks, answer_in_think, think_ok = _walk_tags(checked)
+    reasons = _format_reasons(checked, tags, fmt)
+    own_tags = tags[1:] if fmt == "logic_rl" else tags  # the pre-filled <think> is not the model's
+    partial_format = bool(reasons) and any(t.group() in _EXPECTED[fmt] for t in own_tags)
+    if blocks:
+        assignment, answer_reasons = _combine_blocks(blocks, names)
+    else:
+        assignment = dict.fromkeys(names)
+        answer_reasons = ["answer only inside <think>" if answer_in_think else "no <answer> block"]
+    n_right = sum(assignment[n] is s for n, s in zip(names, solution, strict=True))
+    return Grade(
+        correct=bool(blocks) and n_right == len(names), format_ok=not reasons, partial_format=partial_format,
+        think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
+        reasons=tuple(reasons + answer_reasons),
+    )
+
+
+_POOL = ("Zoey", "Oliver", "Ava", "Avery", "Mia", "Amelia", "Ella", "Isabella", "Liam", "William", "Ethan")
+
+
+def realistic_completion(rng: random.Random, names: Sequence[str], solution: Sequence[bool]) -> str:
+    """A ~2 KB think_answer completion: K&K-style case analysis, then a numbered answer."""
+    steps = []
+    while sum(map(len, steps)) < 1800:
+        a, b = rng.choice(names), rng.choice(names)
+        steps.append(f"Assume {a} is a knight. Then {b}'s claim that {a} is a knave is false, "
+                     f"so {b} cannot be a knight; no contradiction is found yet. ")
+    answer = "\n".join(f"({i + 1}) {n} is a {'knight' if s else 'knave'}"
+                       for i, (n, s) in enumerate(zip(names, solution, strict=True)))
+    return f"<think>{''.join(steps)}</think>\n<answer>\n{answer}\n</answer>"
+
+
+def grader_throughput(n: int = 2000, *, seed: int = 0) -> float:
+    """Completions graded per second on `n` realistic ~2 KB completions (2-7 people).
+
+    >>> grader_throughput(20) > 0
+    True
+    """
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        names = rng.sample(_POOL, rng.randint(2, 7))
+        solution = [rng.random() < 0.5 for _ in names]
+        cases.append((realistic_completion(rng, names, solution), names, solution))
+    start = time.perf_counter()
+    for text, names, solution in cases:
+        grade(text, names, solution)
+    return n / (time.perf_counter() - start)

@@ -1,0 +1,245 @@
+"""Tests of train/rewards.py: each component's values, every preset's tier table, config errors,
+TRL's calling convention, and grading once per completion per batch."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from trl.trainer.utils import get_callable_name
+
+import train.rewards as rewards
+from train.rewards import (
+    COMPONENTS,
+    TIERED_SCHEMES,
+    answer_reward,
+    build_reward_funcs,
+    format_reward,
+    overlong_reward,
+    partial_reward,
+    think_reward,
+    tiered_reward,
+)
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+PRESETS = sorted(p.stem for p in (CONF / "reward").glob("*.yaml"))
+NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
+RIGHT = "Zoey is a knave, and Oliver is a knight."
+
+
+def think_answer(answer: str) -> str:
+    return f"<think>Zoey's claim fails.</think>\n<answer>{answer}</answer>"
+
+
+# One completion per tier, per prompt format: (tier, completion).
+TIER_EXAMPLES = {
+    "think_answer": [
+        ("no_format", RIGHT),  # right words, no tags at all
+        ("half_format", f"<answer>{RIGHT}</answer>"),  # answer block without the think block
+        ("unparsed", think_answer("Zoey might be a knave.")),  # format fine, Zoey hedged, Oliver missing
+        ("wrong", think_answer("Zoey is a knight, and Oliver is a knave.")),  # every role given, wrong
+        ("correct", think_answer(RIGHT)),
+    ],
+    "answer_only": [
+        ("no_format", RIGHT),
+        ("half_format", f"<answer>{RIGHT}"),  # block never closed
+        ("unparsed", "<answer>I cannot determine it.</answer>"),
+        ("wrong", "<answer>Both are knights.</answer>"),
+        ("correct", f"<answer>{RIGHT}</answer>"),
+    ],
+    "logic_rl": [
+        ("no_format", RIGHT),  # the pre-filled <think> is never closed: no tag of the model's own
+        ("half_format", think_answer(RIGHT)),  # a second <think>
+        ("unparsed", "Hmm.</think><answer>Oliver is a knight.</answer>"),  # Zoey missing
+        ("wrong", "Hmm.</think><answer>(1) Zoey is a knight\n(2) Oliver is a knight</answer>"),
+        ("correct", f"Hmm.</think><answer>{RIGHT}</answer>"),
+    ],
+}
+# The seeds' schemes as the brief gives them (tiers: no format, half format, wrong, correct).
+SCHEME_VALUES = {
+    "seed_v1": {"no_format": -5, "half_format": 1, "unparsed": 3, "wrong": 3, "correct": 5},
+    "seed_v2": {"no_format": -1, "half_format": -0.3, "unparsed": 0.3, "wrong": 0.3, "correct": 5},
+    "seed_v4_instruct": {"no_format": -1, "half_format": -1, "unparsed": -0.1, "wrong": -0.1, "correct": 5},
+    # Logic-RL totals: format -1 & answer -2 -> -3; format +1 & unparseable -2 -> -1; +1 & -1.5; +1 & +2
+    "logic_rl": {"no_format": -3, "half_format": -3, "unparsed": -1, "wrong": -0.5, "correct": 3},
+}
+
+
+def batch(completions):
+    n = len(completions)
+    return {"completions": completions, "names": [NAMES] * n, "solution": [SOLUTION] * n}
+
+
+def load_preset(name: str):
+    return OmegaConf.load(CONF / "reward" / f"{name}.yaml")
+
+
+def test_the_schemes_are_the_seeds():
+    assert TIERED_SCHEMES == SCHEME_VALUES
+
+
+@pytest.mark.parametrize("fmt", sorted(TIER_EXAMPLES))
+@pytest.mark.parametrize("scheme", sorted(TIERED_SCHEMES))
+def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
+    tiers, completions = zip(*TIER_EXAMPLES[fmt], strict=True)
+    values = tiered_reward(**batch(list(completions)), fmt=fmt, table=TIERED_SCHEMES[scheme])
+    assert values == [SCHEME_VALUES[scheme][t] for t in tiers]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_reproduces_its_scheme(preset):
+    cfg = load_preset(preset)
+    assert set(cfg) == {"weights", "overlong", "tiered"}
+    assert set(cfg.weights) == set(COMPONENTS)
+    assert dict(cfg.tiered.table) == SCHEME_VALUES[cfg.tiered.scheme]  # the YAML shows the code's table
+    funcs, weights = build_reward_funcs(cfg, fmt="think_answer", max_completion_length=256)
+    by_name = dict(zip([f.__name__ for f in funcs], weights, strict=True))
+    assert by_name == {f"{k}_reward": float(w) for k, w in cfg.weights.items() if w != 0 or k == "answer"}
+    if "tiered_reward" in by_name:
+        tiers, completions = zip(*TIER_EXAMPLES["think_answer"], strict=True)
+        tiered = next(f for f in funcs if f.__name__ == "tiered_reward")
+        assert tiered(**batch(list(completions))) == [SCHEME_VALUES[preset][t] for t in tiers]
+
+
+def test_default_preset_is_the_documented_mix():
+    funcs, weights = build_reward_funcs(load_preset("default"), fmt="think_answer", max_completion_length=512)
+    assert [f.__name__ for f in funcs] == ["format_reward", "answer_reward", "overlong_reward"]
+    assert weights == [0.5, 2.0, 0.5]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_compose_and_sweep_with_hydra(preset):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        overrides = [f"+reward={preset}", "reward.weights.format=1", "reward.tiered.table.correct=7"]
+        cfg = compose(overrides=overrides)
+    funcs, weights = build_reward_funcs(cfg.reward, fmt="logic_rl", max_completion_length=256)
+    assert dict(zip([f.__name__ for f in funcs], weights, strict=True))["format_reward"] == 1.0
+    assert rewards.tier_table(cfg.reward.tiered)["correct"] == 7.0
+
+
+COMPONENT_CASES = [
+    # strict format: tags once each, in order, nothing after </answer>
+    (format_reward, think_answer(RIGHT), 1.0),
+    # text after </answer> fails the strict format
+    (format_reward, think_answer(RIGHT) + " Done.", 0.0),
+    # non-empty reasoning in <think>
+    (think_reward, think_answer(RIGHT), 1.0),
+    # an empty think block earns nothing
+    (think_reward, f"<think> </think><answer>{RIGHT}</answer>", 0.0),
+    # correct answer, any format
+    (answer_reward, f"<answer>{RIGHT}</answer> trailing", 1.0),
+    # one role wrong
+    (answer_reward, think_answer("Both are knights."), 0.0),
+    # correct
+    (partial_reward, think_answer(RIGHT), 1.0),
+    # both roles given, one right: 0.3 + 0.7 * 1/2
+    (partial_reward, think_answer("Both are knights."), 0.65),
+    # both given, both wrong: the floor
+    (partial_reward, think_answer("Zoey is a knight, Oliver is a knave."), 0.3),
+    # someone missing: nothing
+    (partial_reward, think_answer("Oliver is a knight."), 0.0),
+    # no answer block: nothing
+    (partial_reward, "<think>x</think>", 0.0),
+]
+
+
+@pytest.mark.parametrize(("func", "completion", "expected"), COMPONENT_CASES)
+def test_component_values(func, completion, expected):
+    assert func(**batch([completion])) == [expected]
+
+
+@pytest.mark.parametrize(("length", "expected"), [
+    (0, 0.0), (384, 0.0),  # up to max - buffer: no penalty
+    (385, -1 / 128), (448, -0.5), (511, -127 / 128),  # linear in the buffer
+    (512, -1.0), (600, -1.0),  # at the limit: truncated
+])
+def test_overlong_reward(length, expected):
+    values = overlong_reward(**batch(["x"]), completion_ids=[[7] * length], max_completion_length=512,
+                             buffer=128)
+    assert values == [pytest.approx(expected)]
+
+
+def test_overlong_reward_needs_token_ids():
+    with pytest.raises(ValueError, match="completion_ids"):
+        overlong_reward(**batch(["x"]), max_completion_length=512)
+
+
+def test_bound_components_take_trls_call():
+    funcs, _ = build_reward_funcs(
+        {"weights": dict.fromkeys(COMPONENTS, 1.0), "overlong": {"buffer": 32},
+         "tiered": {"scheme": "logic_rl"}},
+        fmt="logic_rl", max_completion_length=64,
+    )
+    completions = [[{"role": "assistant", "content": f"ok</think><answer>{RIGHT}</answer>"}], "no tags"]
+    trl_kwargs = {
+        "prompts": ["p", "p"], "completion_ids": [[1] * 10, [1] * 64], "trainer_state": object(),
+        "log_metric": print, "log_extra": print, "ppl": [2, 2], "id": ["a", "b"], "fmt": ["junk", "junk"],
+    }
+    values = {get_callable_name(f): f(**batch(completions), **trl_kwargs) for f in funcs}
+    assert values == {
+        "format_reward": [1.0, 0.0], "think_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0],
+        "partial_reward": [1.0, 0.0], "overlong_reward": [0.0, -1.0], "tiered_reward": [3.0, -3.0],
+    }
+
+
+def test_overlong_buffer_is_capped_at_the_completion_length():
+    funcs, _ = build_reward_funcs({"weights": {"overlong": 1}}, fmt="think_answer", max_completion_length=16)
+    assert funcs[-1](**batch(["x", "x"]), completion_ids=[[1] * 8, [1] * 16]) == [-0.5, -1.0]
+
+
+def test_answer_reward_is_kept_at_weight_zero_and_others_are_dropped():
+    funcs, weights = build_reward_funcs({"weights": {"partial": 1}}, fmt="answer_only",
+                                        max_completion_length=64)
+    assert [f.__name__ for f in funcs] == ["answer_reward", "partial_reward"]
+    assert weights == [0.0, 1.0]
+
+
+def test_bound_components_pickle():
+    funcs, _ = build_reward_funcs(load_preset("logic_rl"), fmt="logic_rl", max_completion_length=64)
+    clone = pickle.loads(pickle.dumps(funcs))
+    assert [f.__name__ for f in clone] == [f.__name__ for f in funcs]
+    assert clone[-1](**batch(["x"])) == [-3.0]
+
+
+def test_each_completion_is_graded_once_per_batch(monkeypatch):
+    calls = []
+    real = rewards.grade
+    monkeypatch.setattr(rewards, "grade", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    funcs, _ = build_reward_funcs({"weights": {c: 1.0 for c in COMPONENTS}}, fmt="think_answer",
+                                  max_completion_length=64)
+    completions = [think_answer(RIGHT), think_answer("Both are knights."), think_answer(RIGHT)]
+    for f in funcs:
+        f(**batch(completions), completion_ids=[[1]] * 3)
+    assert len(calls) == 2  # two distinct completions, six components
+
+
+@pytest.mark.parametrize(("cfg", "message"), [
+    ({"weights": {"fromat": 1}}, "reward.weights.fromat: unknown component; known: format, think"),
+    ({"weights": {"format": "high"}}, "reward.weights.format: 'high' is not a finite number"),
+    ({"weights": {"format": True}}, "reward.weights.format: True is not a finite number"),
+    ({"weights": {"format": float("nan")}}, "reward.weights.format: nan"),
+    ({"weights": [1, 2]}, "reward.weights: expected a mapping"),
+    ({"weights": {"answer": 0}}, "reward.weights: every weight is 0"),
+    ({"wieghts": {}}, "reward.wieghts: unknown key; known: weights, overlong, tiered"),
+    ({"overlong": {"buffer": 0}}, "reward.overlong.buffer: 0 is not a positive integer"),
+    ({"overlong": {"buffer": 1.5}}, "reward.overlong.buffer: 1.5 is not a positive integer"),
+    ({"overlong": {"bufer": 8}}, "reward.overlong.bufer: unknown key"),
+    ({"tiered": {"scheme": "seed_v3"}}, "reward.tiered.scheme: 'seed_v3' unknown; known: custom, seed_v1"),
+    ({"tiered": {"table": {"corect": 1}}}, "reward.tiered.table.corect: unknown tier; known: no_format"),
+    ({"tiered": {"table": {"correct": "5"}}}, "reward.tiered.table.correct: '5' is not a finite number"),
+    ({"tiered": {"scheme": "custom", "table": {"correct": 1}}}, "reward.tiered.table.no_format: required"),
+])
+def test_config_errors_name_the_key(cfg, message):
+    with pytest.raises(ValueError) as err:
+        build_reward_funcs({"weights": {"answer": 1}, **cfg}, fmt="think_answer", max_completion_length=64)
+    assert str(err.value).startswith(message)
+
+
+def test_fmt_and_length_errors():
+    with pytest.raises(ValueError, match="prompt.fmt: 'r1'"):
+        build_reward_funcs({}, fmt="r1", max_completion_length=64)
+    with pytest.raises(ValueError, match="grpo.max_completion_length: 0"):
+        build_reward_funcs({}, fmt="think_answer", max_completion_length=0)

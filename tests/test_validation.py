@@ -1,0 +1,88 @@
+"""Validation metrics: their arithmetic on known verdicts, a recount from saved samples, and `python -m eval`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval.generation import Completion
+from eval.grader import grade
+from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.validation import grade_subset
+from tests.conftest import run_cli
+from train.manifest import read_jsonl
+
+NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
+RECORD = {"names": NAMES, "solution": SOLUTION, "index": 7, "quiz": "..."}
+
+
+def _answer(body: str) -> str:
+    return f"<think>reasoning</think><answer>{body}</answer>"
+
+
+def test_metric_arithmetic_on_known_verdicts():
+    completions = [[
+        Completion(_answer("(1) Zoey is a knave\n(2) Oliver is a knight"), tokens=10, truncated=False),  # right
+        Completion(_answer("(1) Zoey is a knight\n(2) Oliver is a knight"), tokens=20, truncated=False),  # 1 of 2
+        Completion("<answer>Zoey is a knave, Oliver is a knight", tokens=30, truncated=True),  # unclosed: none
+        Completion("Zoey is a knave and Oliver is a knight.", tokens=40, truncated=True),  # no tags: none
+    ]]
+    scored, samples = grade_subset([RECORD], completions, "think_answer")
+    m = subset_metrics(scored)
+    assert m["n"] == 4 and m["puzzles"] == 1
+    assert m["accuracy"] == 0.25
+    assert m["person_accuracy"] == round((1 + 0.5 + 0 + 0) / 4, 4)
+    assert m["format_rate"] == 0.5  # only the two closed think/answer completions
+    assert m["answer_rate"] == 0.5
+    assert m["mean_tokens"] == 25.0 and m["median_tokens"] == 25.0 and m["p90_tokens"] == 40.0
+    assert m["truncation_rate"] == 0.5
+    assert m["mean_tokens_correct"] == 10.0 and m["mean_tokens_wrong"] == 30.0
+    assert m["pass_at_k"] == 1.0  # one puzzle, and one of its samples was right
+    assert [s["correct"] for s in samples] == [True, False, False, False]
+    assert all(s["reasons"] or s["correct"] for s in samples), "every wrong sample says why"
+
+
+def test_mean_at_k_and_pass_at_k_differ():
+    scored = [Scored("a", True, 2, 2, True, True, 5, False), Scored("a", False, 0, 2, True, True, 5, False),
+              Scored("b", False, 1, 2, True, True, 5, False), Scored("b", False, 1, 2, True, True, 5, False)]
+    m = subset_metrics(scored)
+    assert m["accuracy"] == 0.25 and m["pass_at_k"] == 0.5
+    assert m["mean_tokens_correct"] == 5.0
+
+
+def test_empty_subset_is_an_error():
+    with pytest.raises(ValueError, match="no completions"):
+        subset_metrics([])
+
+
+def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
+    run_dir, _ = smoke_ladder
+    stage_dirs = {0: "0-baseline"} | {
+        s["index"]: f"{s['index']}-{s['name']}" for s in json.loads((run_dir / "run.json").read_text())["stages"]}
+    rows = read_jsonl(run_dir / "validation.jsonl")
+    assert rows and all(set(METRIC_COLUMNS) <= set(r) for r in rows)
+    for row in rows:
+        samples = read_jsonl(run_dir / "samples" / stage_dirs[row["stage"]] / f"{row['ppl']}ppl.jsonl")
+        regraded = []
+        for s in samples:
+            g = grade(s["completion"], s["names"], s["solution"], fmt="think_answer")
+            assert g.correct == s["correct"] and g.format_ok == s["format_ok"]
+            regraded.append(Scored(s["id"], g.correct, g.n_right, s["n_people"], g.format_ok, g.answered,
+                                   s["tokens"], s["truncated"]))
+        recount = subset_metrics(regraded)
+        assert {k: row[k] for k in METRIC_COLUMNS} == {k: recount[k] for k in METRIC_COLUMNS}
+
+
+def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
+    run_dir, _ = smoke_ladder
+    stage = json.loads((run_dir / "run.json").read_text())["stages"][1]
+    out = tmp_path / "eval"
+    done = run_cli("eval", f"model={stage['checkpoint']}", "experiment=smoke", f"paths.cache_dir={cache_dir}",
+                   f"hydra.run.dir={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = {r["ppl"]: r for r in read_jsonl(run_dir / "validation.jsonl") if r["stage"] == stage["index"]}
+    got = {r["ppl"]: r for r in read_jsonl(out / "validation.jsonl")}
+    assert got.keys() == expected.keys()
+    for ppl, row in got.items():
+        assert {k: row[k] for k in METRIC_COLUMNS} == {k: expected[ppl][k] for k in METRIC_COLUMNS}
