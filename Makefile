@@ -31,7 +31,7 @@ test-full: install  ## Run every test, including the slow ones on the real pretr
 	$(PY) -m pytest -q
 
 demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start then the 2->6 ladder, then the report
-	$(PY) -m train experiment=cpu_demo $(ARGS)
+	$(PY) -m train +curriculum=kk_r1 experiment=cpu_demo $(ARGS)
 	$(PY) -m eval.report
 
 train: install  ## Train the default ladder (pass Hydra overrides in ARGS="model=qwen3-0.6b ...")

@@ -15,7 +15,7 @@ from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 
 
-def _fingerprint_of(path: str) -> str:
+def _fingerprint_of(path) -> str:
     return fingerprint(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))
 
 
@@ -38,7 +38,7 @@ def test_every_stage_done_with_a_loadable_final(ladder_runs):
     assert [s["status"] for s in manifest["stages"]] == ["done"] * 5
     for stage in manifest["stages"]:
         final = run_dir / "stages" / f"{stage['index']}-{stage['name']}" / "final"
-        assert Path(stage["checkpoint"]) == final
+        assert stage["checkpoint"] == f"stages/{stage['index']}-{stage['name']}/final"
         assert (final / "config.json").exists() and (final / "tokenizer_config.json").exists()
         assert not (final.parent / "trainer").exists(), "trainer checkpoints are pruned once the final is saved"
     assert (run_dir / "config.yaml").exists()
@@ -70,7 +70,7 @@ def test_handoff_with_reference_refresh(ladder_runs):
     for stage in manifest["stages"]:
         assert stage["policy_fingerprint"] == previous
         assert stage["reference_fingerprint"] == previous
-        final = _fingerprint_of(stage["checkpoint"])
+        final = _fingerprint_of(run_dir / stage["checkpoint"])
         assert final != stage["policy_fingerprint"], f"stage {stage['name']}: parameters did not change"
         previous = final
 
@@ -83,13 +83,13 @@ def test_handoff_without_reference_refresh(ladder_runs):
     for stage in manifest["stages"]:
         assert stage["policy_fingerprint"] == previous
         assert stage["reference_fingerprint"] == base
-        previous = _fingerprint_of(stage["checkpoint"])
+        previous = _fingerprint_of(run_dir / stage["checkpoint"])
     assert previous != base
 
 
 def test_parameters_really_change_within_a_stage(ladder_runs):
     run_dir, manifest, _ = ladder_runs[True]
-    first, second = (AutoModelForCausalLM.from_pretrained(s["checkpoint"]) for s in manifest["stages"][:2])
+    first, second = (AutoModelForCausalLM.from_pretrained(run_dir / s["checkpoint"]) for s in manifest["stages"][:2])
     changed = [n for (n, a), (_, b) in zip(first.named_parameters(), second.named_parameters(), strict=True)
                if not torch.equal(a, b)]
     assert len(changed) > len(list(first.parameters())) // 2

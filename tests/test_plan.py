@@ -69,6 +69,8 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "data=local", "data.path=/nonexistent"), "data.path"),
     (("+curriculum=kk_ladder", "prompt.fmt=xml"), "prompt.fmt"),
     (("+curriculum=kk_ladder", "model.source=s3"), "model.source"),
+    # the sweep objective must be something validation measures
+    (("+curriculum=kk_ladder", "objective=final_accuracy_9ppl"), "objective"),
     # reward weights are checked too (a typo in a sweep key)
     (("+curriculum=kk_ladder", "+reward.weights.fromat=1"), "reward.weights.fromat"),
 ]

@@ -62,7 +62,7 @@ def test_sft_stage_hands_off_to_grpo(tmp_path, cache_dir):
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first_grpo = manifest["stages"][:2]
     assert sft["kind"] == "sft" and sft["status"] == "done" and sft["steps_done"] == 4
-    sft_weights = fingerprint(AutoModelForCausalLM.from_pretrained(sft["checkpoint"], dtype=torch.float32))
+    sft_weights = fingerprint(AutoModelForCausalLM.from_pretrained(run_dir / sft["checkpoint"], dtype=torch.float32))
     assert sft_weights != sft["policy_fingerprint"], "SFT changed the weights"
     assert first_grpo["policy_fingerprint"] == sft_weights
     assert first_grpo["reference_fingerprint"] == sft_weights

@@ -78,7 +78,7 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     run_dir, _ = smoke_ladder
     stage = json.loads((run_dir / "run.json").read_text())["stages"][1]
     out = tmp_path / "eval"
-    done = run_cli("eval", f"model={stage['checkpoint']}", "experiment=smoke", f"paths.cache_dir={cache_dir}",
+    done = run_cli("eval", f"model={run_dir / stage['checkpoint']}", "experiment=smoke", f"paths.cache_dir={cache_dir}",
                    f"hydra.run.dir={out}")
     assert done.returncode == 0, done.stderr[-3000:]
     expected = {r["ppl"]: r for r in read_jsonl(run_dir / "validation.jsonl") if r["stage"] == stage["index"]}

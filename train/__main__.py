@@ -2,7 +2,7 @@
 
 Thin on purpose: compose the config, find the run directory, hand over to `run_curriculum`.
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
-its error in its own directory and the sweep goes on.
+its error in `error.txt` of its own directory, returns NaN, and the sweep goes on.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ register_resolvers()
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig) -> float:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     try:
@@ -36,7 +36,7 @@ def main(cfg: DictConfig) -> float | None:
                 raise SystemExit(f"config error: {err}") from None
             raise
         log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / "error.txt")
-        return None
+        return float("nan")  # a sweeper records the trial as failed and goes on
 
 
 if __name__ == "__main__":

@@ -30,7 +30,10 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
         else:
             _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
     _check_eval(cfg.eval)
+    _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     _check_data(cfg.data)
+    if cfg.on_damaged_checkpoint not in ("error", "retrain"):
+        raise ConfigError(f"on_damaged_checkpoint: {cfg.on_damaged_checkpoint!r} is not error or retrain")
     if cfg.prompt.fmt not in FORMATS:
         raise ConfigError(f"prompt.fmt: {cfg.prompt.fmt!r} is not one of {sorted(FORMATS)}")
     if cfg.model.source not in MODEL_SOURCES:
@@ -85,6 +88,12 @@ def _check_eval(eval_cfg: DictConfig) -> None:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and int(eval_cfg.samples) > 1:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
+
+
+def _check_objective(name: str, subsets: list[int]) -> None:
+    allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
+    if name not in allowed:
+        raise ConfigError(f"objective: {name!r} is not one of {allowed}")
 
 
 def _check_data(data_cfg: DictConfig) -> None:

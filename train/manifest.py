@@ -18,7 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 from curriculum.plan import Stage
 
 # Keys that may differ between a run and its resume without changing what is trained.
-RESUME_FREE_KEYS = ("resume", "run_name", "logger", "paths", "hydra", "eval.batch_size", "eval.backend")
+RESUME_FREE_KEYS = (
+    "resume", "run_name", "logger", "paths", "hydra", "on_damaged_checkpoint", "keep_trainer_checkpoints",
+    "eval.batch_size", "eval.backend",
+)
 
 
 def write_json_atomic(path: Path, payload) -> None:
@@ -107,7 +110,7 @@ def _stage_entry(stage: Stage) -> dict:
         "pool": stage.pool,
         "status": "pending",
         "steps_done": 0,
-        "checkpoint": None,
+        "checkpoint": None,  # relative to the run directory
         "policy_init": None,
         "reference": None,
         "wall_seconds": None,
@@ -134,10 +137,14 @@ class JsonlWriter:
         if not fresh:
             return
         text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
-        with open(self.path, "a") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with open(self.path, "a") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            # Appending never rewrites earlier rows; a torn last row is cut off when the file is reopened.
+            raise RuntimeError(f"{self.path}: could not write ({err}); the rows already written are kept") from err
         self.seen.update(self._key(r) for r in fresh)
 
 

@@ -31,8 +31,11 @@ from train.tracking import make_tracker
 log = logging.getLogger(__name__)
 
 
-def run_curriculum(cfg: DictConfig, run_dir: Path) -> float:
-    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective."""
+def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> float:
+    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective.
+
+    `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer.
+    """
     plan = build_plan(cfg)
     check_config(cfg, plan)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -52,14 +55,15 @@ def run_curriculum(cfg: DictConfig, run_dir: Path) -> float:
         )
         tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.data['config_hash']}")
         try:
-            _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker)
+            _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks)
         except BaseException:
             manifest.update(status="failed")
             raise
         finally:
             tracker.finish()
-        manifest.update(status="done")
-    return objective(cfg, manifest)
+        value = objective(cfg, manifest)
+        manifest.update(status="done", objective=value)
+    return value
 
 
 def _ppls(cfg: DictConfig, plan: list[Stage]) -> list[int]:
@@ -83,7 +87,7 @@ def _stage_rows(cfg, plan, held_out, manifest, tokenizer) -> dict:
     return rows
 
 
-def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker) -> None:
+def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks) -> None:
     metrics = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
     validation = JsonlWriter(run_dir / "validation.jsonl", key=("stage", "ppl"))
     subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
@@ -95,24 +99,43 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker) -> No
     previous = base
     for stage in plan:
         entry = manifest.stage(stage.index)
-        if entry["status"] != "done":
-            _train_stage(cfg, run_dir, stage, manifest, base, previous, rows[stage.name], metrics, tracker)
+        # A done stage's final matters while a later stage still has to start from it.
+        needed = stage.index == len(plan) or manifest.stage(stage.index + 1)["status"] != "done"
+        if entry["status"] == "done" and needed and final_info(run_dir / entry["checkpoint"]) is None:
+            _damaged_final(cfg, stage, entry, manifest)
+        if manifest.stage(stage.index)["status"] != "done":
+            try:
+                ctx = StageContext(cfg, run_dir, base, previous, manifest.global_step_before(stage.index),
+                                   metrics, tracker, list(callbacks))
+                _train_stage(stage, manifest, ctx, rows[stage.name])
+            except Exception as err:
+                manifest.update_stage(stage.index, status="failed", error=f"{type(err).__name__}: {err}")
+                raise
             entry = manifest.stage(stage.index)
             tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry["global_step_end"]}
-            result = validate(cfg, entry["checkpoint"], subsets, tag=tag,
+            result = validate(cfg, str(run_dir / entry["checkpoint"]), subsets, tag=tag,
                               out_dir=run_dir / "samples" / stage.dirname, writer=validation, tracker=tracker)
             manifest.update_stage(stage.index, status="done", final_metrics=_summary(result))
-        previous = manifest.stage(stage.index)["checkpoint"]
+        previous = str(run_dir / manifest.stage(stage.index)["checkpoint"])
 
 
-def _train_stage(cfg, run_dir, stage, manifest, base, previous, rows, metrics, tracker) -> None:
+def _damaged_final(cfg, stage, entry, manifest) -> None:
+    """A done stage whose final is missing or damaged: stop naming it, or retrain it (`on_damaged_checkpoint`)."""
+    problem = f"stage {stage.name}: its final checkpoint {entry['checkpoint']} is missing or damaged"
+    if cfg.on_damaged_checkpoint != "retrain":
+        raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
+                           "again from the previous complete checkpoint")
+    log.warning("%s; training it again from the previous stage's checkpoint", problem)
+    manifest.update_stage(stage.index, status="pending", checkpoint=None)
+
+
+def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> None:
     """Train unless a complete final already exists (a kill after publishing, before run.json knew)."""
-    final = run_dir / "stages" / stage.dirname / "final"
-    start = manifest.global_step_before(stage.index)
-    info = final_info(final)
+    final = Path("stages") / stage.dirname / "final"  # relative: a run directory may be moved
+    start = ctx.step_offset
+    info = final_info(ctx.run_dir / final)
     if info is None:
-        manifest.update_stage(stage.index, status="running", policy_init=previous, global_step_start=start)
-        ctx = StageContext(cfg, run_dir, base, previous, start, metrics, tracker)
+        manifest.update_stage(stage.index, status="running", policy_init=ctx.init_model, global_step_start=start)
         began = time.time()
         info = (run_sft_stage if stage.kind == "sft" else run_grpo_stage)(stage, ctx, rows)
         info["wall_seconds"] = round(time.time() - began, 2)

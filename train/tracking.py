@@ -12,6 +12,7 @@ import math
 import os
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
@@ -70,7 +71,14 @@ def make_tracker(cfg: DictConfig, run_dir: Path, run_id: str):
 
 
 class NonFiniteLossError(RuntimeError):
-    """The loss became NaN or inf; the stage stops and its last good checkpoint stays."""
+    """The loss or the weights became NaN or inf; the stage stops and its last good checkpoint stays."""
+
+
+def _stop_diverged(stage_name: str, what: str, step: int) -> None:
+    raise NonFiniteLossError(
+        f"stage {stage_name}: {what} became non-finite (nan/inf) at step {step}; the stage stops before "
+        "saving it, and the last good checkpoint is kept (lower the learning rate or check the reward)"
+    )
 
 
 class MetricsCallback(TrainerCallback):
@@ -91,7 +99,10 @@ class MetricsCallback(TrainerCallback):
         self.tracker.log({f"train/{k}": v for k, v in logs.items()}, step=row["global_step"])
         loss = logs.get("loss")
         if isinstance(loss, float) and not math.isfinite(loss):
-            raise NonFiniteLossError(
-                f"stage {self.tags['stage_name']}: loss is {loss} at step {state.global_step}; "
-                "the last good checkpoint is kept (lower grpo.learning_rate or check the reward)"
-            )
+            _stop_diverged(self.tags["stage_name"], f"the loss ({loss})", state.global_step)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # Checked after each optimizer step and before the trainer saves it: diverged weights would
+        # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
+        if model is not None and not all(torch.isfinite(p).all() for p in model.parameters()):
+            _stop_diverged(self.tags["stage_name"], "the weights", state.global_step)

@@ -1,0 +1,393 @@
+"""`python -m eval.report [DIR] [--outputs ROOT]`: plots, report.md and a self-contained report.html.
+
+DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
+modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to `outputs`). Everything goes to
+`DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered twice, as
+Markdown that points at the PNGs and as HTML with the PNGs embedded, so the two never disagree.
+Data that is missing (a run in progress, a failed sweep job, a key not logged) becomes a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from eval import report_series as rs
+from eval.report_plots import Panel, plot_stage_grid, plot_step_panels, plot_sweep_heatmaps, plot_sweep_lines
+
+REPORT_DIR = "report"
+# (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
+# A share is drawn on a fixed 0..1 axis.
+COLLAPSE_KEYS = (
+    ("entropy", "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
+    ("completions/clipped_ratio", "truncated: hit max_completion_length", "share", "not logged"),
+    ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
+    ("kl", "KL to the reference", "KL", "logged only when grpo.beta > 0"),
+)
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    note: bool = False  # something missing or skipped, shown in italics
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Image:
+    path: Path
+    caption: str
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A table cell: '-' for missing, numbers rounded, anything else as text.
+
+    >>> fmt(None), fmt(0.12345), fmt(16.0, 1), fmt(3), fmt("done")
+    ('-', '0.123', '16.0', '3', 'done')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+# --- a run ----------------------------------------------------------------------------------------
+
+
+def _stage_table(manifest: dict, steps: list[dict]) -> Table:
+    """One row per planned stage; a running stage's steps are counted from metrics.jsonl, since
+    run.json records `steps_done` only when a stage ends."""
+    logged: dict = {}
+    for row in steps:
+        stage_step = int(rs.as_number(row.get("stage_step")) or 0)
+        logged[row.get("stage")] = max(logged.get(row.get("stage"), 0), stage_step)
+    rows = []
+    for s in manifest.get("stages") or []:
+        done = logged.get(s.get("index")) if s.get("status") == "running" else s.get("steps_done")
+        rows.append([fmt(s.get("index")), fmt(s.get("name")), fmt(s.get("kind")), fmt(s.get("ppl_label")),
+                     fmt(s.get("status")),
+                     f"{fmt(done)}/{fmt(s.get('steps_budget'))}",
+                     f"{fmt(s.get('global_step_start'))}..{fmt(s.get('global_step_end'))}",
+                     fmt(s.get("wall_seconds"), 1)])
+    return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
+
+
+def _config_facts(config: dict) -> str:
+    """The settings a reader compares runs by, from config.yaml: model, reward weights, GRPO's key knobs."""
+    def section(name: str) -> dict:
+        return config.get(name) if isinstance(config.get(name), dict) else {}
+
+    weights = section("reward").get("weights") or {}
+    grpo = section("grpo")
+    nonzero = ", ".join(f"{k} {v}" for k, v in weights.items() if v) or "-"
+    knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
+                                                  "max_completion_length", "loss_type") if k in grpo)
+    return (f"**model** {fmt(section('model').get('name'))} · **reward weights** {nonzero} · "
+            f"**grpo** {knobs or '-'} · **eval subsets** {fmt(section('eval').get('subsets'))}")
+
+
+def _summary(run: rs.RunData) -> list:
+    m = run.manifest
+    stages = m.get("stages") or []
+    done = sum(s.get("status") == "done" for s in stages)
+    facts = [f"**status** {fmt(m.get('status'))}", f"**curriculum** {fmt(m.get('curriculum'))}",
+             f"**stages done** {done}/{len(stages)}", f"**base model** `{fmt(m.get('base_model'))}`",
+             f"**created** {fmt(m.get('created'))}", f"**training steps logged** {len(run.steps)}"]
+    blocks = [Text(" · ".join(facts))]
+    if run.config:
+        blocks.append(Text(_config_facts(run.config)))
+    blocks += [Text(note, note=True) for note in run.notes]
+    blocks += [Text(f"stage {s.get('name')} failed: {s['error']}", True) for s in stages if s.get("error")]
+    if stages:
+        blocks += [Heading("Stages"), _stage_table(m, run.steps)]
+    return blocks
+
+
+def _grid_table(grid: rs.StageGrid, digits: int) -> Table:
+    """Stage rows x subset columns (the transpose of the plot: one row per stage reads better)."""
+    rows = [[stage, *(fmt(grid.values[ppl][i], digits) for ppl in grid.ppls)]
+            for i, stage in enumerate(grid.stages)]
+    return Table(["after stage", *(f"{ppl}ppl" for ppl in grid.ppls)], rows)
+
+
+def _validation(run: rs.RunData, out_dir: Path) -> list:
+    blocks: list = [Heading("Validation accuracy per subset")]
+    if not run.validation:
+        return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
+    planned = rs.planned_stages(run.manifest)
+    plotted = rs.stage_grid(run.validation, "accuracy")
+    image = plot_stage_grid(plotted, "accuracy (exact: every person right)",
+                            "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True)
+    blocks += [Image(image, "accuracy per subset after each stage"),
+               _grid_table(rs.stage_grid(run.validation, "accuracy", planned), 3),
+               Heading("Validation mean response length (tokens)"),
+               _grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), 1)]
+    return blocks
+
+
+def _length(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    mean = rs.step_series(run.steps, "completions/mean_length", "mean length")
+    markers = rs.validation_points(run.validation, "mean_tokens")
+    if mean is None and not markers:
+        return [Text("no completion lengths in metrics.jsonl, no validation yet: length plot skipped", True)]
+    panel = Panel("training mean length per step (band: min..max), validation mean after each stage",
+                  "tokens", [mean] if mean else [], markers,
+                  rs.step_band(run.steps, "completions/min_length", "completions/max_length"))
+    image = plot_step_panels([panel], boundaries, "Response length", out_dir / "length.png")
+    return [Image(image, "response length over training; dashed lines: stage starts")]
+
+
+def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    series = rs.reward_series(run.steps)
+    if not series:
+        return [Text("no reward columns in metrics.jsonl yet: reward plot skipped", True)]
+    total = [s for s in series if s.label == "total"]
+    panels = [Panel("total reward (weighted sum)", "reward", total)] if total else []
+    components = [s for s in series if s.label != "total"]
+    if components:
+        panels.append(Panel("each component's mean (unweighted)", "reward", components))
+    image = plot_step_panels(panels, boundaries, "Reward per step", out_dir / "reward.png")
+    return [Image(image, "reward total and components per step")]
+
+
+def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    train = rs.step_series(run.steps, "rewards/format_reward/mean", "format_reward (training)")
+    markers = rs.validation_points(run.validation, "format_rate")
+    blocks = [] if train else [Text("no rewards/format_reward/mean in metrics.jsonl (format weight 0?): "
+                                    "only the validation format rate is drawn", True)]
+    if not train and not markers:
+        return [Text("no format reward and no validation format rate yet: format plot skipped", True)]
+    panel = Panel("format reward per step, validation format rate after each stage (markers)", "rate",
+                  [train] if train else [], markers, unit_range=True)
+    image = plot_step_panels([panel], boundaries, "Format", out_dir / "format.png")
+    return [*blocks, Image(image, "share of completions in the required format")]
+
+
+def _collapse(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    panels, notes = [], []
+    for key, title, ylabel, why in COLLAPSE_KEYS:
+        series = rs.step_series(run.steps, key)
+        if series is None:
+            notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
+        else:
+            panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share"))
+    if not panels:
+        return notes
+    image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
+    return [Image(image, "entropy, truncation, zero-variance groups and KL per step"), *notes]
+
+
+def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
+    """The title and blocks of one run's report; draws its PNGs into `out_dir`."""
+    run = rs.load_run(run_dir)
+    boundaries = rs.stage_boundaries(run.manifest, run.steps)
+    blocks = [*_summary(run), *_validation(run, out_dir),
+              Heading("Response length"), *_length(run, boundaries, out_dir),
+              Heading("Reward"), *_rewards(run, boundaries, out_dir),
+              Heading("Format"), *_format(run, boundaries, out_dir),
+              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir)]
+    return f"Run report: {run_dir.name}", blocks
+
+
+# --- a sweep --------------------------------------------------------------------------------------
+
+
+def _accuracy_measures(jobs: Sequence[rs.Job]) -> list[tuple[str, object]]:
+    """(label, job -> value): the mean final accuracy, then each subset's."""
+    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
+    return [("mean", rs.mean_accuracy),
+            *((f"{ppl}ppl", lambda job, ppl=ppl: job.final_accuracy.get(ppl)) for ppl in ppls)]
+
+
+def _jobs_table(jobs: Sequence[rs.Job], params: list[str], ranked: bool = False) -> Table:
+    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
+    if ranked:  # best first; unfinished jobs last
+        jobs = sorted(jobs, key=lambda j: (rs.mean_accuracy(j) is None, -(rs.mean_accuracy(j) or 0.0)))
+    rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
+             f"{job.stages_done}/{job.stages_total}", fmt(job.objective), fmt(rs.mean_accuracy(job)),
+             *(fmt(job.final_accuracy.get(ppl)) for ppl in ppls), fmt(job.error)] for job in jobs]
+    return Table(["job", *params, "status", "stages", "objective", "mean acc", *(f"{p}ppl" for p in ppls),
+                  "error"], rows)
+
+
+def _sweep_accuracy(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) -> list:
+    measures = _accuracy_measures(jobs)
+    if not any(rs.mean_accuracy(job) is not None for job in jobs):
+        return [Text("no job has finished its last stage: nothing to plot yet", True)]
+    if len(params) == 1:
+        lines = [rs.param_line(jobs, params[0], measure, label) for label, measure in measures]
+        return [Image(plot_sweep_lines(lines, params[0], out_dir / "sweep_accuracy.png"),
+                      f"final accuracy vs {params[0]}")]
+    if len(params) == 2:
+        grids = [(f"{label} final accuracy", *rs.param_grid(jobs, params[0], params[1], measure))
+                 for label, measure in measures]
+        image = plot_sweep_heatmaps(grids, params[0], params[1], out_dir / "sweep_accuracy.png")
+        return [Image(image, f"final accuracy over {params[0]} x {params[1]}")]
+    if not params:
+        return [Text("the jobs share every override: no swept parameter to plot against", True)]
+    return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy instead of a plot"),
+            _jobs_table(jobs, params, ranked=True)]
+
+
+def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
+    """The title and blocks of a multirun's report; draws its PNG into `out_dir`."""
+    jobs = rs.load_sweep(sweep_dir)
+    if not jobs:
+        return f"Sweep report: {sweep_dir.name}", [Text("no job directories (<sweep>/<n>/) yet", True)]
+    params = rs.swept_params(jobs)
+    counts = Counter(job.status for job in jobs)
+    summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
+               f" · **swept** {', '.join(f'`{p}`' for p in params) or 'nothing'}")
+    blocks = [Text(summary), Heading("Final accuracy against the swept parameters"),
+              *_sweep_accuracy(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
+              Text(f"one job's curves: `python -m eval.report {sweep_dir}/<job>`")]
+    return f"Sweep report: {sweep_dir.name}", blocks
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(title: str, blocks: Sequence) -> str:
+    """Markdown with images linked relative to the report directory."""
+    out = [f"# {title}", ""]
+    for block in blocks:
+        if isinstance(block, Heading):
+            out += [f"## {block.text}", ""]
+        elif isinstance(block, Text):
+            out += [f"_{block.text}_" if block.note else block.text, ""]
+        elif isinstance(block, Table):
+            out += ["| " + " | ".join(map(_md_cell, block.headers)) + " |",
+                    "|" + "---|" * len(block.headers),
+                    *("| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows), ""]
+        elif isinstance(block, Image):
+            out += [f"![{block.caption}]({block.path.name})", ""]
+    return "\n".join(out)
+
+
+def _inline_markdown(text: str) -> str:
+    """The two inline marks the blocks use (**bold**, `code`) as HTML, the rest escaped."""
+    parts = html.escape(text).split("`")
+    parts = [f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)]
+    bold = "".join(parts).split("**")
+    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(bold))
+
+
+def _html_block(block) -> str:
+    if isinstance(block, Heading):
+        return f"<h2>{html.escape(block.text)}</h2>"
+    if isinstance(block, Text):
+        return f"<p class='{'note' if block.note else 'text'}'>{_inline_markdown(block.text)}</p>"
+    if isinstance(block, Table):
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers)
+        cells = ("".join(f"<td>{html.escape(c)}</td>" for c in row) for row in block.rows)
+        body = "".join(f"<tr>{row}</tr>" for row in cells)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    data = base64.b64encode(block.path.read_bytes()).decode("ascii")
+    return (f"<figure><img alt='{html.escape(block.caption)}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{html.escape(block.caption)}</figcaption></figure>")
+
+
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f2f2f2}td:first-child{text-align:left}.note{color:#8a5a00;font-style:italic}
+img{max-width:100%}figcaption{color:#666;font-size:0.9em}code{background:#f4f4f4;padding:0 3px}"""
+
+
+def to_html(title: str, blocks: Sequence) -> str:
+    """One self-contained page: inline CSS, every image a base64 data URI."""
+    body = "\n".join(_html_block(block) for block in blocks)
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head>\n<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+
+
+# --- entry points ---------------------------------------------------------------------------------
+
+
+def is_sweep(path: Path) -> bool:
+    """A multirun directory: Hydra's multirun.yaml, or numbered job folders and no run.json of its own."""
+    if (path / "multirun.yaml").exists():
+        return True
+    return not (path / "run.json").exists() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
+
+
+def _last_modified(path: Path) -> float:
+    """Newest mtime of what a run or sweep holds, two levels deep (a directory's own mtime misses files
+    rewritten in place). The report folder is left out, and so is the directory's own mtime, which
+    creating that folder bumps: reporting on an old run must not make it the latest."""
+    times = []
+    for child in path.iterdir():
+        if child.name != REPORT_DIR:
+            times.append(child.stat().st_mtime)
+            if child.is_dir():
+                times += [grand.stat().st_mtime for grand in child.iterdir() if grand.name != REPORT_DIR]
+    return max(times, default=path.stat().st_mtime)
+
+
+def latest_output(outputs: Path) -> Path | None:
+    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None."""
+    candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
+                  for p in (outputs / sub).iterdir() if p.is_dir()]
+    return max(candidates, key=_last_modified, default=None)
+
+
+def write_report(target: Path) -> Path:
+    """Write `target`/report/ (report.md, report.html, PNGs) for a run or a sweep; returns that folder."""
+    out_dir = target / REPORT_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.png"):  # a figure skipped this time must not linger from an earlier report
+        stale.unlink()
+    title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
+    (out_dir / "report.md").write_text(to_markdown(title, blocks))
+    (out_dir / "report.html").write_text(to_html(title, blocks))
+    return out_dir
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.split("\n")[0])
+    parser.add_argument("dir", nargs="?", type=Path, help="a run or sweep directory (default: the latest)")
+    parser.add_argument("--outputs", type=Path, default=Path("outputs"),
+                        help="output root searched for the latest run or sweep (default: outputs)")
+    args = parser.parse_args(argv)
+    target = args.dir or latest_output(args.outputs)
+    if target is None:
+        raise SystemExit(f"no run or sweep under {args.outputs}/runs or {args.outputs}/multirun; "
+                         "pass a directory")
+    if not target.is_dir():
+        raise SystemExit(f"{target}: not a directory")
+    out_dir = write_report(target)
+    images = sorted(p.name for p in out_dir.glob("*.png"))
+    console = Console()
+    # soft_wrap: a path must stay on one line to be copied; escape: a path may hold "[...]" (rich markup)
+    console.print(f"[bold green]report[/] for {escape(str(target))} written to:", soft_wrap=True)
+    for name in ("report.md", "report.html"):
+        console.print(f"  {escape(str(out_dir / name))}", soft_wrap=True)
+    console.print(f"  {len(images)} image(s): {', '.join(images) or 'none'}", soft_wrap=True)
+    return out_dir
+
+
+if __name__ == "__main__":
+    main()

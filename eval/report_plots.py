@@ -1,0 +1,188 @@
+"""The report's figures: series from `eval.report_series` -> PNG files.
+
+Figures are built with the object API (`matplotlib.figure.Figure` on an Agg canvas), never pyplot:
+no display is needed, and no figure lives on in pyplot's global registry after it is saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from eval.report_series import Boundary, Series, StageGrid
+
+# Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
+# colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink
+# with ppl so that subsets with equal values (common early in training) stay visible on top of each other.
+PPL_STYLE = {2: ("#1b9e77", "o"), 3: ("#d95f02", "s"), 4: ("#7570b3", "D"), 5: ("#e7298a", "^"),
+             6: ("#66a61e", "v"), 7: ("#a6761d", "P"), 8: ("#666666", "X")}
+# Heatmap cells without a finished job are light grey, apart from every accuracy colour.
+NO_VALUE_GREY = colormaps["viridis"].with_extremes(bad="0.88")
+STEP_LABEL = "global step (optimizer steps, all stages)"
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One axes of a per-step figure: training lines, an optional min/max band, validation markers."""
+
+    title: str
+    ylabel: str
+    lines: Sequence[Series]
+    markers: Sequence[Series] = ()
+    band: tuple[Series, Series] | None = None
+    unit_range: bool = False  # a rate or share: fix the y axis to 0..1 so a flat line is not magnified
+
+
+def ppl_style(label: str) -> dict:
+    """Plot keywords (colour, marker, marker size) of a subset ("2ppl" or "2"), the same in every figure."""
+    digits = label.removesuffix("ppl")
+    ppl = int(digits) if digits.isdigit() else 0
+    color, marker = PPL_STYLE.get(ppl, ("black", "o"))
+    return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (ppl - 2)),
+            "markeredgecolor": "black", "markeredgewidth": 0.5}
+
+
+def _figure(rows: int, cols: int = 1, *, width: float = 10.0, height: float = 3.2):
+    """A figure with a rows x cols grid of axes (always a flat list), laid out so labels never clip."""
+    fig = Figure(figsize=(width, height * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
+    """A dashed vertical line where each stage starts, labelled with its ppl just right of it at the top."""
+    for boundary in boundaries:
+        ax.axvline(boundary.step, color="0.45", linestyle="--", linewidth=0.9, zorder=0)
+        ax.annotate(boundary.label, xy=(boundary.step, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(2, -3), textcoords="offset points", rotation=90, ha="left", va="top",
+                    fontsize=8, color="0.25")
+
+
+def _headroom(ax, share: float = 0.2) -> None:
+    """Raise the top of the y axis so the stage labels along the top do not sit on the data."""
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + share * (high - low))
+
+
+def _legend(ax) -> None:
+    """Legend outside the axes on the right, where it cannot hide data or the stage labels; none for
+    a single line, which the panel title already names."""
+    if len(ax.get_legend_handles_labels()[0]) > 1:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
+    if panel.band is not None:
+        low, high = panel.band
+        ax.fill_between(low.x, low.y, high.y, alpha=0.2, color="C0", linewidth=0,
+                        label=f"{low.label.split('/')[-1]} .. {high.label.split('/')[-1]}")
+    for index, series in enumerate(panel.lines):
+        ax.plot(series.x, series.y, color=f"C{index}", linewidth=1.4, label=series.label,
+                marker="." if len(series.x) < 30 else None)
+    for series in panel.markers:
+        ax.plot(series.x, series.y, linestyle="none", label=f"validation {series.label}",
+                **ppl_style(series.label))
+    if panel.unit_range:
+        ax.set_ylim(-0.03, 1.03)
+        ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
+    _headroom(ax)
+    mark_stages(ax, boundaries)
+    ax.set_title(panel.title, fontsize=10)
+    ax.set_ylabel(panel.ylabel)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    _legend(ax)
+
+
+def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], title: str, path: Path) -> Path:
+    """Stacked panels sharing the global-step axis, each with the stage boundaries marked."""
+    fig, axes = _figure(len(panels), height=3.2 if len(panels) < 3 else 2.6)
+    for ax, panel in zip(axes, panels, strict=True):
+        _draw_panel(ax, panel, boundaries)
+        ax.sharex(axes[0])
+    axes[-1].set_xlabel(STEP_LABEL)
+    fig.suptitle(title, fontsize=12)
+    return _save(fig, path)
+
+
+def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool) -> Path:
+    """One line per subset across stages (baseline first), the x axis labelled with stage names."""
+    fig, (ax,) = _figure(1, height=4.0)
+    positions = list(range(len(grid.stages)))
+    for ppl in grid.ppls:
+        points = [(x, y) for x, y in zip(positions, grid.values[ppl], strict=True) if y is not None]
+        ax.plot([x for x, _ in points], [y for _, y in points], label=f"{ppl}ppl", **ppl_style(str(ppl)))
+    ax.set_xticks(positions, grid.stages, rotation=30 if len(grid.stages) > 8 else 0)
+    ax.set_xlim(-0.3, max(positions, default=0) + 0.3)
+    if unit_range:
+        ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("validated after stage (baseline = before training)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=12)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
+    """Final accuracy against one swept parameter: the mean in bold black, one line per subset."""
+    fig, (ax,) = _figure(1, height=4.0)
+    positions = list(range(len(lines[0].x))) if lines else []
+    for series in lines:
+        points = [(x, y) for x, y in zip(positions, series.y, strict=True) if y is not None]
+        is_mean = not series.label.endswith("ppl")
+        style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else ppl_style(series.label)
+        ax.plot([x for x, _ in points], [y for _, y in points], label=series.label, **style)
+    if lines:
+        ax.set_xticks(positions, lines[0].x)
+        ax.set_xlim(-0.3, len(positions) - 0.7)
+    for x in positions:  # a value that was swept but has no finished job (failed or still running)
+        if all(series.y[x] is None for series in lines):
+            ax.text(x, 0.5, "no finished job", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel(param)
+    ax.set_ylabel("final accuracy (after the last stage)")
+    ax.set_title(f"Final accuracy vs {param}", fontsize=12)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+    return _save(fig, path)
+
+
+def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list]], row_param: str, col_param: str,
+                        path: Path) -> Path:
+    """One heatmap per (title, row values, column values, matrix) over two parameters, values written in."""
+    cols = min(3, len(grids))
+    rows = -(-len(grids) // cols)
+    fig, axes = _figure(rows, cols, width=4.2 * cols, height=3.6)
+    for ax, (title, row_values, col_values, matrix) in zip(axes, grids, strict=False):
+        masked = [[float("nan") if v is None else v for v in row] for row in matrix]
+        image = ax.imshow(masked, vmin=0.0, vmax=1.0, cmap=NO_VALUE_GREY, aspect="auto", origin="lower")
+        for r, row in enumerate(matrix):
+            for c, value in enumerate(row):
+                # light text on the dark (low) end of viridis, dark text on the light end
+                colour = "black" if value is None or value >= 0.6 else "white"
+                ax.text(c, r, "-" if value is None else f"{value:.2f}", ha="center", va="center", fontsize=9,
+                        color=colour)
+        ax.set_xticks(range(len(col_values)), col_values)
+        ax.set_yticks(range(len(row_values)), row_values)
+        ax.set_xlabel(col_param)
+        ax.set_ylabel(row_param)
+        ax.set_title(title, fontsize=10)
+        fig.colorbar(image, ax=ax, shrink=0.8, label="final accuracy")
+    for ax in axes[len(grids):]:
+        ax.set_visible(False)
+    fig.suptitle(f"Final accuracy over {row_param} x {col_param} (- : no finished job)", fontsize=12)
+    return _save(fig, path)

@@ -1,0 +1,152 @@
+"""Failure drills: what happens when things go wrong mid-run. Each leaves nothing written lost."""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+
+import pytest
+from transformers import TrainerCallback
+
+from tests.conftest import compose_cfg
+from train.checkpoints import final_info, last_complete_checkpoint
+from train.manifest import JsonlWriter, read_jsonl
+from train.runner import run_curriculum
+from train.tracking import MetricsCallback, NonFiniteLossError, NullTracker
+
+
+@pytest.fixture(scope="module")
+def kept_run(tmp_path_factory, cache_dir):
+    """A two-stage smoke run that keeps its trainer checkpoints (for the checkpoint drills)."""
+    run_dir = tmp_path_factory.mktemp("kept")
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
+                      "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
+    run_curriculum(cfg, run_dir)
+    return run_dir, cfg
+
+
+def test_a_half_written_trainer_checkpoint_is_never_resumed_from(kept_run, tmp_path):
+    run_dir, _ = kept_run
+    trainer = tmp_path / "trainer"
+    shutil.copytree(run_dir / "stages" / "1-a" / "trainer", trainer)
+    complete = last_complete_checkpoint(trainer)
+    assert complete is not None and complete.name == "checkpoint-2"
+    # a kill during the save of step 3: weights written, trainer_state.json (written last) not yet
+    torn = trainer / "checkpoint-3"
+    shutil.copytree(complete, torn)
+    (torn / "trainer_state.json").unlink()
+    assert last_complete_checkpoint(trainer) == complete
+    # a kill while trainer_state.json itself was being written
+    (torn / "trainer_state.json").write_text('{"global_step": 3, "log_hist')
+    assert last_complete_checkpoint(trainer) == complete
+
+
+def test_a_final_without_its_marker_is_not_handed_off(kept_run, tmp_path):
+    run_dir, _ = kept_run
+    final = tmp_path / "final"
+    shutil.copytree(run_dir / "stages" / "1-a" / "final", final)
+    assert final_info(final)["steps_done"] == 2
+    (final / "stage.json").unlink()  # a kill between writing the weights and publishing them
+    assert final_info(final) is None
+
+
+def _damage_first_final(run_dir):
+    manifest = json.loads((run_dir / "run.json").read_text())
+    manifest["stages"][1]["status"] = "pending"  # stage b still has to start from stage a's final
+    (run_dir / "run.json").write_text(json.dumps(manifest))
+    (run_dir / "stages" / "1-a" / "final" / "model.safetensors").unlink()
+
+
+def test_a_missing_stage_checkpoint_is_named(kept_run, tmp_path):
+    source, cfg = kept_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    _damage_first_final(run_dir)
+    with pytest.raises(RuntimeError, match=r"stage a: its final checkpoint .*1-a/final is missing or damaged"):
+        run_curriculum(cfg, run_dir)
+
+
+def test_a_missing_stage_checkpoint_can_be_retrained(kept_run, tmp_path, cache_dir):
+    source, cfg = kept_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    _damage_first_final(run_dir)
+    cfg.on_damaged_checkpoint = "retrain"
+    run_curriculum(cfg, run_dir)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert [s["status"] for s in manifest["stages"]] == ["done", "done"]
+    assert final_info(run_dir / "stages" / "1-a" / "final") is not None
+
+
+class PoisonGradients(TrainerCallback):
+    """A numerical blow-up in the backward pass of one stage: its gradients turn NaN."""
+
+    def __init__(self, stage_name: str):
+        self.stage_name = stage_name
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if args.output_dir.endswith(f"-{self.stage_name}/trainer"):
+            next(model.parameters()).register_hook(lambda grad: grad * float("nan"))
+
+
+def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
+                      "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 4, pool: 8}]")
+    with pytest.raises(NonFiniteLossError, match="stage b: the weights became non-finite"):
+        run_curriculum(cfg, run_dir, callbacks=(PoisonGradients("b"),))
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["stages"][0]["status"] == "done" and final_info(run_dir / "stages" / "1-a" / "final")
+    assert manifest["stages"][1]["status"] == "failed" and "non-finite" in manifest["stages"][1]["error"]
+    assert not (run_dir / "stages" / "2-b" / "final").exists(), "a diverged stage publishes no final"
+    assert last_complete_checkpoint(run_dir / "stages" / "2-b" / "trainer") is None, "NaN weights never saved"
+
+
+def test_a_nan_loss_in_the_log_stops_the_stage():
+    callback = MetricsCallback(JsonlWriter.__new__(JsonlWriter), NullTracker(), stage_index=1, stage_name="a",
+                               ppl="2", step_offset=0)
+    callback.writer.write = lambda rows: None
+    state = type("State", (), {"global_step": 3})()
+    with pytest.raises(NonFiniteLossError, match=r"stage a: the loss \(nan\) became non-finite \(nan/inf\) at step 3"):
+        callback.on_log(None, state, None, logs={"loss": float("nan")})
+
+
+def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    writer = JsonlWriter(path, key=("step",))
+    writer.write([{"step": i, "loss": 0.5} for i in range(3)])
+    before = path.read_bytes()
+
+    real_open = open
+
+    class HalfFull:
+        """A file whose write lands half the bytes, then reports ENOSPC."""
+
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, text):
+            self.fh.write(text[: len(text) // 2])
+            self.fh.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+    monkeypatch.setattr("builtins.open", lambda *a, **k: HalfFull(real_open(*a, **k)))
+    with pytest.raises(RuntimeError, match=r"metrics.jsonl: could not write .*No space left"):
+        writer.write([{"step": 3, "loss": 0.4}])
+    monkeypatch.undo()
+    assert path.read_bytes().startswith(before), "rows already written are untouched"
+    reopened = JsonlWriter(path, key=("step",))  # a resumed run cuts the torn tail and goes on
+    assert path.read_bytes() == before
+    reopened.write([{"step": 3, "loss": 0.4}])
+    assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3]

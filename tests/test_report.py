@@ -1,0 +1,213 @@
+"""Tests of the run/sweep report (eval/report*.py) on hand-made run and sweep directories.
+
+The fixture run is a curriculum caught mid-way: stage 1 (2ppl) done at global steps 0..3,
+stage 2 (3ppl) running with 2 of its steps logged, stage 3 (4ppl) pending, `kl` never logged
+(beta=0), and a torn last line in metrics.jsonl, as a kill or a reader racing the writer leaves it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from eval import report_series as rs
+from eval.report import Table, latest_output, main, sweep_report, write_report
+
+TRACEBACK = """Traceback (most recent call last):
+  File "train/__main__.py", line 31, in main
+    return run_curriculum(cfg, run_dir)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+curriculum.plan.ConfigError: grpo.num_generations: 3 does not divide the generation batch 4
+"""
+
+
+def write_jsonl(path: Path, rows: list[dict], torn: str = "") -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
+
+
+def stage_entry(index: int, ppl: int, status: str, start: int | None = None, end: int | None = None) -> dict:
+    return {"index": index, "name": f"{ppl}ppl", "ppl_label": str(ppl), "status": status, "steps_budget": 4,
+            "steps_done": 0 if end is None else end - start, "global_step_start": start,
+            "global_step_end": end, "final_metrics": {}}
+
+
+def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -> dict:
+    return {"stage": stage, "stage_name": f"{ppl}ppl", "ppl": str(ppl), "stage_step": stage_step,
+            "global_step": global_step, "kind": "step", "reward": 0.1 * global_step,
+            "rewards/format_reward/mean": 0.5, "rewards/answer_reward/mean": 0.2,
+            "completions/mean_length": 100.0 + global_step, "completions/min_length": 50.0,
+            "completions/max_length": 200.0, "completions/clipped_ratio": 0.1, "entropy": 0.9,
+            "frac_reward_zero_std": 0.25, **extra}
+
+
+def val_row(stage: int, name: str, step: int, ppl: int, accuracy: float, tokens: float) -> dict:
+    return {"stage": stage, "stage_name": name, "global_step": step, "ppl": ppl, "accuracy": accuracy,
+            "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
+
+
+@pytest.fixture
+def partial_run(tmp_path) -> Path:
+    run = tmp_path / "runs" / "partial"
+    run.mkdir(parents=True)
+    manifest = {"status": "running", "curriculum": "kk_ladder", "baseline": {},
+                "stages": [stage_entry(1, 2, "done", 0, 3), stage_entry(2, 3, "running", 3),
+                           stage_entry(3, 4, "pending")]}
+    (run / "run.json").write_text(json.dumps(manifest))
+    (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
+    steps = [step_row(1, 2, k, k) for k in (1, 2, 3)]
+    summary = {"stage": 1, "stage_name": "2ppl", "ppl": "2", "stage_step": 3, "global_step": 3,
+               "kind": "summary", "train_runtime": 1.0}
+    write_jsonl(run / "metrics.jsonl", [*steps, summary, step_row(2, 3, 1, 4), step_row(2, 3, 2, 5)],
+                torn='{"stage": 2, "stage_step": 3, "glo')
+    write_jsonl(run / "validation.jsonl", [
+        val_row(0, "baseline", 0, 2, 0.1, 300.0), val_row(0, "baseline", 0, 3, 0.0, 350.0),
+        val_row(1, "2ppl", 3, 2, 0.6, 250.0), val_row(1, "2ppl", 3, 3, 0.2, 320.0)])
+    return run
+
+
+def test_load_run_skips_the_torn_line_and_the_summary_rows(partial_run):
+    run = rs.load_run(partial_run)
+    assert [r["global_step"] for r in run.steps] == [1, 2, 3, 4, 5]
+    assert any("metrics.jsonl: skipped 1" in note for note in run.notes)
+    lengths = rs.step_series(run.steps, "completions/mean_length")
+    assert lengths.x == [1, 2, 3, 4, 5] and lengths.y == [101.0, 102.0, 103.0, 104.0, 105.0]
+
+
+def test_stage_boundaries_at_each_started_stage_global_step_start(partial_run):
+    run = rs.load_run(partial_run)
+    expected = [rs.Boundary(0, "2ppl"), rs.Boundary(3, "3ppl")]  # stage 3 is pending: no boundary
+    assert rs.stage_boundaries(run.manifest, run.steps) == expected
+    # without run.json the starts come from global_step - stage_step of the metrics rows
+    assert rs.stage_boundaries({}, run.steps) == expected
+
+
+def test_validation_series_one_per_ppl_with_the_baseline_first(partial_run):
+    run = rs.load_run(partial_run)
+    points = rs.validation_points(run.validation, "mean_tokens")
+    assert [(s.label, s.x, s.y) for s in points] == [("2ppl", [0, 3], [300.0, 250.0]),
+                                                     ("3ppl", [0, 3], [350.0, 320.0])]
+    plotted = rs.stage_grid(run.validation, "accuracy")
+    assert plotted.stages == ["baseline", "2ppl"] and plotted.ppls == [2, 3]
+    assert plotted.values == {2: [0.1, 0.6], 3: [0.0, 0.2]}
+    table = rs.stage_grid(run.validation, "accuracy", rs.planned_stages(run.manifest))
+    assert table.stages == ["baseline", "2ppl", "3ppl", "4ppl"]  # stages still to come, as gaps
+    assert table.values[2] == [0.1, 0.6, None, None]
+
+
+def test_reward_series_total_then_components_and_missing_keys_are_none(partial_run):
+    run = rs.load_run(partial_run)
+    assert [s.label for s in rs.reward_series(run.steps)] == ["total", "format_reward", "answer_reward"]
+    assert rs.step_series(run.steps, "kl") is None
+
+
+def make_job(sweep: Path, num: int, overrides: list[str], *, manifest: dict | None = None,
+             error: str | None = None) -> Path:
+    job = sweep / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if manifest is not None:
+        (job / "run.json").write_text(json.dumps(manifest))
+        (job / "config.yaml").write_text("objective: mean_final_accuracy\n")
+    if error is not None:
+        (job / "error.txt").write_text(error)
+    return job
+
+
+def done_manifest(accuracy: dict[str, float]) -> dict:
+    final = {k: {"accuracy": v} for k, v in accuracy.items()}
+    last = {**stage_entry(1, 2, "done", 0, 4), "final_metrics": final}
+    return {"status": "done", "stages": [last]}
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """Two jobs over reward.weights.format: 0 finished, 1 failed in its config check (no run.json)."""
+    sweep = tmp_path / "multirun" / "2026-01-01_00-00-00"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("hydra: {}\n")
+    fixed = ["+curriculum=kk_ladder", "experiment=smoke"]
+    make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
+             manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
+    make_job(sweep, 1, [*fixed, "reward.weights.format=1.0"], error=TRACEBACK)
+    return sweep
+
+
+def test_sweep_jobs_table_with_a_failed_job(sweep):
+    jobs = rs.load_sweep(sweep)
+    assert [(j.name, j.status) for j in jobs] == [("0", "done"), ("1", "failed")]
+    assert rs.swept_params(jobs) == ["reward.weights.format"]
+    assert jobs[0].final_accuracy == {2: 0.5, 3: 0.25} and jobs[0].objective == 0.375
+    assert jobs[1].objective is None and jobs[1].final_accuracy == {}
+    assert jobs[1].error.startswith("curriculum.plan.ConfigError: grpo.num_generations: 3")
+    title, blocks = sweep_report(sweep, sweep / "report")
+    table = [b for b in blocks if isinstance(b, Table)][-1]
+    assert table.headers[:3] == ["job", "reward.weights.format", "status"]
+    assert table.rows[0][:6] == ["0", "0.5", "done", "1/1", "0.375", "0.375"]
+    assert table.rows[1][2] == "failed" and table.rows[1][-1].startswith("curriculum.plan.ConfigError")
+    assert (sweep / "report" / "sweep_accuracy.png").exists()  # one parameter: accuracy vs its values
+
+
+def embedded_images(html: str) -> list[str]:
+    return re.findall(r"<img [^>]*src='([^']*)'", html)
+
+
+def test_whole_run_report_writes_markdown_html_and_pngs(partial_run):
+    out = write_report(partial_run)
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["accuracy.png", "collapse.png", "format.png", "length.png", "reward.png"]
+    for png in pngs:
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    markdown = (out / "report.md").read_text()
+    assert all(f"]({png})" in markdown for png in pngs)
+    assert "| after stage | 2ppl | 3ppl |" in markdown and "| 2ppl | 0.600 | 0.200 |" in markdown
+    assert "| 4ppl | - | - |" in markdown  # the pending stage is a row of gaps
+    assert "no numeric `kl` in metrics.jsonl" in markdown  # the missing panel is a note, not an error
+    html = (out / "report.html").read_text()
+    sources = embedded_images(html)
+    assert len(sources) == len(pngs) and all(s.startswith("data:image/png;base64,") for s in sources)
+    assert "http" not in html  # self-contained: no external asset
+
+
+def test_report_of_a_run_with_almost_nothing_never_raises(tmp_path):
+    """A torn run.json, a step row without rewards or lengths, a NaN entropy: notes, no figures."""
+    run = tmp_path / "fresh"
+    run.mkdir()
+    (run / "run.json").write_text('{"status": "runn')
+    write_jsonl(run / "metrics.jsonl", [{"stage": 1, "stage_step": 1, "global_step": 1, "kind": "step",
+                                         "loss": 0.1, "entropy": float("nan")}])
+    out = write_report(run)
+    markdown = (out / "report.md").read_text()
+    for expected in ("run.json is missing or unreadable", "no rows in validation.jsonl yet",
+                     "reward plot skipped", "length plot skipped", "no numeric `entropy`", "no numeric `kl`"):
+        assert expected in markdown
+    assert list(out.glob("*.png")) == [] and "<img" not in (out / "report.html").read_text()
+
+
+def test_two_swept_parameters_make_a_heatmap(tmp_path):
+    sweep = tmp_path / "sweep"
+    for num, (fmt_weight, answer, acc) in enumerate([("0", "1", 0.2), ("0.5", "1", 0.4), ("0", "2", 0.6)]):
+        make_job(sweep, num, [f"reward.weights.format={fmt_weight}", f"reward.weights.answer={answer}"],
+                 manifest=done_manifest({"2ppl": acc}))
+    out = write_report(sweep)
+    assert (out / "sweep_accuracy.png").exists()
+    assert len(embedded_images((out / "report.html").read_text())) == 1
+
+
+def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_path, capsys):
+    old_run, sweep = tmp_path / "runs" / "old", tmp_path / "multirun" / "new"
+    (old_run).mkdir(parents=True)
+    (old_run / "config.yaml").write_text("seed: 1\n")
+    make_job(sweep, 0, ["reward.weights.format=0"])
+    os.utime(old_run / "config.yaml", (1e9, 1e9))
+    assert latest_output(tmp_path) == sweep
+    write_report(old_run)  # reporting on the older run must not make it the latest
+    assert latest_output(tmp_path) == sweep
+    assert main(["--outputs", str(tmp_path)]) == sweep / "report"
+    printed = capsys.readouterr().out
+    assert str(sweep / "report") in printed and "report.md" in printed and "report.html" in printed
+    with pytest.raises(SystemExit, match="no run or sweep"):
+        main(["--outputs", str(tmp_path / "empty")])

@@ -1,0 +1,52 @@
+"""Hydra multirun over reward weights: one complete run directory per job, a failed job that does
+not kill the sweep, and the Optuna / SLURM configs composing as documented."""
+
+from __future__ import annotations
+
+import json
+
+from hydra import compose, initialize_config_dir
+
+from tests.conftest import ROOT, run_cli
+
+
+def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli("train", "-m", "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1",
+                   f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}",
+                   "reward.weights.format=0,0.5,oops")
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = {}
+    for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        jobs[overrides.split("reward.weights.format=")[1].split()[0]] = job
+    assert set(jobs) == {"0", "0.5", "oops"}
+    for value in ("0", "0.5"):
+        manifest = json.loads((jobs[value] / "run.json").read_text())
+        assert manifest["status"] == "done" and [s["status"] for s in manifest["stages"]] == ["done"] * 5
+        assert 0.0 <= manifest["objective"] <= 1.0
+        assert (jobs[value] / "metrics.jsonl").exists() and (jobs[value] / "validation.jsonl").exists()
+        config = (jobs[value] / "config.yaml").read_text()
+        assert f"format: {float(value)}" in config
+    assert "reward.weights.format" in (jobs["oops"] / "error.txt").read_text()
+    assert not (jobs["oops"] / "run.json").exists(), "the bad job failed before anything was trained"
+
+
+def _compose_with_hydra(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=["+curriculum=kk_ladder", *overrides], return_hydra_config=True)
+
+
+def test_slurm_launcher_config_resolves():
+    cfg = _compose_with_hydra("hydra/launcher=submitit_slurm_gpu", "hydra.launcher.partition=gpu")
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher")
+    assert (launcher.gpus_per_node, launcher.nodes, launcher.tasks_per_node) == (1, 1, 1)
+    assert launcher.partition == "gpu" and launcher.timeout_min == 720
+
+
+def test_optuna_search_space_over_reward_weights():
+    cfg = _compose_with_hydra("+hparams_search=reward_optuna")
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
+    assert set(sweeper.params) == {"reward.weights.format", "reward.weights.answer", "reward.weights.overlong"}
