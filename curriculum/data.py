@@ -42,7 +42,8 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
         kept, dropped = split_disjoint(pool, guard)
         removed += dropped
         if len(kept) < want:
-            log.warning("stage %s: only %d distinct %dppl training puzzles (asked %d)", stage.name, len(kept), ppl, want)
+            log.warning("stage %s: only %d distinct %dppl training puzzles (asked %d)",
+                        stage.name, len(kept), ppl, want)
         records += kept[:want]
     random.Random(int(cfg.seed) + stage.index).shuffle(records)
     return records, removed

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from conf import CONF_DIR, register_resolvers
 from curriculum.data import validation_pool
 from eval.validation import validate
+from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter
 from train.models import resolve_model
 
@@ -52,6 +53,7 @@ def _run_model_config(checkpoint: Path) -> DictConfig | None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    configure_cpu_threads(cfg.cpu_threads)
     checkpoint = cfg.get("checkpoint")
     if checkpoint:
         path = Path(checkpoint)

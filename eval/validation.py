@@ -20,6 +20,7 @@ from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.vllm_backend import generate_vllm
 from train.models import load_for_inference
 
 
@@ -55,11 +56,17 @@ def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], 
     chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
     for ppl, records in sorted(pools.items()):
         prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
-        completions = generate(
-            model, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens), temperature=float(ev.temperature),
-            samples=int(ev.samples), batch_size=int(ev.batch_size), chat_kwargs=chat_kwargs,
-            seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
-        )
+        if ev.backend == "vllm":
+            completions = generate_vllm(
+                model_path, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens),
+                temperature=float(ev.temperature), samples=int(ev.samples), chat_kwargs=chat_kwargs, seed=int(ev.seed),
+            )
+        else:
+            completions = generate(
+                model, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens), temperature=float(ev.temperature),
+                samples=int(ev.samples), batch_size=int(ev.batch_size), chat_kwargs=chat_kwargs,
+                seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
+            )
         scored, samples = grade_subset(records, completions, cfg.prompt.fmt)
         _write_samples(out_dir / f"{ppl}ppl.jsonl", samples)
         rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})

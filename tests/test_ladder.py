@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
 from train.manifest import read_jsonl
-from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 
 
@@ -93,3 +92,14 @@ def test_parameters_really_change_within_a_stage(ladder_runs):
     changed = [n for (n, a), (_, b) in zip(first.named_parameters(), second.named_parameters(), strict=True)
                if not torch.equal(a, b)]
     assert len(changed) > len(list(first.parameters())) // 2
+
+
+def test_wandb_logs_one_offline_run_per_curriculum_run(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run_dir = tmp_path / "run"
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "logger=wandb", "limits.max_steps=1",
+                      "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]")
+    run_curriculum(cfg, run_dir)
+    runs = list((run_dir / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, "both stages log into one wandb run"
+    assert list(runs[0].glob("*.wandb")), "the offline run holds its log file"

@@ -66,6 +66,8 @@ BAD_CONFIGS = [
     # sampled validation needs a temperature
     (("+curriculum=kk_ladder", "eval.samples=4"), "eval.samples"),
     (("+curriculum=kk_ladder", "data.source=web"), "data.source"),
+    # no CUDA and no vllm here: the vLLM backend is refused before anything loads
+    (("+curriculum=kk_ladder", "eval.backend=vllm"), "eval.backend"),
     (("+curriculum=kk_ladder", "data=local", "data.path=/nonexistent"), "data.path"),
     (("+curriculum=kk_ladder", "prompt.fmt=xml"), "prompt.fmt"),
     (("+curriculum=kk_ladder", "model.source=s3"), "model.source"),

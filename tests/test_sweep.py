@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, run_cli
 
@@ -26,8 +27,7 @@ def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
         assert manifest["status"] == "done" and [s["status"] for s in manifest["stages"]] == ["done"] * 5
         assert 0.0 <= manifest["objective"] <= 1.0
         assert (jobs[value] / "metrics.jsonl").exists() and (jobs[value] / "validation.jsonl").exists()
-        config = (jobs[value] / "config.yaml").read_text()
-        assert f"format: {float(value)}" in config
+        assert OmegaConf.load(jobs[value] / "config.yaml").reward.weights.format == float(value)
     assert "reward.weights.format" in (jobs["oops"] / "error.txt").read_text()
     assert not (jobs["oops"] / "run.json").exists(), "the bad job failed before anything was trained"
 

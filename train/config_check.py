@@ -10,6 +10,7 @@ from trl import GRPOConfig, SFTConfig
 
 from curriculum.plan import KNOWN_PPL, ConfigError, Stage
 from eval.grader import FORMATS
+from eval.vllm_backend import vllm_available
 from train.rewards import build_reward_funcs
 
 GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
@@ -84,6 +85,11 @@ def _check_eval(eval_cfg: DictConfig) -> None:
     for name in ("n", "samples", "batch_size", "max_new_tokens"):
         if int(eval_cfg[name]) <= 0:
             raise ConfigError(f"eval.{name}: must be > 0 (got {eval_cfg[name]})")
+    if eval_cfg.backend not in ("hf", "vllm"):
+        raise ConfigError(f"eval.backend: {eval_cfg.backend!r} is not hf or vllm")
+    if eval_cfg.backend == "vllm" and not vllm_available():
+        raise ConfigError("eval.backend: vllm needs CUDA and the vllm extra (pip install -e '.[vllm]'); "
+                          "use eval.backend=hf")
     if float(eval_cfg.temperature) < 0:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and int(eval_cfg.samples) > 1:

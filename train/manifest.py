@@ -19,8 +19,8 @@ from curriculum.plan import Stage
 
 # Keys that may differ between a run and its resume without changing what is trained.
 RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "on_damaged_checkpoint", "keep_trainer_checkpoints",
-    "eval.batch_size", "eval.backend",
+    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads",
+    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend",
 )
 
 

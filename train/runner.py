@@ -21,6 +21,7 @@ from curriculum.sft import to_sft_rows
 from eval.validation import validate
 from train.checkpoints import final_info
 from train.config_check import check_config, check_prompt_lengths
+from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter, Manifest
 from train.models import resolve_model
 from train.runlock import RunLock
@@ -38,6 +39,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
     """
     plan = build_plan(cfg)
     check_config(cfg, plan)
+    log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
         config_file = run_dir / "config.yaml"

@@ -87,7 +87,8 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     """Train one stage and publish `stages/<k>-<name>/final`; returns what run.json records."""
     cfg, stage_dir = ctx.cfg, ctx.run_dir / "stages" / stage.dirname
     args = grpo_config(cfg, stage, stage_dir / "trainer")
-    funcs, weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=args.max_completion_length)
+    funcs, weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
+                                        max_completion_length=args.max_completion_length)
     args.reward_weights = weights
     tokenizer = AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left")
     recorder = HandoffRecorder()
