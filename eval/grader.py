@@ -179,6 +179,9 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
         assignment = dict.fromkeys(names)
         answer_reasons = ["answer only inside <think>" if answer_in_think else "no <answer> block"]
     n_right = sum(assignment[n] is s for n, s in zip(names, solution, strict=True))
+    role = {True: "knight", False: "knave"}
+    answer_reasons += [f"{n} named a {role[assignment[n]]}, but is a {role[s]}"
+                       for n, s in zip(names, solution, strict=True) if assignment[n] is (not s)]
     return Grade(
         correct=bool(blocks) and n_right == len(names), format_ok=not reasons, partial_format=partial_format,
         think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
