@@ -139,6 +139,8 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
                             "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True)
     blocks += [Image(image, "accuracy per subset after each stage"),
                _grid_table(rs.stage_grid(run.validation, "accuracy", planned), 3),
+               Heading("Validation format rate (answers in the required tags)"),
+               _grid_table(rs.stage_grid(run.validation, "format_rate", planned), 3),
                Heading("Validation mean response length (tokens)"),
                _grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), 1)]
     return blocks
