@@ -1,0 +1,102 @@
+"""tests.bench: pure pieces on made-up numbers, measuring pieces at tiny sizes (no timing asserted)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from rich.console import Console
+
+from tests.bench import AIMS, assemble, figures_table, jobs, parse_args
+from tests.bench_parts import (
+    agreement,
+    bare_ladder,
+    handoff_seconds,
+    overhead_summary,
+    run_measured,
+    stage_seconds,
+    validation_comparison,
+)
+from train.models import resolve_model
+
+TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]"
+
+
+def _run(stage_s: list[float], peak: float = 700.0) -> dict:
+    n = len(stage_s)
+    return {"stage_s": stage_s, "steps": [8] * n, "peak_rss_mb": peak, "weights": ["w"] * n}
+
+
+def test_overhead_is_the_median_of_the_round_ratios():
+    ours = [_run([2, 2]), _run([3, 3]), _run([4, 4])]
+    bare = [_run([1, 1]), _run([3, 3]), _run([2, 2])]
+    summary = overhead_summary(ours, bare)
+    assert summary["ratios"] == [2.0, 1.0, 2.0] and summary["ratio"] == 2.0
+    assert (summary["ours_s"], summary["bare_s"]) == (6, 4)
+    assert summary["ours_stage_s"] == [3, 3] and summary["rounds"] == 3 and summary["same_weights"]
+
+
+def test_overhead_refuses_runs_of_different_lengths():
+    unequal = {**_run([1, 1]), "steps": [8, 7]}
+    with pytest.raises(RuntimeError, match="different numbers of steps"):
+        overhead_summary([_run([1, 1])], [unequal])
+
+
+def test_agreement_needs_equal_lengths():
+    assert agreement([(True, False, ())], [(True, False, ())]) == 1.0
+    with pytest.raises(ValueError, match="equally long"):
+        agreement([1, 2], [1])
+
+
+def test_stage_seconds_reads_run_json_stages():
+    stages = [{"wall_seconds": 1.5, "steps_done": 8}, {"wall_seconds": 2.25, "steps_done": 8}]
+    assert stage_seconds(stages) == {"stage_s": [1.5, 2.25], "steps": [8, 8]}
+
+
+def test_rounds_interleave_and_alternate_who_goes_first(tmp_path):
+    args = parse_args(["--repeats", "3", "--cache-dir", str(tmp_path)])
+    keys = [key for key, _, _ in jobs(args, tmp_path) if key.startswith(("ours", "bare"))]
+    assert keys == ["ours:0", "bare:0", "bare:1", "ours:1", "ours:2", "bare:2"]
+
+
+def test_bench_json_and_table_hold_every_figure_and_aim():
+    validation = {"speedup": 4.0, "batched_s": 1.0, "single_s": 4.0, "verdict_agreement": 1.0,
+                  "text_agreement": 0.9, "ended_share": 0.0, "n": 32, "ppl": 3, "batch_size": 16,
+                  "max_new_tokens": 64}
+    raw = {"ours:0": _run([2, 2], 710), "bare:0": _run([2, 1], 700), "generator": {"2": 9000.0, "8": 1500.0},
+           "grader": 12000.0, "handoff": {"seconds": 0.3, "save_s": 0.1, "load_s": 0.2, "repeats": 3},
+           "validation:tiny": validation}
+    settings = {"cpus": 2, "torch_threads": 1, "load_avg_start": 1.0, "load_avg_end": 2.0, "total_s": 200.0}
+    bench = assemble(raw, settings)
+    assert bench["orchestration_overhead"] == pytest.approx(4 / 3, abs=1e-3)
+    assert bench["peak_rss_mb"] == 710 and bench["validation_batched_speedup"] == 4.0
+    json.dumps(bench)  # bench.json must serialise as it is
+    console = Console(file=io.StringIO(), width=240)
+    console.print(figures_table(bench))
+    text = console.file.getvalue()
+    shown = ("1.333×", "same weights", "0.30 s", "9,000", "12,000/s", "4.00×", "710 MB", "aim ≤ 1.1×",
+             "aim ≥ 500/s each")
+    for figure in shown:
+        assert figure in text, figure
+    assert text.count("aim ≤") + text.count("aim ≥") == len(AIMS)  # one aim per row
+
+
+def test_run_measured_reports_the_childs_own_peak_and_failures(tmp_path):
+    measured = run_measured(["json.tool", "--help"], tmp_path / "ok.log")
+    # this process holds torch (hundreds of MB); a small child must not report that as its peak
+    assert measured["process_s"] > 0 and 1 < measured["peak_rss_mb"] < 100
+    with pytest.raises(RuntimeError, match=r"exited [1-9]"):
+        run_measured(["json.tool", str(tmp_path / "missing.json")], tmp_path / "bad.log")
+
+
+def test_measuring_pieces_run_at_tiny_sizes(make_cfg, tmp_path):
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "eval.n=2", TWO_STAGES)
+    stages = bare_ladder(cfg, tmp_path / "bare")
+    assert [(s["stage"], s["steps"]) for s in stages] == [("a", 1), ("b", 1)]
+    assert (tmp_path / "bare" / "2-b" / "final" / "config.json").exists()
+    handoff = handoff_seconds(cfg, tmp_path / "handoff", repeats=1)
+    assert handoff["seconds"] == pytest.approx(handoff["save_s"] + handoff["load_s"], abs=2e-3)
+    compared = validation_comparison(cfg, resolve_model(cfg.model, cfg.paths.cache_dir), ppl=3, batch_size=2,
+                                     max_new_tokens=4)
+    assert compared["n"] == 2 and 0 <= compared["verdict_agreement"] <= 1 and compared["speedup"] > 0
