@@ -3,16 +3,14 @@ like any stage, so the next GRPO stage's reference model is the SFT checkpoint (
 
 from __future__ import annotations
 
-import shutil
-
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
 from curriculum.plan import Stage
-from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
-from train.models import device_settings, merge_lora_and_save
-from train.stage import StageContext
+from train.checkpoints import fingerprint
+from train.models import device_settings
+from train.stage import StageContext, publish_stage, resume_and_train
 from train.tracking import MetricsCallback
 
 
@@ -38,15 +36,9 @@ def run_sft_stage(stage: Stage, ctx: StageContext, rows) -> dict:
     trainer = SFTTrainer(model=ctx.init_model, args=args, train_dataset=rows, processing_class=tokenizer,
                          callbacks=[metrics, *ctx.callbacks])
     start = fingerprint(trainer.model)
-    resume_from = last_complete_checkpoint(stage_dir / "trainer")
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    tmp, final = stage_dir / "final.tmp", stage_dir / "final"
-    shutil.rmtree(tmp, ignore_errors=True)
-    merge_lora_and_save(trainer.model, tokenizer, tmp)
+    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
     info = {"stage": stage.name, "steps_done": trainer.state.global_step, "init": ctx.init_model,
             "policy_fingerprint": start, "reference_fingerprint": None}
-    publish_final(tmp, final, info)
-    if not ctx.cfg.keep_trainer_checkpoints:
-        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
-    return {**info, "checkpoint": str(final), "reference": None,
-            "resumed_from": str(resume_from) if resume_from else None}
+    publish_stage(trainer.model, tokenizer, stage_dir, info,
+                  keep_trainer_checkpoints=ctx.cfg.keep_trainer_checkpoints)
+    return {**info, "reference": None, "resumed_from": resumed_from}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,27 +105,33 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
         peft_config=lora_config(cfg.model),
     )
     recorder.trainer = trainer
-    resume_from = last_complete_checkpoint(stage_dir / "trainer")
-    if resume_from:
-        log.info("stage %s: resuming from %s", stage.name, resume_from)
-    started = time.time()
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    steps_done = trainer.state.global_step
-    final = stage_dir / "final"
-    tmp = stage_dir / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    merge_lora_and_save(trainer.model, tokenizer, tmp)
+    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
     info = {
-        "stage": stage.name, "steps_done": steps_done, "init": ctx.init_model,
+        "stage": stage.name, "steps_done": trainer.state.global_step, "init": ctx.init_model,
         "policy_fingerprint": recorder.policy, "reference_fingerprint": recorder.reference,
     }
-    publish_final(tmp, final, info)
-    if not cfg.keep_trainer_checkpoints:
-        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
+    publish_stage(trainer.model, tokenizer, stage_dir, info, keep_trainer_checkpoints=cfg.keep_trainer_checkpoints)
     return {
         **info,
-        "checkpoint": str(final),
         "reference": ctx.init_model if cfg.ref_refresh else ctx.base_model,
-        "wall_seconds": round(time.time() - started, 2),
-        "resumed_from": str(resume_from) if resume_from else None,
+        "resumed_from": resumed_from,
     }
+
+
+def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
+    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one."""
+    resume_from = last_complete_checkpoint(stage_dir / "trainer")
+    if resume_from:
+        log.info("stage %s: resuming from %s", stage_name, resume_from)
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    return str(resume_from) if resume_from else None
+
+
+def publish_stage(model, tokenizer, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool) -> None:
+    """Save full weights (LoRA merged) to `final.tmp`, publish it as `final`, prune trainer checkpoints."""
+    tmp = stage_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    merge_lora_and_save(model, tokenizer, tmp)
+    publish_final(tmp, stage_dir / "final", info)
+    if not keep_trainer_checkpoints:
+        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
