@@ -9,6 +9,7 @@ import shutil
 import pytest
 from transformers import TrainerCallback
 
+from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
 from train.checkpoints import final_info, last_complete_checkpoint
 from train.manifest import JsonlWriter, read_jsonl
@@ -150,3 +151,11 @@ def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, mo
     assert path.read_bytes() == before
     reopened.write([{"step": 3, "loss": 0.4}])
     assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3]
+
+
+def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "model.context_length=200")
+    with pytest.raises(ConfigError, match=r"^model.context_length: .* exceeds the context of 200"):
+        run_curriculum(cfg, run_dir)
+    assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()

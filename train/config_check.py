@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from trl import GRPOConfig, SFTConfig
 
 from curriculum.plan import KNOWN_PPL, ConfigError, Stage
+from eval.generation import prompt_text
 from eval.grader import FORMATS
 from eval.vllm_backend import vllm_available
 from train.rewards import build_reward_funcs
@@ -121,11 +122,5 @@ def check_prompt_lengths(rows_by_name: dict, tokenizer, *, context_length: int, 
 
 
 def _prompt_tokens(prompt, tokenizer, chat_kwargs: dict) -> int:
-    if isinstance(prompt, str):
-        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
-    continue_final = prompt[-1]["role"] == "assistant"
-    ids = tokenizer.apply_chat_template(
-        prompt, tokenize=True, add_generation_prompt=not continue_final,
-        continue_final_message=continue_final, **chat_kwargs,
-    )
-    return len(ids["input_ids"] if isinstance(ids, dict) else ids)
+    text = prompt_text(prompt, tokenizer, dict(chat_kwargs))
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])

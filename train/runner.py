@@ -42,19 +42,22 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
-        config_file = run_dir / "config.yaml"
-        if not config_file.exists():
-            config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
-        manifest = Manifest.open(run_dir, cfg, plan)
+        # Data, prompts and their lengths first: bad input fails before anything is written here.
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
-        manifest.update(base_model=base, status="running")
         held_out = {ppl: validation_pool(cfg, ppl) for ppl in _ppls(cfg, plan)}
         tokenizer = AutoTokenizer.from_pretrained(base)
-        rows = _stage_rows(cfg, plan, held_out, manifest, tokenizer)
+        rows, removed = _stage_rows(cfg, plan, held_out, tokenizer)
         check_prompt_lengths(
             rows, tokenizer, context_length=int(cfg.model.context_length),
             max_new_tokens=int(cfg.grpo.max_completion_length), chat_kwargs=cfg.model.get("chat_template_kwargs"),
         )
+        config_file = run_dir / "config.yaml"
+        if not config_file.exists():
+            config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        manifest = Manifest.open(run_dir, cfg, plan)
+        for stage in plan:
+            manifest.stage(stage.index)["removed_overlap"] = removed[stage.name]
+        manifest.update(base_model=base, status="running")
         tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.data['config_hash']}")
         try:
             _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks)
@@ -73,20 +76,19 @@ def _ppls(cfg: DictConfig, plan: list[Stage]) -> list[int]:
     return sorted(set(int(p) for p in cfg.eval.subsets) | {p for s in plan for p in s.ppl_weights})
 
 
-def _stage_rows(cfg, plan, held_out, manifest, tokenizer) -> dict:
-    """Every stage's training rows, built up front (bad data fails before any training)."""
-    rows, chat = {}, bool(cfg.model.chat)
+def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
+    """Every stage's training rows, and how many held-out overlaps each pool dropped."""
+    rows, removed, chat = {}, {}, bool(cfg.model.chat)
     for stage in plan:
-        records, removed = training_pool(cfg, stage, held_out)
+        records, removed[stage.name] = training_pool(cfg, stage, held_out)
         if stage.kind == "sft":
             rows[stage.name] = to_sft_rows(records, cfg.prompt, tokenizer, chat=chat,
                                            chat_kwargs=cfg.model.get("chat_template_kwargs"))
         else:
             rows[stage.name] = to_rows(records, cfg.prompt, chat=chat)
-        manifest.stage(stage.index)["removed_overlap"] = removed
-        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)", stage.name, len(records), removed)
-    manifest.save()
-    return rows
+        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
+                 stage.name, len(records), removed[stage.name])
+    return rows, removed
 
 
 def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks) -> None:
