@@ -83,6 +83,8 @@ def _check_eval(eval_cfg: DictConfig) -> None:
     for ppl in subsets:
         if ppl not in KNOWN_PPL:
             raise ConfigError(f"eval.subsets: unknown ppl {ppl}; puzzles exist for 2..8")
+    if int(eval_cfg.every) < 0:
+        raise ConfigError(f"eval.every: must be >= 0 steps (0 = only after each stage; got {eval_cfg.every})")
     for name in ("n", "samples", "batch_size", "max_new_tokens"):
         if int(eval_cfg[name]) <= 0:
             raise ConfigError(f"eval.{name}: must be > 0 (got {eval_cfg[name]})")

@@ -18,6 +18,7 @@ from transformers import AutoTokenizer
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from curriculum.sft import to_sft_rows
+from eval.in_stage import InStageValidation
 from eval.validation import validate
 from train.checkpoints import final_info
 from train.config_check import check_config, check_prompt_lengths
@@ -94,6 +95,7 @@ def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
 def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks) -> None:
     metrics = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
     validation = JsonlWriter(run_dir / "validation.jsonl", key=("stage", "ppl"))
+    step_rows = JsonlWriter(run_dir / "validation_steps.jsonl", key=("stage", "stage_step", "ppl"))
     subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
     if manifest.data["baseline"] is None:
         tag = {"stage": 0, "stage_name": "baseline", "global_step": 0}
@@ -109,8 +111,13 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
             _damaged_final(cfg, stage, entry, manifest)
         if manifest.stage(stage.index)["status"] != "done":
             try:
-                ctx = StageContext(cfg, run_dir, base, previous, manifest.global_step_before(stage.index),
-                                   metrics, tracker, list(callbacks))
+                offset = manifest.global_step_before(stage.index)
+                extra = [*callbacks]
+                if int(cfg.eval.every) > 0:
+                    pools = {p: held_out[p][: int(cfg.eval.n)] for p in stage.ppl_weights}
+                    extra.append(InStageValidation(cfg, pools, step_rows, tracker, stage_index=stage.index,
+                                                   stage_name=stage.name, step_offset=offset))
+                ctx = StageContext(cfg, run_dir, base, previous, offset, metrics, tracker, extra)
                 _train_stage(stage, manifest, ctx, rows[stage.name])
             except Exception as err:
                 manifest.update_stage(stage.index, status="failed", error=f"{type(err).__name__}: {err}")

@@ -1,0 +1,52 @@
+"""`eval.every=N`: validate the current stage's ppl every N steps inside a stage, on the live model.
+
+Light on purpose: the stage's own subsets only, greedy, no saved samples; rows go to
+`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, ppl, metrics}) and the tracker.
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from transformers import TrainerCallback
+
+from curriculum.prompts import render_prompt
+from eval.generation import generate
+from eval.metrics import METRIC_COLUMNS, subset_metrics
+from eval.validation import grade_subset
+
+
+class InStageValidation(TrainerCallback):
+    """Every `cfg.eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
+
+    def __init__(self, cfg: DictConfig, pools: dict[int, list[dict]], writer, tracker, *, stage_index: int,
+                 stage_name: str, step_offset: int):
+        self.cfg, self.pools, self.writer, self.tracker = cfg, pools, writer, tracker
+        self.tags = {"stage": stage_index, "stage_name": stage_name}
+        self.step_offset = step_offset
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        every = int(self.cfg.eval.every)
+        if not every or state.global_step % every or state.global_step >= state.max_steps:
+            return
+        model.eval()
+        try:
+            rows = [self._subset_row(model, processing_class, ppl, records, state.global_step)
+                    for ppl, records in sorted(self.pools.items())]
+        finally:
+            model.train()
+        self.writer.write(rows)
+        for row in rows:
+            self.tracker.log({f"val_step/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
+                             step=row["global_step"])
+
+    def _subset_row(self, model, tokenizer, ppl: int, records: list[dict], step: int) -> dict:
+        cfg = self.cfg
+        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
+        completions = generate(
+            model, tokenizer, prompts, max_new_tokens=int(cfg.eval.max_new_tokens), batch_size=int(cfg.eval.batch_size),
+            chat_kwargs=dict(cfg.model.get("chat_template_kwargs") or {}), seed=int(cfg.eval.seed),
+            label=f"validating {self.tags['stage_name']} step {step}",
+        )
+        scored, _ = grade_subset(records, completions, cfg.prompt.fmt)
+        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, "ppl": ppl,
+                **subset_metrics(scored)}
