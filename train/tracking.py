@@ -81,6 +81,12 @@ def _stop_diverged(stage_name: str, what: str, step: int) -> None:
     )
 
 
+def _all_finite(model) -> bool:
+    """One device sync for the whole model, not one per tensor (this runs after every step)."""
+    with torch.no_grad():
+        return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+
+
 class MetricsCallback(TrainerCallback):
     """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, ppl and global step."""
 
@@ -104,5 +110,5 @@ class MetricsCallback(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # Checked after each optimizer step and before the trainer saves it: diverged weights would
         # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
-        if model is not None and not all(torch.isfinite(p).all() for p in model.parameters()):
+        if model is not None and not _all_finite(model):
             _stop_diverged(self.tags["stage_name"], "the weights", state.global_step)
