@@ -54,6 +54,9 @@ BAD_CONFIGS = [
     # the same, set only in one stage's overrides
     (("+curriculum=kk_ladder", "+curriculum.stages.2.overrides.num_generations=5"),
      "curriculum.stages[2].overrides.num_generations"),
+    # an SFT stage takes SFTConfig fields: a GRPO-only field there is a mistake
+    (("+curriculum=kk_r1", "+curriculum.stages.0.overrides.num_generations=4"),
+     "curriculum.stages[0].overrides.num_generations"),
     # beta 0: TRL would load no reference model, so there is nothing to refresh
     (("+curriculum=kk_ladder", "grpo.beta=0"), "grpo.beta"),
     # a GRPOConfig field that does not exist (TRL 1.x removed max_prompt_length)

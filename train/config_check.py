@@ -28,7 +28,8 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     for stage in plan:
         key = f"curriculum.stages[{stage.index - 1}].overrides"
         if stage.kind == "sft":
-            _check_sft({**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}, key)
+            fields = {**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}
+            _check_field_names(fields, SFT_FIELDS, key, "SFTConfig")
         else:
             _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
     _check_eval(cfg.eval)
@@ -46,12 +47,16 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
 
 
-def _check_grpo(fields: dict, key: str) -> None:
+def _check_field_names(fields: dict, known: set[str], key: str, config_name: str) -> None:
     for name in fields:
-        if name not in GRPO_FIELDS:
-            raise ConfigError(f"{key}.{name}: not a GRPOConfig field (TRL {GRPOConfig.__module__.split('.')[0]})")
+        if name not in known:
+            raise ConfigError(f"{key}.{name}: not a {config_name} field (TRL)")
         if name in RUNNER_OWNED:
             raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+
+
+def _check_grpo(fields: dict, key: str) -> None:
+    _check_field_names(fields, GRPO_FIELDS, key, "GRPOConfig")
     if float(fields.get("beta", 0.0)) <= 0:
         raise ConfigError(f"{key}.beta: must be > 0 (with beta=0 TRL loads no reference model to refresh)")
     generations = int(fields.get("num_generations", 8))
@@ -66,14 +71,6 @@ def _check_grpo(fields: dict, key: str) -> None:
         )
     if int(fields.get("max_completion_length", 512)) <= 0:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
-
-
-def _check_sft(fields: dict, key: str) -> None:
-    for name in fields:
-        if name not in SFT_FIELDS:
-            raise ConfigError(f"{key}.{name}: not an SFTConfig field")
-        if name in RUNNER_OWNED:
-            raise ConfigError(f"{key}.{name}: set by the runner per stage; use the stage's steps")
 
 
 def _check_eval(eval_cfg: DictConfig) -> None:
