@@ -15,6 +15,7 @@ import torch
 from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
+from transformers import AutoTokenizer
 
 from curriculum.prompts import render_prompt
 from eval.generation import generate
@@ -50,9 +51,11 @@ def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], 
     `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
     when given. Returns the rows.
     """
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_for_inference(model_path, device)
     ev, rows = cfg.eval, []
+    if ev.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
+        model, tokenizer = None, AutoTokenizer.from_pretrained(model_path)
+    else:
+        model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
     chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
     for ppl, records in sorted(pools.items()):
         prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
