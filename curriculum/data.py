@@ -33,7 +33,7 @@ def validation_pool(cfg: DictConfig, ppl: int) -> list[dict]:
 def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]]) -> tuple[list[dict], int]:
     """A stage's training puzzles, split over its ppl mix, disjoint from `held_out`; and how many were removed."""
     data, records, removed = cfg.data, [], 0
-    for ppl, share in stage.ppl_weights.items():
+    for ppl, share in stage.pool_weights.items():  # its own mix plus any replay of earlier ppl
         want = max(1, round(stage.pool * share))
         guard = held_out.get(ppl, [])
         # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data).

@@ -6,20 +6,20 @@ so a typo in a sweep costs a second, not a GPU hour.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
+from curriculum.errors import ConfigError
+
 # People per puzzle that the grammar and the published data cover.
 KNOWN_PPL = range(2, 9)
 STAGE_KINDS = ("grpo", "sft")
-STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides"}
-
-
-class ConfigError(ValueError):
-    """A bad config value; the message starts with the dotted key that holds it."""
+STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides", "promote", "replay", "guard"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,14 @@ class Stage:
     steps: int  # optimizer steps
     pool: int  # training puzzles
     overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields for this stage only
+    promote: Promote | None = None  # end early on held-out accuracy (steps stays the ceiling)
+    replay: dict[int, float] = field(default_factory=dict)  # ppl of earlier stages -> share of the pool
+    guard: Guard | None = None  # collapse guard (the stage's own, else curriculum.guard)
+
+    @property
+    def pool_weights(self) -> dict[int, float]:
+        """ppl -> share of the training pool: the stage's own mix, with the replay shares made room for."""
+        return mixed_weights(self.ppl_weights, self.replay)
 
     @property
     def dirname(self) -> str:
@@ -61,6 +69,7 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
     limits = cfg.get("limits") or {}
     plan = [_build_stage(i, s, cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
+    plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1]) for stage in plan]
     names = [s.name for s in plan]
     for name in names:
         if names.count(name) > 1:
@@ -90,7 +99,23 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
     if cap:
         steps = min(steps, int(cap))
-    return Stage(index, name, kind, ppl_weights, steps, pool, overrides)
+    for own in ("promote", "guard"):
+        if stage_cfg.get(own) is not None and kind != "grpo":
+            raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
+    promote = parse_promote(stage_cfg.get("promote"), f"{key}.promote")
+    guard = parse_guard(stage_cfg.get("guard"), f"{key}.guard")
+    if guard is None and kind == "grpo":  # the curriculum-wide guard watches every GRPO stage
+        guard = parse_guard(OmegaConf.select(cfg, "curriculum.guard"), "curriculum.guard")
+    return Stage(index, name, kind, ppl_weights, steps, pool, overrides, promote, guard=guard)
+
+
+def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage]) -> Stage:
+    """Resolve `replay: share` over the ppl of the stages before this one."""
+    share = stage_cfg.get("replay")
+    if share is None:
+        return stage
+    key = f"curriculum.stages[{stage.index - 1}].replay"
+    return dataclasses.replace(stage, replay=replay_weights(share, [p for s in earlier for p in s.ppl_weights], key))
 
 
 def parse_ppl(value, key: str) -> dict[int, float]:

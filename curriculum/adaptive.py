@@ -1,0 +1,141 @@
+"""What makes a stage adaptive: promotion by skill, replay of earlier levels, and a collapse guard.
+
+Plain records parsed from a stage's config (or the curriculum-wide `curriculum.guard`), checked
+before any model loads; every error names the key. The stage loop (`train/`) acts on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from curriculum.errors import ConfigError
+
+GUARD_ACTIONS = ("warn", "stop")
+# The guard's signals: (config key, metrics.jsonl key it watches).
+GUARD_SIGNALS = (
+    ("length_drop", "completions/mean_length"),
+    ("zero_std", "frac_reward_zero_std"),
+    ("distinct_below", "completions/distinct_share"),
+)
+
+
+@dataclass(frozen=True)
+class Promote:
+    """End a stage once held-out accuracy on its own ppl reaches `accuracy` (checked every `every` steps)."""
+
+    accuracy: float  # threshold in [0, 1]
+    every: int  # optimizer steps between checks
+    min_steps: int  # no check before this many steps
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Collapse thresholds over a window of logged steps; None switches a signal off."""
+
+    length_drop: float | None  # mean length fell by this share from the stage's best window
+    zero_std: float | None  # share of zero-variance groups at or above this
+    distinct_below: float | None  # share of distinct completions per group below this
+    window: int  # logged steps averaged per signal
+    action: str  # warn | stop
+
+
+def _plain(value):
+    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
+
+
+def _share(value, key: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise ConfigError(f"{key}: must be a number in [0, 1] (got {value!r})")
+    return float(value)
+
+
+def _count(value, key: str, *, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < least:
+        raise ConfigError(f"{key}: must be a whole number >= {least} (got {value!r})")
+    return int(value)
+
+
+def _mapping(value, key: str, known: Sequence[str]) -> dict:
+    value = _plain(value)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: must be a mapping with keys {list(known)} (got {value!r})")
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        raise ConfigError(f"{key}.{unknown[0]}: unknown key; known: {list(known)}")
+    return dict(value)
+
+
+def parse_promote(value, key: str) -> Promote | None:
+    """A stage's `promote` block; None when absent.
+
+    >>> parse_promote({"accuracy": 0.8, "every": 10}, "promote")
+    Promote(accuracy=0.8, every=10, min_steps=0)
+    >>> parse_promote({"accuracy": 2}, "s.promote")
+    Traceback (most recent call last):
+    ...
+    curriculum.errors.ConfigError: s.promote.accuracy: must be a number in [0, 1] (got 2)
+    """
+    if value is None:
+        return None
+    block = _mapping(value, key, ("accuracy", "every", "min_steps"))
+    if "accuracy" not in block:
+        raise ConfigError(f"{key}.accuracy: missing; the held-out accuracy that ends the stage")
+    return Promote(_share(block["accuracy"], f"{key}.accuracy"),
+                   _count(block.get("every", 10), f"{key}.every", least=1),
+                   _count(block.get("min_steps", 0), f"{key}.min_steps", least=0))
+
+
+def parse_guard(value, key: str) -> Guard | None:
+    """A `guard` block; None when absent. Signals left out (or null) are not watched.
+
+    >>> parse_guard({"length_drop": 0.5, "window": 5, "action": "stop"}, "guard")
+    Guard(length_drop=0.5, zero_std=None, distinct_below=None, window=5, action='stop')
+    """
+    if value is None:
+        return None
+    names = [name for name, _ in GUARD_SIGNALS]
+    block = _mapping(value, key, (*names, "window", "action"))
+    thresholds = {name: _share(block.get(name), f"{key}.{name}", allow_none=True) for name in names}
+    if all(v is None for v in thresholds.values()):
+        raise ConfigError(f"{key}: watches nothing; set at least one of {names}")
+    action = block.get("action", "warn")
+    if action not in GUARD_ACTIONS:
+        raise ConfigError(f"{key}.action: {action!r} is not one of {GUARD_ACTIONS}")
+    return Guard(**thresholds, window=_count(block.get("window", 20), f"{key}.window", least=1), action=action)
+
+
+def replay_weights(share, earlier_ppls: Sequence[int], key: str) -> dict[int, float]:
+    """`replay: share` as pool weights spread evenly over the ppl of earlier stages.
+
+    >>> replay_weights(0.2, [2, 3, 2], "replay")
+    {2: 0.1, 3: 0.1}
+    >>> replay_weights(0.0, [], "replay")
+    {}
+    """
+    share = _share(share, key)
+    if share == 0.0:
+        return {}
+    ppls = sorted(set(earlier_ppls))
+    if not ppls:
+        raise ConfigError(f"{key}: the first stage has no earlier stage to replay")
+    if share >= 1.0:
+        raise ConfigError(f"{key}: must be < 1 (the stage must keep some of its own puzzles)")
+    return {ppl: share / len(ppls) for ppl in ppls}
+
+
+def mixed_weights(own: Mapping[int, float], replay: Mapping[int, float]) -> dict[int, float]:
+    """A stage's own ppl mix scaled down to make room for the replay shares (a ppl in both adds up).
+
+    >>> mixed_weights({3: 1.0}, {2: 0.2})
+    {2: 0.2, 3: 0.8}
+    """
+    scale = 1.0 - sum(replay.values())
+    merged = {ppl: weight * scale for ppl, weight in own.items()}
+    for ppl, weight in replay.items():
+        merged[ppl] = merged.get(ppl, 0.0) + weight
+    return {ppl: round(weight, 12) for ppl, weight in sorted(merged.items())}
