@@ -25,12 +25,19 @@ class InStageValidation(TrainerCallback):
         self.step_offset = step_offset
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.due(state.global_step, state.max_steps):
+            self.validate(model, processing_class, state.global_step)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        """Every `eval.every` steps, but not at the stage's last."""
         every = int(self.cfg.eval.every)
-        if not every or state.global_step % every or state.global_step >= state.max_steps:
-            return
+        return bool(every) and step % every == 0 and step < max_steps
+
+    def validate(self, model, tokenizer, step: int) -> list[dict]:
+        """Validate the live model on every pool now; rows written, logged and returned."""
         model.eval()
         try:
-            rows = [self._subset_row(model, processing_class, ppl, records, state.global_step)
+            rows = [self._subset_row(model, tokenizer, ppl, records, step)
                     for ppl, records in sorted(self.pools.items())]
         finally:
             model.train()
@@ -38,6 +45,7 @@ class InStageValidation(TrainerCallback):
         for row in rows:
             self.tracker.log({f"val_step/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
                              step=row["global_step"])
+        return rows
 
     def _subset_row(self, model, tokenizer, ppl: int, records: list[dict], step: int) -> dict:
         cfg = self.cfg
