@@ -18,13 +18,13 @@ from transformers import AutoTokenizer
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from curriculum.sft import to_sft_rows
-from eval.in_stage import InStageValidation
 from eval.validation import validate
 from train.checkpoints import final_info
 from train.config_check import check_config, check_prompt_lengths
 from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter, Manifest
 from train.models import resolve_model
+from train.promotion import stage_callbacks
 from train.runlock import RunLock
 from train.sft_stage import run_sft_stage
 from train.stage import StageContext, run_grpo_stage
@@ -112,13 +112,14 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
         if manifest.stage(stage.index)["status"] != "done":
             try:
                 offset = manifest.global_step_before(stage.index)
-                extra = [*callbacks]
-                if int(cfg.eval.every) > 0:
-                    pools = {p: held_out[p][: int(cfg.eval.n)] for p in stage.ppl_weights}
-                    extra.append(InStageValidation(cfg, pools, step_rows, tracker, stage_index=stage.index,
-                                                   stage_name=stage.name, step_offset=offset))
+                adaptive, stage_end = stage_callbacks(cfg, stage, held_out, {"steps": step_rows, "metrics": metrics},
+                                                      tracker, manifest, offset)
+                extra = [*callbacks, *adaptive]
                 ctx = StageContext(cfg, run_dir, base, previous, offset, metrics, tracker, extra)
                 _train_stage(stage, manifest, ctx, rows[stage.name])
+                end = stage_end.record(manifest.stage(stage.index)["steps_done"])
+                if end is not None:  # why it ended: threshold | guard | budget
+                    manifest.update_stage(stage.index, end=end)
             except Exception as err:
                 manifest.update_stage(stage.index, status="failed", error=f"{type(err).__name__}: {err}")
                 raise

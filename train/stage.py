@@ -19,6 +19,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from curriculum.plan import Stage
 from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
+from train.guard import with_distinct_share
 from train.manifest import JsonlWriter
 from train.models import device_settings, lora_config, merge_lora_and_save
 from train.rewards import build_reward_funcs
@@ -89,6 +90,7 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     funcs, weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
                                         max_completion_length=args.max_completion_length)
     args.reward_weights = weights
+    funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
     tokenizer = AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left")
     recorder = HandoffRecorder()
     metrics = MetricsCallback(
