@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from tests.conftest import ROOT, run_cli
+from train.checkpoints import fingerprint
 from train.manifest import read_jsonl
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
@@ -46,6 +50,9 @@ def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
     manifest = json.loads((run_dir / "run.json").read_text())
     assert [s["status"] for s in manifest["stages"]] == ["done"] * 5
     assert manifest["stages"][2]["resumed_from"], "stage 3 continued from its trainer checkpoint"
+    second, third = manifest["stages"][1:3]
+    handed_off = AutoModelForCausalLM.from_pretrained(run_dir / second["checkpoint"], dtype=torch.float32)
+    assert third["policy_fingerprint"] == fingerprint(handed_off), "started from stage 2's final, not its checkpoint"
     steps = [r["global_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
     assert steps == list(range(1, 16)), "every global step once, in order, across the kill"
     validation = [(r["stage"], r["ppl"]) for r in read_jsonl(run_dir / "validation.jsonl")]

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
 from trl import GRPOConfig, GRPOTrainer
 
 from curriculum.plan import Stage
@@ -61,19 +62,6 @@ def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
     return GRPOConfig(**fields)
 
 
-class HandoffRecorder(TrainerCallback):
-    """Fingerprints of the policy and the reference model as training begins (provenance in run.json)."""
-
-    def __init__(self):
-        self.trainer = None
-        self.policy = self.reference = None
-
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
-        self.policy = fingerprint(model)
-        ref = getattr(self.trainer, "ref_model", None)
-        self.reference = fingerprint(ref) if ref is not None else None
-
-
 def _policy(ctx: StageContext, dtype_name: str):
     """The policy as TRL should load it: a path (reference = same checkpoint) or a model pointed at the base."""
     if ctx.cfg.ref_refresh or ctx.init_model == ctx.base_model:
@@ -92,7 +80,6 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     args.reward_weights = weights
     funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
     tokenizer = AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left")
-    recorder = HandoffRecorder()
     metrics = MetricsCallback(
         ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
         ppl=stage.ppl_label, step_offset=ctx.step_offset,
@@ -103,14 +90,16 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
         args=args,
         train_dataset=train_rows,
         processing_class=tokenizer,
-        callbacks=[recorder, metrics, *ctx.callbacks],
+        callbacks=[metrics, *ctx.callbacks],
         peft_config=lora_config(cfg.model),
     )
-    recorder.trainer = trainer
+    # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
+    start = fingerprint(trainer.model)
+    reference = fingerprint(trainer.ref_model) if getattr(trainer, "ref_model", None) is not None else None
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
     info = {
         "stage": stage.name, "steps_done": trainer.state.global_step, "init": ctx.init_model,
-        "policy_fingerprint": recorder.policy, "reference_fingerprint": recorder.reference,
+        "policy_fingerprint": start, "reference_fingerprint": reference,
     }
     publish_stage(trainer.model, tokenizer, stage_dir, info, keep_trainer_checkpoints=cfg.keep_trainer_checkpoints)
     return {
@@ -121,12 +110,24 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
 
 
 def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
-    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one."""
+    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one.
+
+    A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
+    on: training it again would run a step past `max_steps` and shift every later global step.
+    """
     resume_from = last_complete_checkpoint(stage_dir / "trainer")
-    if resume_from:
+    if resume_from is None:
+        trainer.train()
+        return None
+    state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
+    if state.global_step >= trainer.args.max_steps:
+        log.info("stage %s: %s is at the budget; publishing it without training", stage_name, resume_from)
+        trainer._load_from_checkpoint(str(resume_from))
+        trainer.state = state
+    else:
         log.info("stage %s: resuming from %s", stage_name, resume_from)
-    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
-    return str(resume_from) if resume_from else None
+        trainer.train(resume_from_checkpoint=str(resume_from))
+    return str(resume_from)
 
 
 def publish_stage(model, tokenizer, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool) -> None:
