@@ -14,14 +14,22 @@ import base64
 import html
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 
+from eval import report_adaptive as ra
 from eval import report_series as rs
-from eval.report_plots import Panel, plot_stage_grid, plot_step_panels, plot_sweep_heatmaps, plot_sweep_lines
+from eval.report_blocks import Heading, Image, Table, Text, fmt
+from eval.report_plots import (
+    Panel,
+    plot_stage_grid,
+    plot_step_panels,
+    plot_sweep_curves,
+    plot_sweep_heatmaps,
+    plot_sweep_lines,
+)
 
 REPORT_DIR = "report"
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
@@ -30,44 +38,10 @@ COLLAPSE_KEYS = (
     ("entropy", "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
     ("completions/clipped_ratio", "truncated: hit max_completion_length", "share", "not logged"),
     ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
+    ("completions/distinct_share", "distinct completions per group: near-identical rollouts", "share",
+     "logged by runs since the collapse guard"),
     ("kl", "KL to the reference", "KL", "logged only when grpo.beta > 0"),
 )
-
-
-@dataclass(frozen=True)
-class Heading:
-    text: str
-
-
-@dataclass(frozen=True)
-class Text:
-    text: str
-    note: bool = False  # something missing or skipped, shown in italics
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: list[str]
-    rows: list[list[str]]
-
-
-@dataclass(frozen=True)
-class Image:
-    path: Path
-    caption: str
-
-
-def fmt(value, digits: int = 3) -> str:
-    """A table cell: '-' for missing, numbers rounded, anything else as text.
-
-    >>> fmt(None), fmt(0.12345), fmt(16.0, 1), fmt(3), fmt("done")
-    ('-', '0.123', '16.0', '3', 'done')
-    """
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 # --- a run ----------------------------------------------------------------------------------------
@@ -146,16 +120,31 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
     return blocks
 
 
-def _length(run: rs.RunData, boundaries, out_dir: Path) -> list:
+def _stage_ends(run: rs.RunData) -> list:
+    """Why each stage ended (promotion by skill, the collapse guard, or its step budget) and the guard's events."""
+    ends, events = ra.stage_end_rows(run.manifest), ra.guard_rows(run.manifest)
+    blocks: list = []
+    if ends:
+        headers = ["stage", "ended by", "step/budget", "held-out accuracy", "threshold", "weights kept from step"]
+        blocks += [Heading("How each stage ended"), Table(headers, ends)]
+    if events:
+        blocks += [Heading("Collapse guard events"),
+                   Table(["stage", "stage step", "global step", "signal", "value", "threshold", "window", "action"],
+                         events)]
+    return blocks
+
+
+def _length(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
     mean = rs.step_series(run.steps, "completions/mean_length", "mean length")
     markers = rs.validation_points(run.validation, "mean_tokens")
     if mean is None and not markers:
         return [Text("no completion lengths in metrics.jsonl, no validation yet: length plot skipped", True)]
     panel = Panel("training mean length per step (band: min..max), validation mean after each stage",
                   "tokens", [mean] if mean else [], markers,
-                  rs.step_band(run.steps, "completions/min_length", "completions/max_length"))
+                  rs.step_band(run.steps, "completions/min_length", "completions/max_length"), events=events)
     image = plot_step_panels([panel], boundaries, "Response length", out_dir / "length.png")
-    return [Image(image, "response length over training; dashed lines: stage starts")]
+    return [Image(image, "response length over training; dashed lines: stage starts; "
+                         "triangles: promoted on skill; crosses: collapse guard events")]
 
 
 def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
@@ -184,14 +173,14 @@ def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
     return [*blocks, Image(image, "share of completions in the required format")]
 
 
-def _collapse(run: rs.RunData, boundaries, out_dir: Path) -> list:
+def _collapse(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
     panels, notes = [], []
     for key, title, ylabel, why in COLLAPSE_KEYS:
         series = rs.step_series(run.steps, key)
         if series is None:
             notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
         else:
-            panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share"))
+            panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share", events=events))
     if not panels:
         return notes
     image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
@@ -202,11 +191,12 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
     """The title and blocks of one run's report; draws its PNGs into `out_dir`."""
     run = rs.load_run(run_dir)
     boundaries = rs.stage_boundaries(run.manifest, run.steps)
-    blocks = [*_summary(run), *_validation(run, out_dir),
-              Heading("Response length"), *_length(run, boundaries, out_dir),
+    events = [*ra.promotion_points(run.manifest), *ra.guard_events(run.manifest)]
+    blocks = [*_summary(run), *_stage_ends(run), *_validation(run, out_dir),
+              Heading("Response length"), *_length(run, boundaries, out_dir, events),
               Heading("Reward"), *_rewards(run, boundaries, out_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
-              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir)]
+              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events)]
     return f"Run report: {run_dir.name}", blocks
 
 
@@ -250,6 +240,20 @@ def _sweep_accuracy(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) ->
             _jobs_table(jobs, params, ranked=True)]
 
 
+def _sweep_curves(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) -> list:
+    """Every job's accuracy-after-each-stage and length curves overlaid on the global-step axis."""
+    accuracy, length = [], []
+    for job in jobs:
+        label = ra.job_label(job.overrides, params, job.name)
+        accuracy.append(ra.accuracy_curve(rs.read_mapping(job.path / "run.json"), label))
+        length.append(ra.length_curve(rs.load_run(job.path).steps, label))
+    accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
+    if not accuracy and not length:
+        return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
+    image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
+    return [Image(image, "one colour per job: mean accuracy after each stage, and mean length per step")]
+
+
 def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     """The title and blocks of a multirun's report; draws its PNG into `out_dir`."""
     jobs = rs.load_sweep(sweep_dir)
@@ -260,7 +264,9 @@ def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
                f" · **swept** {', '.join(f'`{p}`' for p in params) or 'nothing'}")
     blocks = [Text(summary), Heading("Final accuracy against the swept parameters"),
-              *_sweep_accuracy(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
+              *_sweep_accuracy(jobs, params, out_dir),
+              Heading("The jobs compared: accuracy after each stage and response length"),
+              *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
               Text(f"one job's curves: `python -m eval.report {sweep_dir}/<job>`")]
     return f"Sweep report: {sweep_dir.name}", blocks
 

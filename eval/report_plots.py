@@ -15,6 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from eval.report_adaptive import PROMOTION, Event
 from eval.report_series import Boundary, Series, StageGrid
 
 # Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
@@ -37,6 +38,7 @@ class Panel:
     markers: Sequence[Series] = ()
     band: tuple[Series, Series] | None = None
     unit_range: bool = False  # a rate or share: fix the y axis to 0..1 so a flat line is not magnified
+    events: Sequence[Event] = ()  # promotions and guard events, marked where they happened
 
 
 def ppl_style(label: str) -> dict:
@@ -71,6 +73,21 @@ def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
                     fontsize=8, color="0.25")
 
 
+# Promotion: a green upward triangle (the stage passed); guard event: a red cross (something collapsed).
+EVENT_STYLE = {PROMOTION: ("#1a9641", "^", "promoted on skill"), "guard": ("#d7191c", "X", "collapse guard")}
+
+
+def mark_events(ax, events: Sequence[Event]) -> None:
+    """A dotted line and a marker at the top of the axes for each event; one legend entry per kind."""
+    labelled = set()
+    for event in events:
+        color, marker, name = EVENT_STYLE[event.kind]
+        ax.axvline(event.step, color=color, linestyle=":", linewidth=1.2, zorder=1)
+        ax.plot([event.step], [0.97], marker=marker, color=color, markersize=8, linestyle="none",
+                transform=ax.get_xaxis_transform(), label=None if event.kind in labelled else name)
+        labelled.add(event.kind)
+
+
 def _headroom(ax, share: float = 0.2) -> None:
     """Raise the top of the y axis so the stage labels along the top do not sit on the data."""
     low, high = ax.get_ylim()
@@ -100,6 +117,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
         ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
     _headroom(ax)
     mark_stages(ax, boundaries)
+    mark_events(ax, panel.events)
     ax.set_title(panel.title, fontsize=10)
     ax.set_ylabel(panel.ylabel)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -185,4 +203,28 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list]], row_param
     for ax in axes[len(grids):]:
         ax.set_visible(False)
     fig.suptitle(f"Final accuracy over {row_param} x {col_param} (- : no finished job)", fontsize=12)
+    return _save(fig, path)
+
+
+def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path) -> Path:
+    """The jobs of a sweep overlaid: mean validation accuracy after each stage (markers at stage ends)
+    and training mean length per step, one colour per job in both panels, on the global-step axis."""
+    panels = [p for p in (("mean validation accuracy after each stage (0 = baseline)", accuracy, True),
+                          ("training mean completion length per step (tokens)", length, False)) if p[1]]
+    fig, axes = _figure(len(panels), height=3.6)
+    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(s.label for _, lines, _ in panels
+                                                                       for s in lines))}
+    for ax, (title, lines, is_accuracy) in zip(axes, panels, strict=True):
+        for series in lines:
+            ax.plot(series.x, series.y, color=colours[series.label], label=series.label,
+                    marker="o" if is_accuracy else None, linewidth=1.6 if is_accuracy else 1.0)
+        if is_accuracy:
+            ax.set_ylim(-0.03, 1.03)
+        ax.set_title(title, fontsize=10)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        _legend(ax)
+        ax.sharex(axes[0])
+    axes[-1].set_xlabel(STEP_LABEL)
+    fig.suptitle("The sweep's jobs compared", fontsize=12)
     return _save(fig, path)

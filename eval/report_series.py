@@ -29,9 +29,10 @@ class Series:
 
 @dataclass(frozen=True)
 class Boundary:
-    """Where a stage's training steps start on the global-step axis, and its ppl label ("2ppl", "2-6ppl")."""
+    """Where a stage starts on the global-step axis (half a step before its first: the line falls between
+    two stages' steps, never on one), and its ppl label ("2ppl", "2-6ppl")."""
 
-    step: int
+    step: float
     label: str
 
 
@@ -169,15 +170,15 @@ def reward_series(rows: Sequence[dict]) -> list[Series]:
 
 
 def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
-    """Each stage's first global step, labelled by its ppl: from run.json, else from metrics rows.
+    """Each stage's start (its first global step - 0.5), labelled by its ppl: from run.json, else from metrics rows.
 
-    A metrics row's stage starts at `global_step - stage_step`, which covers a run.json that is
+    A metrics row's stage starts after `global_step - stage_step`, which covers a run.json that is
     missing; stages that have not started (no start anywhere) get no boundary.
 
     >>> manifest = {"stages": [{"index": 1, "ppl_label": "2", "global_step_start": 0},
     ...                        {"index": 2, "ppl_label": "3", "global_step_start": 10}, {"index": 3}]}
     >>> stage_boundaries(manifest, [{"stage": 4, "ppl": "2-6", "stage_step": 1, "global_step": 31}])
-    [Boundary(step=0, label='2ppl'), Boundary(step=10, label='3ppl'), Boundary(step=30, label='2-6ppl')]
+    [Boundary(step=0.5, label='2ppl'), Boundary(step=10.5, label='3ppl'), Boundary(step=30.5, label='2-6ppl')]
     """
     starts: dict[int, tuple[int, str]] = {}
     for row in rows:
@@ -190,7 +191,7 @@ def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
             label = stage.get("ppl_label") or stage.get("name") or stage.get("index")
             kind = " SFT" if stage.get("kind") == "sft" else ""  # a cold start is not a GRPO stage
             starts[stage.get("index")] = (int(stage["global_step_start"]), f"{label}ppl{kind}")
-    return [Boundary(step, label) for step, label in sorted(starts.values())]
+    return [Boundary(step + 0.5, label) for step, label in sorted(starts.values())]
 
 
 def validation_points(rows: Sequence[dict], key: str) -> list[Series]:

@@ -79,7 +79,8 @@ def test_load_run_skips_the_torn_line_and_the_summary_rows(partial_run):
 
 def test_stage_boundaries_at_each_started_stage_global_step_start(partial_run):
     run = rs.load_run(partial_run)
-    expected = [rs.Boundary(0, "2ppl"), rs.Boundary(3, "3ppl")]  # stage 3 is pending: no boundary
+    # between the last step of one stage and the first of the next; stage 3 is pending: no boundary
+    expected = [rs.Boundary(0.5, "2ppl"), rs.Boundary(3.5, "3ppl")]
     assert rs.stage_boundaries(run.manifest, run.steps) == expected
     # without run.json the starts come from global_step - stage_step of the metrics rows
     assert rs.stage_boundaries({}, run.steps) == expected
@@ -194,7 +195,8 @@ def test_two_swept_parameters_make_a_heatmap(tmp_path):
                  manifest=done_manifest({"2ppl": acc}))
     out = write_report(sweep)
     assert (out / "sweep_accuracy.png").exists()
-    assert len(embedded_images((out / "report.html").read_text())) == 1
+    # the heatmap, and the jobs' accuracy-per-stage and length curves overlaid
+    assert len(embedded_images((out / "report.html").read_text())) == 2
 
 
 def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_path, capsys):

@@ -1,0 +1,131 @@
+"""What the report shows of adaptive stages and of a sweep's curricula, as plain data (no matplotlib).
+
+From run.json: where stages were promoted on skill and where the collapse guard fired (each stage's
+`end` and `guard_events`, written by the stage loop). From a sweep's jobs: each job's mean
+validation accuracy after each stage and its training length per step, on the global-step axis, so
+curricula with different stage counts (a 5-stage ladder, a 1-stage mix) overlay on one plot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from eval.report_series import Series, as_number, step_series
+
+PROMOTION, GUARD = "promotion", "guard"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A point in training to mark on the per-step plots."""
+
+    step: float  # global step
+    label: str
+    kind: str  # promotion | guard
+
+
+def _stages(manifest: dict) -> list[dict]:
+    return [s for s in manifest.get("stages") or [] if isinstance(s, dict)]
+
+
+def _accuracy_text(end: dict) -> str:
+    accuracy = as_number(end.get("accuracy"))
+    return "-" if accuracy is None else f"{accuracy:.3f} (n={end.get('n')})"
+
+
+def promotion_points(manifest: dict) -> list[Event]:
+    """Stages that ended on skill, at their last global step.
+
+    >>> stages = [{"name": "2ppl", "global_step_end": 6, "end": {"reason": "threshold", "accuracy": 0.8,
+    ...            "n": 100, "threshold": 0.75}}, {"name": "3ppl", "end": {"reason": "budget"}}]
+    >>> promotion_points({"stages": stages})
+    [Event(step=6, label='2ppl promoted: 0.800 (n=100) >= 0.75', kind='promotion')]
+    """
+    return [Event(s["global_step_end"], f"{s.get('name')} promoted: {_accuracy_text(s['end'])} >= "
+                                        f"{s['end'].get('threshold')}", PROMOTION)
+            for s in _stages(manifest)
+            if (s.get("end") or {}).get("reason") == "threshold" and as_number(s.get("global_step_end")) is not None]
+
+
+def guard_events(manifest: dict) -> list[Event]:
+    """Every collapse-guard event recorded in run.json, at its global step.
+
+    >>> stage = {"guard_events": [{"global_step": 12, "signal": "length_drop", "value": 0.6, "action": "stop"}]}
+    >>> guard_events({"stages": [stage]})
+    [Event(step=12, label='length_drop 0.6 (stop)', kind='guard')]
+    """
+    return [Event(e["global_step"], f"{e.get('signal')} {e.get('value')} ({e.get('action')})", GUARD)
+            for s in _stages(manifest) for e in s.get("guard_events") or []
+            if as_number(e.get("global_step")) is not None]
+
+
+def stage_end_rows(manifest: dict) -> list[list[str]]:
+    """Per stage that recorded one: name, why it ended, at which stage step of its budget, the deciding
+    accuracy (with n), the threshold, and the step whose weights were kept after a guard stop.
+
+    >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
+    ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
+    [['2ppl', 'threshold', '5/10', '0.900 (n=100)', '0.8', '-']]
+    """
+    rows = []
+    for stage in _stages(manifest):
+        end = stage.get("end")
+        if not isinstance(end, dict):
+            continue
+        reason = end.get("reason", "-") + (f" ({end['signal']})" if end.get("signal") else "")
+        rows.append([str(stage.get("name")), reason, f"{end.get('stage_step')}/{stage.get('steps_budget', '-')}",
+                     _accuracy_text(end), "-" if end.get("threshold") is None else str(end["threshold"]),
+                     str(end.get("kept_step", "-"))])
+    return rows
+
+
+def guard_rows(manifest: dict) -> list[list[str]]:
+    """One row per guard event: stage, stage step, global step, signal, measured value, threshold, window, action."""
+    return [[str(s.get("name")), str(e.get("stage_step")), str(e.get("global_step")), str(e.get("signal")),
+             str(e.get("value")), str(e.get("threshold")), str(e.get("window")), str(e.get("action"))]
+            for s in _stages(manifest) for e in s.get("guard_events") or []]
+
+
+# --- a sweep's curricula overlaid ---------------------------------------------------------------------
+
+
+def _mean_accuracy(metrics: dict) -> float | None:
+    values = [as_number(v.get("accuracy")) for v in (metrics or {}).values() if isinstance(v, dict)]
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def accuracy_curve(manifest: dict, label: str) -> Series | None:
+    """Mean validation accuracy (over subsets) at 0 (baseline) and at each validated stage's last step.
+
+    >>> manifest = {"baseline": {"2ppl": {"accuracy": 0.1}, "3ppl": {"accuracy": 0.0}},
+    ...             "stages": [{"global_step_end": 10, "final_metrics": {"2ppl": {"accuracy": 0.5},
+    ...                                                                 "3ppl": {"accuracy": 0.3}}},
+    ...                        {"global_step_end": 30, "final_metrics": {}}]}
+    >>> accuracy_curve(manifest, "kk_ladder")
+    Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4])
+    """
+    points = [(0, _mean_accuracy(manifest.get("baseline") or {}))]
+    points += [(s.get("global_step_end"), _mean_accuracy(s.get("final_metrics") or {})) for s in _stages(manifest)]
+    points = [(int(x), round(y, 4)) for x, y in points if as_number(x) is not None and y is not None]
+    if not points:
+        return None
+    return Series(label, [x for x, _ in points], [y for _, y in points])
+
+
+def length_curve(steps: Sequence[dict], label: str) -> Series | None:
+    """A job's training mean completion length per global step."""
+    return step_series(steps, "completions/mean_length", label)
+
+
+def job_label(overrides: dict[str, str], params: Sequence[str], name: str) -> str:
+    """A job's legend entry: its values of the swept parameters ("curriculum=kk_adaptive"), else its number.
+
+    >>> job_label({"curriculum": "kk_adaptive", "seed": "1"}, ["curriculum"], "3")
+    'curriculum=kk_adaptive'
+    >>> job_label({}, [], "3")
+    'job 3'
+    """
+    parts = [f"{p}={overrides[p]}" for p in params if p in overrides]
+    return ", ".join(parts) if parts else f"job {name}"

@@ -1,0 +1,74 @@
+"""The report's promotion points, guard events and a sweep's overlaid curricula, on hand-made run folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval import report_adaptive as ra
+from eval.report import write_report
+from tests.test_report import make_job, stage_entry, step_row, write_jsonl
+
+PROMOTED = {"reason": "threshold", "stage_step": 3, "accuracy": 0.85, "n": 100, "threshold": 0.8, "checks": []}
+STOPPED = {"reason": "guard", "signal": "length_drop", "stage_step": 4, "accuracy": 0.1, "n": 100,
+           "threshold": None, "kept_step": 2, "checks": []}
+EVENT = {"stage": 2, "stage_step": 4, "global_step": 7, "signal": "length_drop", "value": 0.62, "threshold": 0.5,
+         "window": 2, "action": "stop"}
+
+
+@pytest.fixture
+def adaptive_run(tmp_path) -> Path:
+    """Stage 1 promoted at its step 3 (of 4); stage 2 stopped by the guard at its step 4."""
+    run = tmp_path / "run"
+    run.mkdir()
+    stages = [{**stage_entry(1, 2, "done", 0, 3), "end": PROMOTED},
+              {**stage_entry(2, 3, "done", 3, 7), "end": STOPPED, "guard_events": [EVENT]}]
+    (run / "run.json").write_text(json.dumps({"status": "done", "baseline": {}, "stages": stages}))
+    write_jsonl(run / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3)]
+                + [step_row(2, 3, k, 3 + k, **{"completions/distinct_share": 0.5}) for k in (1, 2, 3, 4)])
+    return run
+
+
+def test_events_sit_at_their_global_steps(adaptive_run):
+    manifest = json.loads((adaptive_run / "run.json").read_text())
+    assert ra.promotion_points(manifest) == [ra.Event(3, "2ppl promoted: 0.850 (n=100) >= 0.8", "promotion")]
+    assert ra.guard_events(manifest) == [ra.Event(7, "length_drop 0.62 (stop)", "guard")]
+
+
+def test_run_report_tables_why_each_stage_ended_and_the_guard_events(adaptive_run):
+    markdown = (write_report(adaptive_run) / "report.md").read_text()
+    # why, when (of the budget), the deciding accuracy with its sample size, the threshold, the kept step
+    assert "| 2ppl | threshold | 3/4 | 0.850 (n=100) | 0.8 | - |" in markdown
+    assert "| 3ppl | guard (length_drop) | 4/4 | 0.100 (n=100) | - | 2 |" in markdown
+    assert "| 3ppl | 4 | 7 | length_drop | 0.62 | 0.5 | 2 | stop |" in markdown
+    # the new per-step metric gets its own collapse panel
+    assert "no numeric `completions/distinct_share`" not in markdown
+
+
+def test_a_run_without_adaptive_stages_has_no_such_sections(adaptive_run):
+    manifest = json.loads((adaptive_run / "run.json").read_text())
+    for stage in manifest["stages"]:
+        stage.pop("end"), stage.pop("guard_events", None)
+    (adaptive_run / "run.json").write_text(json.dumps(manifest))
+    markdown = (write_report(adaptive_run) / "report.md").read_text()
+    assert "How each stage ended" not in markdown and "Collapse guard events" not in markdown
+
+
+def test_sweep_report_overlays_each_jobs_accuracy_and_length(tmp_path):
+    sweep = tmp_path / "multirun" / "s"
+    ladder = {"status": "done", "baseline": {"2ppl": {"accuracy": 0.0}},
+              "stages": [{**stage_entry(1, 2, "done", 0, 2), "final_metrics": {"2ppl": {"accuracy": 0.5}}},
+                         {**stage_entry(2, 3, "done", 2, 4), "final_metrics": {"2ppl": {"accuracy": 0.75}}}]}
+    mixed = {"status": "done", "baseline": {"2ppl": {"accuracy": 0.0}},
+             "stages": [{**stage_entry(1, 2, "done", 0, 4), "final_metrics": {"2ppl": {"accuracy": 0.25}}}]}
+    for num, (name, manifest) in enumerate([("kk_ladder", ladder), ("kk_mixed", mixed)]):
+        job = make_job(sweep, num, [f"+curriculum={name}", "experiment=smoke"], manifest=manifest)
+        write_jsonl(job / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3, 4)])
+    curves = [ra.accuracy_curve(m, n) for n, m in (("kk_ladder", ladder), ("kk_mixed", mixed))]
+    # different stage counts, one axis: the global step where each validation happened
+    assert [(c.x, c.y) for c in curves] == [([0, 2, 4], [0.0, 0.5, 0.75]), ([0, 4], [0.0, 0.25])]
+    out = write_report(sweep)
+    assert (out / "sweep_curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert "](sweep_curves.png)" in (out / "report.md").read_text()
