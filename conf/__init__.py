@@ -1,5 +1,6 @@
 """The Hydra config root (also importable, so tests and other apps compose the same files)."""
 
+import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -7,6 +8,29 @@ from omegaconf import OmegaConf
 CONF_DIR = Path(__file__).resolve().parent
 
 
+def run_dir(resume: str | None, fresh: str) -> str:
+    """`resume` when set (it must be a run directory), else `fresh`.
+
+    Checked here, while Hydra resolves its run directory: once the resolver returns, Hydra creates
+    the folder and writes into it, and a mistyped path would start a fresh ladder there.
+    """
+    if not resume:
+        return fresh
+    if not (Path(resume) / "run.json").is_file():
+        state = "is not a run directory" if Path(resume).is_dir() else "does not exist"
+        raise ValueError(f"resume={resume}: {state}; a run directory holds run.json (with config.yaml, "
+                         "metrics.jsonl and stages/). Give the folder of the run to continue, or drop resume= "
+                         "to start a new run.")
+    return resume
+
+
+def hydra_subdir(resume: str | None) -> str:
+    """Where Hydra records this invocation: `.hydra` for a new run; a resume gets a folder of its own,
+    so the run's original overrides (what a sweep report reads) are never overwritten."""
+    return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}" if resume else ".hydra"
+
+
 def register_resolvers() -> None:
-    """Resolvers the configs use: `kk_run_dir` picks `resume` when set, else a fresh run directory."""
-    OmegaConf.register_new_resolver("kk_run_dir", lambda resume, fresh: resume or fresh, replace=True)
+    """Resolvers the configs use: `kk_run_dir` (the run directory) and `kk_hydra_subdir` (Hydra's record)."""
+    OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
+    OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)

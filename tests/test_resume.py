@@ -10,10 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from conf import run_dir as run_dir_of
+from eval.report_series import load_job
 from tests.conftest import ROOT, run_cli
+from tests.test_runlock import hold_lock
 from train.checkpoints import fingerprint
 from train.manifest import read_jsonl
 
@@ -59,18 +63,72 @@ def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
     assert sorted(validation) == sorted(set(validation)) and len(validation) == 6 * 2
 
 
-def test_second_run_on_a_live_run_directory_is_refused(tmp_path, cache_dir):
+ONE_STAGE = [*SMOKE, "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"]
+
+
+def test_second_run_on_a_live_run_directory_is_refused_and_writes_nothing_there(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    first = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    overrides = (run_dir / ".hydra" / "overrides.yaml").read_bytes()
+    holder = hold_lock(run_dir)  # the run is live again (a resume in progress)
     try:
-        (run_dir / "run.lock").write_text(str(holder.pid))
-        refused = run_cli("train", *SMOKE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
+        refused = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
         assert refused.returncode != 0
-        assert "already running" in refused.stderr
+        assert f"already running (pid {holder.pid} holds" in refused.stderr
     finally:
         holder.kill()
         holder.wait()
-    # the holder is dead now: its lock is stale and is taken over
-    taken = run_cli("train", *SMOKE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}", "limits.max_steps=1")
+    assert not (run_dir / "error.txt").exists(), "the live run is not marked failed"
+    assert (run_dir / ".hydra" / "overrides.yaml").read_bytes() == overrides, "its overrides are its own"
+    # the holder is dead: the kernel released its lock, and a resume goes through
+    taken = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
     assert taken.returncode == 0, taken.stderr[-3000:]
+
+
+# A run that fails after run.json is written (its baseline validation raises), as a sweep job can.
+FAIL_IN_VALIDATION = """
+import train.runner
+
+def broken_validation(*args, **kwargs):
+    raise RuntimeError("the validation backend crashed")
+
+train.runner.validate = broken_validation
+from train.__main__ import main
+main()
+"""
+
+
+def test_a_failed_run_resumed_to_the_end_is_reported_done_without_resume_as_a_parameter(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    common = [*ONE_STAGE, f"paths.cache_dir={cache_dir}"]
+    failed = subprocess.run([sys.executable, "-c", FAIL_IN_VALIDATION, *common, f"hydra.run.dir={run_dir}"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert failed.returncode != 0 and "validation backend crashed" in (run_dir / "error.txt").read_text()
+    resumed = run_cli("train", *common, f"resume={run_dir}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    job = load_job(run_dir)
+    assert (job.status, job.error) == ("done", None), "the stale error.txt no longer marks it failed"
+    assert "resume" not in job.overrides, "the original overrides are kept; the resume records its own"
+    assert any("resume=" in line for line in _resume_overrides(run_dir))
+
+
+def _resume_overrides(run_dir: Path) -> list[str]:
+    return [line for path in (run_dir / ".hydra").glob("resume-*/overrides.yaml") for line in path.read_text().split()]
+
+
+def test_resume_of_a_path_that_is_no_run_directory_is_refused_before_anything_is_created(tmp_path, cache_dir):
+    missing = tmp_path / "no-such-run"
+    refused = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={missing}")
+    assert refused.returncode != 0
+    assert f"resume={missing}: does not exist; a run directory holds run.json" in refused.stderr
+    assert not missing.exists(), "no fresh ladder started at a mistyped path"
+
+
+def test_resume_accepts_only_a_run_directory(tmp_path):
+    assert run_dir_of(None, "fresh") == "fresh", "no resume: a new directory"
+    (tmp_path / "run.json").write_text("{}")
+    assert run_dir_of(str(tmp_path), "fresh") == str(tmp_path), "a run directory is continued"
+    (tmp_path / "stages").mkdir()
+    with pytest.raises(ValueError, match=r"resume=.*stages: is not a run directory; a run directory holds run.json"):
+        run_dir_of(str(tmp_path / "stages"), "fresh")

@@ -2,7 +2,8 @@
 
 Thin on purpose: compose the config, find the run directory, hand over to `run_curriculum`.
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
-its error in `error.txt` of its own directory, returns NaN, and the sweep goes on.
+its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
+by the run lock writes nothing: the directory belongs to the live run.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
+from omegaconf.errors import InterpolationResolutionError
 
 from conf import register_resolvers
 from curriculum.plan import ConfigError
+from train.runlock import RunLockedError
 from train.runner import run_curriculum
 
 log = logging.getLogger("train")
@@ -28,7 +31,9 @@ def main(cfg: DictConfig) -> float:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     try:
-        return run_curriculum(cfg, run_dir)
+        value = run_curriculum(cfg, run_dir)
+    except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
+        raise SystemExit(str(err)) from None
     except Exception as err:
         (run_dir / "error.txt").write_text(traceback.format_exc())
         if not multirun:
@@ -37,7 +42,13 @@ def main(cfg: DictConfig) -> float:
             raise
         log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / "error.txt")
         return float("nan")  # a sweeper records the trial as failed and goes on
+    (run_dir / "error.txt").unlink(missing_ok=True)  # a failed job, resumed to the end, is no longer failed
+    return value
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except InterpolationResolutionError as err:  # a resolver refused a value (resume=): its message says it all
+        message = str(err).splitlines()[0].partition("while resolving interpolation: ")[2]
+        raise SystemExit(f"config error: {message or err}") from None

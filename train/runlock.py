@@ -1,7 +1,9 @@
-"""One process per run directory: `run.lock` holds the owner's pid.
+"""One process per run directory: a kernel lock (flock) on `run.lock`, held for the life of the run.
 
-A lock whose pid is alive refuses a second run (two writers would interleave metrics and fight
-over checkpoints); a lock left by a dead process (a kill, a crash) is taken over.
+Two writers would interleave metrics and fight over checkpoints. The kernel grants the lock to one
+process only, even when two start in the same instant, and releases it when its holder exits or is
+killed, so a crashed run never leaves a lock to clean up by hand. `run.owner` names the holder's pid
+for the refusal message only; the lock itself is the kernel's.
 """
 
 from __future__ import annotations
@@ -9,47 +11,37 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 
 class RunLockedError(RuntimeError):
     """Another live process is running in this run directory."""
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
-
-
 class RunLock:
-    """Context manager: hold `<run_dir>/run.lock` for the life of the run."""
+    """Context manager: hold `<run_dir>/run.lock` for the life of the run; refuse at once if it is held."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / "run.lock"
+        self.owner = Path(run_dir) / "run.owner"
+        self._lock = FileLock(self.path, timeout=0)
 
     def __enter__(self) -> RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        while True:
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                self._take_over_if_stale()
-                continue
-            with os.fdopen(fd, "w") as fh:
-                fh.write(str(os.getpid()))
-            return self
-
-    def _take_over_if_stale(self) -> None:
         try:
-            owner = int(self.path.read_text().strip() or 0)
-        except (OSError, ValueError):
-            owner = 0
-        if owner and owner != os.getpid() and _alive(owner):
-            raise RunLockedError(f"{self.path.parent}: already running (pid {owner} holds {self.path})")
-        self.path.unlink(missing_ok=True)  # stale: its process is gone
+            self._lock.acquire()
+        except Timeout:
+            raise RunLockedError(f"{self.path.parent}: already running ({self._holder()} holds {self.path}); "
+                                 "wait for it to finish, or stop it, before resuming") from None
+        self.owner.write_text(str(os.getpid()))
+        return self
+
+    def _holder(self) -> str:
+        try:
+            return f"pid {int(self.owner.read_text())}"
+        except (OSError, ValueError):  # the holder has not written its pid yet
+            return "another process"
 
     def __exit__(self, *exc) -> None:
-        self.path.unlink(missing_ok=True)
+        self.owner.unlink(missing_ok=True)
+        self._lock.release()
