@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from transformers import TrainerControl, TrainerState
+from trl.trainer.utils import is_async_callable
 
 from curriculum.adaptive import Guard
 from train.guard import DISTINCT_KEY, CollapseGuard, CollapseWatch, distinct_share, with_distinct_share
@@ -43,6 +46,18 @@ def test_only_the_first_reward_function_logs_the_share():
         func(completions=["a", "a"], log_metric=lambda name, value: logged.append((name, value)))
     assert [f.__name__ for f in funcs] == ["first", "second"]
     assert logged == [(DISTINCT_KEY, 0.5)]
+
+
+def test_an_async_first_reward_stays_awaitable():
+    logged = []
+
+    async def first(completions, **kwargs):
+        return [0.5] * len(completions)
+
+    (wrapped,) = with_distinct_share([first], group_size=2)
+    assert is_async_callable(wrapped), "TRL must still await it with the other async rewards"
+    rewards = asyncio.run(wrapped(completions=["a", "b"], log_metric=lambda name, value: logged.append(value)))
+    assert rewards == [0.5, 0.5] and logged == [1.0]
 
 
 def _events(guard: Guard, stream: list[dict]) -> list[tuple[int, str]]:

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from transformers import TrainerCallback
+from trl.trainer.utils import is_async_callable
 
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from eval.grader import completion_text
@@ -58,14 +59,28 @@ class DistinctShare:
         self.__name__ = func.__name__
 
     def __call__(self, *, completions, log_metric=None, **kwargs):
+        self._log(completions, log_metric)
+        return self.func(completions=completions, log_metric=log_metric, **kwargs)
+
+    def _log(self, completions, log_metric) -> None:
         if log_metric is not None:
             log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
-        return self.func(completions=completions, log_metric=log_metric, **kwargs)
+
+
+class AsyncDistinctShare(DistinctShare):
+    """The same around an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
+
+    async def __call__(self, *, completions, log_metric=None, **kwargs):
+        self._log(completions, log_metric)
+        return await self.func(completions=completions, log_metric=log_metric, **kwargs)
 
 
 def with_distinct_share(funcs: Sequence[Callable], group_size: int) -> list[Callable]:
     """The reward functions with the first one logging the distinct share (once per batch, not per function)."""
-    return [DistinctShare(funcs[0], group_size), *funcs[1:]] if funcs else []
+    if not funcs:
+        return []
+    wrapper = AsyncDistinctShare if is_async_callable(funcs[0]) else DistinctShare
+    return [wrapper(funcs[0], group_size), *funcs[1:]]
 
 
 class CollapseWatch:
