@@ -16,13 +16,15 @@ from train.manifest import JsonlWriter, read_jsonl
 from train.runner import run_curriculum
 from train.tracking import MetricsCallback, NonFiniteLossError, NullTracker
 
+KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
+        "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]
+
 
 @pytest.fixture(scope="module")
 def kept_run(tmp_path_factory, cache_dir):
     """A two-stage smoke run that keeps its trainer checkpoints (for the checkpoint drills)."""
     run_dir = tmp_path_factory.mktemp("kept")
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
-                      "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
+    cfg = compose_cfg(cache_dir, *KEPT)
     run_curriculum(cfg, run_dir)
     return run_dir, cfg
 
@@ -159,3 +161,55 @@ def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_p
     with pytest.raises(ConfigError, match=r"^model.context_length: .* exceeds the context of 200"):
         run_curriculum(cfg, run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
+
+
+def _copy_without_manifest(source, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    (run_dir / "run.json").unlink()
+    return run_dir
+
+
+def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, cache_dir):
+    source, cfg = kept_run
+    run_dir = _copy_without_manifest(source, tmp_path)
+    marker = (run_dir / "stages" / "1-a" / "final" / "stage.json").read_bytes()
+    other = compose_cfg(cache_dir, *KEPT, "grpo.learning_rate=0.5")
+    with pytest.raises(RuntimeError, match=r"1-a/final: trained as stage 'a' with config \w+, not as stage 'a' of "
+                                           r"this run \(config \w+\), so it is not adopted"):
+        run_curriculum(other, run_dir)
+    assert (run_dir / "stages" / "1-a" / "final" / "stage.json").read_bytes() == marker, "the old final is untouched"
+
+
+def test_a_final_of_this_config_is_adopted_without_training_again(kept_run, tmp_path):
+    source, cfg = kept_run
+    run_dir = _copy_without_manifest(source, tmp_path)
+    metrics = (run_dir / "metrics.jsonl").read_bytes()
+    run_curriculum(cfg, run_dir)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert [(s["status"], s["steps_done"]) for s in manifest["stages"]] == [("done", 2), ("done", 2)]
+    assert (run_dir / "metrics.jsonl").read_bytes() == metrics, "no step trained twice"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("", r"run.json: empty\."),  # a zero-byte copy
+    ('{"run_dir": "x", "config_hash": "ab', r"run.json: truncated or damaged \(Unterminated string.*line 1\)"),  # torn
+    ("[1, 2]", r"run.json: not a run manifest"),  # valid JSON, wrong file
+])
+def test_a_damaged_manifest_is_named_with_what_to_do(kept_run, tmp_path, damage, message):
+    source, cfg = kept_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    (run_dir / "run.json").write_text(damage)
+    with pytest.raises(RuntimeError, match=message + r".*(restore it|start a new run)"):
+        run_curriculum(cfg, run_dir)
+    assert final_info(run_dir / "stages" / "1-a" / "final") is not None, "the finals are kept"
+
+
+def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_path, cache_dir):
+    source, _ = kept_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(source, run_dir)
+    other = compose_cfg(cache_dir, *KEPT, "grpo.learning_rate=0.5", "seed=7", "cpu_threads=2")  # threads: free
+    with pytest.raises(RuntimeError, match=r"differs .* in grpo.learning_rate, seed; resume with the values"):
+        run_curriculum(other, run_dir)

@@ -52,6 +52,21 @@ def final_info(final_dir: Path) -> dict | None:
     return info if _has_weights(final_dir) else None
 
 
+def check_adoptable(final_dir: Path, info: dict, *, stage_name: str, config_hash: str) -> None:
+    """Refuse a complete final that this run did not train (another stage, another config).
+
+    A final found before its stage trained is adopted (a kill after publishing, before run.json
+    knew); but with run.json lost, a run with another config would adopt the old run's weights.
+    """
+    found = (info.get("stage"), info.get("config_hash"))
+    if found != (stage_name, config_hash):
+        raise RuntimeError(
+            f"{final_dir}: trained as stage {found[0]!r} with config {found[1]}, not as stage {stage_name!r} of "
+            f"this run (config {config_hash}), so it is not adopted; move it away to train the stage here, or "
+            "resume with the config it was trained with"
+        )
+
+
 def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
     """Mark `tmp_dir` complete and move it to `final_dir` in one rename."""
     (tmp_dir / FINAL_MARKER).write_text(json.dumps(info, indent=2))

@@ -58,11 +58,13 @@ class Manifest:
         path = run_dir / "run.json"
         digest = config_hash(cfg)
         if path.exists():
-            data = json.loads(path.read_text())
+            data = _read_manifest(path)
             if data["config_hash"] != digest:
+                changed = changed_keys(run_dir / "config.yaml", cfg)
                 raise RuntimeError(
                     f"resume={run_dir}: the config differs from the one this run was started with "
-                    f"(hash {data['config_hash']} vs {digest}); compare with {run_dir / 'config.yaml'}"
+                    f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
+                    f"resume with the values in {run_dir / 'config.yaml'}, or start a new run"
                 )
             return cls(path, data)
         data = {
@@ -97,6 +99,43 @@ class Manifest:
     def global_step_before(self, index: int) -> int:
         """Global steps completed by the stages before `index` (where this stage's steps start)."""
         return sum(s["steps_done"] for s in self.data["stages"][: index - 1])
+
+
+def _read_manifest(path: Path) -> dict:
+    """run.json, or an error naming it: it is replaced atomically, so damage came from outside the run."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        state = "empty" if not path.read_text().strip() else f"truncated or damaged ({err.msg}, line {err.lineno})"
+        raise RuntimeError(
+            f"{path}: {state}. The run writes it atomically, so a copy, an edit or a full disk did this; "
+            f"restore it from a backup to resume (the finals under {path.parent / 'stages'} are intact), "
+            "or start a new run"
+        ) from None
+    if not isinstance(data, dict) or "config_hash" not in data:
+        raise RuntimeError(f"{path}: not a run manifest (no config_hash); restore it, or start a new run")
+    return data
+
+
+def changed_keys(config_file: Path, cfg: DictConfig) -> list[str]:
+    """Dotted keys whose value differs between a run's `config.yaml` and `cfg` (RESUME_FREE_KEYS left out)."""
+    if not config_file.exists():
+        return []
+    old = _flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
+    new = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    free = tuple(RESUME_FREE_KEYS)
+    return sorted(k for k in old.keys() | new.keys()
+                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in free))
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and empty mappings are leaves."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
 
 
 def _stage_entry(stage: Stage) -> dict:

@@ -19,7 +19,7 @@ from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from curriculum.sft import to_sft_rows
 from eval.validation import validate
-from train.checkpoints import final_info
+from train.checkpoints import check_adoptable, final_info
 from train.config_check import check_config, check_prompt_lengths
 from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter, Manifest
@@ -146,7 +146,9 @@ def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> N
     final = Path("stages") / stage.dirname / "final"  # relative: a run directory may be moved
     start = ctx.step_offset
     info = final_info(ctx.run_dir / final)
-    if info is None:
+    if info is not None:
+        check_adoptable(ctx.run_dir / final, info, stage_name=stage.name, config_hash=manifest.data["config_hash"])
+    else:
         manifest.update_stage(stage.index, status="running", policy_init=ctx.init_model, global_step_start=start)
         began = time.time()
         info = (run_sft_stage if stage.kind == "sft" else run_grpo_stage)(stage, ctx, rows)

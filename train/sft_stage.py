@@ -9,6 +9,7 @@ from trl import SFTConfig, SFTTrainer
 
 from curriculum.plan import Stage
 from train.checkpoints import fingerprint
+from train.manifest import config_hash
 from train.models import device_settings
 from train.stage import StageContext, publish_stage, resume_and_train
 from train.tracking import MetricsCallback
@@ -37,7 +38,8 @@ def run_sft_stage(stage: Stage, ctx: StageContext, rows) -> dict:
                          callbacks=[metrics, *ctx.callbacks])
     start = fingerprint(trainer.model)
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
-    info = {"stage": stage.name, "steps_done": trainer.state.global_step, "init": ctx.init_model,
+    info = {"stage": stage.name, "config_hash": config_hash(ctx.cfg), "steps_done": trainer.state.global_step,
+            "init": ctx.init_model,
             "policy_fingerprint": start, "reference_fingerprint": None}
     publish_stage(trainer.model, tokenizer, stage_dir, info,
                   keep_trainer_checkpoints=ctx.cfg.keep_trainer_checkpoints)

@@ -21,7 +21,7 @@ from trl import GRPOConfig, GRPOTrainer
 from curriculum.plan import Stage
 from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
 from train.guard import with_distinct_share
-from train.manifest import JsonlWriter
+from train.manifest import JsonlWriter, config_hash
 from train.models import device_settings, lora_config, merge_lora_and_save
 from train.rewards import build_reward_funcs
 from train.tracking import MetricsCallback
@@ -98,7 +98,8 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     reference = fingerprint(trainer.ref_model) if getattr(trainer, "ref_model", None) is not None else None
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
     info = {
-        "stage": stage.name, "steps_done": trainer.state.global_step, "init": ctx.init_model,
+        "stage": stage.name, "config_hash": config_hash(cfg), "steps_done": trainer.state.global_step,
+        "init": ctx.init_model,
         "policy_fingerprint": start, "reference_fingerprint": reference,
     }
     publish_stage(trainer.model, tokenizer, stage_dir, info, keep_trainer_checkpoints=cfg.keep_trainer_checkpoints)
