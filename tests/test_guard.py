@@ -48,6 +48,18 @@ def test_only_the_first_reward_function_logs_the_share():
     assert logged == [(DISTINCT_KEY, 0.5)]
 
 
+def test_a_batch_of_split_groups_logs_nothing_and_still_scores(caplog):
+    logged = []
+
+    def score(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    (wrapped,) = with_distinct_share([score], group_size=4)
+    for _ in range(2):
+        assert wrapped(completions=["a"] * 6, log_metric=lambda name, value: logged.append(value)) == [1.0] * 6
+    assert logged == [] and caplog.text.count("not whole groups of 4") == 1
+
+
 def test_an_async_first_reward_stays_awaitable():
     logged = []
 

@@ -57,14 +57,23 @@ class DistinctShare:
     def __init__(self, func: Callable, group_size: int):
         self.func, self.group_size = func, group_size
         self.__name__ = func.__name__
+        self.warned = False
 
     def __call__(self, *, completions, log_metric=None, **kwargs):
         self._log(completions, log_metric)
         return self.func(completions=completions, log_metric=log_metric, **kwargs)
 
     def _log(self, completions, log_metric) -> None:
-        if log_metric is not None:
-            log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
+        if log_metric is None:
+            return
+        if len(completions) % self.group_size:
+            # Groups split across processes (multi-GPU): a metric must never stop training; say so once.
+            if not self.warned:
+                log.warning("distinct share not logged: %d completions are not whole groups of %d",
+                            len(completions), self.group_size)
+                self.warned = True
+            return
+        log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
 
 
 class AsyncDistinctShare(DistinctShare):
