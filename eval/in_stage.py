@@ -6,6 +6,7 @@ Light on purpose: the stage's own subsets only, greedy, no saved samples; rows g
 
 from __future__ import annotations
 
+import torch
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
@@ -36,9 +37,12 @@ class InStageValidation(TrainerCallback):
     def validate(self, model, tokenizer, step: int) -> list[dict]:
         """Validate the live model on every pool now; rows written, logged and returned."""
         model.eval()
+        # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
+        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
         try:
-            rows = [self._subset_row(model, tokenizer, ppl, records, step)
-                    for ppl, records in sorted(self.pools.items())]
+            with torch.random.fork_rng(devices=cuda):
+                rows = [self._subset_row(model, tokenizer, ppl, records, step)
+                        for ppl, records in sorted(self.pools.items())]
         finally:
             model.train()
         self.writer.write(rows)
