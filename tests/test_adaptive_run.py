@@ -87,3 +87,34 @@ def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_pat
     step_rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
     assert [r["global_step"] for r in step_rows] == [1, 2, 3, 4]
     assert all(0.0 < r[DISTINCT_KEY] <= 1.0 for r in step_rows), "TRL logs the distinct share every step"
+
+
+class KillBeforePublish(TrainerCallback):
+    """Raises once as training ends, after the stop's checkpoint is saved and before the final is published."""
+
+    def __init__(self):
+        self.killed = False
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not self.killed:
+            self.killed = True
+            raise RuntimeError("killed before the final was published")
+
+
+def test_a_kill_between_promotion_and_publishing_resumes_to_the_same_end(tmp_path, cache_dir):
+    # no periodic checkpoints: the only one is what the stop saved
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4",
+                      "grpo.save_steps=100",
+                      "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}}]")
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="killed before"):
+        run_curriculum(cfg, run_dir, callbacks=(KillBeforePublish(),))
+    stage = _manifest(run_dir)["stages"][0]
+    assert (stage["status"], stage["end"]["reason"], stage["end"]["stage_step"]) == ("failed", "threshold", 2)
+    assert (run_dir / "stages" / "1-a" / "trainer" / "checkpoint-2").is_dir()
+
+    run_curriculum(cfg, run_dir)
+    stage = _manifest(run_dir)["stages"][0]
+    assert (stage["status"], stage["steps_done"], stage["end"]["reason"]) == ("done", 2, "threshold")
+    steps = [r["stage_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
+    assert steps == [1, 2], "the resume publishes the stop's checkpoint instead of training on"

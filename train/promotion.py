@@ -8,8 +8,9 @@ put back before the stage's final is published, so a collapse is not handed to t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import DictConfig
 from transformers import TrainerCallback
@@ -80,19 +81,33 @@ class SkillCheck(InStageValidation):
 
 
 class StageEnd(TrainerCallback):
-    """Collects why a stage ended, from the skill check and the guard; restores the best weights after a stop."""
+    """Collects why a stage ended, from the skill check and the guard; restores the best weights after a stop.
 
-    def __init__(self, skill: SkillCheck | None, guard: CollapseGuard | None, threshold: float | None):
-        self.skill, self.guard, self.threshold = skill, guard, threshold
-        self.trained = False
+    An early stop saves that step's checkpoint (holding the weights the stage ends on) and writes
+    the stage's `end` to run.json at once: a kill before the final is published then resumes to the
+    same end (`resume_budget`) instead of training on.
+    """
+
+    def __init__(self, skill: SkillCheck | None, guard: CollapseGuard | None, threshold: float | None,
+                 record_stop: Callable[[dict], None]):
+        self.skill, self.guard, self.threshold, self.record_stop = skill, guard, threshold, record_stop
+        self.trained = self.stopped = False
         self.kept: dict | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trained = True
+        if self.skill is not None and self.skill.promoted is not None and not self.stopped:
+            self._stop_here(control, state.global_step)
 
-    def on_train_end(self, args, state, control, model=None, **kwargs):
-        if self.guard is not None and self.guard.stopped is not None and self.skill is not None:
-            self.kept = self.skill.restore_best(model)
+    def on_log(self, args, state, control, model=None, **kwargs):
+        if self.guard is not None and self.guard.stopped is not None and not self.stopped:
+            self.kept = self.skill.restore_best(model) if self.skill is not None else None
+            self._stop_here(control, state.global_step)
+
+    def _stop_here(self, control, step: int) -> None:
+        control.should_save = True
+        self.stopped = True
+        self.record_stop(self.record(step))
 
     def record(self, steps_done: int) -> dict | None:
         """run.json's `end` of the stage; None when this process did not train it (nothing new to say)."""
@@ -129,8 +144,27 @@ def stage_callbacks(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[d
         pools = {ppl: held_out[ppl][: int(cfg.eval.n)] for ppl in stage.ppl_weights}
         skill = SkillCheck(cfg, pools, writers["steps"], tracker, stage=stage, step_offset=step_offset,
                            keep_best=guard is not None and guard.action == "stop")
-    end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None)
+    end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
+                   record_stop=lambda record: manifest.update_stage(stage.index, end=record))
     return [c for c in (skill, guard, end) if c is not None], end
+
+
+def resume_budget(stage: Stage, entry: Mapping) -> Stage:
+    """The stage with its budget cut to an early stop that run.json recorded before a kill (so the resume
+    publishes the checkpoint saved at that stop, or trains up to it), else the stage as planned.
+
+    A stage sent back to `pending` (a damaged final retrained) starts over with its whole budget.
+
+    >>> stage = Stage(1, "a", "grpo", {2: 1.0}, steps=10, pool=8)
+    >>> resume_budget(stage, {"status": "running", "end": {"reason": "threshold", "stage_step": 4}}).steps
+    4
+    >>> resume_budget(stage, {"status": "pending", "end": {"reason": "guard", "stage_step": 4}}).steps
+    10
+    """
+    end = entry.get("end") or {}
+    if entry.get("status") in ("running", "failed", "trained") and end.get("reason") in ("threshold", "guard"):
+        return dataclasses.replace(stage, steps=int(end["stage_step"]))
+    return stage
 
 
 def _event_recorder(manifest, index: int):

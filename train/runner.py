@@ -24,7 +24,7 @@ from train.config_check import check_config, check_prompt_lengths
 from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter, Manifest
 from train.models import resolve_model
-from train.promotion import stage_callbacks
+from train.promotion import resume_budget, stage_callbacks
 from train.runlock import RunLock
 from train.sft_stage import run_sft_stage
 from train.stage import StageContext, run_grpo_stage
@@ -112,11 +112,12 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
         if manifest.stage(stage.index)["status"] != "done":
             try:
                 offset = manifest.global_step_before(stage.index)
-                adaptive, stage_end = stage_callbacks(cfg, stage, held_out, {"steps": step_rows, "metrics": metrics},
+                to_train = resume_budget(stage, manifest.stage(stage.index))  # an early stop a kill interrupted
+                adaptive, stage_end = stage_callbacks(cfg, to_train, held_out, {"steps": step_rows, "metrics": metrics},
                                                       tracker, manifest, offset)
                 extra = [*callbacks, *adaptive]
                 ctx = StageContext(cfg, run_dir, base, previous, offset, metrics, tracker, extra)
-                _train_stage(stage, manifest, ctx, rows[stage.name])
+                _train_stage(to_train, manifest, ctx, rows[stage.name])
                 end = stage_end.record(manifest.stage(stage.index)["steps_done"])
                 if end is not None:  # why it ended: threshold | guard | budget
                     manifest.update_stage(stage.index, end=end)
