@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datasets import Dataset
 from omegaconf import DictConfig
 
+from curriculum.errors import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import render_prompt
 from curriculum.sources import load_records, split_disjoint
@@ -24,10 +25,12 @@ log = logging.getLogger(__name__)
 
 def validation_pool(cfg: DictConfig, ppl: int) -> list[dict]:
     """The held-out puzzles of one subset: `eval.n` records, the same for every run."""
-    data = cfg.data
-    return load_records(
-        data.source, ppl, "test", n=int(cfg.eval.n), seed=int(cfg.eval.seed), path=data.path, hub_id=data.hub_id
-    )
+    data, n = cfg.data, int(cfg.eval.n)
+    records = load_records(data.source, ppl, "test", n=n, seed=int(cfg.eval.seed), path=data.path, hub_id=data.hub_id)
+    if len(records) < n:
+        raise ConfigError(f"eval.n: {n} validation puzzles asked at {ppl}ppl, but data.source={data.source} has "
+                          f"only {len(records)} distinct ones; lower eval.n")
+    return records
 
 
 def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]]) -> tuple[list[dict], int]:
@@ -41,6 +44,10 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
         pool = load_records(data.source, ppl, "train", n=n, seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
         kept, dropped = split_disjoint(pool, guard)
         removed += dropped
+        if not kept:
+            raise ConfigError(f"curriculum.stages[{stage.index - 1}] ({stage.name}): no {ppl}ppl training puzzle "
+                              f"left: all {len(pool)} loaded are among the {len(guard)} held out for validation; "
+                              "lower eval.n, or give more training data")
         if len(kept) < want:
             log.warning("stage %s: only %d distinct %dppl training puzzles (asked %d)",
                         stage.name, len(kept), ppl, want)

@@ -68,6 +68,7 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
     if not isinstance(stages_cfg, ListConfig) or len(stages_cfg) == 0:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
     limits = cfg.get("limits") or {}
+    _check_limits(limits)
     plan = [_build_stage(i, s, cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
     plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1]) for stage in plan]
     names = [s.name for s in plan]
@@ -75,6 +76,13 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
         if names.count(name) > 1:
             raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
     return plan
+
+
+def _check_limits(limits: Mapping) -> None:
+    """Each cap is null (the stage's own value) or a whole number > 0; 0 and -1 are not "no cap"."""
+    for name in ("max_steps", "max_sft_steps", "max_pool"):
+        if limits.get(name) is not None:
+            _positive_int(limits[name], f"limits.{name}")
 
 
 def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Stage:

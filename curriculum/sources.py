@@ -4,17 +4,20 @@ Every source returns plain-Python records with the published fields (see
 :data:`curriculum.kk.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
 str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
 Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
-(jsonl) or the column (parquet).
+(jsonl) or the column (parquet): a record whose `solution` is not the one its statements allow,
+and a file with no records, are refused. Text is normalised to composed Unicode (NFC), so a name
+written decomposed ("Zoe" + combining diaeresis) matches the same name typed composed.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from curriculum.kk import RECORD_FIELDS, StatementError, canonical_key, generate, parse_statements
+from curriculum.kk import RECORD_FIELDS, StatementError, canonical_key, generate, parse_statements, solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
 SPLITS = ("train", "test")
@@ -65,9 +68,11 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
         if not isinstance(record[field], str):
             got = type(record[field]).__name__
             raise RecordError(f"{where}: {kind} {field!r} must be a string, got {got}")
-    record["names"] = _typed_list(record["names"], str, "names", where, kind)
+        record[field] = _nfc(record[field])
+    record["names"] = [_nfc(name) for name in _typed_list(record["names"], str, "names", where, kind)]
     record["solution"] = _typed_list(record["solution"], bool, "solution", where, kind)
-    record["cot_repeat_steps"] = _typed_list(record["cot_repeat_steps"], str, "cot_repeat_steps", where, kind)
+    record["cot_repeat_steps"] = [_nfc(step) for step in
+                                  _typed_list(record["cot_repeat_steps"], str, "cot_repeat_steps", where, kind)]
     if not isinstance(record["knight_knave"], Mapping):
         raise RecordError(f"{where}: {kind} 'knight_knave' must be a mapping of role words")
     record["knight_knave"] = {str(key): str(value) for key, value in record["knight_knave"].items()}
@@ -83,10 +88,30 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
         raise RecordError(f"{where}: {kind} 'statements': {exc}") from exc
     if n_statements != n_names:
         raise RecordError(f"{where}: {kind} 'statements' has {n_statements} but 'names' has {n_names} people")
+    _check_solution(record, where, kind)
     return record
 
 
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def _check_solution(record: dict, where: str, kind: str) -> None:
+    """The statements must allow exactly the recorded solution: a wrong label would be trained on and graded by."""
+    allowed = solve(record["statements"])
+    if allowed != [tuple(record["solution"])]:
+        found = {0: "no assignment", 1: _roles(allowed[0])}.get(len(allowed), f"{len(allowed)} assignments")
+        raise RecordError(f"{where}: {kind} 'solution' is {_roles(record['solution'])}, but the statements "
+                          f"allow {found} (a puzzle has exactly one)")
+
+
+def _roles(assignment) -> str:
+    """(True, False) -> "[knight, knave]"."""
+    return "[" + ", ".join("knight" if role else "knave" for role in assignment) + "]"
+
+
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict]]:
+    found = False
     with path.open(encoding="utf-8") as lines:
         for line_number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -96,7 +121,10 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, dict]]:
                 raw = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise RecordError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
+            found = True
             yield where, normalize_record(raw, where)
+    if not found:
+        raise RecordError(f"{path}: no records (the file is empty); a puzzle file holds one JSON record a line")
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
@@ -107,6 +135,8 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
     if missing:
         raise RecordError(f"{path}: missing column {missing[0]!r} (has {', '.join(columns)})")
     rows = pq.read_table(path, columns=list(RECORD_FIELDS)).to_pylist()
+    if not rows:
+        raise RecordError(f"{path}: no records (the table has no rows)")
     for row_number, raw in enumerate(rows):
         where = f"{path}, row {row_number}"
         yield where, normalize_record(raw, where, kind="column")

@@ -4,11 +4,14 @@ The same config root as `python -m train`, so the pools (eval.seed, eval.subsets
 source), the prompt and the grader are the ones a run uses: the base model, every stage and a model
 from elsewhere are compared on identical puzzles. `model=` takes a config name (`tiny`,
 `qwen3-0.6b`, ...) or a path / hub id; a stage's final inside a run directory takes that run's
-model settings (chat template, context) from its `config.yaml`.
+model settings (chat template, context) from its `config.yaml`. The `eval` and `data` settings
+are checked, and the pools built, before any model loads; a path that does not exist is named as
+such (never looked up on the hub).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -18,12 +21,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR, register_resolvers
 from curriculum.data import validation_pool
+from curriculum.errors import ConfigError
+from eval.config_check import check_data_config, check_eval_config
 from eval.validation import validate
 from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter
 from train.models import resolve_model
 
 register_resolvers()
+
+# `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def split_checkpoint_arg(argv: list[str]) -> list[str]:
@@ -43,6 +51,24 @@ def split_checkpoint_arg(argv: list[str]) -> list[str]:
     return out
 
 
+def checkpoint_source(value: str) -> str:
+    """`value` as a model to load: an existing checkpoint folder, or a hub id; else a clear error.
+
+    >>> checkpoint_source("Qwen/Qwen2.5-0.5B-Instruct")
+    'Qwen/Qwen2.5-0.5B-Instruct'
+    >>> checkpoint_source("runs/x/final")
+    Traceback (most recent call last):
+    curriculum.errors.ConfigError: model=runs/x/final: no such checkpoint folder (and not a hub id, which is org/name)
+    """
+    path = Path(value)
+    if path.is_dir() and not (path / "config.json").exists():
+        raise ConfigError(f"model={value}: a folder without config.json, not a checkpoint; give a checkpoint "
+                          "folder such as <run>/stages/<k>-<name>/final")
+    if path.exists() or HUB_ID.fullmatch(value):
+        return value
+    raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
+
+
 def _run_model_config(checkpoint: Path) -> DictConfig | None:
     """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final)."""
     run_config = checkpoint.resolve().parents[2] / "config.yaml" if len(checkpoint.parts) >= 3 else None
@@ -53,16 +79,20 @@ def _run_model_config(checkpoint: Path) -> DictConfig | None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    try:
+        check_eval_config(cfg.eval)
+        check_data_config(cfg.data)
+        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.get("checkpoint") else None
+        pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
+    except ConfigError as err:  # the message names the key; a traceback would bury it
+        raise SystemExit(f"config error: {err}") from None
     configure_cpu_threads(cfg.cpu_threads)
-    checkpoint = cfg.get("checkpoint")
     if checkpoint:
-        path = Path(checkpoint)
-        cfg.model = _run_model_config(path) or cfg.model
-        model_path = str(path) if path.exists() else checkpoint
+        cfg.model = _run_model_config(Path(checkpoint)) or cfg.model
+        model_path = checkpoint
     else:
         model_path = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
     writer = JsonlWriter(out_dir / "validation.jsonl", key=("stage", "ppl"))
     tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
     rows = validate(cfg, model_path, pools, tag=tag, out_dir=out_dir / "samples", writer=writer)

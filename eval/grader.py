@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 import re
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -164,10 +165,11 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt {fmt!r} is not one of {FORMATS}")
-    names, solution = [str(n) for n in names], [bool(s) for s in solution]
+    # composed Unicode (NFC) on both sides: "Zoë" typed decomposed is the same name
+    names, solution = [unicodedata.normalize("NFC", str(n)) for n in names], [bool(s) for s in solution]
     if not names or len(names) != len(solution):
         raise ValueError(f"need one solution entry per person: {len(names)} names, {len(solution)} entries")
-    text = completion_text(completion)
+    text = unicodedata.normalize("NFC", completion_text(completion))
     checked = "<think>" + text if fmt == "logic_rl" else text
     tags, blocks, answer_in_think, think_ok = _walk_tags(checked)
     reasons = _format_reasons(checked, tags, fmt)

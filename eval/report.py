@@ -356,9 +356,13 @@ def _last_modified(path: Path) -> float:
 
 
 def latest_output(outputs: Path) -> Path | None:
-    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None."""
+    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None.
+
+    A run counts once it has a run.json: a directory left by a config error (Hydra's files and
+    error.txt only) has nothing to report.
+    """
     candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
-                  for p in (outputs / sub).iterdir() if p.is_dir()]
+                  for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / "run.json").exists())]
     return max(candidates, key=_last_modified, default=None)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ import pytest
 
 from curriculum.kk import RECORD_FIELDS, generate, parse_statements
 from curriculum.sources import RecordError, load_records, published_count, read_records, split_disjoint
+from eval.grader import grade
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 
@@ -81,6 +83,10 @@ def corrupt_line(tmp_path: Path, line: int, change) -> Path:
     return path
 
 
+# each of three people says "I am a knight": every assignment is consistent
+SELF_PRAISE = "(('telling-truth', 0), ('telling-truth', 1), ('telling-truth', 2))"
+
+
 def _without(field):
     return lambda r: json.dumps({k: v for k, v in r.items() if k != field})
 
@@ -95,6 +101,10 @@ def _without(field):
         (2, lambda r: json.dumps({**r, "statements": "(('lying', 7),)"}), "person 7 out of range"),
         (3, lambda r: json.dumps({**r, "index": "3"}), "'index' must be an int"),
         (1, lambda r: json.dumps([r]), "expected a JSON object"),
+        # a label its statements contradict would be trained on and graded by
+        (2, lambda r: json.dumps({**r, "solution": [not x for x in r["solution"]]}), "but the statements allow ["),
+        # statements every assignment satisfies: no single right answer to train on
+        (3, lambda r: json.dumps({**r, "statements": SELF_PRAISE}), "the statements allow 8 assignments"),
     ],
 )
 def test_bad_jsonl_names_the_file_and_line(tmp_path, line, change, message):
@@ -170,3 +180,19 @@ def test_split_disjoint_removes_renamed_and_reordered_copies():
 def test_bad_source_or_split(args, message):
     with pytest.raises(ValueError, match=message):
         load_records(*args)
+
+
+def test_names_written_decomposed_load_composed_and_grade_alike(tmp_path):
+    zoe_nfc, zoe_nfd = unicodedata.normalize("NFC", "Zoë"), unicodedata.normalize("NFD", "Zoë")
+    records = generate(2, 3, seed=0)
+    for record in records:
+        old = record["names"][0]
+        record["names"][0] = zoe_nfd
+        record["quiz"] = record["quiz"].replace(old, zoe_nfd)
+    write_jsonl(tmp_path / "test" / "people2_num3.jsonl", records)
+    loaded = load_records("local", 2, "test", path=tmp_path)
+    assert all(r["names"][0] == zoe_nfc and zoe_nfd not in r["quiz"] for r in loaded)
+    roles = ["knight" if x else "knave" for x in loaded[0]["solution"]]
+    other = loaded[0]["names"][1]
+    answer = f"<think>.</think><answer>{zoe_nfd} is a {roles[0]}. {other} is a {roles[1]}.</answer>"
+    assert grade(answer, loaded[0]["names"], loaded[0]["solution"]).correct, "a decomposed answer names the same Zoë"

@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from trl import GRPOConfig, SFTConfig
 
-from curriculum.plan import KNOWN_PPL, ConfigError, Stage
+from curriculum.plan import ConfigError, Stage
+from eval.config_check import check_data_config, check_eval_config
 from eval.generation import prompt_text
 from eval.grader import FORMATS
-from eval.vllm_backend import vllm_available
 from train.rewards import build_reward_funcs
 
 GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
 SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
-DATA_SOURCES = ("generated", "hub", "local")
 MODEL_SOURCES = ("hub", "tiny", "smollm2")
 
 
@@ -32,9 +30,9 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
             _check_field_names(fields, SFT_FIELDS, key, "SFTConfig")
         else:
             _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
-    _check_eval(cfg.eval)
+    check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
-    _check_data(cfg.data)
+    check_data_config(cfg.data)
     if cfg.on_damaged_checkpoint not in ("error", "retrain"):
         raise ConfigError(f"on_damaged_checkpoint: {cfg.on_damaged_checkpoint!r} is not error or retrain")
     if cfg.prompt.fmt not in FORMATS:
@@ -73,40 +71,10 @@ def _check_grpo(fields: dict, key: str) -> None:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
 
 
-def _check_eval(eval_cfg: DictConfig) -> None:
-    subsets = list(eval_cfg.subsets)
-    if not subsets:
-        raise ConfigError("eval.subsets: must list at least one ppl")
-    for ppl in subsets:
-        if ppl not in KNOWN_PPL:
-            raise ConfigError(f"eval.subsets: unknown ppl {ppl}; puzzles exist for 2..8")
-    if int(eval_cfg.every) < 0:
-        raise ConfigError(f"eval.every: must be >= 0 steps (0 = only after each stage; got {eval_cfg.every})")
-    for name in ("n", "samples", "batch_size", "max_new_tokens"):
-        if int(eval_cfg[name]) <= 0:
-            raise ConfigError(f"eval.{name}: must be > 0 (got {eval_cfg[name]})")
-    if eval_cfg.backend not in ("hf", "vllm"):
-        raise ConfigError(f"eval.backend: {eval_cfg.backend!r} is not hf or vllm")
-    if eval_cfg.backend == "vllm" and not vllm_available():
-        raise ConfigError("eval.backend: vllm needs CUDA and the vllm extra (pip install -e '.[vllm]'); "
-                          "use eval.backend=hf")
-    if float(eval_cfg.temperature) < 0:
-        raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
-    if eval_cfg.temperature == 0 and int(eval_cfg.samples) > 1:
-        raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
-
-
 def _check_objective(name: str, subsets: list[int]) -> None:
     allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
     if name not in allowed:
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")
-
-
-def _check_data(data_cfg: DictConfig) -> None:
-    if data_cfg.source not in DATA_SOURCES:
-        raise ConfigError(f"data.source: {data_cfg.source!r} is not one of {DATA_SOURCES}")
-    if data_cfg.source == "local" and (data_cfg.path is None or not Path(str(data_cfg.path)).is_dir()):
-        raise ConfigError(f"data.path: {data_cfg.path!r} is not a folder (needed by data.source=local)")
 
 
 def check_prompt_lengths(rows_by_name: dict, tokenizer, *, context_length: int, max_new_tokens: int, chat_kwargs=None):

@@ -44,8 +44,8 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
-        base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         held_out = {ppl: validation_pool(cfg, ppl) for ppl in _ppls(cfg, plan)}
+        base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         tokenizer = AutoTokenizer.from_pretrained(base)
         rows, removed = _stage_rows(cfg, plan, held_out, tokenizer)
         check_prompt_lengths(
