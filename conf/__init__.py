@@ -30,7 +30,18 @@ def hydra_subdir(resume: str | None) -> str:
     return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}" if resume else ".hydra"
 
 
+def share(part, whole) -> float:
+    """`part / whole`, rounded: a memory share such as vLLM's `${kk_share:${gpu.vllm_gb},${gpu.memory_gb}}`.
+
+    >>> share(7, 24)
+    0.292
+    """
+    return round(float(part) / float(whole), 3)
+
+
 def register_resolvers() -> None:
-    """Resolvers the configs use: `kk_run_dir` (the run directory) and `kk_hydra_subdir` (Hydra's record)."""
+    """Resolvers the configs use: `kk_run_dir` (the run directory), `kk_hydra_subdir` (Hydra's record)
+    and `kk_share` (a ratio)."""
     OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
     OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)
+    OmegaConf.register_new_resolver("kk_share", share, replace=True)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 
 from curriculum.errors import ConfigError
 from curriculum.plan import Stage
-from curriculum.prompts import render_prompt
+from curriculum.prompts import model_prompt
 from curriculum.sources import load_records, split_disjoint
 
 log = logging.getLogger(__name__)
@@ -56,12 +56,13 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
     return records, removed
 
 
-def to_rows(records: list[dict], prompt_cfg: Mapping, *, chat: bool) -> Dataset:
-    """TRL rows: prompt, names (list), solution (list of bools), ppl, id."""
+def to_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,
+            chat_kwargs: Mapping | None = None) -> Dataset:
+    """TRL rows: prompt (rendered text, see `curriculum.prompts`), names (list), solution (list of bools), ppl, id."""
     return Dataset.from_list(
         [
             {
-                "prompt": render_prompt(r["quiz"], prompt_cfg, chat=chat),
+                "prompt": model_prompt(r["quiz"], prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
                 "names": list(r["names"]),
                 "solution": [bool(x) for x in r["solution"]],
                 "ppl": len(r["names"]),

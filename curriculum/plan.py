@@ -75,6 +75,9 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
+    for name in (limits.get("stage_steps") or {}):
+        if name not in names:
+            raise ConfigError(f"limits.stage_steps.{name}: no stage of that name; stages: {', '.join(names)}")
     return plan
 
 
@@ -107,6 +110,9 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
     if cap:
         steps = min(steps, int(cap))
+    named = (limits.get("stage_steps") or {}).get(name)
+    if named is not None:  # a CPU twin giving one stage more (or fewer) steps than the caps
+        steps = _positive_int(named, f"limits.stage_steps.{name}")
     for own in ("promote", "guard"):
         if stage_cfg.get(own) is not None and kind != "grpo":
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
@@ -174,9 +180,77 @@ def _stage_steps(stage_cfg, key: str, pool: int, cfg: DictConfig, overrides: dic
     return max(1, math.ceil(float(epochs) * pool / prompts_per_step(cfg, overrides)))
 
 
-def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> int:
-    """Distinct prompts one optimizer step consumes (TRL 1.x: the batch counts completions)."""
+def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> float:
+    """Distinct prompts one optimizer step consumes, from `cfg.grpo` and a stage's overrides.
+
+    >>> prompts_per_step(OmegaConf.create({"grpo": {"per_device_train_batch_size": 8,
+    ...                                             "gradient_accumulation_steps": 8, "num_generations": 8}}))
+    8.0
+    """
     grpo = {**OmegaConf.to_container(cfg.get("grpo") or OmegaConf.create({}), resolve=True), **(overrides or {})}
-    batch = int(grpo.get("per_device_train_batch_size", 8)) * int(grpo.get("gradient_accumulation_steps", 1))
-    generation_batch = int(grpo.get("generation_batch_size") or batch)
-    return max(1, generation_batch // int(grpo.get("num_generations", 8)))
+    return grpo_batch(grpo, "grpo").prompts_per_step
+
+
+@dataclass(frozen=True)
+class GrpoBatch:
+    """TRL 1.16's batch arithmetic (one process). The per-device batch counts completions.
+
+    A generation batch of `generation_batch` completions (`prompts_per_generation` prompts x
+    `num_generations`) is generated once and used for `steps_per_generation x num_iterations`
+    micro-batches; an optimizer step takes `gradient_accumulation_steps` micro-batches.
+    """
+
+    generation_batch: int
+    steps_per_generation: int
+    num_iterations: int
+    gradient_accumulation_steps: int
+    num_generations: int
+
+    @property
+    def prompts_per_generation(self) -> int:
+        return self.generation_batch // self.num_generations
+
+    @property
+    def prompts_per_step(self) -> float:
+        """New prompts per optimizer step: a generation's prompts over the steps that consume it."""
+        micro_batches_per_generation = self.steps_per_generation * self.num_iterations
+        return self.prompts_per_generation * self.gradient_accumulation_steps / micro_batches_per_generation
+
+    @property
+    def ratio_is_one(self) -> bool:
+        """Each generation feeds exactly one optimizer step, once: the importance ratio is 1 and never clips."""
+        return self.num_iterations == 1 and self.steps_per_generation == self.gradient_accumulation_steps
+
+
+def grpo_batch(grpo: Mapping, key: str) -> GrpoBatch:
+    """The batch arithmetic of GRPOConfig fields; ConfigError (naming `key`.<field>) when TRL would refuse them.
+
+    >>> b = grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
+    ...                 "num_generations": 8, "num_iterations": 2}, "grpo")
+    >>> b.prompts_per_generation, b.prompts_per_step, b.ratio_is_one
+    (8, 4.0, False)
+    """
+    micro = int(grpo.get("per_device_train_batch_size", 8))
+    accumulation = int(grpo.get("gradient_accumulation_steps", 1))
+    generations = int(grpo.get("num_generations", 8))
+    iterations = int(grpo.get("num_iterations", 1))
+    explicit_batch, explicit_steps = grpo.get("generation_batch_size"), grpo.get("steps_per_generation")
+    for name, value in (("per_device_train_batch_size", micro), ("gradient_accumulation_steps", accumulation),
+                        ("num_iterations", iterations)):
+        if value < 1:
+            raise ConfigError(f"{key}.{name}: must be >= 1 (got {value})")
+    if generations < 2:
+        raise ConfigError(f"{key}.num_generations: must be >= 2 (GRPO normalises within a group)")
+    if explicit_batch is not None and explicit_steps is not None:
+        raise ConfigError(f"{key}.generation_batch_size: give it or steps_per_generation, not both (TRL)")
+    if explicit_batch is not None and int(explicit_batch) % micro:
+        raise ConfigError(f"{key}.generation_batch_size: {explicit_batch} is not a multiple of "
+                          f"per_device_train_batch_size {micro}")
+    steps = int(explicit_steps or (int(explicit_batch) // micro if explicit_batch else accumulation))
+    batch = micro * steps
+    if batch % generations:
+        raise ConfigError(
+            f"{key}.num_generations: {generations} does not divide the generation batch {batch} "
+            "(per_device_train_batch_size x steps_per_generation, which defaults to gradient_accumulation_steps)"
+        )
+    return GrpoBatch(batch, steps, iterations, accumulation, generations)

@@ -1,4 +1,12 @@
-"""Prompt templates (conf/prompt/*.yaml) rendered for chat models or as plain text for base models."""
+"""Prompt templates (conf/prompt/*.yaml), rendered once to the exact text every consumer tokenizes.
+
+GRPO, SFT, validation and the length check must see the same prompt, token for token. TRL 1.16
+renders a conversational prompt with `add_generation_prompt=True` and never continues a final
+assistant message, so a pre-filled `<think>` (prompt=logic_rl) would become a closed turn followed
+by a fresh one. The prompt is therefore rendered here, to text, with the prefill continued; TRL's
+GRPOTrainer and SFTTrainer take that text as a plain-text prompt and tokenize it with
+`tokenizer(text)` - the one tokenisation `prompt_ids` also uses.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,7 @@ from collections.abc import Mapping
 
 
 def render_prompt(quiz: str, prompt_cfg: Mapping, *, chat: bool) -> list[dict[str, str]] | str:
-    """The prompt TRL sees: chat messages (an assistant prefill is continued) or plain text.
+    """The prompt as chat messages (an assistant prefill is the last message) or as plain text.
 
     >>> cfg = {"system": "S", "user": "Q: {quiz}", "prefill": "<think>", "plain": "{system}|{user}|{prefill}"}
     >>> render_prompt("who?", cfg, chat=False)
@@ -21,6 +29,39 @@ def render_prompt(quiz: str, prompt_cfg: Mapping, *, chat: bool) -> list[dict[st
         return prompt_cfg["plain"].replace("{system}", system).replace("{user}", user).replace("{prefill}", prefill)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
     if prefill:
-        # TRL continues a final assistant message (continue_final_message) instead of opening a new turn.
         messages.append({"role": "assistant", "content": prefill})
     return messages
+
+
+def prompt_text(prompt, tokenizer, chat_kwargs: Mapping | None = None) -> str:
+    """The text a model is fed for `prompt`: chat template applied, an assistant prefill continued.
+
+    A tokenizer that adds BOS itself would get it twice from a template that also writes it, so a
+    leading BOS is left to the tokenizer (`prompt_ids` then holds exactly one).
+    """
+    if isinstance(prompt, str):
+        return prompt
+    continue_final = prompt[-1]["role"] == "assistant"
+    text = tokenizer.apply_chat_template(
+        prompt, tokenize=False, add_generation_prompt=not continue_final,
+        continue_final_message=continue_final, **dict(chat_kwargs or {}),
+    )
+    bos = tokenizer.bos_token
+    if bos and text.startswith(bos) and _adds_bos(tokenizer):
+        text = text[len(bos):]
+    return text
+
+
+def _adds_bos(tokenizer) -> bool:
+    ids = tokenizer("x")["input_ids"]
+    return bool(ids) and ids[0] == tokenizer.bos_token_id
+
+
+def prompt_ids(text: str, tokenizer) -> list[int]:
+    """The token ids of a rendered prompt, tokenized as TRL's GRPO and SFT trainers do (`tokenizer(text)`)."""
+    return tokenizer(text)["input_ids"]
+
+
+def model_prompt(quiz: str, prompt_cfg: Mapping, tokenizer, *, chat: bool, chat_kwargs: Mapping | None = None) -> str:
+    """`render_prompt` then `prompt_text`: the one prompt text for a quiz, used by every stage and validation."""
+    return prompt_text(render_prompt(quiz, prompt_cfg, chat=chat), tokenizer, chat_kwargs)

@@ -12,8 +12,7 @@ from collections.abc import Mapping
 
 from datasets import Dataset
 
-from curriculum.prompts import render_prompt
-from eval.generation import prompt_text
+from curriculum.prompts import model_prompt
 
 
 def chain_of_thought(record: Mapping) -> str:
@@ -41,16 +40,13 @@ def reference_response(record: Mapping, fmt: str) -> str:
 
 def to_sft_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,
                 chat_kwargs: Mapping | None = None) -> Dataset:
-    """Prompt-completion rows as plain text: the prompt exactly as GRPO renders it (prefill included).
+    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it (prefill included).
 
-    Rendering the chat template here, rather than handing TRL messages, keeps an assistant prefill
-    (logic_rl's <think>) in the prompt and out of the loss; TRL appends the end-of-turn token.
+    An assistant prefill (logic_rl's <think>) stays in the prompt and out of the loss; TRL appends
+    the end-of-turn token.
     """
-    rows = []
-    for r in records:
-        prompt = render_prompt(r["quiz"], prompt_cfg, chat=chat)
-        rows.append({
-            "prompt": prompt_text(prompt, tokenizer, dict(chat_kwargs or {})),
-            "completion": reference_response(r, prompt_cfg["fmt"]),
-        })
-    return Dataset.from_list(rows)
+    return Dataset.from_list([
+        {"prompt": model_prompt(r["quiz"], prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
+         "completion": reference_response(r, prompt_cfg["fmt"])}
+        for r in records
+    ])

@@ -11,23 +11,14 @@ from dataclasses import dataclass
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from curriculum.prompts import prompt_ids, prompt_text
+
 
 @dataclass(frozen=True)
 class Completion:
     text: str
     tokens: int  # generated tokens, up to and including the end-of-sequence token
     truncated: bool  # hit max_new_tokens without an end-of-sequence token
-
-
-def prompt_text(prompt, tokenizer, chat_kwargs: dict | None = None) -> str:
-    """The exact text TRL would feed the model for this prompt (chat template applied, prefill continued)."""
-    if isinstance(prompt, str):
-        return prompt
-    continue_final = prompt[-1]["role"] == "assistant"
-    return tokenizer.apply_chat_template(
-        prompt, tokenize=False, add_generation_prompt=not continue_final,
-        continue_final_message=continue_final, **(chat_kwargs or {}),
-    )
 
 
 def _eos_ids(model, tokenizer) -> set[int]:
@@ -44,7 +35,7 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
              label: str = "generating") -> list[list[Completion]]:
     """`samples` completions for each prompt, in prompt order."""
     texts = [prompt_text(p, tokenizer, chat_kwargs) for p in prompts]
-    lengths = [len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+    lengths = [len(prompt_ids(t, tokenizer)) for t in texts]
     order = sorted(range(len(texts)), key=lengths.__getitem__)
     results: list[list[Completion]] = [[] for _ in texts]
     eos_ids = _eos_ids(model, tokenizer)
@@ -62,9 +53,13 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
     return results
 
 
+def encode_prompts(texts: list[str], tokenizer) -> dict:
+    """A left-padded batch of prompt texts, each row's tokens exactly `prompt_ids` (what GRPO trained on)."""
+    return tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
+
+
 def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, samples, eos_ids) -> list[Completion]:
-    enc = tokenizer(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-    enc = {k: v.to(model.device) for k, v in enc.items()}
+    enc = {k: v.to(model.device) for k, v in encode_prompts(texts, tokenizer).items()}
     sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
         "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     out = model.generate(

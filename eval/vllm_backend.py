@@ -10,7 +10,8 @@ import importlib.util
 
 import torch
 
-from eval.generation import Completion, prompt_text
+from curriculum.prompts import prompt_text
+from eval.generation import Completion
 
 
 def vllm_available() -> bool:

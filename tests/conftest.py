@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from conf import register_resolvers
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
 
@@ -17,6 +19,8 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+# The resolvers `python -m train` registers, for configs composed in process.
+register_resolvers()
 
 
 @pytest.fixture(scope="session")

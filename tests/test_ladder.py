@@ -26,7 +26,7 @@ def ladder_runs(smoke_ladder, tmp_path_factory, cache_dir):
     runs[True] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
     off_dir = tmp_path_factory.mktemp("ladder-refresh-off")
     objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
-                                           "ref_refresh=false"), off_dir)
+                                           "reference=base"), off_dir)
     runs[False] = (off_dir, json.loads((off_dir / "run.json").read_text()), objective)
     return runs
 
@@ -75,7 +75,7 @@ def test_handoff_with_reference_refresh(ladder_runs):
 
 
 def test_handoff_without_reference_refresh(ladder_runs):
-    """With ref_refresh=false the policy still moves forward but the reference stays the base model."""
+    """With reference=base the policy still moves forward but the reference stays the base model."""
     run_dir, manifest, _ = ladder_runs[False]
     base = _fingerprint_of(manifest["base_model"])
     previous = base

@@ -27,9 +27,9 @@ def test_kk_logicrl_is_one_pass_over_900(make_cfg):
     cfg = make_cfg("+curriculum=kk_logicrl")
     plan = build_plan(cfg)
     assert [s.name for s in plan] == ["3ppl", "4ppl", "5ppl", "6ppl", "7ppl"]
-    # 900 puzzles at 2 prompts per optimizer step (8 x 2 completions / 8 generations) = 450 steps
-    assert prompts_per_step(cfg) == 2
-    assert {s.steps for s in plan} == {450}
+    # 900 puzzles at 8 prompts per optimizer step (8 x 8 completions / 8 generations) = 113 steps
+    assert prompts_per_step(cfg) == 8
+    assert {s.steps for s in plan} == {113}
 
 
 def test_smoke_caps_every_stage(make_cfg):
@@ -57,8 +57,30 @@ BAD_CONFIGS = [
     # an SFT stage takes SFTConfig fields: a GRPO-only field there is a mistake
     (("+curriculum=kk_r1", "+curriculum.stages.0.overrides.num_generations=4"),
      "curriculum.stages[0].overrides.num_generations"),
-    # beta 0: TRL would load no reference model, so there is nothing to refresh
-    (("+curriculum=kk_ladder", "grpo.beta=0"), "grpo.beta"),
+    # a negative KL coefficient rewards drifting away from the reference (0 is allowed, with a warning)
+    (("+curriculum=kk_ladder", "grpo.beta=-0.1"), "grpo.beta"),
+    # a warmup's first optimizer step runs at learning rate 0 (it would not update the policy)
+    (("+curriculum=kk_ladder", "grpo.warmup_steps=0.1"), "grpo.warmup_steps"),
+    (("+curriculum=kk_r1", "+curriculum.stages.0.overrides.warmup_steps=5"),
+     "curriculum.stages[0].overrides.warmup_steps"),
+    # a stage at learning rate 0 never moves
+    (("+curriculum=kk_ladder", "grpo.learning_rate=0"), "grpo.learning_rate"),
+    # zero passes over each generation batch
+    (("+curriculum=kk_ladder", "grpo.num_iterations=0"), "grpo.num_iterations"),
+    # TRL takes generation_batch_size or steps_per_generation, never both
+    (("+curriculum=kk_ladder", "+grpo.generation_batch_size=64", "+grpo.steps_per_generation=8"),
+     "grpo.generation_batch_size"),
+    # the reference is one of three named checkpoints
+    (("+curriculum=kk_ladder", "reference=sft"), "reference"),
+    # with LoRA the reference is the stage's own starting weights (adapters off)
+    (("+curriculum=kk_ladder", "reference=base", "model.lora={r: 4}"), "reference"),
+    # no CUDA here: experiment=single_gpu (device: cuda) is refused before anything loads
+    (("+curriculum=kk_ladder", "device=cuda"), "device"),
+    (("+curriculum=kk_ladder", "experiment=single_gpu"), "device"),
+    # vLLM rollouts need CUDA and the vllm extra
+    (("+curriculum=kk_ladder", "+grpo.use_vllm=true"), "grpo.use_vllm"),
+    # a per-stage budget for a stage that does not exist (a typo would otherwise be ignored)
+    (("+curriculum=kk_ladder", "++limits.stage_steps={7ppl: 3}"), "limits.stage_steps.7ppl"),
     # a GRPOConfig field that does not exist (TRL 1.x removed max_prompt_length)
     (("+curriculum=kk_ladder", "+grpo.max_prompt_length=512"), "grpo.max_prompt_length"),
     # the runner sets max_steps from the stage budget
@@ -78,6 +100,25 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "objective=final_accuracy_9ppl"), "objective"),
     # reward weights are checked too (a typo in a sweep key)
     (("+curriculum=kk_ladder", "+reward.weights.fromat=1"), "reward.weights.fromat"),
+    # a negative answer weight trains wrong answers: refused unless reward.allow_negative_weights
+    (("+curriculum=kk_ladder", "reward.weights.answer=-2"), "reward.weights.answer"),
+    # a user's reward whose module does not exist
+    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: my_missing_module.fn, _partial_: true}"),
+     "reward.custom.mine._target_"),
+    # ... that misses a setting the trainer cannot supply
+    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: train.probe_rewards.low_token_share}"),
+     "reward.custom.mine"),
+    # ... that binds a keyword the function does not take
+    (("+curriculum=kk_ladder",
+      "+reward.custom.mine={_target_: train.probe_rewards.low_token_share, below: 3, bleow: 4}"),
+     "reward.custom.mine"),
+    # ... that would be called at load time instead of by the trainer
+    (("+curriculum=kk_ladder",
+      "+reward.custom.mine={_target_: train.probe_rewards.low_token_share, _partial_: false, below: 3}"),
+     "reward.custom.mine._partial_"),
+    # ... that takes a built-in component's name
+    (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.probe_rewards.low_token_share, below: 3}"),
+     "reward.custom.format"),
 ]
 
 

@@ -78,11 +78,21 @@ def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
 def fingerprint(model: torch.nn.Module) -> str:
     """A short digest of every parameter's exact bytes: equal exactly when the weights are equal.
 
-    Hashing bytes (not sums) keeps it independent of thread counts and reduction order.
+    Hashing bytes (not sums) keeps it independent of thread counts and reduction order. A PEFT
+    model is fingerprinted with its adapters off (the base weights under the plain names), which is
+    what a LoRA stage's reference is, and equals the checkpoint it was loaded from.
     """
     digest = hashlib.sha256()
     with torch.no_grad():
-        for name, param in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+        for name, param in sorted(_adapter_free(model.named_parameters()), key=lambda kv: kv[0]):
             digest.update(name.encode())
             digest.update(param.detach().float().cpu().contiguous().numpy().tobytes())
     return digest.hexdigest()[:16]
+
+
+def _adapter_free(named_parameters):
+    """(name, parameter) without LoRA adapters, PEFT's wrapper names mapped back to the plain model's."""
+    for name, param in named_parameters:
+        if ".lora_" in name:
+            continue
+        yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), param

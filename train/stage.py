@@ -1,9 +1,11 @@
 """One GRPO stage: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final.
 
 TRL builds the reference model from the policy's `config._name_or_path`, so each stage starts from
-the saved directory of the previous one (never an in-memory model): the reference then holds the
-previous stage's weights. With `ref_refresh: false` the policy is loaded here and pointed at the
-base model, so TRL builds the reference from the base instead.
+the saved directory of the previous one (never an in-memory model): with `reference:
+previous_stage` the reference then holds the previous stage's weights. For `rl_start` or `base`
+the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
+With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
+adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from accelerate.utils import is_peft_model
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
@@ -22,7 +25,7 @@ from curriculum.plan import Stage
 from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
 from train.guard import with_distinct_share
 from train.manifest import JsonlWriter, config_hash
-from train.models import device_settings, lora_config, merge_lora_and_save
+from train.models import LORA_LEARNING_RATE, device_settings, lora_config, merge_lora_and_save
 from train.rewards import build_reward_funcs
 from train.tracking import MetricsCallback
 
@@ -35,8 +38,9 @@ class StageContext:
 
     cfg: DictConfig
     run_dir: Path
-    base_model: str  # the base checkpoint (stage 1's policy; the reference when ref_refresh is off)
+    base_model: str  # the base checkpoint (stage 1's policy)
     init_model: str  # the checkpoint this stage starts from
+    reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
     step_offset: int  # global steps done before this stage
     metrics: JsonlWriter
     tracker: object
@@ -46,7 +50,10 @@ class StageContext:
 def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
     """GRPOConfig from `cfg.grpo`, the stage's overrides and the device (bf16/optim on CUDA only)."""
     device = device_settings()
-    fields = {"optim": device["optim"], **OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}
+    fields = {"optim": device["optim"], **OmegaConf.to_container(cfg.grpo, resolve=True)}
+    if cfg.model.get("lora"):  # adapters train at their own, larger rate (TRL's PEFT docs: ~1e-5 for GRPO)
+        fields["learning_rate"] = float(cfg.model.lora.get("learning_rate") or LORA_LEARNING_RATE)
+    fields.update(stage.overrides)
     fields.update(
         output_dir=str(output_dir),
         max_steps=stage.steps,
@@ -55,7 +62,6 @@ def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
         bf16=device["bf16"],
         use_cpu=device["use_cpu"],
         model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
-        chat_template_kwargs=dict(cfg.model.get("chat_template_kwargs") or {}) or None,
         save_strategy="steps",
         remove_unused_columns=False,
     )
@@ -63,11 +69,11 @@ def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
 
 
 def _policy(ctx: StageContext, dtype_name: str):
-    """The policy as TRL should load it: a path (reference = same checkpoint) or a model pointed at the base."""
-    if ctx.cfg.ref_refresh or ctx.init_model == ctx.base_model:
+    """The policy as TRL should load it: a path (reference = same checkpoint) or a model pointed at the reference."""
+    if ctx.reference_model in (None, ctx.init_model):
         return ctx.init_model
     model = AutoModelForCausalLM.from_pretrained(ctx.init_model, dtype=dtype_name)
-    model.config._name_or_path = ctx.base_model  # TRL builds the reference from this path
+    model.config._name_or_path = ctx.reference_model  # TRL builds the reference from this path
     return model
 
 
@@ -95,7 +101,7 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     )
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model)
-    reference = fingerprint(trainer.ref_model) if getattr(trainer, "ref_model", None) is not None else None
+    reference = _reference_fingerprint(trainer)
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
     info = {
         "stage": stage.name, "config_hash": config_hash(cfg), "steps_done": trainer.state.global_step,
@@ -105,9 +111,18 @@ def run_grpo_stage(stage: Stage, ctx: StageContext, train_rows) -> dict:
     publish_stage(trainer.model, tokenizer, stage_dir, info, keep_trainer_checkpoints=cfg.keep_trainer_checkpoints)
     return {
         **info,
-        "reference": ctx.init_model if cfg.ref_refresh else ctx.base_model,
+        "reference": ctx.reference_model,
         "resumed_from": resumed_from,
     }
+
+
+def _reference_fingerprint(trainer) -> str | None:
+    """The weights KL is measured against: TRL's reference model, or (LoRA) the policy with adapters off."""
+    if getattr(trainer, "ref_model", None) is not None:
+        return fingerprint(trainer.ref_model)
+    if trainer.beta != 0 and is_peft_model(trainer.model):
+        return fingerprint(trainer.model)  # a PEFT model's fingerprint is of its adapter-free weights
+    return None
 
 
 def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
