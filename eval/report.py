@@ -181,10 +181,23 @@ def _collapse(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
             notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
         else:
             panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share", events=events))
+    notes += _ratio_clipping_note(run.steps)
     if not panels:
         return notes
     image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
     return [Image(image, "entropy, truncation, zero-variance groups and KL per step"), *notes]
+
+
+def _ratio_clipping_note(steps: list[dict]) -> list:
+    """Say when PPO-style ratio clipping (epsilon, clip-higher's epsilon_high) never acted, and why."""
+    clipped = [r["clip_ratio/region_mean"] for r in steps if isinstance(r.get("clip_ratio/region_mean"), int | float)]
+    if not clipped or any(clipped):
+        return []
+    return [Text("`clip_ratio/region_mean` is 0 at every step: with one optimizer step per generation batch and "
+                 "num_iterations 1 the importance ratio is exactly 1, so epsilon / epsilon_high (clip-higher) never "
+                 "acted. They act only when num_iterations > 1 or steps_per_generation > "
+                 "gradient_accumulation_steps. (The truncation panel's `completions/clipped_ratio` is another "
+                 "thing: completions cut at max_completion_length.)", True)]
 
 
 def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:

@@ -103,3 +103,15 @@ def test_wandb_logs_one_offline_run_per_curriculum_run(tmp_path, cache_dir, monk
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "both stages log into one wandb run"
     assert list(runs[0].glob("*.wandb")), "the offline run holds its log file"
+
+
+def test_kl_is_zero_at_every_stage_start_and_positive_against_the_base(ladder_runs):
+    """reference=previous_stage: each stage's first step measures KL to its own starting weights (0);
+    reference=base: from stage 2 on the policy starts away from the base it is held to."""
+    for refresh, run in ladder_runs.items():
+        rows = [r for r in read_jsonl(run[0] / "metrics.jsonl") if r["kind"] == "step"]
+        first_kl = {r["stage"]: r["kl"] for r in reversed(rows)}
+        if refresh:
+            assert set(first_kl.values()) == {0.0}
+        else:
+            assert first_kl[1] == 0.0 and all(first_kl[k] > 0 for k in range(2, 6))

@@ -134,3 +134,21 @@ def test_good_configs_pass(make_cfg):
     for curriculum in ("kk_ladder", "kk_logicrl", "kk_mixed"):
         cfg = make_cfg(f"+curriculum={curriculum}")
         check_config(cfg, build_plan(cfg))
+
+
+@pytest.mark.parametrize(("overrides", "prompts", "steps"), [
+    # Logic-RL's batch: 8 x 8 completions = 8 prompts of 8 per optimizer step: 900 / 8 -> 113 steps
+    ((), 8, 113),
+    # each generation batch used twice (num_iterations 2): half the new prompts per step, twice the steps
+    (("grpo.num_iterations=2",), 4, 225),
+    # a generation batch of 16 micro-batches feeds two optimizer steps: still 8 new prompts per step
+    (("+grpo.steps_per_generation=16",), 8, 113),
+    # a bigger generation batch given directly (128 completions over 16 micro-batches): the same
+    (("+grpo.generation_batch_size=128",), 8, 113),
+    # fewer completions per optimizer step: 2 prompts
+    (("grpo.gradient_accumulation_steps=2",), 2, 450),
+])
+def test_epochs_become_steps_by_trls_batch_arithmetic(make_cfg, overrides, prompts, steps):
+    cfg = make_cfg("+curriculum=kk_logicrl", *overrides)
+    assert prompts_per_step(cfg) == prompts
+    assert {s.steps for s in build_plan(cfg)} == {steps}

@@ -213,3 +213,12 @@ def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_p
     assert str(sweep / "report") in printed and "report.md" in printed and "report.html" in printed
     with pytest.raises(SystemExit, match="no run or sweep"):
         main(["--outputs", str(tmp_path / "empty")])
+
+
+def test_the_report_says_when_ratio_clipping_never_acted():
+    """One optimizer step per generation batch: the ratio is 1, clip-higher is inert, and the report says so."""
+    from eval.report import _ratio_clipping_note
+
+    assert _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
+    assert not _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])
+    assert not _ratio_clipping_note([{"loss": 1.0}]), "nothing to say when TRL logged no clip ratio"
