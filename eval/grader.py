@@ -10,11 +10,12 @@ Parsing approach, in two layers, each a single linear pass (no regex that can ba
    For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk runs over `"<think>" + completion`
    and a second `<think>` from the model breaks the format.
 2. **Answer text.** `eval.answer_parse.parse_answer` tokenizes each block and binds names to roles
-   with a small state machine (its docstring lists the phrasings and refusals). The final block is
-   the answer; a person whom two blocks give different roles is undecided ("answer blocks
-   disagree"), so several blocks can never be more right than one.
+   with the claims parser shared with validation (`eval.claims`; the docstrings list the phrasings
+   and refusals). The final block is the answer; a person whom two blocks give different roles is
+   undecided ("answer blocks disagree"), so several blocks can never be more right than one.
 
-`correct` is judged on the answer alone (every person decided and equal to the solution); format is
+`correct` is judged on the answer alone (every person decided and equal to the solution, and no one
+outside the puzzle given a role: a reward must never teach a model to invent people); format is
 reported separately in `format_ok`, and `Grade.strict_correct` is Logic-RL's validation criterion
 (both). Rewards decide how to combine them (`train/rewards.py`).
 """
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from eval.answer_parse import parse_answer
 
 FORMATS = ("think_answer", "answer_only", "logic_rl")
+_ROLE = {True: "knight", False: "knave"}
 _TAG = re.compile(r"</?(?:think|answer)>")
 _EXPECTED = {
     "think_answer": ("<think>", "</think>", "<answer>", "</answer>"),
@@ -52,6 +54,7 @@ class Grade:
     assignment: name -> True (knight) / False (knave) / None (missing, hedged or contradictory).
     n_right: people whose parsed role equals the solution.
     reasons: why anything is not right, e.g. "no <answer> block", "Zoey given both roles".
+    invented: people not in the puzzle whom the answer gives a role (lower-case); any makes it wrong.
     """
 
     correct: bool
@@ -62,6 +65,7 @@ class Grade:
     assignment: dict[str, bool | None]
     n_right: int
     reasons: tuple[str, ...]
+    invented: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -140,9 +144,13 @@ def _format_reasons(text: str, tags: list[re.Match], fmt: str) -> list[str]:
     return reasons
 
 
-def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, bool | None], list[str]]:
-    """The final block's assignment, with anyone whom two blocks give different roles undecided."""
+def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, bool | None], list[str],
+                                                                     tuple[str, ...]]:
+    """The final block's assignment (and invented people), with anyone whom two blocks give different
+    roles undecided."""
     parsed = [parse_answer(block, names) for block in blocks]
+    if len(parsed) == 1:  # the common case: nothing to disagree with
+        return parsed[0].assignment, list(parsed[0].reasons), parsed[0].invented
     final = dict(parsed[-1].assignment)
     reasons = list(parsed[-1].reasons)
     for name in names:
@@ -150,7 +158,7 @@ def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, 
         if len(roles) > 1:
             final[name] = None
             reasons.append(f"answer blocks disagree on {name}")
-    return final, reasons
+    return final, reasons, parsed[-1].invented
 
 
 def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: str = "think_answer") -> Grade:
@@ -165,6 +173,8 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt {fmt!r} is not one of {FORMATS}")
+    if names is None or solution is None or isinstance(names, str) or isinstance(solution, str):
+        raise ValueError(f"need names and solution as sequences: got names={names!r}, solution={solution!r}")
     # composed Unicode (NFC) on both sides: "Zoë" typed decomposed is the same name
     names, solution = [unicodedata.normalize("NFC", str(n)) for n in names], [bool(s) for s in solution]
     if not names or len(names) != len(solution):
@@ -176,18 +186,21 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
     own_tags = tags[1:] if fmt == "logic_rl" else tags  # the pre-filled <think> is not the model's
     partial_format = bool(reasons) and any(t.group() in _EXPECTED[fmt] for t in own_tags)
     if blocks:
-        assignment, answer_reasons = _combine_blocks(blocks, names)
+        assignment, answer_reasons, invented = _combine_blocks(blocks, names)
     else:
-        assignment = dict.fromkeys(names)
+        assignment, invented = dict.fromkeys(names), ()
         answer_reasons = ["answer only inside <think>" if answer_in_think else "no <answer> block"]
-    n_right = sum(assignment[n] is s for n, s in zip(names, solution, strict=True))
-    role = {True: "knight", False: "knave"}
-    answer_reasons += [f"{n} named a {role[assignment[n]]}, but is a {role[s]}"
-                       for n, s in zip(names, solution, strict=True) if assignment[n] is (not s)]
+    n_right = 0
+    for name, knight in zip(names, solution, strict=True):
+        said = assignment[name]
+        if said is knight:
+            n_right += 1
+        elif said is not None:
+            answer_reasons.append(f"{name} named a {_ROLE[said]}, but is a {_ROLE[knight]}")
     return Grade(
-        correct=bool(blocks) and n_right == len(names), format_ok=not reasons, partial_format=partial_format,
-        think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
-        reasons=tuple(reasons + answer_reasons),
+        correct=bool(blocks) and n_right == len(names) and not invented, format_ok=not reasons,
+        partial_format=partial_format, think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
+        reasons=tuple(reasons + answer_reasons), invented=invented,
     )
 
 
