@@ -23,6 +23,7 @@ from conf import CONF_DIR, register_resolvers
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
+from eval.console import quiet_libraries
 from eval.validation import validate
 from train.cpu_threads import configure_cpu_threads
 from train.manifest import JsonlWriter
@@ -79,6 +80,7 @@ def _run_model_config(checkpoint: Path) -> DictConfig | None:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    quiet_libraries()
     try:
         check_eval_config(cfg.eval)
         check_data_config(cfg.data)

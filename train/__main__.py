@@ -19,6 +19,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from conf import register_resolvers
 from curriculum.plan import ConfigError
+from eval.console import quiet_libraries
 from train.runlock import RunLockedError
 from train.runner import run_curriculum
 
@@ -28,6 +29,7 @@ register_resolvers()
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
+    quiet_libraries()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
     try:

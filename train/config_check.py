@@ -47,6 +47,8 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
         raise ConfigError(f"prompt.fmt: {cfg.prompt.fmt!r} is not one of {sorted(FORMATS)}")
     if cfg.model.source not in MODEL_SOURCES:
         raise ConfigError(f"model.source: {cfg.model.source!r} is not one of {MODEL_SOURCES}")
+    if cfg.model.get("lora") and importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'")
     _check_reference(cfg, plan)
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))

@@ -14,11 +14,11 @@ from functools import partial
 from pathlib import Path
 
 import torch
+from accelerate.utils import is_peft_model
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 from omegaconf import DictConfig, OmegaConf
-from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from train.model_cache import ModelUnavailableError, cached_build
@@ -145,8 +145,11 @@ def device_settings() -> dict:
     }
 
 
-def lora_config(model_cfg: Mapping) -> LoraConfig | None:
-    """The PEFT LoRA config from `model.lora` ({r, alpha, dropout, target_modules}), or None."""
+def lora_config(model_cfg: Mapping):
+    """The PEFT LoRA config from `model.lora` ({r, alpha, dropout, target_modules}), or None.
+
+    PEFT is an optional extra, imported here where LoRA is used: a plain install trains without it.
+    """
     lora = model_cfg.get("lora")
     if not lora:
         return None
@@ -154,6 +157,10 @@ def lora_config(model_cfg: Mapping) -> LoraConfig | None:
     unknown = sorted(set(lora) - set(LORA_KEYS))
     if unknown:
         raise ValueError(f"model.lora: unknown keys {unknown}; expected {LORA_KEYS}")
+    try:
+        from peft import LoraConfig
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'") from err
     return LoraConfig(
         r=int(lora.get("r", 16)),
         lora_alpha=int(lora.get("alpha", 32)),
@@ -170,7 +177,7 @@ def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
     handoff never depends on PEFT. Merging modifies `model`'s base in place: train no further with it.
     """
     out_dir = Path(out_dir)
-    if isinstance(model, PeftModel):
+    if is_peft_model(model):
         model = model.merge_and_unload()
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

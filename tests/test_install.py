@@ -1,0 +1,51 @@
+"""A plain `pip install -e .` (no peft extra) runs the ladder, and the console shows the run, not library noise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+# A `None` in sys.modules makes `import peft` fail and `importlib.util.find_spec("peft")` return
+# None, exactly as when the package is not installed (transformers, TRL and accelerate all ask so).
+HIDE_PEFT = "import sys\nsys.modules['peft'] = None\n"
+
+# What the libraries used to print on every stage.
+NOISE = ("`gradient_checkpointing` is deprecated", "`is_gradient_checkpointing` is deprecated", "Loading weights",
+         "Writing model shards", "Map:", "Filter:")
+
+
+@pytest.fixture
+def without_peft(tmp_path) -> dict:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HIDE_PEFT)
+    env = {"PYTHONPATH": str(site)}
+    hidden = subprocess.run([sys.executable, "-c", "import peft"], cwd=ROOT, capture_output=True, text=True,
+                            env={"PATH": "", **env})
+    assert "ModuleNotFoundError" in hidden.stderr, "peft is hidden in the subprocesses of this test"
+    return env
+
+
+def test_the_smoke_ladder_runs_without_peft_and_its_console_is_the_run(tmp_path, cache_dir, without_peft):
+    run_dir = tmp_path / "run"
+    done = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", f"paths.cache_dir={cache_dir}",
+                   f"hydra.run.dir={run_dir}", env=without_peft)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [s["status"] for s in json.loads((run_dir / "run.json").read_text())["stages"]] == ["done"] * 5
+    console = done.stdout + done.stderr
+    assert "validation after 6ppl" in console and "train_runtime" in console, "the stage tables and progress"
+    assert [noise for noise in NOISE if noise in console] == []
+
+
+def test_lora_without_peft_names_the_extra_before_anything_is_written(tmp_path, cache_dir, without_peft):
+    run_dir = tmp_path / "run"
+    refused = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", f"paths.cache_dir={cache_dir}",
+                      "model.lora={r: 4}", f"hydra.run.dir={run_dir}", env=without_peft)
+    assert refused.returncode != 0
+    assert "config error: model.lora: LoRA needs the peft extra: pip install -e '.[peft]'" in refused.stderr
+    assert not (run_dir / "run.json").exists()
