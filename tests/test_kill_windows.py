@@ -68,7 +68,10 @@ def test_a_kill_while_the_final_is_written_publishes_the_checkpoint_at_the_budge
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["global_step"] for r in rows if r["kind"] == "step"] == list(range(1, 7)), "never past the budget"
     assert sorted(r["stage"] for r in rows if r["kind"] == "summary") == [1, 2], "one summary row per stage"
-    assert all(final_info(run_dir / s["checkpoint"]) for s in manifest["stages"])
+    validated = [(r["stage"], r["ppl"]) for r in read_jsonl(run_dir / "validation.jsonl")]
+    assert sorted(validated) == sorted({(k, p) for k in (0, 1, 2) for p in (2, 3)}), "each validation once"
+    for stage in manifest["stages"]:  # run.json agrees with the stage folders
+        assert final_info(run_dir / stage["checkpoint"])["steps_done"] == stage["steps_done"]
     assert _final_weights(run_dir) == _final_weights(reference), "bit-identical with an uninterrupted run"
     first = json.loads((reference / "run.json").read_text())["stages"][0]
     assert manifest["stages"][0]["policy_fingerprint"] == first["policy_fingerprint"], "the base, not checkpoint-3"
