@@ -212,12 +212,15 @@ def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path
     panels = [p for p in (("mean validation accuracy after each stage (0 = baseline)", accuracy, True),
                           ("training mean completion length per step (tokens)", length, False)) if p[1]]
     fig, axes = _figure(len(panels), height=3.6)
-    colours = {label: f"C{i}" for i, label in enumerate(dict.fromkeys(s.label for _, lines, _ in panels
-                                                                       for s in lines))}
+    labels = list(dict.fromkeys(s.label for _, lines, _ in panels for s in lines))
+    # colour, dash and marker all differ per job: jobs with equal values (common early on) stay visible
+    styles = {label: {"color": f"C{i}", "linestyle": ("-", "--", ":", "-.")[i % 4], "marker": "os^Dv"[i % 5]}
+              for i, label in enumerate(labels)}
     for ax, (title, lines, is_accuracy) in zip(axes, panels, strict=True):
         for series in lines:
-            ax.plot(series.x, series.y, color=colours[series.label], label=series.label,
-                    marker="o" if is_accuracy else None, linewidth=1.6 if is_accuracy else 1.0)
+            style = styles[series.label] if is_accuracy else {**styles[series.label], "marker": None}
+            ax.plot(series.x, series.y, label=series.label, linewidth=1.8 if is_accuracy else 1.2,
+                    markersize=max(4.0, 9.0 - 1.5 * labels.index(series.label)), **style)
         if is_accuracy:
             ax.set_ylim(-0.03, 1.03)
         ax.set_title(title, fontsize=10)
