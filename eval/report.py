@@ -103,6 +103,14 @@ def _grid_table(grid: rs.StageGrid, digits: int) -> Table:
     return Table(["after stage", *(f"{ppl}ppl" for ppl in grid.ppls)], rows)
 
 
+# Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
+REASONING_GRIDS = (
+    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions with reasoning)"),
+    ("correct_but_disagrees", "Right answers whose reasoning says otherwise (share of all completions)"),
+    ("invented_name_rate", "Completions naming a person not in the puzzle (share of all completions)"),
+)
+
+
 def _validation(run: rs.RunData, out_dir: Path) -> list:
     blocks: list = [Heading("Validation accuracy per subset")]
     if not run.validation:
@@ -117,6 +125,8 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
                _grid_table(rs.stage_grid(run.validation, "format_rate", planned), 3),
                Heading("Validation mean response length (tokens)"),
                _grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), 1)]
+    for key, title in REASONING_GRIDS:
+        blocks += [Heading(title), _grid_table(rs.stage_grid(run.validation, key, planned), 3)]
     return blocks
 
 

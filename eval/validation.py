@@ -21,6 +21,7 @@ from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.reasoning import check_reasoning
 from eval.vllm_backend import generate_vllm
 from train.models import load_for_inference
 
@@ -32,14 +33,18 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
         puzzle = f"{len(record['names'])}ppl-{record['index']}"
         for k, out in enumerate(outs):
             g = grade(out.text, record["names"], record["solution"], fmt=fmt)
+            r = check_reasoning(out.text, record["names"], g.assignment, fmt)
+            invented = sorted({*r.invented, *g.invented})
             scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok,
-                                 g.answered, out.tokens, out.truncated))
+                                 g.answered, out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented)))
             samples.append({
                 "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
                 "answered": g.answered, "n_right": g.n_right, "n_people": len(record["names"]),
                 "assignment": g.assignment, "reasons": list(g.reasons),
                 "solution": list(record["solution"]), "names": list(record["names"]),
+                "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_agrees": r.agrees,
+                "invented": invented,
             })
     return scored, samples
 
@@ -94,7 +99,8 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
 def results_table(rows: list[dict], title: str) -> Table:
     """A subset x metric table for the terminal."""
     table = Table(title=title)
-    shown = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "truncation_rate", "n")
+    shown = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "truncation_rate",
+             "reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate", "n")
     table.add_column("ppl", justify="right")
     for name in shown:
         table.add_column(name, justify="right")

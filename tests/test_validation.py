@@ -9,6 +9,7 @@ import pytest
 from eval.generation import Completion
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.reasoning import check_reasoning
 from eval.validation import grade_subset
 from tests.conftest import run_cli
 from train.manifest import read_jsonl
@@ -67,9 +68,11 @@ def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
         regraded = []
         for s in samples:
             g = grade(s["completion"], s["names"], s["solution"], fmt="think_answer")
+            r = check_reasoning(s["completion"], s["names"], g.assignment, "think_answer")
             assert g.correct == s["correct"] and g.format_ok == s["format_ok"]
+            assert r.agrees == s["reasoning_agrees"] and sorted({*r.invented, *g.invented}) == s["invented"]
             regraded.append(Scored(s["id"], g.correct, g.n_right, s["n_people"], g.format_ok, g.answered,
-                                   s["tokens"], s["truncated"]))
+                                   s["tokens"], s["truncated"], r.has_reasoning, r.agrees, bool(s["invented"])))
         recount = subset_metrics(regraded)
         assert {k: row[k] for k in METRIC_COLUMNS} == {k: recount[k] for k in METRIC_COLUMNS}
 

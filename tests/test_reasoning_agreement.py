@@ -1,0 +1,132 @@
+"""Reasoning that agrees with the answer: the reasoning's last claims (the grader's own parser), and
+the three validation metrics' arithmetic on completions with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from eval.claims import last_claims
+from eval.generation import Completion
+from eval.grader import grade
+from eval.metrics import subset_metrics
+from eval.reasoning import check_reasoning
+from eval.report import write_report
+from eval.validation import grade_subset, results_table
+
+NAMES, SOLUTION = ["Aiden", "Zoey"], [False, True]  # Aiden knave, Zoey knight
+RIGHT = "<answer>Aiden is a knave, and Zoey is a knight.</answer>"
+UNSET = None
+
+LAST_CLAIMS = [
+    # the last definite claim wins over earlier ones
+    ("Aiden is a knight. Zoey is a knave. Wait: Aiden is a knave and Zoey is a knight.", (False, True)),
+    # a supposition and its branch's conditional are no claims; the conclusion is
+    ("Assume Aiden is a knight. If so, Zoey would be a knave. Contradiction, so Aiden is a knave.", (False, UNSET)),
+    # a reported claim is no claim about its subject
+    ("Aiden says that Zoey is a knave. Zoey is a knight.", (UNSET, True)),
+    # a hedged sentence is no definite claim, and it does not erase an earlier one
+    ("Zoey is a knight. Aiden might be a knight or a knave.", (UNSET, True)),
+    ("Aiden is a knave. Maybe Aiden is a knight.", (False, UNSET)),
+    # the K&K chain-of-thought wording: assumptions never settle anyone, "cannot be a knight" does
+    ("Assume Aiden is a knight. Zoey cannot be a knight, because this would contradict the claim of Aiden. "
+     "Assume Aiden is a knave. Assume Zoey is a knight. No contradiction is found in their claim.", (UNSET, False)),
+    # the same phrasings as the grader: negation, collectives, "only"
+    ("Aiden is not a knight, and Zoey is not a knave.", (False, True)),
+    ("Only Zoey is a knight.", (False, True)),
+    # a reasoning that settles nobody
+    ("Let me think about the statements one by one.", (UNSET, UNSET)),
+]
+
+
+@pytest.mark.parametrize(("reasoning", "expected"), LAST_CLAIMS)
+def test_last_claims(reasoning, expected):
+    assert tuple(last_claims(reasoning, NAMES).values()) == expected
+
+
+def think(reasoning: str, answer: str = RIGHT) -> str:
+    return f"<think>{reasoning}</think>\n{answer}"
+
+
+CHECKS = [
+    # (completion, fmt, has reasoning, agrees, invented); the answer is the grader's
+    # the reasoning concludes what the answer says
+    (think("So Aiden is a knave and Zoey is a knight."), "think_answer", True, True, ()),
+    # the reasoning concludes the opposite about Aiden: a right answer by wrong reasoning
+    (think("Therefore Aiden is a knight. Zoey is a knight."), "think_answer", True, False, ()),
+    # people the reasoning never settles do not count against it
+    (think("Zoey tells the truth."), "think_answer", True, True, ()),
+    # an answer that leaves a settled person undecided does not agree
+    (think("Aiden is a knave; Zoey is a knight.", "<answer>Zoey is a knight.</answer>"), "think_answer", True,
+     False, ()),
+    # no reasoning block: an empty one, an unclosed one, the answer_only format
+    (think("   "), "think_answer", False, False, ()),
+    ("<think>Aiden is a knave" + RIGHT, "think_answer", False, False, ()),
+    (RIGHT, "answer_only", False, False, ()),
+    # logic_rl: the reasoning is the text before </think>
+    ("Aiden lies, so Zoey is a knight.</think>" + RIGHT, "logic_rl", True, True, ()),
+    # a K&K name from outside the puzzle, mentioned or given a role
+    (think("Like Oliver in the example, Aiden is a knave; Zoey is a knight."), "think_answer", True, True,
+     ("oliver",)),
+    (think("Aiden is a knave, Zoey is a knight and Quentin is a knave."), "think_answer", True, True,
+     ("quentin",)),
+]
+
+
+@pytest.mark.parametrize(("completion", "fmt", "has_reasoning", "agrees", "invented"), CHECKS)
+def test_check_reasoning(completion, fmt, has_reasoning, agrees, invented):
+    g = grade(completion, NAMES, SOLUTION, fmt=fmt)
+    r = check_reasoning(completion, NAMES, g.assignment, fmt)
+    assert (r.has_reasoning, r.agrees, r.invented) == (has_reasoning, agrees, invented), r
+
+
+def test_metric_arithmetic_on_known_completions():
+    record = {"names": NAMES, "solution": SOLUTION, "index": 3, "quiz": "..."}
+    outs = [Completion(text, tokens=10, truncated=False) for text in (
+        think("So Aiden is a knave and Zoey is a knight."),  # right, agrees
+        think("Hence Aiden is a knight, and Zoey is a knight."),  # right, disagrees
+        think("Aiden is a knight; Zoey is a knight.", "<answer>Both are knights.</answer>"),  # wrong, agrees
+        RIGHT,  # right, no reasoning
+        think("Aiden is a knave and Zoey is a knight, unlike Liam.",  # right, agrees, invents Liam
+              "<answer>Aiden is a knave; Zoey is a knight; Liam is a knave.</answer>"),  # ... so wrong
+    )]
+    scored, samples = grade_subset([record], [outs], "think_answer")
+    m = subset_metrics(scored)
+    assert [s["correct"] for s in samples] == [True, True, False, True, False]
+    assert m["accuracy"] == 0.6
+    assert m["reasoning_agrees_rate"] == 0.75  # 3 of the 4 with reasoning
+    assert m["correct_but_disagrees"] == 0.2  # 1 of all 5
+    assert m["invented_name_rate"] == 0.2  # 1 of all 5
+    assert samples[1]["reasoning_claims"] == {"Aiden": True, "Zoey": True} and not samples[1]["reasoning_agrees"]
+    assert samples[4]["invented"] == ["liam"] and samples[3]["has_reasoning"] is False
+
+
+def test_the_results_table_prints_the_reasoning_metrics():
+    record = {"names": NAMES, "solution": SOLUTION, "index": 3, "quiz": "..."}
+    scored, _ = grade_subset([record], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]],
+                             "think_answer")
+    console = Console(width=400, record=True)
+    console.print(results_table([{"ppl": 2, **subset_metrics(scored)}], title="t"))
+    text = console.export_text()
+    assert all(k in text for k in ("reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate"))
+
+
+def test_the_report_shows_the_reasoning_metrics_per_stage(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    stage = {"index": 1, "name": "2ppl", "ppl_label": "2", "status": "done", "steps_budget": 2, "steps_done": 2,
+             "global_step_start": 0, "global_step_end": 2, "final_metrics": {}}
+    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage]}))
+    (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
+    (run / "metrics.jsonl").write_text("")
+    rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "ppl": 2, "accuracy": 0.5, "mean_tokens": 90.0,
+             "format_rate": 1.0, "reasoning_agrees_rate": agrees, "correct_but_disagrees": 0.125,
+             "invented_name_rate": 0.25, "n": 8} for s, name, agrees in ((0, "baseline", 0.375), (1, "2ppl", 0.875))]
+    (run / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = (write_report(run) / "report.md").read_text()
+    for title in ("Reasoning that agrees with the answer", "Right answers whose reasoning says otherwise",
+                  "Completions naming a person not in the puzzle"):
+        assert title in report
+    assert "0.375" in report and "0.875" in report and "0.125" in report and "0.25" in report
