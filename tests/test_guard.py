@@ -9,8 +9,10 @@ from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
 from curriculum.adaptive import Guard
+from curriculum.plan import Stage
 from train.guard import DISTINCT_KEY, CollapseGuard, CollapseWatch, distinct_share, with_distinct_share
 from train.manifest import JsonlWriter, read_jsonl
+from train.promotion import logged_before_resume
 from train.tracking import NullTracker
 
 LENGTH, ZERO_STD = "completions/mean_length", "frac_reward_zero_std"
@@ -105,6 +107,30 @@ def test_window_logic_on_crafted_streams(stream, expected):
 def test_a_switched_off_signal_is_not_watched():
     guard = Guard(length_drop=None, zero_std=0.5, distinct_below=None, window=1, action="warn")
     assert _events(guard, [{LENGTH: 100}, {LENGTH: 1, DISTINCT_KEY: 0.0, ZERO_STD: 0.6}]) == [(2, "zero_std")]
+
+
+def test_a_resumed_stage_carries_its_window_over(tmp_path):
+    """Steps 1-2 were logged before a kill; the resume continues after the checkpoint at step 2."""
+    run_dir, stage = tmp_path, Stage(1, "a", "grpo", {2: 1.0}, steps=9, pool=8)
+    checkpoint = run_dir / "stages" / "1-a" / "trainer" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    writer = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
+    # step 3 was logged too, but after the checkpoint: the resumed run logs it again
+    writer.write([{"stage": 1, "stage_step": k, "kind": "step", LENGTH: 100.0} for k in (1, 2, 3)]
+                 + [{"stage": 2, "stage_step": 1, "kind": "step", LENGTH: 5.0}])
+    history = logged_before_resume(run_dir, stage)
+    assert [(r["stage"], r["stage_step"]) for r in history] == [(1, 1), (1, 2)]
+    recorded = []
+    guard = CollapseGuard(Guard(0.5, None, None, 2, "warn"), writer, NullTracker(), recorded.append,
+                          stage_index=1, stage_name="a", step_offset=0, history=history)
+    state = TrainerState(global_step=3)
+    guard.on_log(None, state, TrainerControl(), logs={LENGTH: 10.0})
+    assert recorded == [], "window (100, 10): a 45% drop from the best window of 100"
+    state.global_step = 4
+    guard.on_log(None, state, TrainerControl(), logs={LENGTH: 10.0})
+    assert [(e["stage_step"], e["value"]) for e in recorded] == [(4, 0.9)]
 
 
 @pytest.mark.parametrize("action", ["warn", "stop"])

@@ -141,8 +141,10 @@ class CollapseGuard(TrainerCallback):
     `record(event)` (run.json), and with `action: stop` the end of the stage."""
 
     def __init__(self, guard: Guard, writer, tracker, record: Callable[[dict], None], *, stage_index: int,
-                 stage_name: str, step_offset: int):
+                 stage_name: str, step_offset: int, history: Sequence[Mapping] = ()):
         self.watch, self.action = CollapseWatch(guard), guard.action
+        for row in history:  # steps logged before a resume: the window carries over; their events are recorded
+            self.watch.observe(row)
         self.writer, self.tracker, self.record = writer, tracker, record
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset

@@ -11,13 +11,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
+from train.checkpoints import last_complete_checkpoint
 from train.guard import CollapseGuard
+from train.manifest import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +141,8 @@ def stage_callbacks(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[d
     guard = None
     if stage.guard is not None:
         guard = CollapseGuard(stage.guard, writers["metrics"], tracker, _event_recorder(manifest, stage.index),
-                              stage_index=stage.index, stage_name=stage.name, step_offset=step_offset)
+                              stage_index=stage.index, stage_name=stage.name, step_offset=step_offset,
+                              history=logged_before_resume(manifest.path.parent, stage))
     skill = None
     if int(cfg.eval.every) > 0 or stage.promote is not None:
         pools = {ppl: held_out[ppl][: int(cfg.eval.n)] for ppl in stage.ppl_weights}
@@ -165,6 +169,17 @@ def resume_budget(stage: Stage, entry: Mapping) -> Stage:
     if entry.get("status") in ("running", "failed", "trained") and end.get("reason") in ("threshold", "guard"):
         return dataclasses.replace(stage, steps=int(end["stage_step"]))
     return stage
+
+
+def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
+    """The stage's step rows up to the trainer checkpoint a resume continues from ([] on a fresh start):
+    later rows are logged again by the resumed steps."""
+    checkpoint = last_complete_checkpoint(run_dir / "stages" / stage.dirname / "trainer")
+    if checkpoint is None:
+        return []
+    resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))
+    return [row for row in read_jsonl(run_dir / "metrics.jsonl")
+            if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
 
 
 def _event_recorder(manifest, index: int):
