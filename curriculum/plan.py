@@ -63,7 +63,8 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
     2
     """
     if OmegaConf.select(cfg, "curriculum") is None:
-        raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder (or kk_logicrl, kk_mixed, kk_r1)")
+        raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder "
+                          "(or kk_adaptive, kk_logicrl, kk_mixed, kk_r1)")
     stages_cfg = OmegaConf.select(cfg, "curriculum.stages")
     if not isinstance(stages_cfg, ListConfig) or len(stages_cfg) == 0:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
