@@ -1,6 +1,5 @@
 """The Hydra config root (also importable, so tests and other apps compose the same files)."""
 
-import time
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -24,10 +23,10 @@ def run_dir(resume: str | None, fresh: str) -> str:
     return resume
 
 
-def hydra_subdir(resume: str | None) -> str:
-    """Where Hydra records this invocation: `.hydra` for a new run; a resume gets a folder of its own,
-    so the run's original overrides (what a sweep report reads) are never overwritten."""
-    return f".hydra/resume-{time.strftime('%Y-%m-%d_%H-%M-%S')}" if resume else ".hydra"
+def hydra_subdir(resume: str | None, started: str) -> str:
+    """Where Hydra records this invocation: `.hydra` for a new run; a resume gets a folder of its own
+    (named by when it `started`), so the run's original overrides, which a sweep report reads, stay."""
+    return f".hydra/resume-{started}" if resume else ".hydra"
 
 
 def share(part, whole) -> float:
