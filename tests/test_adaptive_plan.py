@@ -9,6 +9,7 @@ import pytest
 from curriculum.adaptive import Guard, Promote
 from curriculum.data import training_pool, validation_pool
 from curriculum.plan import ConfigError, build_plan
+from train.manifest import Manifest
 
 
 def _stages(make_cfg, stages: str, *extra: str):
@@ -72,6 +73,12 @@ def test_replay_pool_holds_earlier_ppl_and_no_held_out_puzzle(make_cfg):
 def test_bad_adaptive_keys_are_named(make_cfg, stages, key):
     with pytest.raises(ConfigError, match="^" + re.escape(f"curriculum.{key}")):
         _stages(make_cfg, stages)
+
+
+def test_run_json_records_the_pool_mix_with_replay(make_cfg, tmp_path):
+    cfg = make_cfg("+curriculum=kk_adaptive")
+    stages = Manifest.open(tmp_path, cfg, build_plan(cfg)).data["stages"]
+    assert (stages[1]["ppl"], stages[1]["pool_ppl"]) == ({"3": 1.0}, {"2": 0.2, "3": 0.8})
 
 
 def test_curriculum_guard_skips_sft_stages(make_cfg):

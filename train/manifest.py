@@ -144,6 +144,7 @@ def _stage_entry(stage: Stage) -> dict:
         "name": stage.name,
         "kind": stage.kind,
         "ppl": {str(k): v for k, v in stage.ppl_weights.items()},
+        "pool_ppl": {str(k): v for k, v in stage.pool_weights.items()},  # with any replay of earlier ppl
         "ppl_label": stage.ppl_label,
         "steps_budget": stage.steps,
         "pool": stage.pool,
