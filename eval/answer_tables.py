@@ -9,6 +9,8 @@ what its columns hold is rewritten before the claims are read:
 - **Name and role columns** (`| Name | Role |`, `| Person | Knight/Knave | Reason |`): the name
   cell and the role cell of each row -> "Zoey: Knave"; other columns are dropped. A role column
   headed by one role ("Knight?") reads yes / no cells as that role or the other.
+- Any other table with a header is read row by row as prose, without the columns that quote
+  claims (`| Speaker | Statement | ... |`).
 
 A table with no such header (or no |---| line under it), and a row that lacks the cells, are left
 as they are, read as prose.
@@ -16,7 +18,7 @@ as they are, read as prose.
 
 from __future__ import annotations
 
-from eval.claim_words import ROLE_WORDS, tokenize
+from eval.claim_words import REPORTING, ROLE_WORDS, tokenize
 
 NAME_HEADERS = frozenset({"name", "names", "person", "people", "inhabitant", "inhabitants", "character",
                           "characters", "who", "individual", "islander", "speaker"})
@@ -68,15 +70,18 @@ def _is_rule(cells: list[str]) -> bool:
 
 
 def _column(cell: str) -> tuple[str, bool | None]:
-    """What a header cell announces: ("name", None), ("role", None) for both roles, ("role", polarity), ("", None)."""
+    """What a header cell announces: ("name", None), ("role", polarity) for one role ("Knight?"),
+    ("role", None) for both ("Knight/Knave", "Identity"), ("report", None) ("Statement"), or ("", None)."""
     words = tokenize(cell)
     polarity = {ROLE_WORDS[w] for w in words if w in ROLE_WORDS}
     if NAME_HEADERS.intersection(words):
         return "name", None
-    if len(polarity) == 2 or ROLE_HEADERS.intersection(words):
-        return "role", None
     if len(polarity) == 1:
         return "role", polarity.pop()
+    if polarity or ROLE_HEADERS.intersection(words):
+        return "role", None
+    if REPORTING.intersection(words):
+        return "report", None
     return "", None
 
 
@@ -93,9 +98,12 @@ def _table(lines: list[str]) -> list[str]:
         role_col = (both or single)[0]
         return [_name_role_line(row, names[0], role_col, header) or line
                 for line, row in zip(lines[1:], rows[1:], strict=True) if not _is_rule(row)]
-    if single and not both:
+    only_roles = all(kind == "role" or not any(ch.isalpha() for ch in cell)
+                     for cell, (kind, _) in zip(rows[0], header, strict=True))
+    if single and not both and only_roles:
         return [f"{_ROLE_NAME[header[c][1]]}: {row[c]}" for row in body for c in single if c < len(row) and row[c]]
-    return lines
+    kept = [c for c, (kind, _) in enumerate(header) if kind != "report"]  # claims in a column are no answer
+    return [" | ".join(row[c] for c in kept if c < len(row)) for row in [rows[0], *body]]
 
 
 def _name_role_line(row: list[str], name_col: int, role_col: int, header: list[tuple[str, bool | None]]) -> str:

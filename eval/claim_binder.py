@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 
 from eval.claim_words import (
     ALL_BUT,
+    ASSUMPTIONS,
     CLAUSE_SYMBOLS,
     CONDITIONS,
     DECLINE_NEGATIONS,
@@ -49,6 +50,7 @@ class Binder:
     void: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     _assigned: frozenset[int] = frozenset()
+    assumed: list[tuple[int, bool, int]] | tuple = ()  # claims inside "assume ...", "suppose ..."
     only_bound: tuple[list[int], bool] | None = None
     ditto: bool = False  # "so is X", "X too": names left without a role take the last one
     ditto_here: bool = False  # ... said in this clause ("X too, and Y is a knave")
@@ -66,7 +68,8 @@ class Binder:
         self.n = n
         self.people = people  # token -> person; invented people join as they are met
         self.extra = extra  # invented people beyond KNOWN_NAMES (capitalised mid-sentence)
-        self.events: list[tuple[int, bool, int]] = []  # (person, knight?, sentence)
+        self.claimed: list[tuple[int, bool, int]] = []  # (person, knight?, sentence)
+        self.events = self.claimed  # where claims go: `claimed`, or `assumed` inside an assumption
         self.cur: list[int] = []  # names in this clause, not yet bound
         self.carry: list[int] = []  # names of earlier role-less clauses, this sentence
         self.touched: list[int] = []  # people named or bound in this sentence
@@ -112,8 +115,8 @@ class Binder:
 
     def assigned(self) -> set[int]:
         """Everyone given a role so far (kept incrementally, so "the rest" stays linear)."""
-        self._assigned = self._assigned.union(person for person, _, _ in self.events[self._assigned_upto:])
-        self._assigned_upto = len(self.events)
+        self._assigned = self._assigned.union(person for person, _, _ in self.claimed[self._assigned_upto:])
+        self._assigned_upto = len(self.claimed)
         return self._assigned
 
     def role(self, tok: str, tokens: Sequence[str], at: int) -> None:
@@ -166,7 +169,10 @@ class Binder:
         self.ditto_here = False
 
     def sentence_break(self, tok: str, at: int) -> None:
-        self.clause_break(at)
+        if self.cur or self.rare:
+            self.clause_break(at)
+        else:
+            self.fwd_here, self.neg = False, 0
         if tok == "?" and self.touched:
             self.hedge = self.rare = True  # a question is no claim: "Zoey - knight?"
         if self.rare:
@@ -189,12 +195,16 @@ class Binder:
             self.hedged_sentences = self.hedged_sentences | {self.sentence}
         elif self.hedge and not self.saw_role:
             self.void += ("a hedge that names nobody",)
-        if self.declining and not self.touched:
+        if self.declining and self.touched:
+            self.hedged = self.hedged.union(self.touched)  # "Zoey is a knight, but I am not sure"
+            self.hedged_sentences = self.hedged_sentences | {self.sentence}
+        elif self.declining:
             self.void += ("a sentence saying the roles cannot be determined",)
         self.quant, self.only_bound, self.excluded, self.pending = None, None, [], []
         self.excepting = self.only = self.ditto = self.ditto_here = self.elliptic = self.hedge = False
         self.explaining = False
         self.declining = self.muted = self.quoted = self.supposing = self.quiet = self.rare = False
+        self.events = self.claimed  # an assumption ends with its sentence
 
     def _resolve(self) -> None:
         """Bind what waits for the sentence's end: repeated or denied roles, quantifiers, "only"."""
@@ -244,6 +254,9 @@ def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
         b.supposing = b.quiet = True
     elif tok in SUPPOSITIONS:
         b.supposing = b.quiet = True
+    elif tok in ASSUMPTIONS and b.events is b.claimed:
+        b.assumed = b.assumed or []
+        b.events = b.assumed  # "Assume Zoey is a knight": what follows in the sentence is assumed
     if tok == "neither":
         b.ditto = True  # "Zoey is not a knight, and neither is Liam" (a role word after it cancels this)
     if tok in QUANT_REST:
@@ -359,8 +372,11 @@ def feed(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
             (b.excluded if excepting else cur).append(person)
             touched.append(person)
             continue
-        if kind == "clause" and tok != "but" and tok != "nor":
-            b.clause_break(i)  # the common kinds skip the action table
+        if kind == "clause" and tok != "but" and tok != "nor":  # the common kinds skip the action table
+            if cur or b.rare:
+                b.clause_break(i)
+            else:
+                b.fwd_here, b.neg = False, 0  # an empty clause ("(1)") only ends its negations
         elif kind == "role":
             b.role(tok, tokens, i)
         elif kind == "sentence":

@@ -32,8 +32,10 @@ HEDGES = frozenset({
 })
 # A condition on a claim already made qualifies it (a hedge); at a sentence's start it opens a supposition.
 CONDITIONS = frozenset({"if", "unless", "whether", "otherwise", "iff"})
-SUPPOSITIONS = frozenset({"assume", "assuming", "assumed", "suppose", "supposing", "supposed", "would",
-                          "hypothetically", "hypothetical"})
+# What would follow from something is no claim; what is assumed is kept apart (`Claims.assumed`).
+SUPPOSITIONS = frozenset({"would"})
+ASSUMPTIONS = frozenset({"assume", "assuming", "assumed", "suppose", "supposing", "supposed", "hypothetically",
+                         "hypothetical"})
 # Not "they": in "Zoey is a knight since they told the truth" it would sweep in everyone.
 QUANT_ALL = frozenset({"all", "both", "everyone", "everybody", "every", "each", "neither", "none", "nobody"})
 QUANT_REST = frozenset({"other", "others", "rest", "remaining", "else"})
@@ -71,7 +73,8 @@ KNOWN_NAMES = frozenset(n.lower() for n in COMMON_NAMES) | frozenset({
     "zephyr", "zara", "ella", "layla", "luna", "nathan", "ryan", "tyler", "dylan", "adam", "isaac",
 })
 KIND = {
-    **dict.fromkeys(NEGATIONS | HEDGES | QUANT_ALL | QUANT_REST | CONDITIONS | SUPPOSITIONS, "modifier"),
+    **dict.fromkeys(NEGATIONS | HEDGES | QUANT_ALL | QUANT_REST | CONDITIONS | SUPPOSITIONS | ASSUMPTIONS,
+                    "modifier"),
     **dict.fromkeys(CLAUSE_SYMBOLS | JOINERS, "clause"),
     **dict.fromkeys(SENTENCE_BREAKS, "sentence"),
     **dict.fromkeys(ROLE_WORDS, "role"),

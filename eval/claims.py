@@ -21,8 +21,9 @@ a sentence the same way. Every step is a single pass over the tokens: linear in 
    roles in order. "so is X", "X too", "nor is X" repeat the last role; "X is not." denies it.
 4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave
    and B is a knave is false", "\\"...\\"") up to a word that ends the report (but, so, which ...,
-   a closing bracket, the sentence end); suppositions ("assume", "suppose", "would", "if", "otherwise")
-   to the end of their sentence.
+   a closing bracket, the sentence end); conditions ("would", "if", "otherwise") to the end of their
+   sentence. What a sentence assumes ("Assume Zoey is a knight") is kept apart (`Claims.assumed`):
+   never an answer, but a reasoning's last claims count it (`Claims.last`).
 5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after
    a claim it qualifies, leaves everyone it names undecided; a hedge sentence that names nobody
    and no role ("Or the reverse.", "Either way works."), or one that names nobody and says the roles
@@ -53,7 +54,8 @@ class Claims(NamedTuple):
     """What a text claims about each person, in order, and what hedges or voids those claims.
 
     Person indices: the puzzle's `names` first, then `invented` (lower-case, in order of appearance).
-    events: (person, knight?, sentence) for every binding, in text order.
+    events: (person, knight?, sentence) for every claim, in text order; assumed: the same for what
+        the text assumes ("Assume Zoey is a knight"), which is never an answer.
     hedged: people named in a hedged sentence; hedged_sentences: those sentences.
     void: why the text as a whole commits to nothing ("a hedge that names nobody").
     notes: other reasons a reader should see ("'respectively' pairs 2 names with 3 roles").
@@ -62,6 +64,7 @@ class Claims(NamedTuple):
     names: Sequence[str]
     invented: Sequence[str]
     events: Sequence[tuple[int, bool, int]]
+    assumed: Sequence[tuple[int, bool, int]]
     hedged: frozenset[int]
     hedged_sentences: frozenset[int]
     void: Sequence[str]
@@ -73,13 +76,21 @@ class Claims(NamedTuple):
         return tuple(dict.fromkeys(self.invented[p - n] for p, _, _ in self.events if p >= n))
 
     def last(self) -> dict[str, bool | None]:
-        """The last definite claim about each puzzle person (hedged sentences do not count), or None.
+        """The last claim about each puzzle person (hedged sentences do not count), or None.
+
+        Assumptions count as claims here (never in an answer): a backtracking search ends on the
+        assumptions that held ("Assume Zoey is a knave. No contradiction ..."), and a refuted one is
+        followed by its conclusion ("Assume Zoey is a knight. ... So Zoey is a knave.").
 
         >>> read_claims("Assume Zoey is a knight. Then Oliver lies. So Zoey is a knave.", ["Zoey", "Oliver"]).last()
         {'Zoey': False, 'Oliver': False}
+        >>> read_claims("Zoey cannot be a knave. Assume Oliver is a knave. It holds.", ["Zoey", "Oliver"]).last()
+        {'Zoey': True, 'Oliver': False}
         """
+        in_order = sorted([(s, 0, i, p, r) for i, (p, r, s) in enumerate(self.events)]
+                          + [(s, 1, i, p, r) for i, (p, r, s) in enumerate(self.assumed)])
         last: dict[int, bool] = {}
-        for person, role, sentence in self.events:
+        for sentence, _, _, person, role in in_order:
             if sentence not in self.hedged_sentences:
                 last[person] = role
         return {name: last.get(person) for person, name in enumerate(self.names)}
@@ -103,7 +114,7 @@ def read_claims(text: str, names: Sequence[str]) -> Claims:
         (pair_respectively if paired else feed)(b, tokens, start, end)
     b.sentence_break("\n", len(tokens))
     void = tuple(dict.fromkeys(b.void)) if b.void else ()
-    return Claims(names, b.invented, b.events, b.hedged, b.hedged_sentences, void, b.notes)
+    return Claims(names, b.invented, b.claimed, b.assumed, b.hedged, b.hedged_sentences, void, b.notes)
 
 
 def last_claims(text: str, names: Sequence[str]) -> dict[str, bool | None]:

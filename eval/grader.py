@@ -110,6 +110,11 @@ def completion_text(completion) -> str:
     return "".join(parts)
 
 
+def _nfc(text: str) -> str:
+    """Composed Unicode (NFC); ASCII, the common case, is already composed."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
 def _walk_tags(text: str) -> tuple[list[re.Match], list[str], bool, bool]:
     """One pass over the tags: (tags, answer blocks outside <think>, answer seen inside <think>,
     a non-empty think block present)."""
@@ -176,10 +181,10 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
     if names is None or solution is None or isinstance(names, str) or isinstance(solution, str):
         raise ValueError(f"need names and solution as sequences: got names={names!r}, solution={solution!r}")
     # composed Unicode (NFC) on both sides: "Zoë" typed decomposed is the same name
-    names, solution = [unicodedata.normalize("NFC", str(n)) for n in names], [bool(s) for s in solution]
+    names, solution = [_nfc(str(n)) for n in names], [bool(s) for s in solution]
     if not names or len(names) != len(solution):
         raise ValueError(f"need one solution entry per person: {len(names)} names, {len(solution)} entries")
-    text = unicodedata.normalize("NFC", completion_text(completion))
+    text = _nfc(completion_text(completion))
     checked = "<think>" + text if fmt == "logic_rl" else text
     tags, blocks, answer_in_think, think_ok = _walk_tags(checked)
     reasons = _format_reasons(checked, tags, fmt)

@@ -66,6 +66,13 @@ TABLES = [
     ("| Name | Knight? |\n|---|---|\n| Zoey | Yes |\n| Jacob | No |", P2, S2, OK, None),
     # a hedged cell leaves that person undecided
     ("| Name | Role |\n|---|---|\n| Zoey | Knight/Knave |\n| Jacob | Knave |", P2, S2, NO, "Zoey hedged"),
+    # a first row of data above the |---| line is no header: read as prose
+    ("| Zoey | Knight |\n|---|---|\n| Jacob | Knave |", P2, S2, OK, None),
+    # a verification table's claim column is no answer; the answer after it is
+    ("| Speaker | Claim | Holds? |\n|---|---|---|\n| Zoey | Jacob is a knight | no |\n"
+     "| Jacob | Zoey is a knave | no |\n\nZoey is a knight, Jacob is a knave.", P2, S2, OK, None),
+    # "Is a knight?" with yes / no cells
+    ("| Person | Is a knight? |\n|---|---|\n| Zoey | Yes |\n| Jacob | No |", P2, S2, OK, None),
     # a table naming someone outside the puzzle
     ("| Name | Role |\n|---|---|\n| Zoey | Knight |\n| Jacob | Knave |\n| Oliver | Knave |", P2, S2, NO,
      "Oliver is not in the puzzle"),
@@ -107,6 +114,8 @@ VOIDING_HEDGES = [
     ("Zoey is a knight. Jacob is a knave. (Or the reverse.)", P2, S2, NO, "voided"),
     ("Zoey is a knight, Jacob is a knave. Either way works.", P2, S2, NO, "voided"),
     ("Zoey is a knight; Jacob is a knave. Or vice versa.", P2, S2, NO, "voided"),
+    # doubt about the people it names hedges them
+    ("Zoey is a knight, but I am not sure.\nJacob is a knave.", P2, S2, NO, "Zoey hedged"),
     # a sentence naming nobody that declines
     ("Zoey is a knight, Jacob is a knave. Honestly I cannot tell.", P2, S2, NO, "cannot be determined"),
     # committal sentences that name nobody do not void

@@ -15,6 +15,7 @@ from eval.metrics import subset_metrics
 from eval.reasoning import check_reasoning
 from eval.report import write_report
 from eval.validation import grade_subset, results_table
+from tests.conftest import SHARED_DATA
 
 NAMES, SOLUTION = ["Aiden", "Zoey"], [False, True]  # Aiden knave, Zoey knight
 RIGHT = "<answer>Aiden is a knave, and Zoey is a knight.</answer>"
@@ -30,9 +31,9 @@ LAST_CLAIMS = [
     # a hedged sentence is no definite claim, and it does not erase an earlier one
     ("Zoey is a knight. Aiden might be a knight or a knave.", (UNSET, True)),
     ("Aiden is a knave. Maybe Aiden is a knight.", (False, UNSET)),
-    # the K&K chain-of-thought wording: assumptions never settle anyone, "cannot be a knight" does
+    # the K&K chain-of-thought wording: a backtracking search ends on the assumptions that held
     ("Assume Aiden is a knight. Zoey cannot be a knight, because this would contradict the claim of Aiden. "
-     "Assume Aiden is a knave. Assume Zoey is a knight. No contradiction is found in their claim.", (UNSET, False)),
+     "Assume Aiden is a knave. Assume Zoey is a knight. No contradiction is found in their claim.", (False, True)),
     # the same phrasings as the grader: negation, collectives, "only"
     ("Aiden is not a knight, and Zoey is not a knave.", (False, True)),
     ("Only Zoey is a knight.", (False, True)),
@@ -80,6 +81,23 @@ def test_check_reasoning(completion, fmt, has_reasoning, agrees, invented):
     g = grade(completion, NAMES, SOLUTION, fmt=fmt)
     r = check_reasoning(completion, NAMES, g.assignment, fmt)
     assert (r.has_reasoning, r.agrees, r.invented) == (has_reasoning, agrees, invented), r
+
+
+def test_the_published_chains_of_thought_agree_with_their_solutions():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real K&K records not found at {SHARED_DATA}")
+    pq = pytest.importorskip("pyarrow.parquet")
+    columns = ["names", "solution", "cot_head", "cot_repeat_steps", "cot_foot", "solution_text_format"]
+    disagree, count = [], 0
+    for path in sorted(SHARED_DATA.glob("*ppl/*.parquet")):
+        for r in pq.read_table(path, columns=columns).to_pylist():
+            count += 1
+            cot = " ".join([r["cot_head"], *r["cot_repeat_steps"], r["cot_foot"]])
+            text = f"<think>{cot}</think><answer>{r['solution_text_format']}</answer>"
+            check = check_reasoning(text, r["names"], grade(text, r["names"], r["solution"]).assignment, "think_answer")
+            if not check.agrees or check.invented:
+                disagree.append(cot)
+    assert count == 5000 and not disagree, disagree[:2]
 
 
 def test_metric_arithmetic_on_known_completions():
