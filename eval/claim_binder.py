@@ -44,12 +44,13 @@ class Binder:
     fwd_at: int = -2  # the forward role's token index,
     fwd_alone: bool = False  # ... whether a break came right before it,
     colon: bool = False  # ... and whether ":" followed it before any name
-    invented: tuple[str, ...] = ()
-    hedged: frozenset[int] = frozenset()
-    hedged_sentences: frozenset[int] = frozenset()
-    void: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    _assigned: frozenset[int] = frozenset()
+    # made on first write (few texts write them), so a binder starts cheaply
+    invented: list[str] | tuple = ()
+    hedged: set[int] | frozenset = frozenset()
+    hedged_sentences: set[int] | frozenset = frozenset()
+    void: list[str] | tuple = ()
+    notes: list[str] | tuple = ()
+    _assigned: set[int] | frozenset = frozenset()
     assumed: list[tuple[int, bool, int]] | tuple = ()  # claims inside "assume ...", "suppose ..."
     only_bound: tuple[list[int], bool] | None = None
     ditto: bool = False  # "so is X", "X too": names left without a role take the last one
@@ -96,7 +97,8 @@ class Binder:
         person = self.people.get(tok)
         if person is None and (tok in self.extra or KIND.get(tok) == "stranger"):
             person = self.people[tok] = self.n + len(self.invented)
-            self.invented += (tok,)
+            self.invented = self.invented or []  # the class default is an empty tuple
+            self.invented.append(tok)
         return person
 
     def named(self, people: list[int], role: bool) -> None:
@@ -113,9 +115,17 @@ class Binder:
         self.events.extend((person, role, self.sentence) for person in people)
         self.touched.extend(people)
 
+    def hedge_people(self, people: Sequence[int]) -> None:
+        """Leave `people` undecided, and this sentence out of a reasoning's last claims."""
+        self.hedged = self.hedged or set()  # the class defaults are empty and immutable; start own sets
+        self.hedged_sentences = self.hedged_sentences or set()
+        self.hedged.update(people)
+        self.hedged_sentences.add(self.sentence)
+
     def assigned(self) -> set[int]:
         """Everyone given a role so far (kept incrementally, so "the rest" stays linear)."""
-        self._assigned = self._assigned.union(person for person, _, _ in self.claimed[self._assigned_upto:])
+        self._assigned = self._assigned or set()
+        self._assigned.update(person for person, _, _ in self.claimed[self._assigned_upto:])
         self._assigned_upto = len(self.claimed)
         return self._assigned
 
@@ -191,15 +201,15 @@ class Binder:
     def _end_rare_sentence(self) -> None:
         self._resolve()
         if self.hedge and self.touched:
-            self.hedged = self.hedged.union(self.touched)
-            self.hedged_sentences = self.hedged_sentences | {self.sentence}
+            self.hedge_people(self.touched)
         elif self.hedge and not self.saw_role:
-            self.void += ("a hedge that names nobody",)
+            self.void = self.void or []
+            self.void.append("a hedge that names nobody")
         if self.declining and self.touched:
-            self.hedged = self.hedged.union(self.touched)  # "Zoey is a knight, but I am not sure"
-            self.hedged_sentences = self.hedged_sentences | {self.sentence}
+            self.hedge_people(self.touched)  # "Zoey is a knight, but I am not sure"
         elif self.declining:
-            self.void += ("a sentence saying the roles cannot be determined",)
+            self.void = self.void or []
+            self.void.append("a sentence saying the roles cannot be determined")
         self.quant, self.only_bound, self.excluded, self.pending = None, None, [], []
         self.excepting = self.only = self.ditto = self.ditto_here = self.elliptic = self.hedge = False
         self.explaining = False
@@ -214,8 +224,8 @@ class Binder:
             elif self.elliptic:
                 self.named(self.carry, not self.last_role)
         for quant, role in self.pending:
-            taken = set(self.excluded) | (self.assigned() if quant == "rest" else set())
-            self.bind([p for p in range(self.n) if p not in taken], role)
+            excluded, assigned = set(self.excluded), self.assigned() if quant == "rest" else ()
+            self.bind([p for p in range(self.n) if p not in excluded and p not in assigned], role)
             self.bind(self.excluded, not role)  # "everyone except Jacob is a knight": Jacob is not
         if self.only_bound is not None:
             people, role = self.only_bound
@@ -259,10 +269,21 @@ def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
         b.events = b.assumed  # "Assume Zoey is a knight": what follows in the sentence is assumed
     if tok == "neither":
         b.ditto = True  # "Zoey is not a knight, and neither is Liam" (a role word after it cancels this)
-    if tok in QUANT_REST:
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if tok == "other" and after == "than":
+        b.excepting = True  # "other than X, all are knights"
+    elif tok in QUANT_REST:
         b.quant = "rest"
-    elif tok in QUANT_ALL and b.quant is None:
-        b.quant = "all"
+    elif (tok in QUANT_ALL or tok == "no" and after == "one") and b.quant is None and not _generic(tokens, i):
+        b.quant = "all"  # "all three", "both", "no one"
+
+
+def _generic(tokens: Sequence[str], i: int) -> bool:
+    """A quantifier over a role is a rule, not an answer: "all knights tell the truth", "every knave lies"."""
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if after == "the" and i + 2 < len(tokens):
+        after = tokens[i + 2]
+    return after in ROLE_WORDS
 
 
 def _hedge_exempt(b: Binder, tok: str, tokens: Sequence[str], i: int) -> bool:
@@ -321,9 +342,10 @@ def _resume(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
 
 
 def _only(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
-    # "Only X is ...", "the only knight is X", "X is the only knight"; not "X only lies"
+    # "Only X is ...", "the only knight is X", "X is the only knight", "the only one who ..."; not "X only lies"
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
-    if (not b.cur or tokens[i - 1] == "the") and (after in ROLE_WORDS or b.person(after) is not None):
+    names_or_role = after in ROLE_WORDS or after in ("one", "ones") or b.person(after) is not None
+    if (not b.cur or tokens[i - 1] == "the") and names_or_role:
         b.only = b.rare = True
 
 
@@ -405,6 +427,7 @@ def pair_respectively(b: Binder, tokens: Sequence[str], start: int, end: int) ->
         for person, role in zip(names, roles, strict=True):
             b.named([person], role)
     else:
-        b.hedged = b.hedged.union(names)
-        b.notes += (f"'respectively' pairs {len(names)} names with {len(roles)} roles",)
+        b.hedge_people(names)
+        b.notes = b.notes or []
+        b.notes.append(f"'respectively' pairs {len(names)} names with {len(roles)} roles")
     b.sentence_break(".", end)

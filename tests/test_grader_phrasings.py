@@ -62,6 +62,8 @@ TABLES = [
      "| 2 | Jacob | Knave | he says Zoey is a knave |", P2, S2, OK, None),
     # a role column headed "Knight/Knave"
     ("| Inhabitant | Knight/Knave |\n|--|--|\n| Zoey | Knight |\n| Jacob | Knave |", P2, S2, OK, None),
+    # no outer pipes
+    ("Name | Role\n--- | ---\nZoey | Knight\nJacob | Knave", P2, S2, OK, None),
     # a yes/no column headed by one role
     ("| Name | Knight? |\n|---|---|\n| Zoey | Yes |\n| Jacob | No |", P2, S2, OK, None),
     # a hedged cell leaves that person undecided
@@ -169,8 +171,26 @@ ACCEPTED_FORMS = [
     ("Only Isabella and Evelyn are knights.", P3, S3, OK, None),
     # ... read right, and wrong
     ("Only Isabella is a knight.", P3, S3, NO, "Evelyn named a knave"),
+    ("Isabella and Evelyn are the only ones who are knights.", P3, S3, OK, None),
+    ("Only one knave: Penelope.", P3, S3, OK, None),
+    # "other than X", "no one except X", "apart from X"
+    ("Other than Penelope, all are knights.", P3, S3, OK, None),
+    ("No one except Penelope is a knave.", P3, S3, OK, None),
+    ("Everyone is a knight apart from Penelope.", P3, S3, OK, None),
     # "X only lies" is no "only X"
     ("Penelope only lies. Isabella and Evelyn are knights.", P3, S3, OK, None),
+]
+
+RULES_RESTATED = [
+    # the island's rules restated after the answer assign nobody
+    ("Isabella and Evelyn are knights; Penelope is a knave. All knights tell the truth and all knaves lie.",
+     P3, S3, OK, None),
+    ("Isabella and Evelyn are knights; Penelope is a knave. Every knight tells the truth, every knave lies.",
+     P3, S3, OK, None),
+    # a quantifier over a role names its people after it
+    ("Both knights are Isabella and Evelyn; Penelope is a knave.", P3, S3, OK, None),
+    # "no one" is a quantifier: read right, and wrong
+    ("No one is a knave.", P3, S3, NO, "Penelope named a knight"),
 ]
 
 REPORTED_CLAIMS = [
@@ -202,7 +222,7 @@ REPORTED_CLAIMS = [
 TABLES_OF_CASES = {
     "respectively": RESPECTIVELY, "tables": TABLES, "hedged entries": HEDGED_ENTRIES,
     "dangling roles": DANGLING_ROLES, "voiding hedges": VOIDING_HEDGES, "invented people": INVENTED_PEOPLE,
-    "accepted forms": ACCEPTED_FORMS, "reported claims": REPORTED_CLAIMS,
+    "accepted forms": ACCEPTED_FORMS, "rules restated": RULES_RESTATED, "reported claims": REPORTED_CLAIMS,
 }
 CASES = [pytest.param(*case, id=f"{group}-{i}") for group, cases in TABLES_OF_CASES.items()
          for i, case in enumerate(cases)]
