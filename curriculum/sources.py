@@ -88,7 +88,6 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
         raise RecordError(f"{where}: {kind} 'statements': {exc}") from exc
     if n_statements != n_names:
         raise RecordError(f"{where}: {kind} 'statements' has {n_statements} but 'names' has {n_names} people")
-    _check_solution(record, where, kind)
     return record
 
 
@@ -96,13 +95,14 @@ def _nfc(text: str) -> str:
     return unicodedata.normalize("NFC", text)
 
 
-def _check_solution(record: dict, where: str, kind: str) -> None:
-    """The statements must allow exactly the recorded solution: a wrong label would be trained on and graded by."""
+def check_solution(record: dict, where: str, kind: str = "field") -> dict:
+    """`record`, if its statements allow exactly its `solution`: a wrong label would be trained on and graded by."""
     allowed = solve(record["statements"])
     if allowed != [tuple(record["solution"])]:
         found = {0: "no assignment", 1: _roles(allowed[0])}.get(len(allowed), f"{len(allowed)} assignments")
         raise RecordError(f"{where}: {kind} 'solution' is {_roles(record['solution'])}, but the statements "
                           f"allow {found} (a puzzle has exactly one)")
+    return record
 
 
 def _roles(assignment) -> str:
@@ -142,14 +142,19 @@ def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
         yield where, normalize_record(raw, where, kind="column")
 
 
-def located_records(path: str | Path) -> Iterator[tuple[str, dict]]:
-    """``(location, record)`` for each record of a ``.jsonl`` or ``.parquet`` file, validated."""
+def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterator[tuple[str, dict]]:
+    """``(location, record)`` for each record of a ``.jsonl`` or ``.parquet`` file, validated.
+
+    ``check_solutions=False`` leaves the solver check to the caller (an audit that reports every
+    wrong record instead of stopping at the first).
+    """
     path = Path(path)
-    if path.suffix == ".jsonl":
-        return _jsonl_records(path)
-    if path.suffix == ".parquet":
-        return _parquet_records(path)
-    raise RecordError(f"{path}: expected a .jsonl or .parquet file")
+    readers = {".jsonl": (_jsonl_records, "field"), ".parquet": (_parquet_records, "column")}
+    if path.suffix not in readers:
+        raise RecordError(f"{path}: expected a .jsonl or .parquet file")
+    read, kind = readers[path.suffix]
+    located = read(path)
+    return ((where, check_solution(record, where, kind)) for where, record in located) if check_solutions else located
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -186,8 +191,8 @@ def _hub_records(hub_id: str, ppl: int, split: str) -> list[tuple[str, dict]]:
             f"({type(exc).__name__}: {exc}). Offline, use source='generated', or source='local' with "
             f"path= a folder of {{train,test}}/people<n>_num<N>.jsonl or <n>ppl/{{train,test}}.parquet files."
         ) from exc
-    return [(f"{hub_id}/{data_file}, row {i}", normalize_record(row, f"{hub_id}/{data_file}, row {i}"))
-            for i, row in enumerate(rows)]
+    located = [(f"{hub_id}/{data_file}, row {i}", row) for i, row in enumerate(rows)]
+    return [(where, check_solution(normalize_record(row, where), where)) for where, row in located]
 
 
 def load_records(

@@ -58,7 +58,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _check(files: list[Path]) -> int:
     checked = disagree = 0
     for path in files:
-        for where, record in located_records(path):
+        for where, record in located_records(path, check_solutions=False):
             checked += 1
             found = solve(record["statements"])
             if found != [tuple(record["solution"])]:
