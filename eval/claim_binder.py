@@ -64,6 +64,7 @@ class Binder:
     quoted: bool = False  # inside double quotes
     supposing: bool = False  # inside a supposition, to the sentence end
     _assigned_upto: int = 0
+    short_quote_end: int = -1  # the closing quote of a quoted word or two
 
     def __init__(self, n: int, people: dict[str, int], extra: Collection[str]) -> None:
         self.n = n
@@ -366,6 +367,26 @@ _ACTIONS = {
 }
 
 
+_QUOTES = frozenset({'"', "“", "”", "‘", "'"})
+
+
+def _quote(b: Binder, kind: str, tokens: Sequence[str], i: int) -> None:
+    """A quote opens or closes quoted speech, except around one word or two without a name
+    ('"Zoey": "knight"', 'a "truth-teller"'): those are no claim, and no reason to stop reading."""
+    b.rare = True
+    if i == b.short_quote_end:
+        return
+    if kind != "close" and not b.quoted:
+        for end in (i + 2, i + 3):
+            if end < len(tokens) and tokens[end] in _QUOTES:
+                if end == i + 2 or b.person(tokens[i + 1]) is b.person(tokens[i + 2]) is None:  # "Jacob lies" is one
+                    b.short_quote_end = end
+                    return
+                break
+    b.quoted = not b.quoted if kind == "quote" else kind == "open"
+    b.quiet = b.quoted or b.muted or b.supposing
+
+
 def feed(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
     """Run the binder over tokens[start:end] (steps 2-5 of the module docstring)."""
     # the hot path: the binder's state that names and noise touch lives in locals, refreshed after actions
@@ -382,9 +403,8 @@ def feed(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
             elif kind == "stranger":
                 person = b.person(tok)
             elif kind == "quote" or kind == "open" or kind == "close":
-                b.quoted = not b.quoted if kind == "quote" else kind == "open"
-                quiet = b.quiet = b.quoted or b.muted or b.supposing
-                b.rare = True
+                _quote(b, kind, tokens, i)
+                quiet = b.quiet
                 continue
         if quiet:
             if not b.wake(tok, "name" if person is not None else kind):

@@ -20,8 +20,10 @@ SENTENCE_BREAKS = frozenset("\n.;!?")
 CLAUSE_SYMBOLS = frozenset(",&()[]{}|")
 
 ROLE_WORDS = {
-    **dict.fromkeys(("knight", "knights", "truth", "truthful", "honest", "truthteller"), True),
-    **dict.fromkeys(("knave", "knaves", "liar", "liars", "lie", "lies", "lying", "lied", "dishonest"), False),
+    **dict.fromkeys(("knight", "knights", "truth", "truthful", "truthfully", "honest", "honestly", "truthteller"),
+                    True),
+    **dict.fromkeys(("knave", "knaves", "liar", "liars", "lie", "lies", "lying", "lied", "dishonest", "falsely",
+                     "untruthful", "deceitful"), False),
 }
 NEGATIONS = frozenset({"not", "no", "never", "cannot", "neither", "none", "nobody", "impossible"})
 # Words that offer alternatives: the sentence commits to nothing about the people it names.

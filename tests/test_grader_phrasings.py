@@ -177,6 +177,12 @@ ACCEPTED_FORMS = [
     ("Other than Penelope, all are knights.", P3, S3, OK, None),
     ("No one except Penelope is a knave.", P3, S3, OK, None),
     ("Everyone is a knight apart from Penelope.", P3, S3, OK, None),
+    # JSON-like answers and quoted role words: a quoted word is no quoted claim
+    ('{"Isabella": "knight", "Evelyn": "knight", "Penelope": "knave"}', P3, S3, OK, None),
+    ("{'Isabella': 'knight', 'Evelyn': 'knight', 'Penelope': 'knave'}", P3, S3, OK, None),
+    ('Isabella and Evelyn are "truth-tellers"; Penelope is a "liar".', P3, S3, OK, None),
+    # adverbs of the roles
+    ("Isabella and Evelyn speak truthfully; Penelope speaks falsely.", P3, S3, OK, None),
     # "X only lies" is no "only X"
     ("Penelope only lies. Isabella and Evelyn are knights.", P3, S3, OK, None),
 ]
@@ -209,6 +215,9 @@ REPORTED_CLAIMS = [
      None),
     # a report ends where the text resumes its own claim
     ("Jacob claims Zoey is a knave, but Jacob is a knave, so Zoey is a knight.", P2, S2, OK, None),
+    # a short quoted claim with a name is still a claim, not the answer
+    ('Zoey: "Jacob lies" holds. Zoey is a knight; Jacob is a knave.', P2, S2, OK, None),
+    ('Zoey is a knight. Zoey: "Jacob lies".', P2, S2, NO, "Jacob missing"),
     # a reported claim never supplies a missing person
     ("Zoey is a knight. Zoey says that Jacob is a knave.", P2, S2, NO, "Jacob missing"),
     # suppositions are no claims
