@@ -109,7 +109,7 @@ def _read_manifest(path: Path) -> dict:
         state = "empty" if not path.read_text().strip() else f"truncated or damaged ({err.msg}, line {err.lineno})"
         raise RuntimeError(
             f"{path}: {state}. The run writes it atomically, so a copy, an edit or a full disk did this; "
-            f"restore it from a backup to resume (the finals under {path.parent / 'stages'} are intact), "
+            f"restore it from a backup to resume (nothing under {path.parent / 'stages'} was touched), "
             "or start a new run"
         ) from None
     if not isinstance(data, dict) or "config_hash" not in data:
@@ -123,9 +123,8 @@ def changed_keys(config_file: Path, cfg: DictConfig) -> list[str]:
         return []
     old = _flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
     new = _flatten(OmegaConf.to_container(cfg, resolve=True))
-    free = tuple(RESUME_FREE_KEYS)
     return sorted(k for k in old.keys() | new.keys()
-                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in free))
+                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
 
 
 def _flatten(tree, prefix: str = "") -> dict:
