@@ -35,7 +35,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from eval.claim_binder import Binder, feed, pair_respectively
+from eval.claim_binder import Binder
+from eval.claim_feed import feed, pair_respectively
 from eval.claim_words import SENTENCE_BREAKS, capitalised_strangers, merge_names, name_tokens, tokenize
 
 
