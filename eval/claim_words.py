@@ -109,6 +109,10 @@ NOT_NAMES = frozenset({
     "should", "must", "lastly", "similarly", "additionally", "furthermore", "moreover", "conversely",
     "statement", "knight", "knave", "liar", "truth", "teller", "boxed", "text", "proof", "premise", "rule",
     "rules", "scenarios", "options", "remember", "recall", "again", "also", "if", "not", "all",
+    "islander", "islanders", "resident", "residents", "individual", "individuals", "speaker", "speakers",
+    "native", "natives", "villager", "villagers", "persons", "participant", "participants", "member", "members",
+    "logic", "verified", "confirmed", "valid", "invalid", "key", "legend", "total", "count", "number", "part",
+    "section", "quiz", "condition", "conditions", "reason", "reasons", "hint",
 })
 # A capital, then fixed-width look-behinds for what precedes it (a letter, digit or comma, a space and
 # up to two emphasis marks): no nested quantifiers, linear, and the capital lets the scan skip ahead.

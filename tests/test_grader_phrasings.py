@@ -139,6 +139,8 @@ INVENTED_PEOPLE = [
     ("Knights: Zoey, Bob. Knaves: Jacob.", P2, S2, NO, "Bob is not in the puzzle"),
     # common capitalised words are no people
     ("**Final Answer:** Zoey is a Knight, Jacob is a Knave (Statement 1 is False).", P2, S2, OK, None),
+    # people nouns and sign-offs, capitalised mid-sentence, are no people
+    ("The Islanders Zoey and Jacob are a knight and a knave, respectively. Verified.", P2, S2, OK, None),
     # a stranger mentioned without a role does not void an answer
     ("Zoey is a knight and Jacob is a knave; the puzzle is like the one with Oliver.", P2, S2, OK, None),
 ]
