@@ -103,16 +103,17 @@ def bare_ladder(cfg: DictConfig, run_dir: Path) -> list[dict]:
     """The plan's stages with nothing but TRL: GRPOTrainer from the previous stage's saved dir, train, save.
 
     Same rows (the same held-out puzzles removed), GRPOConfig and reward functions as the runner.
-    Assumes `ref_refresh: true` (the default), so the reference is the previous stage's final.
+    Assumes `reference: previous_stage` (the default), so the reference is the previous stage's final.
     """
     plan = build_plan(cfg)
     base = resolve_model(cfg.model, cfg.paths.cache_dir)
     held_out = {ppl: validation_pool(cfg, ppl) for stage in plan for ppl in stage.ppl_weights}
     _warm_up(base)
     previous, timings = base, []
+    tokenizer = AutoTokenizer.from_pretrained(base)
     for stage in plan:
         records, _ = training_pool(cfg, stage, held_out)
-        rows = to_rows(records, cfg.prompt, chat=bool(cfg.model.chat))
+        rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
         timings.append(_bare_stage(cfg, stage, previous, rows, run_dir / stage.dirname))
         previous = str(run_dir / stage.dirname / "final")
     return timings
@@ -161,7 +162,8 @@ def handoff_seconds(cfg: DictConfig, work_dir: Path, repeats: int = 3) -> dict:
     """
     first, second = build_plan(cfg)[:2]
     base = resolve_model(cfg.model, cfg.paths.cache_dir)
-    rows = {s.name: to_rows(training_pool(cfg, s, {})[0], cfg.prompt, chat=bool(cfg.model.chat))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    rows = {s.name: to_rows(training_pool(cfg, s, {})[0], cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
             for s in (first, second)}
     trainer = build_trainer(cfg, first, base, rows[first.name], work_dir / "stage1")
     saves, loads = [], []

@@ -74,7 +74,9 @@ def batch(completions):
 
 
 def load_preset(name: str):
-    return OmegaConf.load(CONF / "reward" / f"{name}.yaml")
+    """A reward preset as a run sees it: composed by Hydra (presets are deltas on reward/default.yaml)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(overrides=[f"+reward={name}"]).reward
 
 
 def test_the_schemes_are_the_seeds():
@@ -92,9 +94,10 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_reproduces_its_scheme(preset):
     cfg = load_preset(preset)
-    assert set(cfg) == {"weights", "overlong", "tiered"}
+    assert set(cfg) == {"weights", "overlong", "tiered", "custom", "allow_negative_weights"}
     assert set(cfg.weights) == set(COMPONENTS)
-    assert dict(cfg.tiered.table) == SCHEME_VALUES[cfg.tiered.scheme]  # the YAML shows the code's table
+    assert not cfg.tiered.table, "one source for each tier table: the code's (TIERED_SCHEMES)"
+    assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]
     funcs, weights = build_reward_funcs(cfg, fmt="think_answer", max_completion_length=256)
     by_name = dict(zip([f.__name__ for f in funcs], weights, strict=True))
     assert by_name == {f"{k}_reward": float(w) for k, w in cfg.weights.items() if w != 0 or k == "answer"}
@@ -113,7 +116,7 @@ def test_default_preset_is_the_documented_mix():
 @pytest.mark.parametrize("preset", PRESETS)
 def test_presets_compose_and_sweep_with_hydra(preset):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        overrides = [f"+reward={preset}", "reward.weights.format=1", "reward.tiered.table.correct=7"]
+        overrides = [f"+reward={preset}", "reward.weights.format=1", "++reward.tiered.table.correct=7"]
         cfg = compose(overrides=overrides)
     funcs, weights = build_reward_funcs(cfg.reward, fmt="logic_rl", max_completion_length=256)
     assert dict(zip([f.__name__ for f in funcs], weights, strict=True))["format_reward"] == 1.0
