@@ -152,3 +152,22 @@ def test_epochs_become_steps_by_trls_batch_arithmetic(make_cfg, overrides, promp
     cfg = make_cfg("+curriculum=kk_logicrl", *overrides)
     assert prompts_per_step(cfg) == prompts
     assert {s.steps for s in build_plan(cfg)} == {steps}
+
+
+def test_single_gpu_composes_into_a_valid_config_where_cuda_and_vllm_exist(make_cfg, monkeypatch):
+    """This CPU refuses experiment=single_gpu (BAD_CONFIGS); on a CUDA box with vLLM every field is valid
+    and vLLM's memory share is sized from the card (a unit test's edge: CUDA and vLLM are pretended)."""
+    import importlib.util
+
+    import torch
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else
+                        real_find_spec(name, *a))
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=single_gpu")
+    check_config(cfg, build_plan(cfg))
+    assert cfg.grpo.vllm_gpu_memory_utilization == pytest.approx(7 / 24, abs=1e-3)
+    assert make_cfg("+curriculum=kk_ladder", "experiment=single_gpu", "gpu.memory_gb=80"
+                    ).grpo.vllm_gpu_memory_utilization == pytest.approx(7 / 80, abs=1e-3)
+    assert (cfg.grpo.optim, cfg.grpo.use_vllm, cfg.grpo.vllm_mode) == ("adamw_8bit", True, "colocate")
