@@ -22,9 +22,7 @@ reported separately in `format_ok`, and `Grade.strict_correct` is Logic-RL's val
 
 from __future__ import annotations
 
-import random
 import re
-import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -207,36 +205,3 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
         partial_format=partial_format, think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
         reasons=tuple(reasons + answer_reasons), invented=invented,
     )
-
-
-_POOL = ("Zoey", "Oliver", "Ava", "Avery", "Mia", "Amelia", "Ella", "Isabella", "Liam", "William", "Ethan")
-
-
-def realistic_completion(rng: random.Random, names: Sequence[str], solution: Sequence[bool]) -> str:
-    """A ~2 KB think_answer completion: K&K-style case analysis, then a numbered answer."""
-    steps = []
-    while sum(map(len, steps)) < 1800:
-        a, b = rng.choice(names), rng.choice(names)
-        steps.append(f"Assume {a} is a knight. Then {b}'s claim that {a} is a knave is false, "
-                     f"so {b} cannot be a knight; no contradiction is found yet. ")
-    answer = "\n".join(f"({i + 1}) {n} is a {'knight' if s else 'knave'}"
-                       for i, (n, s) in enumerate(zip(names, solution, strict=True)))
-    return f"<think>{''.join(steps)}</think>\n<answer>\n{answer}\n</answer>"
-
-
-def grader_throughput(n: int = 2000, *, seed: int = 0) -> float:
-    """Completions graded per second on `n` realistic ~2 KB completions (2-7 people).
-
-    >>> grader_throughput(20) > 0
-    True
-    """
-    rng = random.Random(seed)
-    cases = []
-    for _ in range(n):
-        names = rng.sample(_POOL, rng.randint(2, 7))
-        solution = [rng.random() < 0.5 for _ in names]
-        cases.append((realistic_completion(rng, names, solution), names, solution))
-    start = time.perf_counter()
-    for text, names, solution in cases:
-        grade(text, names, solution)
-    return n / (time.perf_counter() - start)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,11 +23,13 @@ from omegaconf import DictConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
+from curriculum import kk
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
+from eval.reasoning import check_reasoning
 from train.checkpoints import fingerprint, publish_final
 from train.models import load_for_inference, merge_lora_and_save, resolve_model
 from train.rewards import build_reward_funcs
@@ -44,12 +48,116 @@ LAUNCHER = (
     "open(sys.argv[1], 'w').write(json.dumps([usage.ru_maxrss, usage.ru_utime + usage.ru_stime]))\n"
     "sys.exit(code)\n"
 )
+# K&K names with names inside names (Ava/Avery, Mia/Amelia, Ella/Isabella): whole-word matching at work.
+NAME_POOL = ("Zoey", "Oliver", "Ava", "Avery", "Mia", "Amelia", "Ella", "Isabella", "Liam", "William", "Ethan")
+SCALING_NAMES = ("Ava", "Avery", "Mia", "Amelia", "Ella", "Isabella", "Bella")
+# One unit per grader path, repeated to any length: the answer parser's lists and roles; the claims
+# parser's pairings, quantifiers, quotes, a table, an assumption and a ditto.
+SCALING_UNITS = {
+    "answer lists": "Ava is a knight, Avery is not a knave; Mia or Amelia might be (1) knights. Knights: Ella, Bella. ",
+    "claims": ('Assume Ava is a knight. Then Avery is not a knave; the rest are knights. Mia said "Ella lies", so '
+               "Bella is a knave, and so is Isabella. Only Ava is a knight. Everyone except Mia is a knave. Zoey and "
+               "Liam are a knight and a knave, respectively.\n| Knights | Knaves |\n|---|---|\n| Ava | Mia |\n"),
+}
 
 
 def compose_cfg(overrides: Sequence[str]) -> DictConfig:
     """The config `python -m train <overrides>` would run (as tests/conftest.py composes it)."""
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return compose("config", overrides=list(overrides))
+
+
+def generator_throughput(ppl: int, n: int = 1000, seed: int = 0, **options) -> float:
+    """Puzzles per second of `kk.generate` (drawing, solving, English and chain of thought).
+
+    Listing a size's statements is cached per process, so only the first call per size pays for it.
+
+    >>> generator_throughput(3, n=20) > 0
+    True
+    """
+    began = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 2 people cap at 399 puzzles; the rate counts what came back
+        records = kk.generate(ppl, n, seed, **options)
+    return len(records) / (time.perf_counter() - began)
+
+
+def realistic_completion(rng: random.Random, names: Sequence[str], solution: Sequence[bool]) -> str:
+    """A ~2 KB think_answer completion: K&K-style case analysis, then a numbered answer."""
+    steps = []
+    while sum(map(len, steps)) < 1800:
+        a, b = rng.choice(names), rng.choice(names)
+        steps.append(f"Assume {a} is a knight. Then {b}'s claim that {a} is a knave is false, "
+                     f"so {b} cannot be a knight; no contradiction is found yet. ")
+    answer = "\n".join(f"({i + 1}) {n} is a {'knight' if s else 'knave'}"
+                       for i, (n, s) in enumerate(zip(names, solution, strict=True)))
+    return f"<think>{''.join(steps)}</think>\n<answer>\n{answer}\n</answer>"
+
+
+def grader_throughput(n: int = 2000, *, seed: int = 0) -> float:
+    """Completions graded per second on `n` realistic ~2 KB completions (2-7 people).
+
+    >>> grader_throughput(20) > 0
+    True
+    """
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(n):
+        names = rng.sample(NAME_POOL, rng.randint(2, 7))
+        solution = [rng.random() < 0.5 for _ in names]
+        cases.append((realistic_completion(rng, names, solution), names, solution))
+    began = time.perf_counter()
+    for text, names, solution in cases:
+        grade(text, names, solution)
+    return n / (time.perf_counter() - began)
+
+
+def grading_seconds(text: str, names: Sequence[str]) -> float:
+    """Seconds validation spends on one completion: its grade and its reasoning check."""
+    began = time.perf_counter()
+    graded = grade(text, names, [True] * len(names))
+    check_reasoning(text, names, graded.assignment, "think_answer")
+    return time.perf_counter() - began
+
+
+def grader_scaling(small: int = 100_000, large: int = 1_000_000) -> dict:
+    """Seconds to grade one `small`- and one `large`-character completion, per grader path and place.
+
+    Linear time shows as a ratio near large / small, a quadratic reading as its square. A small
+    time is floored at 1 ms so a path that skips the text cannot make a ratio of noise.
+
+    >>> sorted(grader_scaling(200, 2000)["cases"])[0]
+    'answer lists in the answer'
+    """
+    cases = {}
+    for label, unit in SCALING_UNITS.items():
+        for where in ("answer", "reasoning"):
+            texts = [_repeated(unit, size, where) for size in (small, large)]
+            small_s, large_s = (grading_seconds(text, SCALING_NAMES) for text in texts)
+            cases[f"{label} in the {where}"] = {"small_s": round(small_s, 4), "large_s": round(large_s, 3),
+                                                "ratio": round(large_s / max(small_s, 1e-3), 1)}
+    return {"cases": cases, "sizes": [small, large], "large_s": max(c["large_s"] for c in cases.values()),
+            "ratio": max(c["ratio"] for c in cases.values())}
+
+
+def _repeated(unit: str, size: int, where: str) -> str:
+    body = unit * (size // len(unit))
+    if where == "answer":
+        return f"<think>Check each statement in turn.</think>\n<answer>\n{body}\n</answer>"
+    return f"<think>{body}</think><answer>x</answer>"
+
+
+def canonical_key_seconds(n: int = 500) -> dict:
+    """Seconds for the canonical keys of `n` random 8-person puzzles, and of two symmetric puzzles."""
+    records = kk.generate(8, n, seed=0)
+    began = time.perf_counter()
+    keys = {kk.canonical_key(r) for r in records}
+    random_s = time.perf_counter() - began
+    began = time.perf_counter()
+    kk.canonical_key(tuple(("telling-truth", i) for i in range(14)))  # 14! orderings if searched naively
+    kk.canonical_key(tuple(("telling-truth", i ^ 1) for i in range(12)))  # six interchangeable pairs
+    return {"random_s": round(random_s, 3), "symmetric_s": round(time.perf_counter() - began, 3), "n": n,
+            "distinct": len(keys)}
 
 
 def run_measured(module_args: Sequence[str], log_path: Path) -> dict:

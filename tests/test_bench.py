@@ -12,6 +12,8 @@ from tests.bench import AIMS, assemble, figures_table, jobs, parse_args
 from tests.bench_parts import (
     agreement,
     bare_ladder,
+    canonical_key_seconds,
+    grader_scaling,
     handoff_seconds,
     overhead_summary,
     run_measured,
@@ -66,7 +68,10 @@ def test_bench_json_and_table_hold_every_figure_and_aim():
                   "max_new_tokens": 64}
     raw = {"ours:0": _run([2, 2], 710), "bare:0": _run([2, 1], 700), "generator": {"2": 9000.0, "8": 1500.0},
            "grader": 12000.0, "handoff": {"seconds": 0.3, "save_s": 0.1, "load_s": 0.2, "repeats": 3},
-           "validation:tiny": validation}
+           "validation:tiny": validation,
+           "grader_scaling": {"cases": {"claims in the answer": {"small_s": 0.03, "large_s": 0.31, "ratio": 10.3}},
+                              "sizes": [100_000, 1_000_000], "large_s": 0.31, "ratio": 10.3},
+           "canonical": {"random_s": 0.21, "symmetric_s": 0.004, "n": 500, "distinct": 500}}
     settings = {"cpus": 2, "torch_threads": 1, "load_avg_start": 1.0, "load_avg_end": 2.0, "total_s": 200.0}
     bench = assemble(raw, settings)
     assert bench["orchestration_overhead"] == pytest.approx(4 / 3, abs=1e-3)
@@ -76,7 +81,7 @@ def test_bench_json_and_table_hold_every_figure_and_aim():
     console.print(figures_table(bench))
     text = console.file.getvalue()
     shown = ("1.333×", "same weights", "0.30 s", "9,000", "12,000/s", "4.00×", "710 MB", "aim ≤ 1.1×",
-             "aim ≥ 500/s each")
+             "aim ≥ 500/s each", "0.31 s", "10.3×", "worst: claims in the answer", "aim ≤ 30×", "0.21 s", "0.004 s")
     for figure in shown:
         assert figure in text, figure
     assert text.count("aim ≤") + text.count("aim ≥") == len(AIMS)  # one aim per row
@@ -100,3 +105,11 @@ def test_measuring_pieces_run_at_tiny_sizes(make_cfg, tmp_path):
     compared = validation_comparison(cfg, resolve_model(cfg.model, cfg.paths.cache_dir), ppl=3, batch_size=2,
                                      max_new_tokens=4)
     assert compared["n"] == 2 and 0 <= compared["verdict_agreement"] <= 1 and compared["speedup"] > 0
+
+
+def test_grader_scaling_and_canonical_keys_run_at_tiny_sizes():
+    scaling = grader_scaling(small=500, large=5000)
+    # two grader paths, each in the answer and in the reasoning; the figures are their worst case
+    assert len(scaling["cases"]) == 4 and scaling["ratio"] == max(c["ratio"] for c in scaling["cases"].values())
+    canonical = canonical_key_seconds(n=5)
+    assert canonical["distinct"] == 5 and canonical["symmetric_s"] >= 0

@@ -5,7 +5,6 @@ The real K&K records check the same renderings, and that a copied question never
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 from hypothesis import given
@@ -13,7 +12,6 @@ from hypothesis import strategies as st
 
 from curriculum.kk import COMMON_NAMES
 from eval.grader import grade
-from eval.reasoning import check_reasoning
 from tests.conftest import SHARED_DATA
 
 
@@ -155,25 +153,3 @@ def test_real_records_in_every_new_rendering():
                 failures.append(answer)
     assert count == 5000
     assert not failures, failures[:3]
-
-
-# Every new reading in one unit: pairing, quantifiers, quotes, a table, an assumption, a ditto.
-UNIT = ('Assume Ava is a knight. Then Avery is not a knave; the rest are knights. Mia said "Ella lies", so Bella '
-        "is a knave, and so is Isabella. Only Ava is a knight. Everyone except Mia is a knave. Zoey and Liam are "
-        "a knight and a knave, respectively.\n| Knights | Knaves |\n|---|---|\n| Ava | Mia |\n")
-
-
-@pytest.mark.parametrize("where", ["answer", "reasoning"])
-def test_new_readings_stay_linear_in_the_length(where):
-    names = ["Ava", "Avery", "Mia", "Amelia", "Ella", "Isabella", "Bella"]
-
-    def seconds(size: int) -> float:
-        body = UNIT * (size // len(UNIT))
-        text = T(body) if where == "answer" else f"<think>{body}</think><answer>x</answer>"
-        start = time.perf_counter()
-        g = grade(text, names, [True] * 7)
-        check_reasoning(text, names, g.assignment, "think_answer")
-        return time.perf_counter() - start
-
-    small, large = seconds(100_000), seconds(1_000_000)
-    assert large < 30 * max(small, 1e-3)  # 10x the text: ~10x the time, never quadratic

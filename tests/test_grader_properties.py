@@ -1,16 +1,15 @@
-"""Property tests of the grader: published renderings, single flips, robustness, linear time,
-and every real K&K record (3-7 people) in every prompt format."""
+"""Property tests of the grader: published renderings, single flips, robustness, and every real
+K&K record (3-7 people) in every prompt format. Its linear time and throughput are `make bench` figures."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.grader import FORMATS, grade, grader_throughput
+from eval.grader import FORMATS, grade
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 # K&K's common names plus names that contain one another (Ava/Avery, Mia/Amelia, Ella/Isabella/Bella,
@@ -93,31 +92,6 @@ def test_arbitrary_text_never_raises(text, puzzle, fmt):
     assert set(g.assignment) == set(names)
     assert 0 <= g.n_right <= len(names)
     assert not (g.correct and not g.answered)
-
-
-def _seconds(text: str, names, solution) -> float:
-    start = time.perf_counter()
-    grade(text, names, solution)
-    return time.perf_counter() - start
-
-
-@pytest.mark.parametrize("inside", ["think", "answer"])
-def test_one_megabyte_grades_in_linear_time(inside):
-    names, solution = POOL[:7], [True] * 7
-    unit = "Ava is a knight, Avery is not a knave; Mia or Amelia might be (1) knights. Knights: Ella, Bella. "
-
-    def completion(size: int) -> str:
-        body = unit * (size // len(unit))
-        return f"<think>{body}</think><answer>x</answer>" if inside == "think" else f"<answer>{body}</answer>"
-
-    small = _seconds(completion(100_000), names, solution)
-    large = _seconds(completion(1_000_000), names, solution)
-    assert large < 1.0
-    assert large < 30 * max(small, 1e-3)  # 10x the text: ~10x the time, never quadratic
-
-
-def test_throughput_is_reported():
-    assert grader_throughput(200) > 500  # completions per second, ~2 KB each (about 15k/s measured)
 
 
 def _records():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,13 +92,12 @@ def test_key_is_an_equivalent_puzzle_and_accepts_records():
     assert sorted(original) == sorted(reordered)
 
 
-def test_keys_are_fast_at_eight_people_and_on_symmetric_puzzles():
-    records = generate(8, 500, seed=0)
-    start = time.perf_counter()
-    keys = {canonical_key(r) for r in records}
-    assert time.perf_counter() - start < 2.5  # measured ~0.2 s
+def test_keys_at_eight_people_and_on_symmetric_puzzles():
+    # How fast these are (500 keys, the 14! and six-pair puzzles) is a `make bench` figure.
+    keys = {canonical_key(r) for r in generate(8, 500, seed=0)}
     assert len(keys) == 500  # random 8-person puzzles essentially never coincide
-    start = time.perf_counter()
-    canonical_key(tuple(("telling-truth", i) for i in range(14)))  # 14! orderings if searched naively
-    canonical_key(tuple(("telling-truth", i ^ 1) for i in range(12)))  # six interchangeable pairs
-    assert time.perf_counter() - start < 2.0
+    everyone_honest = tuple(("telling-truth", i) for i in range(14))  # 14! orderings if searched naively
+    pairs = tuple(("telling-truth", i ^ 1) for i in range(12))  # six interchangeable pairs
+    for puzzle in (everyone_honest, pairs):
+        rotated = relabel(puzzle, [(i + 1) % len(puzzle) for i in range(len(puzzle))])  # each person one seat on
+        assert canonical_key(puzzle) == canonical_key(rotated)

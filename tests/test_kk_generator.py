@@ -16,7 +16,6 @@ from curriculum.kk import (
     RECORD_FIELDS,
     count_unique_puzzles,
     generate,
-    generator_throughput,
     parse_statements,
     role_words,
     solve,
@@ -224,9 +223,8 @@ def test_bad_arguments_fail_clearly(kwargs, message):
         generate(seed=0, **kwargs)
 
 
-def test_throughput_is_far_above_the_published_generator():
-    # lib_kk.py manages ~160 puzzles/s at 6 people on this machine; 500/s is a loose floor that
-    # still catches a slide back to per-assignment Python loops (measured here: several thousand).
+def test_six_people_generate_in_full_without_a_warning():
+    # The rate (puzzles/s against lib_kk.py's ~160/s) is a `make bench` figure; here: no warning hides in it.
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the rate must not hide a warning at 6 people
-        assert generator_throughput(6, n=300, seed=1) > 500
+        warnings.simplefilter("error")
+        assert len(generate(6, 300, seed=1)) == 300

@@ -11,7 +11,7 @@
 from curriculum.kk.canonical import canonical_key
 from curriculum.kk.cot import chain_of_thought
 from curriculum.kk.english import COMMON_NAMES, ROLE_PAIRS, SPEECH_TEMPLATES, claim_text, role_words
-from curriculum.kk.generator import count_unique_puzzles, generate, generator_throughput
+from curriculum.kk.generator import count_unique_puzzles, generate
 from curriculum.kk.grammar import StatementError, parse_statements, top_label
 from curriculum.kk.solver import solve
 
@@ -41,7 +41,6 @@ __all__ = [
     "claim_text",
     "count_unique_puzzles",
     "generate",
-    "generator_throughput",
     "parse_statements",
     "role_words",
     "solve",

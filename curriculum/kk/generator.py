@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import time
 import warnings
 from functools import lru_cache
 
@@ -167,18 +166,3 @@ def generate(
         (solution,) = assignments_in(space.consistent(picks), ppl)
         records.append(render_record(space.statements(picks), solution, index, words_rng, role_pair))
     return records
-
-
-def generator_throughput(ppl: int, n: int = 1000, seed: int = 0, **options) -> float:
-    """Puzzles per second of :func:`generate` (drawing, solving, English and chain of thought).
-
-    Listing a size's statements is cached per process, so only the first call per size pays for it.
-
-    >>> generator_throughput(3, n=20) > 0
-    True
-    """
-    start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # 2 people cap at 399 puzzles; the rate counts what came back
-        records = generate(ppl, n, seed, **options)
-    return len(records) / (time.perf_counter() - start)
