@@ -2,16 +2,15 @@
 
 DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
 modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to `outputs`). Everything goes to
-`DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered twice, as
-Markdown that points at the PNGs and as HTML with the PNGs embedded, so the two never disagree.
+`DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered as
+Markdown that points at the PNGs; report.html is that Markdown rendered by markdown-it-py with the
+PNGs embedded, so the two never disagree.
 Data that is missing (a run in progress, a failed sweep job, a key not logged) becomes a note.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import html
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from rich.markup import escape
 
 from eval import report_adaptive as ra
 from eval import report_series as rs
-from eval.report_blocks import Heading, Image, Table, Text, fmt
+from eval.report_blocks import Heading, Image, Table, Text, fmt, to_html, to_markdown
 from eval.report_plots import (
     Panel,
     plot_stage_grid,
@@ -294,67 +293,6 @@ def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     return f"Sweep report: {sweep_dir.name}", blocks
 
 
-# --- rendering ------------------------------------------------------------------------------------
-
-
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def to_markdown(title: str, blocks: Sequence) -> str:
-    """Markdown with images linked relative to the report directory."""
-    out = [f"# {title}", ""]
-    for block in blocks:
-        if isinstance(block, Heading):
-            out += [f"## {block.text}", ""]
-        elif isinstance(block, Text):
-            out += [f"_{block.text}_" if block.note else block.text, ""]
-        elif isinstance(block, Table):
-            out += ["| " + " | ".join(map(_md_cell, block.headers)) + " |",
-                    "|" + "---|" * len(block.headers),
-                    *("| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows), ""]
-        elif isinstance(block, Image):
-            out += [f"![{block.caption}]({block.path.name})", ""]
-    return "\n".join(out)
-
-
-def _inline_markdown(text: str) -> str:
-    """The two inline marks the blocks use (**bold**, `code`) as HTML, the rest escaped."""
-    parts = html.escape(text).split("`")
-    parts = [f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts)]
-    bold = "".join(parts).split("**")
-    return "".join(f"<b>{p}</b>" if i % 2 else p for i, p in enumerate(bold))
-
-
-def _html_block(block) -> str:
-    if isinstance(block, Heading):
-        return f"<h2>{html.escape(block.text)}</h2>"
-    if isinstance(block, Text):
-        return f"<p class='{'note' if block.note else 'text'}'>{_inline_markdown(block.text)}</p>"
-    if isinstance(block, Table):
-        head = "".join(f"<th>{html.escape(h)}</th>" for h in block.headers)
-        cells = ("".join(f"<td>{html.escape(c)}</td>" for c in row) for row in block.rows)
-        body = "".join(f"<tr>{row}</tr>" for row in cells)
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-    data = base64.b64encode(block.path.read_bytes()).decode("ascii")
-    return (f"<figure><img alt='{html.escape(block.caption)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{html.escape(block.caption)}</figcaption></figure>")
-
-
-STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:0.5em 0 1.5em}
-th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f2f2f2}td:first-child{text-align:left}.note{color:#8a5a00;font-style:italic}
-img{max-width:100%}figcaption{color:#666;font-size:0.9em}code{background:#f4f4f4;padding:0 3px}"""
-
-
-def to_html(title: str, blocks: Sequence) -> str:
-    """One self-contained page: inline CSS, every image a base64 data URI."""
-    body = "\n".join(_html_block(block) for block in blocks)
-    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{STYLE}</style></head>\n<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
-
-
 # --- entry points ---------------------------------------------------------------------------------
 
 
@@ -396,8 +334,9 @@ def write_report(target: Path) -> Path:
     for stale in out_dir.glob("*.png"):  # a figure skipped this time must not linger from an earlier report
         stale.unlink()
     title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
-    (out_dir / "report.md").write_text(to_markdown(title, blocks))
-    (out_dir / "report.html").write_text(to_html(title, blocks))
+    markdown = to_markdown(title, blocks)
+    (out_dir / "report.md").write_text(markdown)
+    (out_dir / "report.html").write_text(to_html(title, markdown, out_dir))
     return out_dir
 
 
