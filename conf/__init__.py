@@ -4,6 +4,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from core.rundir import RUN_JSON
+
 CONF_DIR = Path(__file__).resolve().parent
 
 
@@ -15,7 +17,7 @@ def run_dir(resume: str | None, fresh: str) -> str:
     """
     if not resume:
         return fresh
-    if not (Path(resume) / "run.json").is_file():
+    if not (Path(resume) / RUN_JSON).is_file():
         state = "is not a run directory" if Path(resume).is_dir() else "does not exist"
         raise ValueError(f"resume={resume}: {state}; a run directory holds run.json (with config.yaml, "
                          "metrics.jsonl and stages/). Give the folder of the run to continue, or drop resume= "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from core.rundir import stage_dirname
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
 from curriculum.errors import ConfigError
 
@@ -45,7 +46,7 @@ class Stage:
     @property
     def dirname(self) -> str:
         """`<k>-<name>`: the stage's folder under `stages/` of a run directory."""
-        return f"{self.index}-{self.name}"
+        return stage_dirname(self.index, self.name)
 
     @property
     def ppl_label(self) -> str:

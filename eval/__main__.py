@@ -20,14 +20,15 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR, register_resolvers
+from core.cpu_threads import configure_cpu_threads
+from core.jsonl import JsonlWriter
+from core.models import resolve_model
+from core.rundir import CONFIG, SAMPLES, VALIDATION, run_of_final
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
 from eval.console import quiet_libraries
 from eval.validation import validate
-from train.cpu_threads import configure_cpu_threads
-from train.manifest import JsonlWriter
-from train.models import resolve_model
 
 register_resolvers()
 
@@ -72,9 +73,9 @@ def checkpoint_source(value: str) -> str:
 
 def _run_model_config(checkpoint: Path) -> DictConfig | None:
     """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final)."""
-    run_config = checkpoint.resolve().parents[2] / "config.yaml" if len(checkpoint.parts) >= 3 else None
-    if run_config is not None and run_config.exists():
-        return OmegaConf.load(run_config).model
+    run_dir = run_of_final(checkpoint.resolve())
+    if run_dir is not None and (run_dir / CONFIG).exists():
+        return OmegaConf.load(run_dir / CONFIG).model
     return None
 
 
@@ -95,10 +96,10 @@ def main(cfg: DictConfig) -> float:
     else:
         model_path = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    writer = JsonlWriter(out_dir / "validation.jsonl", key=("stage", "ppl"))
+    writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "ppl"))
     tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
-    rows = validate(cfg, model_path, pools, tag=tag, out_dir=out_dir / "samples", writer=writer)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    rows = validate(cfg, model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer)
+    (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return sum(r["accuracy"] for r in rows) / len(rows)
 
 

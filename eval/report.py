@@ -1,7 +1,8 @@
 """`python -m eval.report [DIR] [--outputs ROOT]`: plots, report.md and a self-contained report.html.
 
 DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
-modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to `outputs`). Everything goes to
+modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
+`python -m train` writes). Everything goes to
 `DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered as
 Markdown that points at the PNGs; report.html is that Markdown rendered by markdown-it-py with the
 PNGs embedded, so the two never disagree.
@@ -15,9 +16,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from rich.console import Console
 from rich.markup import escape
 
+from conf import CONF_DIR
+from core.rundir import RUN_JSON, Status, read_mapping, stage_records
 from eval import report_adaptive as ra
 from eval import report_series as rs
 from eval.report_blocks import Heading, Image, Table, Text, fmt, to_html, to_markdown
@@ -54,13 +58,11 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
         stage_step = int(rs.as_number(row.get("stage_step")) or 0)
         logged[row.get("stage")] = max(logged.get(row.get("stage"), 0), stage_step)
     rows = []
-    for s in manifest.get("stages") or []:
-        done = logged.get(s.get("index")) if s.get("status") == "running" else s.get("steps_done")
-        rows.append([fmt(s.get("index")), fmt(s.get("name")), fmt(s.get("kind")), fmt(s.get("ppl_label")),
-                     fmt(s.get("status")),
-                     f"{fmt(done)}/{fmt(s.get('steps_budget'))}",
-                     f"{fmt(s.get('global_step_start'))}..{fmt(s.get('global_step_end'))}",
-                     fmt(s.get("wall_seconds"), 1)])
+    for s in stage_records(manifest):
+        done = logged.get(s.index) if s.status == Status.RUNNING else s.steps_done
+        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.ppl_label), fmt(s.status),
+                     f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
+                     fmt(s.wall_seconds, 1)])
     return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
 
 
@@ -80,8 +82,8 @@ def _config_facts(config: dict) -> str:
 
 def _summary(run: rs.RunData) -> list:
     m = run.manifest
-    stages = m.get("stages") or []
-    done = sum(s.get("status") == "done" for s in stages)
+    stages = stage_records(m)
+    done = sum(s.done for s in stages)
     facts = [f"**status** {fmt(m.get('status'))}", f"**curriculum** {fmt(m.get('curriculum'))}",
              f"**stages done** {done}/{len(stages)}", f"**base model** `{fmt(m.get('base_model'))}`",
              f"**created** {fmt(m.get('created'))}", f"**training steps logged** {len(run.steps)}"]
@@ -89,7 +91,7 @@ def _summary(run: rs.RunData) -> list:
     if run.config:
         blocks.append(Text(_config_facts(run.config)))
     blocks += [Text(note, note=True) for note in run.notes]
-    blocks += [Text(f"stage {s.get('name')} failed: {s['error']}", True) for s in stages if s.get("error")]
+    blocks += [Text(f"stage {s.name} failed: {s.error}", True) for s in stages if s.error]
     if stages:
         blocks += [Heading("Stages"), _stage_table(m, run.steps)]
     return blocks
@@ -267,7 +269,7 @@ def _sweep_curves(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) -> l
     accuracy, length = [], []
     for job in jobs:
         label = ra.job_label(job.overrides, params, job.name)
-        accuracy.append(ra.accuracy_curve(rs.read_mapping(job.path / "run.json"), label))
+        accuracy.append(ra.accuracy_curve(read_mapping(job.path / RUN_JSON), label))
         length.append(ra.length_curve(rs.load_run(job.path).steps, label))
     accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
     if not accuracy and not length:
@@ -300,7 +302,7 @@ def is_sweep(path: Path) -> bool:
     """A multirun directory: Hydra's multirun.yaml, or numbered job folders and no run.json of its own."""
     if (path / "multirun.yaml").exists():
         return True
-    return not (path / "run.json").exists() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
+    return not (path / RUN_JSON).exists() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
 
 
 def _last_modified(path: Path) -> float:
@@ -323,7 +325,7 @@ def latest_output(outputs: Path) -> Path | None:
     error.txt only) has nothing to report.
     """
     candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
-                  for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / "run.json").exists())]
+                  for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / RUN_JSON).exists())]
     return max(candidates, key=_last_modified, default=None)
 
 
@@ -340,16 +342,22 @@ def write_report(target: Path) -> Path:
     return out_dir
 
 
+def configured_output_dir() -> Path:
+    """`paths.output_dir` of the composed config: where `python -m train` puts runs and sweeps."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return Path(compose("config").paths.output_dir)
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.split("\n")[0])
     parser.add_argument("dir", nargs="?", type=Path, help="a run or sweep directory (default: the latest)")
-    parser.add_argument("--outputs", type=Path, default=Path("outputs"),
-                        help="output root searched for the latest run or sweep (default: outputs)")
+    parser.add_argument("--outputs", type=Path, default=None,
+                        help="output root searched for the latest run or sweep (default: paths.output_dir)")
     args = parser.parse_args(argv)
-    target = args.dir or latest_output(args.outputs)
+    outputs = args.outputs or configured_output_dir()
+    target = args.dir or latest_output(outputs)
     if target is None:
-        raise SystemExit(f"no run or sweep under {args.outputs}/runs or {args.outputs}/multirun; "
-                         "pass a directory")
+        raise SystemExit(f"no run or sweep under {outputs}/runs or {outputs}/multirun; pass a directory")
     if not target.is_dir():
         raise SystemExit(f"{target}: not a directory")
     out_dir = write_report(target)

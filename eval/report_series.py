@@ -7,15 +7,25 @@ torn jsonl line is skipped and counted, a missing key is a missing series. The p
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-BASELINE = "baseline"
+from core.jsonl import scan_jsonl
+from core.rundir import (
+    BASELINE,
+    CONFIG,
+    METRICS,
+    RUN_JSON,
+    VALIDATION,
+    Status,
+    final_accuracy,
+    load_file,
+    objective,
+    read_mapping,
+    stage_records,
+)
 
 
 @dataclass(frozen=True)
@@ -60,55 +70,19 @@ class RunData:
 # --- reading --------------------------------------------------------------------------------------
 
 
-def read_rows(path: Path) -> tuple[list[dict], int]:
-    """The rows of a jsonl file and the number of lines that were not JSON objects.
-
-    Unlike `train.manifest.read_jsonl` this never raises and never repairs: a report reads a run
-    that may be writing right now, so a torn line (anywhere) is skipped and counted, not fixed.
-    """
-    if not path.exists():
-        return [], 0
-    rows, bad = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict):
-            rows.append(row)
-        else:
-            bad += 1
-    return rows, bad
-
-
-def load_file(path: Path):
-    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started)."""
-    try:
-        text = path.read_text()
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return None
-
-
-def read_mapping(path: Path) -> dict:
-    """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
-    data = load_file(path)
-    return data if isinstance(data, dict) else {}
-
-
 def load_run(run_dir: Path) -> RunData:
-    """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`."""
-    metrics, bad_metrics = read_rows(run_dir / "metrics.jsonl")
-    validation, bad_validation = read_rows(run_dir / "validation.jsonl")
+    """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`.
+
+    The run may be writing right now: a torn line (anywhere) is skipped and counted, never repaired.
+    """
+    metrics, validation = scan_jsonl(run_dir / METRICS), scan_jsonl(run_dir / VALIDATION)
     # per-step rows only: a stage's end-of-training summary line (kind "summary") has no step metrics
-    steps = [r for r in metrics if r.get("kind", "summary" if "train_runtime" in r else "step") == "step"]
-    run = RunData(run_dir, read_mapping(run_dir / "run.json"), read_mapping(run_dir / "config.yaml"), steps,
-                  validation)
-    for name, bad in (("metrics.jsonl", bad_metrics), ("validation.jsonl", bad_validation)):
-        if bad:
-            run.notes.append(f"{name}: skipped {bad} unreadable line(s) (torn while the run writes)")
+    steps = [r for r in metrics.rows if r.get("kind", "summary" if "train_runtime" in r else "step") == "step"]
+    run = RunData(run_dir, read_mapping(run_dir / RUN_JSON), read_mapping(run_dir / CONFIG), steps,
+                  validation.rows)
+    for name, scan in ((METRICS, metrics), (VALIDATION, validation)):
+        if scan.damaged:
+            run.notes.append(f"{name}: skipped {len(scan.damaged)} unreadable line(s) (torn while the run writes)")
     if not run.manifest:
         run.notes.append("run.json is missing or unreadable: stage boundaries come from metrics.jsonl")
     return run
@@ -290,49 +264,22 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     return {key.lstrip("+~"): value for key, eq, value in pairs if eq}
 
 
-def final_accuracy(manifest: dict) -> dict[int, float]:
-    """Accuracy per ppl after the last stage, {} until that stage is validated."""
-    stages = manifest.get("stages") or []
-    final = (stages[-1].get("final_metrics") or {}) if stages else {}
-    found = {int(str(k).removesuffix("ppl")): as_number(v.get("accuracy")) for k, v in final.items()
-             if str(k).removesuffix("ppl").isdigit() and isinstance(v, dict)}
-    return {ppl: value for ppl, value in sorted(found.items()) if value is not None}
-
-
-def job_objective(accuracy: dict[int, float], name: str) -> float | None:
-    """The sweep objective, as `train.runner.objective` computes it (re-done here: importing the
-    runner loads torch and TRL, seconds a report should not spend).
-
-    >>> job_objective({2: 0.5, 3: 0.25}, "mean_final_accuracy")
-    0.375
-    >>> job_objective({2: 0.5}, "final_accuracy_2ppl"), job_objective({2: 0.5}, "final_accuracy_4ppl")
-    (0.5, None)
-    """
-    if not accuracy:
-        return None
-    if name == "mean_final_accuracy":
-        return _mean(list(accuracy.values()))
-    subset = name.removeprefix("final_accuracy_").removesuffix("ppl")
-    return accuracy.get(int(subset)) if name.startswith("final_accuracy_") and subset.isdigit() else None
-
-
 def load_job(job_dir: Path) -> Job:
     """Read one job directory; a failed job (error.txt) may lack every other file."""
-    manifest = read_mapping(job_dir / "run.json")
+    manifest = read_mapping(job_dir / RUN_JSON)
     overrides_list = load_file(job_dir / ".hydra" / "overrides.yaml")
     overrides = parse_overrides(overrides_list if isinstance(overrides_list, list) else [])
     error_file = job_dir / "error.txt"
     error = error_line(error_file.read_text(errors="replace")) if error_file.exists() else None
     status = "failed" if error is not None else manifest.get("status", "not started")
-    stages = manifest.get("stages") or []
+    stages = stage_records(manifest)
     accuracy = final_accuracy(manifest)
-    objective_name = str(read_mapping(job_dir / "config.yaml").get("objective", "mean_final_accuracy"))
+    objective_name = str(read_mapping(job_dir / CONFIG).get("objective", "mean_final_accuracy"))
     # run.json records the objective the job returned; older runs did not, so compute it then
     recorded = as_number(manifest.get("objective"))
-    objective = (job_objective(accuracy, objective_name) if recorded is None else recorded) \
-        if status == "done" else None
-    return Job(job_dir.name, job_dir, overrides, status, sum(s.get("status") == "done" for s in stages),
-               len(stages), accuracy, objective, error)
+    value = (objective(objective_name, accuracy) if recorded is None else recorded) if status == Status.DONE else None
+    return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
+               error)
 
 
 def load_sweep(sweep_dir: Path) -> list[Job]:

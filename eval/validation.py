@@ -17,13 +17,13 @@ from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
+from core.models import load_for_inference
 from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
 from eval.reasoning import check_reasoning
 from eval.vllm_backend import generate_vllm
-from train.models import load_for_inference
 
 
 def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Scored], list[dict]]:

@@ -31,6 +31,7 @@ from rich import progress as rp
 from rich.console import Console
 from rich.table import Table
 
+from core.models import resolve_model
 from tests.bench_parts import (
     bare_ladder_process,
     canonical_key_seconds,
@@ -43,7 +44,6 @@ from tests.bench_parts import (
     overhead_summary,
     validation_comparison,
 )
-from train.models import resolve_model
 
 # figure -> (comparison, aim). Where an aim comes from: the overhead budget of the project brief;
 # the generator and grader floors of their tests (the published lib_kk.py makes ~160 puzzles/s

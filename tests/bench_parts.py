@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
+from core.models import load_for_inference, merge_lora_and_save, resolve_model
 from curriculum import kk
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
@@ -31,7 +32,6 @@ from eval.generation import generate
 from eval.grader import grade
 from eval.reasoning import check_reasoning
 from train.checkpoints import fingerprint, publish_final
-from train.models import load_for_inference, merge_lora_and_save, resolve_model
 from train.rewards import build_reward_funcs
 from train.stage import grpo_config
 

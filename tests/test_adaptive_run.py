@@ -8,10 +8,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
 from train.guard import DISTINCT_KEY
-from train.manifest import read_jsonl
 from train.runner import run_curriculum
 
 LENGTH = "completions/mean_length"

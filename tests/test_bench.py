@@ -8,6 +8,7 @@ import json
 import pytest
 from rich.console import Console
 
+from core.models import resolve_model
 from tests.bench import AIMS, assemble, figures_table, jobs, parse_args
 from tests.bench_parts import (
     agreement,
@@ -20,7 +21,6 @@ from tests.bench_parts import (
     stage_seconds,
     validation_comparison,
 )
-from train.models import resolve_model
 
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]"
 

@@ -9,10 +9,10 @@ import shutil
 import pytest
 from transformers import TrainerCallback
 
+from core.jsonl import JsonlWriter, read_jsonl
 from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
 from train.checkpoints import final_info, last_complete_checkpoint
-from train.manifest import JsonlWriter, read_jsonl
 from train.runner import run_curriculum
 from train.tracking import MetricsCallback, NonFiniteLossError, NullTracker
 

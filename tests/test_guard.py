@@ -8,10 +8,10 @@ import pytest
 from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
+from core.jsonl import JsonlWriter, read_jsonl
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
 from train.guard import DISTINCT_KEY, CollapseGuard, CollapseWatch, distinct_share, with_distinct_share
-from train.manifest import JsonlWriter, read_jsonl
 from train.promotion import logged_before_resume
 from train.tracking import NullTracker
 

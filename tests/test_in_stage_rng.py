@@ -7,9 +7,9 @@ import json
 import torch
 from transformers import AutoModelForCausalLM
 
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
-from train.manifest import read_jsonl
 from train.runner import run_curriculum
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"

@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
-from train.manifest import read_jsonl
 from train.runner import run_curriculum
 
 

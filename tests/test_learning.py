@@ -14,8 +14,8 @@ import statistics
 
 import pytest
 
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg, run_cli
-from train.manifest import read_jsonl
 from train.runner import run_curriculum
 
 PROBE = "rewards/low_tokens/mean"

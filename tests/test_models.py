@@ -1,4 +1,4 @@
-"""train.models: model sources (tiny, smollm2, hub), the build cache, device flags, LoRA handoff."""
+"""core.models: model sources (tiny, smollm2, hub), the build cache, device flags, LoRA handoff."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from peft import get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
-from train.model_cache import COMPLETION_MARKER, entry_name, temp_dir_prefix
-from train.models import (
+from core.model_cache import COMPLETION_MARKER, entry_name, temp_dir_prefix
+from core.models import (
     ModelUnavailableError,
     device_settings,
     load_for_inference,

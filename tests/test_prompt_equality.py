@@ -12,13 +12,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
+from core.models import resolve_model
 from curriculum.data import to_rows
 from curriculum.kk import generate
 from curriculum.prompts import prompt_ids, render_prompt
 from curriculum.sft import to_sft_rows
 from eval.generation import encode_prompts
 from tests.conftest import compose_cfg
-from train.models import resolve_model
 
 TEMPLATES = ("think_answer", "answer_only", "logic_rl")
 

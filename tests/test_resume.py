@@ -15,11 +15,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conf import run_dir as run_dir_of
+from core.jsonl import read_jsonl
 from eval.report_series import load_job
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
 from train.checkpoints import fingerprint
-from train.manifest import read_jsonl
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from core.jsonl import read_jsonl
 from curriculum.data import training_pool, validation_pool
 from curriculum.kk import canonical_key, generate
 from curriculum.plan import build_plan
@@ -17,7 +18,6 @@ from curriculum.sft import reference_response
 from eval.grader import FORMATS, grade
 from tests.conftest import SHARED_DATA, compose_cfg
 from train.checkpoints import fingerprint
-from train.manifest import read_jsonl
 from train.runner import run_curriculum
 
 

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
+from core.jsonl import read_jsonl
 from eval.generation import Completion
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
 from eval.reasoning import check_reasoning
 from eval.validation import grade_subset
 from tests.conftest import run_cli
-from train.manifest import read_jsonl
 
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RECORD = {"names": NAMES, "solution": SOLUTION, "index": 7, "quiz": "..."}

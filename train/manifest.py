@@ -1,4 +1,4 @@
-"""The run manifest (`run.json`) and the append-only jsonl files of a run directory.
+"""The run manifest (`run.json`): its writer, which holds statuses to the run-directory contract.
 
 `run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
 kill at any moment leaves either the old or the new manifest, never half of one.
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
-from collections.abc import Iterable
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from core.jsonl import write_json_atomic
+from core.rundir import CONFIG, RUN_JSON, STAGES, StageRecord, Status, run_status, stage_transition
 from curriculum.plan import Stage
 
 # Keys that may differ between a run and its resume without changing what is trained.
@@ -22,16 +22,6 @@ RESUME_FREE_KEYS = (
     "resume", "run_name", "logger", "paths", "hydra", "cpu_threads",
     "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend",
 )
-
-
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def config_hash(cfg: DictConfig) -> str:
@@ -55,23 +45,23 @@ class Manifest:
     @classmethod
     def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage]) -> Manifest:
         """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed."""
-        path = run_dir / "run.json"
+        path = run_dir / RUN_JSON
         digest = config_hash(cfg)
         if path.exists():
             data = _read_manifest(path)
             if data["config_hash"] != digest:
-                changed = changed_keys(run_dir / "config.yaml", cfg)
+                changed = changed_keys(run_dir / CONFIG, cfg)
                 raise RuntimeError(
                     f"resume={run_dir}: the config differs from the one this run was started with "
                     f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
-                    f"resume with the values in {run_dir / 'config.yaml'}, or start a new run"
+                    f"resume with the values in {run_dir / CONFIG}, or start a new run"
                 )
             return cls(path, data)
         data = {
             "run_dir": str(run_dir),
             "config_hash": digest,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "status": "running",
+            "status": Status.RUNNING,
             "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
             "base_model": None,
             "reference": str(cfg.reference),
@@ -88,11 +78,30 @@ class Manifest:
     def stage(self, index: int) -> dict:
         return self.data["stages"][index - 1]
 
+    def record(self, index: int) -> StageRecord:
+        """Stage `index` (1-based) as a typed record."""
+        return StageRecord.from_json(self.stage(index))
+
+    @property
+    def config_hash(self) -> str:
+        return self.data["config_hash"]
+
+    @property
+    def baseline(self) -> dict | None:
+        """The baseline validation's summary ("<n>ppl" -> accuracy, mean_tokens), None until it ran."""
+        return self.data["baseline"]
+
     def update_stage(self, index: int, **fields) -> None:
-        self.stage(index).update(fields)
+        """Change stage `index`'s fields; a status change must be one the contract allows."""
+        entry = self.stage(index)
+        if "status" in fields:
+            fields["status"] = stage_transition(entry["name"], entry["status"], fields["status"])
+        entry.update(fields)
         self.save()
 
     def update(self, **fields) -> None:
+        if "status" in fields:
+            fields["status"] = run_status(fields["status"])
         self.data.update(fields)
         self.save()
 
@@ -109,7 +118,7 @@ def _read_manifest(path: Path) -> dict:
         state = "empty" if not path.read_text().strip() else f"truncated or damaged ({err.msg}, line {err.lineno})"
         raise RuntimeError(
             f"{path}: {state}. The run writes it atomically, so a copy, an edit or a full disk did this; "
-            f"restore it from a backup to resume (nothing under {path.parent / 'stages'} was touched), "
+            f"restore it from a backup to resume (nothing under {path.parent / STAGES} was touched), "
             "or start a new run"
         ) from None
     if not isinstance(data, dict) or "config_hash" not in data:
@@ -147,7 +156,7 @@ def _stage_entry(stage: Stage) -> dict:
         "ppl_label": stage.ppl_label,
         "steps_budget": stage.steps,
         "pool": stage.pool,
-        "status": "pending",
+        "status": Status.PENDING,
         "steps_done": 0,
         "checkpoint": None,  # relative to the run directory
         "policy_init": None,
@@ -155,61 +164,3 @@ def _stage_entry(stage: Stage) -> dict:
         "wall_seconds": None,
         "final_metrics": {},
     }
-
-
-class JsonlWriter:
-    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded.
-
-    `key` names the fields that identify a row; a resumed run re-logs steps it redoes after the
-    last checkpoint, and those rows must not appear twice.
-    """
-
-    def __init__(self, path: Path, key: tuple[str, ...]):
-        self.path, self.key = path, key
-        self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
-
-    def _key(self, row: dict):
-        return tuple(row.get(k) for k in self.key)
-
-    def write(self, rows: Iterable[dict]) -> None:
-        fresh = [r for r in rows if self._key(r) not in self.seen]
-        if not fresh:
-            return
-        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
-        try:
-            with open(self.path, "a") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as err:
-            # Appending never rewrites earlier rows; a torn last row is cut off when the file is reopened.
-            raise RuntimeError(f"{self.path}: could not write ({err}); the rows already written are kept") from err
-        self.seen.update(self._key(r) for r in fresh)
-
-
-def _json_default(value):
-    return value.item() if hasattr(value, "item") else str(value)
-
-
-def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
-    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`."""
-    if not path.exists():
-        return []
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
-    rows, good_bytes = [], 0
-    for i, line in enumerate(lines):
-        if not line.strip():
-            good_bytes += len(line) + 1
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i >= len(lines) - 2:  # only the last line may be torn; anything else is real damage
-                break
-            raise ValueError(f"{path}:{i + 1}: not valid JSON") from None
-        good_bytes += len(line) + 1
-    if repair and good_bytes < len(raw):
-        with open(path, "r+b") as fh:
-            fh.truncate(min(good_bytes, len(raw)))
-    return rows

@@ -16,11 +16,12 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
+from core.jsonl import read_jsonl
+from core.rundir import METRICS, stage_path
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
 from train.checkpoints import last_complete_checkpoint
 from train.guard import CollapseGuard
-from train.manifest import read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +175,11 @@ def resume_budget(stage: Stage, entry: Mapping) -> Stage:
 def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
     """The stage's step rows up to the trainer checkpoint a resume continues from ([] on a fresh start):
     later rows are logged again by the resumed steps."""
-    checkpoint = last_complete_checkpoint(run_dir / "stages" / stage.dirname / "trainer")
+    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer")
     if checkpoint is None:
         return []
     resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))
-    return [row for row in read_jsonl(run_dir / "metrics.jsonl")
+    return [row for row in read_jsonl(run_dir / METRICS)
             if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
 
 

@@ -15,15 +15,30 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 
+from core.cpu_threads import configure_cpu_threads
+from core.jsonl import JsonlWriter
+from core.models import resolve_model
+from core.rundir import (
+    BASELINE,
+    CONFIG,
+    METRICS,
+    VALIDATION,
+    VALIDATION_STEPS,
+    Status,
+    final_accuracy,
+    final_checkpoint,
+    objective,
+    samples_dir,
+    stage_dirname,
+    validation_summary,
+)
 from curriculum.data import to_rows, training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from curriculum.sft import to_sft_rows
 from eval.validation import validate
 from train.checkpoints import check_adoptable, final_info
 from train.config_check import check_config, check_prompt_lengths
-from train.cpu_threads import configure_cpu_threads
-from train.manifest import JsonlWriter, Manifest
-from train.models import resolve_model
+from train.manifest import Manifest
 from train.promotion import resume_budget, stage_callbacks
 from train.runlock import RunLock
 from train.sft_stage import run_sft_stage
@@ -52,23 +67,23 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
             rows, tokenizer, context_length=int(cfg.model.context_length),
             max_new_tokens=int(cfg.grpo.max_completion_length), chat_kwargs=cfg.model.get("chat_template_kwargs"),
         )
-        config_file = run_dir / "config.yaml"
+        config_file = run_dir / CONFIG
         if not config_file.exists():
             config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest = Manifest.open(run_dir, cfg, plan)
         for stage in plan:
             manifest.stage(stage.index)["removed_overlap"] = removed[stage.name]
-        manifest.update(base_model=base, status="running")
-        tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.data['config_hash']}")
+        manifest.update(base_model=base, status=Status.RUNNING)
+        tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.config_hash}")
         try:
             _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks)
         except BaseException:
-            manifest.update(status="failed")
+            manifest.update(status=Status.FAILED)
             raise
         finally:
             tracker.finish()
-        value = objective(cfg, manifest)
-        manifest.update(status="done", objective=value)
+        value = _objective(str(cfg.objective), manifest)
+        manifest.update(status=Status.DONE, objective=value)
     return value
 
 
@@ -94,25 +109,25 @@ def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
 
 
 def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks) -> None:
-    metrics = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
-    validation = JsonlWriter(run_dir / "validation.jsonl", key=("stage", "ppl"))
-    step_rows = JsonlWriter(run_dir / "validation_steps.jsonl", key=("stage", "stage_step", "ppl"))
+    metrics = JsonlWriter(run_dir / METRICS, key=("stage", "stage_step", "kind"))
+    validation = JsonlWriter(run_dir / VALIDATION, key=("stage", "ppl"))
+    step_rows = JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "ppl"))
     subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
-    if manifest.data["baseline"] is None:
-        tag = {"stage": 0, "stage_name": "baseline", "global_step": 0}
-        result = validate(cfg, base, subsets, tag=tag, out_dir=run_dir / "samples" / "0-baseline",
+    if manifest.baseline is None:
+        tag = {"stage": 0, "stage_name": BASELINE, "global_step": 0}
+        result = validate(cfg, base, subsets, tag=tag, out_dir=samples_dir(run_dir, stage_dirname(0, BASELINE)),
                           writer=validation, tracker=tracker)
-        manifest.update(baseline=_summary(result))
+        manifest.update(baseline=validation_summary(result))
     previous, rl_start = base, None
     for stage in plan:
         if stage.kind == "grpo" and rl_start is None:
             rl_start = previous  # where reinforcement learning begins: after any SFT cold start
-        entry = manifest.stage(stage.index)
+        entry = manifest.record(stage.index)
         # A done stage's final matters while a later stage still has to start from it.
-        needed = stage.index == len(plan) or manifest.stage(stage.index + 1)["status"] != "done"
-        if entry["status"] == "done" and needed and final_info(run_dir / entry["checkpoint"]) is None:
+        needed = stage.index == len(plan) or not manifest.record(stage.index + 1).done
+        if entry.done and needed and final_info(run_dir / entry.checkpoint) is None:
             _damaged_final(cfg, stage, entry, manifest)
-        if manifest.stage(stage.index)["status"] != "done":
+        if not manifest.record(stage.index).done:
             try:
                 offset = manifest.global_step_before(stage.index)
                 to_train = resume_budget(stage, manifest.stage(stage.index))  # an early stop a kill interrupted
@@ -122,18 +137,18 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                 reference = reference_checkpoint(cfg, stage, previous=previous, rl_start=rl_start, base=base)
                 ctx = StageContext(cfg, run_dir, base, previous, reference, offset, metrics, tracker, extra)
                 _train_stage(to_train, manifest, ctx, rows[stage.name])
-                end = stage_end.record(manifest.stage(stage.index)["steps_done"])
+                end = stage_end.record(manifest.record(stage.index).steps_done)
                 if end is not None:  # why it ended: threshold | guard | budget
                     manifest.update_stage(stage.index, end=end)
             except Exception as err:
-                manifest.update_stage(stage.index, status="failed", error=f"{type(err).__name__}: {err}")
+                manifest.update_stage(stage.index, status=Status.FAILED, error=f"{type(err).__name__}: {err}")
                 raise
-            entry = manifest.stage(stage.index)
-            tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry["global_step_end"]}
-            result = validate(cfg, str(run_dir / entry["checkpoint"]), subsets, tag=tag,
-                              out_dir=run_dir / "samples" / stage.dirname, writer=validation, tracker=tracker)
-            manifest.update_stage(stage.index, status="done", final_metrics=_summary(result))
-        previous = str(run_dir / manifest.stage(stage.index)["checkpoint"])
+            entry = manifest.record(stage.index)
+            tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry.global_step_end}
+            result = validate(cfg, str(run_dir / entry.checkpoint), subsets, tag=tag,
+                              out_dir=samples_dir(run_dir, stage.dirname), writer=validation, tracker=tracker)
+            manifest.update_stage(stage.index, status=Status.DONE, final_metrics=validation_summary(result))
+        previous = str(run_dir / manifest.record(stage.index).checkpoint)
 
 
 def reference_checkpoint(cfg: DictConfig, stage: Stage, *, previous: str, rl_start: str | None,
@@ -146,21 +161,21 @@ def reference_checkpoint(cfg: DictConfig, stage: Stage, *, previous: str, rl_sta
 
 def _damaged_final(cfg, stage, entry, manifest) -> None:
     """A done stage whose final is missing or damaged: stop naming it, or retrain it (`on_damaged_checkpoint`)."""
-    problem = f"stage {stage.name}: its final checkpoint {entry['checkpoint']} is missing or damaged"
+    problem = f"stage {stage.name}: its final checkpoint {entry.checkpoint} is missing or damaged"
     if cfg.on_damaged_checkpoint != "retrain":
         raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
                            "again from the previous complete checkpoint")
     log.warning("%s; training it again from the previous stage's checkpoint", problem)
-    manifest.update_stage(stage.index, status="pending", checkpoint=None)
+    manifest.update_stage(stage.index, status=Status.PENDING, checkpoint=None)
 
 
 def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> None:
     """Train unless a complete final already exists (a kill after publishing, before run.json knew)."""
-    final = Path("stages") / stage.dirname / "final"  # relative: a run directory may be moved
+    final = final_checkpoint(stage.dirname)  # relative: a run directory may be moved
     start = ctx.step_offset
     info = final_info(ctx.run_dir / final)
     if info is not None:
-        check_adoptable(ctx.run_dir / final, info, stage_name=stage.name, config_hash=manifest.data["config_hash"])
+        check_adoptable(ctx.run_dir / final, info, stage_name=stage.name, config_hash=manifest.config_hash)
     else:
         manifest.update_stage(stage.index, status="running", policy_init=ctx.init_model, global_step_start=start)
         began = time.time()
@@ -173,17 +188,9 @@ def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> N
     )
 
 
-def _summary(rows: list[dict]) -> dict:
-    return {f"{r['ppl']}ppl": {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}
-
-
-def objective(cfg: DictConfig, manifest: Manifest) -> float:
-    """What a sweeper optimises: mean final accuracy over eval.subsets, or one subset's."""
-    final = manifest.data["stages"][-1]["final_metrics"] or manifest.data["baseline"] or {}
-    accuracies = {key: value["accuracy"] for key, value in final.items()}
-    name = str(cfg.objective)
-    if name == "mean_final_accuracy":
-        return sum(accuracies.values()) / max(1, len(accuracies))
-    if name.startswith("final_accuracy_") and name.removeprefix("final_accuracy_") in accuracies:
-        return accuracies[name.removeprefix("final_accuracy_")]
-    raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<n>ppl for a validated n")
+def _objective(name: str, manifest: Manifest) -> float:
+    """What a sweeper optimises (`objective`): mean final accuracy over eval.subsets, or one subset's."""
+    value = objective(name, final_accuracy(manifest.data))
+    if value is None:
+        raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<n>ppl for a validated n")
+    return value

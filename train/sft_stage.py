@@ -7,10 +7,10 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from core.models import device_settings
 from curriculum.plan import Stage
 from train.checkpoints import fingerprint
 from train.manifest import config_hash
-from train.models import device_settings
 from train.stage import StageContext, publish_stage, resume_and_train
 from train.tracking import MetricsCallback
 

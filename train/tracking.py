@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
-from train.manifest import JsonlWriter
+from core.jsonl import JsonlWriter
 
 log = logging.getLogger(__name__)
 

