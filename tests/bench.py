@@ -35,7 +35,6 @@ from core.models import resolve_model
 from tests.bench_parts import (
     bare_ladder_process,
     canonical_key_seconds,
-    compose_cfg,
     generator_throughput,
     grader_scaling,
     grader_throughput,
@@ -44,6 +43,7 @@ from tests.bench_parts import (
     overhead_summary,
     validation_comparison,
 )
+from tests.conftest import compose_cfg
 
 # figure -> (comparison, aim). Where an aim comes from: the overhead budget of the project brief;
 # the generator and grader floors of their tests (the published lib_kk.py makes ~160 puzzles/s
@@ -109,7 +109,7 @@ def jobs(args: argparse.Namespace, work_dir: Path) -> list[tuple[str, str, objec
         out.append((f"validation:{name}", f"validation batching, {name}",
                     partial(_validation, cfg_args, args.val_batch, args.val_tokens)))
     out.append(("handoff", "handoff: save, load policy + reference",
-                partial(handoff_seconds, compose_cfg(ladder), work_dir / "handoff", args.handoff_repeats)))
+                partial(handoff_seconds, compose_cfg(None, *ladder), work_dir / "handoff", args.handoff_repeats)))
     for r in range(args.repeats):
         sides = [("ours", ours_ladder), ("bare", bare_ladder_process)]
         for side, run in sides if r % 2 == 0 else sides[::-1]:  # alternate who goes first: drift hits both
@@ -133,7 +133,7 @@ def _grader(n: int) -> float:
 
 
 def _validation(overrides: list[str], batch_size: int, max_new_tokens: int) -> dict:
-    cfg = compose_cfg(overrides)
+    cfg = compose_cfg(None, *overrides)
     path = resolve_model(cfg.model, cfg.paths.cache_dir)
     return validation_comparison(cfg, path, ppl=VALIDATION_PPL, batch_size=batch_size,
                                  max_new_tokens=max_new_tokens)

@@ -18,7 +18,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
@@ -31,6 +30,7 @@ from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
 from eval.reasoning import check_reasoning
+from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint, publish_final
 from train.rewards import build_reward_funcs
 from train.stage import grpo_config
@@ -59,12 +59,6 @@ SCALING_UNITS = {
                "Bella is a knave, and so is Isabella. Only Ava is a knight. Everyone except Mia is a knave. Zoey and "
                "Liam are a knight and a knave, respectively.\n| Knights | Knaves |\n|---|---|\n| Ava | Mia |\n"),
 }
-
-
-def compose_cfg(overrides: Sequence[str]) -> DictConfig:
-    """The config `python -m train <overrides>` would run (as tests/conftest.py composes it)."""
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
 
 
 def generator_throughput(ppl: int, n: int = 1000, seed: int = 0, **options) -> float:
@@ -362,7 +356,7 @@ def _median_per_stage(runs: list[dict]) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m tests.bench_parts RUN_DIR OVERRIDE...`: the bare ladder; writes RUN_DIR/bare.json."""
     run_dir, *overrides = sys.argv[1:] if argv is None else argv
-    stages = bare_ladder(compose_cfg(overrides), Path(run_dir))
+    stages = bare_ladder(compose_cfg(None, *overrides), Path(run_dir))
     (Path(run_dir) / "bare.json").write_text(json.dumps(stages, indent=2))
 
 

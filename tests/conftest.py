@@ -1,14 +1,21 @@
-"""Shared fixtures: configs composed in-process (as `python -m train` would) and a shared model cache."""
+"""Shared fixtures: configs composed in-process (as `python -m train` would) and a shared model cache.
+
+Every config a test needs comes from `compose_cfg`: a test takes the `make_cfg` fixture (the
+session's model cache, its own tmp_path as output dir); a module- or session-scoped fixture, which
+cannot take a per-test fixture, calls `compose_cfg` itself.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
 from conf import register_resolvers
 
@@ -29,27 +36,29 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("model-cache")
 
 
+def compose_cfg(cache_dir: Path | None, *overrides: str, output_dir: Path | None = None,
+                hydra_config: bool = False) -> DictConfig:
+    """The config `python -m train <overrides>` would run, composed in process from conf/.
+
+    `cache_dir` and `output_dir` set paths.* (None keeps the configured one); `hydra_config` keeps the
+    `hydra` node (launcher, sweeper) that only a run would otherwise see.
+    """
+    paths = {"paths.cache_dir": cache_dir, "paths.output_dir": output_dir}
+    pinned = [f"{key}={value}" for key, value in paths.items() if value is not None]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[*pinned, *overrides], return_hydra_config=hydra_config)
+
+
 @pytest.fixture
 def make_cfg(cache_dir, tmp_path):
-    """compose(overrides) -> the config `python -m train <overrides>` would run, caching in the session cache."""
-
-    def _make(*overrides: str):
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            return compose("config", overrides=[f"paths.cache_dir={cache_dir}", f"paths.output_dir={tmp_path}",
-                                                 *overrides])
-
-    return _make
+    """make_cfg(*overrides): `compose_cfg` with the session's model cache and this test's tmp_path as output dir."""
+    return partial(compose_cfg, cache_dir, output_dir=tmp_path)
 
 
 def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None, **kwargs):
     """Run `python -m <args>` as a user would, returning the CompletedProcess (output captured)."""
     return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})}, **kwargs)
-
-
-def compose_cfg(cache_dir: Path, *overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[f"paths.cache_dir={cache_dir}", *overrides])
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.jsonl import read_jsonl
-from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
 from train.guard import DISTINCT_KEY
 from train.runner import run_curriculum
@@ -21,11 +20,11 @@ def _manifest(run_dir) -> dict:
     return json.loads((run_dir / "run.json").read_text())
 
 
-def test_promotion_ends_at_a_reachable_threshold_and_runs_the_budget_otherwise(tmp_path, cache_dir):
+def test_promotion_ends_at_a_reachable_threshold_and_runs_the_budget_otherwise(tmp_path, make_cfg):
     # threshold 0 is reached at the first check (step 2); the random tiny model never reaches 1.0
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4",
-                      "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}},"
-                      " {name: b, ppl: 3, steps: 4, pool: 8, promote: {accuracy: 1.0, every: 2, min_steps: 2}}]")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4",
+                   "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}},"
+                   " {name: b, ppl: 3, steps: 4, pool: 8, promote: {accuracy: 1.0, every: 2, min_steps: 2}}]")
     run_dir = tmp_path / "run"
     run_curriculum(cfg, run_dir)
     first, second = _manifest(run_dir)["stages"]
@@ -58,14 +57,14 @@ class CraftedLengths(TrainerCallback):
             logs[LENGTH] = 100.0 if state.global_step == 1 else 10.0
 
 
-def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_path, cache_dir):
+def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_path, make_cfg):
     overrides = ("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4", "eval.every=1",
                  "keep_trainer_checkpoints=true", "grpo.save_total_limit=10",
                  "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8,"
                  " guard: {length_drop: 0.5, window: 1, action: stop}}, {name: b, ppl: 3, steps: 2, pool: 8}]")
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_curriculum(compose_cfg(cache_dir, *overrides), run_dir, callbacks=(CraftedLengths(),))
+        run_curriculum(make_cfg(*overrides), run_dir, callbacks=(CraftedLengths(),))
     first = _manifest(run_dir)["stages"][0]
     assert first["status"] == "done" and first["steps_done"] == 2
     assert first["end"]["reason"] == "guard" and first["end"]["signal"] == "length_drop"
@@ -79,7 +78,7 @@ def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_pat
     guard_rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"].startswith("guard")]
     assert [(r["stage"], r["stage_step"], r["kind"]) for r in guard_rows] == [(1, 2, "guard:length_drop")]
 
-    run_curriculum(compose_cfg(cache_dir, *overrides, f"resume={run_dir}"), run_dir)
+    run_curriculum(make_cfg(*overrides, f"resume={run_dir}"), run_dir)
     manifest = _manifest(run_dir)
     assert manifest["status"] == "done"
     assert manifest["stages"][0]["end"] == first["end"], "the done stage is not trained again"
@@ -101,11 +100,11 @@ class KillBeforePublish(TrainerCallback):
             raise RuntimeError("killed before the final was published")
 
 
-def test_a_kill_between_promotion_and_publishing_resumes_to_the_same_end(tmp_path, cache_dir):
+def test_a_kill_between_promotion_and_publishing_resumes_to_the_same_end(tmp_path, make_cfg):
     # no periodic checkpoints: the only one is what the stop saved
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4",
-                      "grpo.save_steps=100",
-                      "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}}]")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=4",
+                   "grpo.save_steps=100",
+                   "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}}]")
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="killed before"):
         run_curriculum(cfg, run_dir, callbacks=(KillBeforePublish(),))

@@ -11,7 +11,7 @@ from curriculum.errors import ConfigError
 from curriculum.kk import generate
 from curriculum.sources import RecordError
 from eval.report import latest_output
-from tests.conftest import compose_cfg, run_cli
+from tests.conftest import run_cli
 from train.runner import run_curriculum
 
 ONE_STAGE = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]",
@@ -53,7 +53,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("overrides", "files", "error", "message"), CASES)
-def test_bad_input_is_named_before_anything_is_written(tmp_path, cache_dir, overrides, files, error, message):
+def test_bad_input_is_named_before_anything_is_written(tmp_path, make_cfg, overrides, files, error, message):
     data = []
     if files is not None:
         for split, offset in (("train", 0), ("test", 1)):
@@ -62,7 +62,7 @@ def test_bad_input_is_named_before_anything_is_written(tmp_path, cache_dir, over
         data = ["data=local", f"data.path={tmp_path / 'data'}", "eval.n=4"]
     run_dir = tmp_path / "run"
     with pytest.raises(error, match=message):
-        run_curriculum(compose_cfg(cache_dir, *ONE_STAGE, *data, *overrides), run_dir)
+        run_curriculum(make_cfg(*ONE_STAGE, *data, *overrides), run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
 
 

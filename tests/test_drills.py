@@ -93,10 +93,10 @@ class PoisonGradients(TrainerCallback):
             next(model.parameters()).register_hook(lambda grad: grad * float("nan"))
 
 
-def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, cache_dir):
+def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
-                      "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 4, pool: 8}]")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke",
+                   "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 4, pool: 8}]")
     with pytest.raises(NonFiniteLossError, match="stage b: the weights became non-finite"):
         run_curriculum(cfg, run_dir, callbacks=(PoisonGradients("b"),))
     manifest = json.loads((run_dir / "run.json").read_text())
@@ -155,9 +155,9 @@ def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, mo
     assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3]
 
 
-def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_path, cache_dir):
+def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "model.context_length=200")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "model.context_length=200")
     with pytest.raises(ConfigError, match=r"^model.context_length: .* exceeds the context of 200"):
         run_curriculum(cfg, run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
@@ -170,11 +170,11 @@ def _copy_without_manifest(source, tmp_path):
     return run_dir
 
 
-def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, cache_dir):
+def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, make_cfg):
     source, cfg = kept_run
     run_dir = _copy_without_manifest(source, tmp_path)
     marker = (run_dir / "stages" / "1-a" / "final" / "stage.json").read_bytes()
-    other = compose_cfg(cache_dir, *KEPT, "grpo.learning_rate=0.5")
+    other = make_cfg(*KEPT, "grpo.learning_rate=0.5")
     with pytest.raises(RuntimeError, match=r"1-a/final: trained as stage 'a' with config \w+, not as stage 'a' of "
                                            r"this run \(config \w+\), so it is not adopted"):
         run_curriculum(other, run_dir)
@@ -206,10 +206,10 @@ def test_a_damaged_manifest_is_named_with_what_to_do(kept_run, tmp_path, damage,
     assert final_info(run_dir / "stages" / "1-a" / "final") is not None, "the finals are kept"
 
 
-def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_path, cache_dir):
+def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_path, make_cfg):
     source, _ = kept_run
     run_dir = tmp_path / "run"
     shutil.copytree(source, run_dir)
-    other = compose_cfg(cache_dir, *KEPT, "grpo.learning_rate=0.5", "seed=7", "cpu_threads=2")  # threads: free
+    other = make_cfg(*KEPT, "grpo.learning_rate=0.5", "seed=7", "cpu_threads=2")  # threads: free
     with pytest.raises(RuntimeError, match=r"differs .* in grpo.learning_rate, seed; resume with the values"):
         run_curriculum(other, run_dir)

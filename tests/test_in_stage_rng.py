@@ -8,7 +8,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
-from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
 from train.runner import run_curriculum
 
@@ -21,12 +20,12 @@ def _finals(run_dir) -> list[str]:
             for s in stages]
 
 
-def test_validating_every_step_leaves_the_trained_weights_bit_identical(tmp_path, cache_dir):
+def test_validating_every_step_leaves_the_trained_weights_bit_identical(tmp_path, make_cfg):
     runs = {}
     for every in (0, 1):
         run_dir = tmp_path / f"every{every}"
-        run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3",
-                                   STAGES, "cpu_threads=1", f"eval.every={every}"), run_dir)
+        run_curriculum(make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3",
+                                STAGES, "cpu_threads=1", f"eval.every={every}"), run_dir)
         runs[every] = run_dir
     rows = [(r["stage"], r["stage_step"], r["ppl"]) for r in read_jsonl(runs[1] / "validation_steps.jsonl")]
     assert sorted(rows) == [(1, 1, 2), (1, 2, 2), (2, 1, 3), (2, 2, 3)], "validated at steps 1 and 2, once each"

@@ -94,11 +94,11 @@ def test_parameters_really_change_within_a_stage(ladder_runs):
     assert len(changed) > len(list(first.parameters())) // 2
 
 
-def test_wandb_logs_one_offline_run_per_curriculum_run(tmp_path, cache_dir, monkeypatch):
+def test_wandb_logs_one_offline_run_per_curriculum_run(tmp_path, make_cfg, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "logger=wandb", "limits.max_steps=1",
-                      "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "logger=wandb", "limits.max_steps=1",
+                   "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]")
     run_curriculum(cfg, run_dir)
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "both stages log into one wandb run"

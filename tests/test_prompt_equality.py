@@ -49,9 +49,9 @@ def _sft_prompt_ids(rows, tokenizer, model, tmp_path) -> list[int]:
 
 
 @pytest.mark.parametrize("template", TEMPLATES)
-def test_every_consumer_sees_the_same_prompt_tokens(template, tiny, cache_dir, tmp_path):
+def test_every_consumer_sees_the_same_prompt_tokens(template, tiny, make_cfg, tmp_path):
     path, tokenizer, model = tiny
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", f"prompt={template}")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", f"prompt={template}")
     records = generate(3, 2, seed=7)
     grpo_rows = to_rows(records, cfg.prompt, tokenizer, chat=True)
     grpo = _grpo_ids(grpo_rows, path, tokenizer, model, tmp_path)
@@ -66,10 +66,10 @@ def test_every_consumer_sees_the_same_prompt_tokens(template, tiny, cache_dir, t
         assert text.endswith("<|im_start|>assistant\n<think>"), "the pre-filled <think> is continued, not closed"
 
 
-def test_trl_given_chat_messages_would_close_the_prefilled_turn(tiny, cache_dir, tmp_path):
+def test_trl_given_chat_messages_would_close_the_prefilled_turn(tiny, make_cfg, tmp_path):
     """Why prompts are rendered to text: TRL's own chat rendering ends the <think> turn and opens another."""
     path, tokenizer, model = tiny
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", "prompt=logic_rl")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "prompt=logic_rl")
     record = generate(3, 1, seed=7)[0]
     messages = render_prompt(record["quiz"], cfg.prompt, chat=True)
     ours = prompt_ids(to_rows([record], cfg.prompt, tokenizer, chat=True)[0]["prompt"], tokenizer)

@@ -14,7 +14,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
-from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint
 from train.runner import run_curriculum
 
@@ -29,10 +28,10 @@ def _first_kl(run_dir, stage: int) -> float:
     return next(r["kl"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step" and r["stage"] == stage)
 
 
-def test_lora_reference_is_the_merged_previous_final(tmp_path, cache_dir):
+def test_lora_reference_is_the_merged_previous_final(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES,
-                      "model.lora={r: 4, alpha: 8, dropout: 0.0, learning_rate: 1.0e-2}", "eval.n=2")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES,
+                   "model.lora={r: 4, alpha: 8, dropout: 0.0, learning_rate: 1.0e-2}", "eval.n=2")
     run_curriculum(cfg, run_dir)
     first, second = json.loads((run_dir / "run.json").read_text())["stages"]
     merged = _final(run_dir, first)
@@ -42,11 +41,11 @@ def test_lora_reference_is_the_merged_previous_final(tmp_path, cache_dir):
     assert _first_kl(run_dir, 2) == 0.0
 
 
-def test_rl_start_is_the_sft_checkpoint_for_every_grpo_stage(tmp_path, cache_dir):
+def test_rl_start_is_the_sft_checkpoint_for_every_grpo_stage(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_r1", "experiment=smoke", "reference=rl_start", "eval.n=2",
-                      "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8},"
-                      " {name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
+    cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "reference=rl_start", "eval.n=2",
+                   "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8},"
+                   " {name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
     run_curriculum(cfg, run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first, second = manifest["stages"]
@@ -57,10 +56,10 @@ def test_rl_start_is_the_sft_checkpoint_for_every_grpo_stage(tmp_path, cache_dir
     assert _first_kl(run_dir, 3) > 0, "stage b starts from stage a's final, away from the SFT reference"
 
 
-def test_beta_zero_warns_and_records_no_reference(tmp_path, cache_dir, caplog):
+def test_beta_zero_warns_and_records_no_reference(tmp_path, make_cfg, caplog):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES, "grpo.beta=0",
-                      "eval.n=2")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES, "grpo.beta=0",
+                   "eval.n=2")
     with caplog.at_level(logging.WARNING):
         run_curriculum(cfg, run_dir)
     assert "beta is 0, so TRL loads no reference model" in caplog.text

@@ -4,14 +4,12 @@ TRL's calling convention, and grading once per completion per batch."""
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 from trl.trainer.utils import get_callable_name
 
 import train.rewards as rewards
+from tests.conftest import ROOT
 from train.rewards import (
     COMPONENTS,
     TIERED_SCHEMES,
@@ -24,8 +22,7 @@ from train.rewards import (
     tiered_reward,
 )
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-PRESETS = sorted(p.stem for p in (CONF / "reward").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml"))
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RIGHT = "Zoey is a knave, and Oliver is a knight."
 
@@ -73,10 +70,11 @@ def batch(completions):
     return {"completions": completions, "names": [NAMES] * n, "solution": [SOLUTION] * n}
 
 
-def load_preset(name: str):
-    """A reward preset as a run sees it: composed by Hydra (presets are deltas on reward/default.yaml)."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(overrides=[f"+reward={name}"]).reward
+@pytest.fixture
+def load_preset(make_cfg):
+    """load_preset(name): a reward preset as a run sees it, composed by Hydra (presets are deltas on
+    reward/default.yaml)."""
+    return lambda name: make_cfg(f"reward={name}").reward
 
 
 def test_the_schemes_are_the_seeds():
@@ -92,7 +90,7 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_every_preset_reproduces_its_scheme(preset):
+def test_every_preset_reproduces_its_scheme(preset, load_preset):
     cfg = load_preset(preset)
     assert set(cfg) == {"weights", "overlong", "tiered", "custom", "allow_negative_weights"}
     assert set(cfg.weights) == set(COMPONENTS)
@@ -107,17 +105,15 @@ def test_every_preset_reproduces_its_scheme(preset):
         assert tiered(**batch(list(completions))) == [SCHEME_VALUES[preset][t] for t in tiers]
 
 
-def test_default_preset_is_the_documented_mix():
+def test_default_preset_is_the_documented_mix(load_preset):
     funcs, weights = build_reward_funcs(load_preset("default"), fmt="think_answer", max_completion_length=512)
     assert [f.__name__ for f in funcs] == ["format_reward", "answer_reward", "overlong_reward"]
     assert weights == [0.5, 2.0, 0.5]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
-def test_presets_compose_and_sweep_with_hydra(preset):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        overrides = [f"+reward={preset}", "reward.weights.format=1", "++reward.tiered.table.correct=7"]
-        cfg = compose(overrides=overrides)
+def test_presets_compose_and_sweep_with_hydra(preset, make_cfg):
+    cfg = make_cfg(f"reward={preset}", "reward.weights.format=1", "++reward.tiered.table.correct=7")
     funcs, weights = build_reward_funcs(cfg.reward, fmt="logic_rl", max_completion_length=256)
     assert dict(zip([f.__name__ for f in funcs], weights, strict=True))["format_reward"] == 1.0
     assert rewards.tier_table(cfg.reward.tiered)["correct"] == 7.0
@@ -200,7 +196,7 @@ def test_answer_reward_is_kept_at_weight_zero_and_others_are_dropped():
     assert weights == [0.0, 1.0]
 
 
-def test_bound_components_pickle():
+def test_bound_components_pickle(load_preset):
     funcs, _ = build_reward_funcs(load_preset("logic_rl"), fmt="logic_rl", max_completion_length=64)
     clone = pickle.loads(pickle.dumps(funcs))
     assert [f.__name__ for f in clone] == [f.__name__ for f in funcs]

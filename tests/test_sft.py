@@ -16,7 +16,7 @@ from curriculum.kk import canonical_key, generate
 from curriculum.plan import build_plan
 from curriculum.sft import reference_response
 from eval.grader import FORMATS, grade
-from tests.conftest import SHARED_DATA, compose_cfg
+from tests.conftest import SHARED_DATA
 from train.checkpoints import fingerprint
 from train.runner import run_curriculum
 
@@ -45,8 +45,8 @@ def test_generated_sft_targets_grade_correct_and_flipped_ones_do_not():
         assert not grade(target, record["names"], flipped).correct
 
 
-def test_sft_pool_never_holds_a_validation_puzzle(cache_dir):
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_r1", "experiment=smoke", "limits.max_pool=null")
+def test_sft_pool_never_holds_a_validation_puzzle(make_cfg):
+    cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "limits.max_pool=null")
     sft = build_plan(cfg)[0]
     held_out = {p: validation_pool(cfg, p) for p in (2, 3)}
     records, removed = training_pool(cfg, sft, held_out)
@@ -55,9 +55,9 @@ def test_sft_pool_never_holds_a_validation_puzzle(cache_dir):
     assert removed > 0, "2ppl puzzles are few: generated train and test overlap, and the overlap is removed"
 
 
-def test_sft_stage_hands_off_to_grpo(tmp_path, cache_dir):
+def test_sft_stage_hands_off_to_grpo(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    cfg = compose_cfg(cache_dir, "+curriculum=kk_r1", "experiment=smoke", "limits.max_sft_steps=4")
+    cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "limits.max_sft_steps=4")
     run_curriculum(cfg, run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first_grpo = manifest["stages"][:2]

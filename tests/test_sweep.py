@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import run_cli
 
 
 def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
@@ -32,21 +31,17 @@ def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
     assert not (jobs["oops"] / "run.json").exists(), "the bad job failed before anything was trained"
 
 
-def _compose_with_hydra(*overrides: str):
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=["+curriculum=kk_ladder", *overrides], return_hydra_config=True)
-
-
-def test_slurm_launcher_config_resolves():
-    cfg = _compose_with_hydra("hydra/launcher=submitit_slurm_gpu", "hydra.launcher.partition=gpu")
+def test_slurm_launcher_config_resolves(make_cfg):
+    cfg = make_cfg("+curriculum=kk_ladder", "hydra/launcher=submitit_slurm_gpu", "hydra.launcher.partition=gpu",
+                   hydra_config=True)
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.gpus_per_node, launcher.nodes, launcher.tasks_per_node) == (1, 1, 1)
     assert launcher.partition == "gpu" and launcher.timeout_min == 720
 
 
-def test_optuna_search_space_over_reward_weights():
-    cfg = _compose_with_hydra("+hparams_search=reward_optuna")
+def test_optuna_search_space_over_reward_weights(make_cfg):
+    cfg = make_cfg("+curriculum=kk_ladder", "+hparams_search=reward_optuna", hydra_config=True)
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert set(sweeper.params) == {"reward.weights.format", "reward.weights.answer", "reward.weights.overlong"}
