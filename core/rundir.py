@@ -142,6 +142,7 @@ class StageRecord:
     final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
     error: str | None = None
     end: dict | None = None  # why the stage ended: threshold | guard | budget
+    guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:
@@ -164,6 +165,21 @@ def ppl_key(ppl: int) -> str:
     return f"{int(ppl)}ppl"
 
 
+def ppl_of_key(key) -> int | None:
+    """The ppl a summary key names ("3ppl" -> 3; a bare "3" too), None for any other key.
+
+    >>> ppl_of_key("3ppl"), ppl_of_key(3), ppl_of_key("mean")
+    (3, 3, None)
+    """
+    digits = str(key).removesuffix("ppl")
+    return int(digits) if digits.isdigit() else None
+
+
+def samples_file(samples: Path, ppl: int) -> Path:
+    """`<samples dir>/<n>ppl.jsonl`: one subset's graded completions."""
+    return samples / f"{ppl_key(ppl)}.jsonl"
+
+
 def validation_summary(rows: Iterable[Mapping]) -> dict:
     """run.json's summary of validation rows: {"<n>ppl": {accuracy, mean_tokens}}.
 
@@ -181,8 +197,8 @@ def final_accuracy(manifest: Mapping) -> dict[int, float]:
     """
     stages = manifest.get("stages") or []
     final = (stages[-1].get("final_metrics") or {}) if stages else {}
-    found = {int(str(k).removesuffix("ppl")): _number(v.get("accuracy")) for k, v in final.items()
-             if str(k).removesuffix("ppl").isdigit() and isinstance(v, dict)}
+    found = {ppl_of_key(k): _number(v.get("accuracy")) for k, v in final.items()
+             if ppl_of_key(k) is not None and isinstance(v, dict)}
     return {ppl: value for ppl, value in sorted(found.items()) if value is not None}
 
 

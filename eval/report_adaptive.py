@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.rundir import stage_records
 from eval.report_series import Series, as_number, step_series
 
 PROMOTION, GUARD = "promotion", "guard"
@@ -23,10 +24,6 @@ class Event:
     step: float  # global step
     label: str
     kind: str  # promotion | guard
-
-
-def _stages(manifest: dict) -> list[dict]:
-    return [s for s in manifest.get("stages") or [] if isinstance(s, dict)]
 
 
 def _accuracy_text(end: dict) -> str:
@@ -42,10 +39,10 @@ def promotion_points(manifest: dict) -> list[Event]:
     >>> promotion_points({"stages": stages})
     [Event(step=6, label='2ppl promoted: 0.800 (n=100) >= 0.75', kind='promotion')]
     """
-    return [Event(s["global_step_end"], f"{s.get('name')} promoted: {_accuracy_text(s['end'])} >= "
-                                        f"{s['end'].get('threshold')}", PROMOTION)
-            for s in _stages(manifest)
-            if (s.get("end") or {}).get("reason") == "threshold" and as_number(s.get("global_step_end")) is not None]
+    return [Event(s.global_step_end, f"{s.name} promoted: {_accuracy_text(s.end)} >= {s.end.get('threshold')}",
+                  PROMOTION)
+            for s in stage_records(manifest)
+            if (s.end or {}).get("reason") == "threshold" and as_number(s.global_step_end) is not None]
 
 
 def guard_events(manifest: dict) -> list[Event]:
@@ -56,7 +53,7 @@ def guard_events(manifest: dict) -> list[Event]:
     [Event(step=12, label='length_drop 0.6 (stop)', kind='guard')]
     """
     return [Event(e["global_step"], f"{e.get('signal')} {e.get('value')} ({e.get('action')})", GUARD)
-            for s in _stages(manifest) for e in s.get("guard_events") or []
+            for s in stage_records(manifest) for e in s.guard_events
             if as_number(e.get("global_step")) is not None]
 
 
@@ -69,12 +66,13 @@ def stage_end_rows(manifest: dict) -> list[list[str]]:
     [['2ppl', 'threshold', '5/10', '0.900 (n=100)', '0.8', '-']]
     """
     rows = []
-    for stage in _stages(manifest):
-        end = stage.get("end")
+    for stage in stage_records(manifest):
+        end = stage.end
         if not isinstance(end, dict):
             continue
         reason = end.get("reason", "-") + (f" ({end['signal']})" if end.get("signal") else "")
-        rows.append([str(stage.get("name")), reason, f"{end.get('stage_step')}/{stage.get('steps_budget', '-')}",
+        budget = "-" if stage.steps_budget is None else stage.steps_budget
+        rows.append([str(stage.name), reason, f"{end.get('stage_step')}/{budget}",
                      _accuracy_text(end), "-" if end.get("threshold") is None else str(end["threshold"]),
                      str(end.get("kept_step", "-"))])
     return rows
@@ -82,9 +80,9 @@ def stage_end_rows(manifest: dict) -> list[list[str]]:
 
 def guard_rows(manifest: dict) -> list[list[str]]:
     """One row per guard event: stage, stage step, global step, signal, measured value, threshold, window, action."""
-    return [[str(s.get("name")), str(e.get("stage_step")), str(e.get("global_step")), str(e.get("signal")),
+    return [[str(s.name), str(e.get("stage_step")), str(e.get("global_step")), str(e.get("signal")),
              str(e.get("value")), str(e.get("threshold")), str(e.get("window")), str(e.get("action"))]
-            for s in _stages(manifest) for e in s.get("guard_events") or []]
+            for s in stage_records(manifest) for e in s.guard_events]
 
 
 # --- a sweep's curricula overlaid ---------------------------------------------------------------------
@@ -107,7 +105,7 @@ def accuracy_curve(manifest: dict, label: str) -> Series | None:
     Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4])
     """
     points = [(0, _mean_accuracy(manifest.get("baseline") or {}))]
-    points += [(s.get("global_step_end"), _mean_accuracy(s.get("final_metrics") or {})) for s in _stages(manifest)]
+    points += [(s.global_step_end, _mean_accuracy(s.final_metrics)) for s in stage_records(manifest)]
     points = [(int(x), round(y, 4)) for x, y in points if as_number(x) is not None and y is not None]
     if not points:
         return None

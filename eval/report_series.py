@@ -160,11 +160,11 @@ def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
         if step is not None and stage_step is not None and row.get("stage") not in starts:
             label = row.get("ppl") or row.get("stage_name") or row.get("stage")
             starts[row.get("stage")] = (int(step - stage_step), f"{label}ppl")
-    for stage in manifest.get("stages") or []:
-        if stage.get("global_step_start") is not None:
-            label = stage.get("ppl_label") or stage.get("name") or stage.get("index")
-            kind = " SFT" if stage.get("kind") == "sft" else ""  # a cold start is not a GRPO stage
-            starts[stage.get("index")] = (int(stage["global_step_start"]), f"{label}ppl{kind}")
+    for stage in stage_records(manifest):
+        if stage.global_step_start is not None:
+            label = stage.ppl_label or stage.name or stage.index
+            kind = " SFT" if stage.kind == "sft" else ""  # a cold start is not a GRPO stage
+            starts[stage.index] = (int(stage.global_step_start), f"{label}ppl{kind}")
     return [Boundary(step + 0.5, label) for step, label in sorted(starts.values())]
 
 
@@ -215,8 +215,8 @@ def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]
 
 def planned_stages(manifest: dict) -> list[tuple[int, str]]:
     """(index, name) of every stage in run.json, baseline (0) first."""
-    stages = [s for s in manifest.get("stages") or [] if s.get("index") is not None]
-    return [(0, BASELINE), *((int(s["index"]), str(s.get("name", s["index"]))) for s in stages)]
+    stages = [s for s in stage_records(manifest) if s.index is not None]
+    return [(0, BASELINE), *((int(s.index), str(s.index if s.name is None else s.name)) for s in stages)]
 
 
 # --- sweeps ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from rich.table import Table
 from transformers import AutoTokenizer
 
 from core.models import load_for_inference
+from core.rundir import samples_file
 from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
@@ -76,7 +77,7 @@ def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], 
                 seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
             )
         scored, samples = grade_subset(records, completions, cfg.prompt.fmt)
-        _write_samples(out_dir / f"{ppl}ppl.jsonl", samples)
+        _write_samples(samples_file(out_dir, ppl), samples)
         rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})
     if writer is not None:
         writer.write(rows)
