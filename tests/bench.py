@@ -1,6 +1,7 @@
 """`python -m tests.bench` (`make bench`): speed and memory figures, measured side by side.
 
-Figures, not pass/fail: a rich table (each figure with its aim) and `outputs/bench.json`.
+Figures, not pass/fail: a rich table (each figure with its aim, and whether it met it; a loaded
+machine misses time aims) and `outputs/bench.json`.
 
 Orchestration overhead is the smoke ladder run by `python -m train` against a bare script that
 runs the same stages with nothing but TRL (`tests/bench_parts.py`): same tiny model, rows,
@@ -173,19 +174,32 @@ def assemble(raw: dict, settings: dict) -> dict:
 
 
 def figures_table(bench: dict) -> Table:
-    """The short table: figure, measured value with its unit, aim."""
+    """The short table: figure, measured value with its unit, aim, and whether the value meets it."""
     table = Table(title="kk-curriculum bench", caption=_caption(bench["settings"]))
     table.add_column("figure")
     table.add_column("value", justify="right")
     table.add_column("aim", justify="right")
-    for label, value, aim_key, unit in _rows(bench):
+    table.add_column("met")
+    for label, value, aim_key, unit, measured in _rows(bench):
         op, aim = AIMS[aim_key]
-        table.add_row(label, value, f"aim {op.replace('<=', '≤').replace('>=', '≥')} {aim:g}{unit}")
+        table.add_row(label, value, f"aim {op.replace('<=', '≤').replace('>=', '≥')} {aim:g}{unit}",
+                      "yes" if meets(aim_key, measured) else "[red]MISSED[/]")
     return table
 
 
-def _rows(bench: dict) -> list[tuple[str, str, str, str]]:
-    """(label, value with unit, key of the aim, unit of the aim) per table row."""
+def meets(aim_key: str, measured: float | dict) -> bool:
+    """Whether a figure (or every value of a per-ppl figure) meets its aim.
+
+    >>> meets("grader_10x_text_ratio", 10.1), meets("generator_puzzles_per_s", {"2": 900.0, "8": 450.0})
+    (True, False)
+    """
+    op, aim = AIMS[aim_key]
+    values = measured.values() if isinstance(measured, dict) else [measured]
+    return all(v <= aim if op == "<=" else v >= aim for v in values)
+
+
+def _rows(bench: dict) -> list[tuple[str, str, str, str, float | dict]]:
+    """(label, value with unit, key of the aim, unit of the aim, the number checked on the aim) per row."""
     d = bench["details"]
     o, h, peaks = d["overhead"], d["handoff"], d["peak_rss_mb"]
     rows = [
@@ -194,15 +208,15 @@ def _rows(bench: dict) -> list[tuple[str, str, str, str]]:
          f"{bench['orchestration_overhead']:.3f}× ({o['ours_s']:.1f} s / {o['bare_s']:.1f} s; rounds "
          f"{min(o['ratios']):.2f}–{max(o['ratios']):.2f}; "
          f"{'same' if o['same_weights'] else 'DIFFERENT'} weights)",
-         "orchestration_overhead", "×"),
+         "orchestration_overhead", "×", bench["orchestration_overhead"]),
         ("handoff: save final + build next policy & reference",
          f"{h['seconds']:.2f} s (save {h['save_s']:.2f} s + load {h['load_s']:.2f} s)",
-         "handoff_seconds", " s"),
+         "handoff_seconds", " s", bench["handoff_seconds"]),
         ("generator, puzzles/s by ppl",
          " · ".join(f"{p}: {r:,.0f}" for p, r in bench["generator_puzzles_per_s"].items()),
-         "generator_puzzles_per_s", "/s each"),
+         "generator_puzzles_per_s", "/s each", bench["generator_puzzles_per_s"]),
         ("grader, ~2 KB completions/s", f"{bench['grader_completions_per_s']:,.0f}/s",
-         "grader_completions_per_s", "/s"),
+         "grader_completions_per_s", "/s", bench["grader_completions_per_s"]),
         *_scaling_rows(d["grader_scaling"], d["canonical"]),
     ]
     for name, v in d["validation"].items():
@@ -210,31 +224,31 @@ def _rows(bench: dict) -> list[tuple[str, str, str, str]]:
             (f"validation batching, {name} ({v['n']} × {v['ppl']}ppl, {v['max_new_tokens']} tokens, "
              f"batch {v['batch_size']} vs 1)",
              f"{v['speedup']:.2f}× ({v['batched_s']:.1f} s vs {v['single_s']:.1f} s)",
-             "validation_batched_speedup", "×"),
+             "validation_batched_speedup", "×", v["speedup"]),
             (f"verdict agreement, {name}, batched vs 1 (texts; share that ended)",
              f"{v['verdict_agreement']:.3f} ({v['text_agreement']:.3f}; {v['ended_share']:.2f})",
-             "validation_verdict_agreement", ""),
+             "validation_verdict_agreement", "", v["verdict_agreement"]),
         ]
     bare_peak = max(peaks["bare"])
     rows.append(("peak RSS, smoke ladder (ours, max of runs)",
                  f"{bench['peak_rss_mb']:,.0f} MB (bare {bare_peak:,.0f} MB, {peaks['vs_bare']:.2f}×)",
-                 "peak_rss_vs_bare", "× bare"))
+                 "peak_rss_vs_bare", "× bare", peaks["vs_bare"]))
     return rows
 
 
-def _scaling_rows(scaling: dict, canonical: dict) -> list[tuple[str, str, str, str]]:
+def _scaling_rows(scaling: dict, canonical: dict) -> list[tuple[str, str, str, str, float]]:
     """The grader's time on long completions (worst path) and canonical_key's on hard puzzles."""
     small, large = (f"{size / 1e6:g} MB" for size in scaling["sizes"])
     worst = max(scaling["cases"], key=lambda case: scaling["cases"][case]["ratio"])
     return [
         (f"grader + reasoning check, one {large} completion (slowest path)", f"{scaling['large_s']:.2f} s",
-         "grader_1mb_seconds", " s"),
+         "grader_1mb_seconds", " s", scaling["large_s"]),
         (f"grader time, {large} / {small} completion (worst: {worst})", f"{scaling['ratio']:.1f}×",
-         "grader_10x_text_ratio", "×"),
+         "grader_10x_text_ratio", "×", scaling["ratio"]),
         (f"canonical keys of {canonical['n']} random 8ppl puzzles", f"{canonical['random_s']:.2f} s",
-         "canonical_keys_seconds", " s"),
+         "canonical_keys_seconds", " s", canonical["random_s"]),
         ("canonical keys of two symmetric puzzles (14 and 12 people)", f"{canonical['symmetric_s']:.3f} s",
-         "canonical_symmetric_seconds", " s"),
+         "canonical_symmetric_seconds", " s", canonical["symmetric_s"]),
     ]
 
 

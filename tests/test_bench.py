@@ -85,6 +85,7 @@ def test_bench_json_and_table_hold_every_figure_and_aim():
     for figure in shown:
         assert figure in text, figure
     assert text.count("aim ≤") + text.count("aim ≥") == len(AIMS)  # one aim per row
+    assert text.count("MISSED") == 1  # the overhead alone: 1.333 against an aim of at most 1.1
 
 
 def test_run_measured_reports_the_childs_own_peak_and_failures(tmp_path):
