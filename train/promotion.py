@@ -186,7 +186,7 @@ def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
 def _event_recorder(manifest, index: int):
     """Append a guard event to the stage's `guard_events` in run.json, once (a resumed stage may redo steps)."""
     def record(event: dict) -> None:
-        events = manifest.stage(index).get("guard_events") or []
+        events = manifest.record(index).guard_events
         if any((e["stage_step"], e["signal"]) == (event["stage_step"], event["signal"]) for e in events):
             return
         manifest.update_stage(index, guard_events=[*events, event])
