@@ -5,12 +5,17 @@ A run directory holds `run.json` (the manifest), `metrics.jsonl` (every trainer 
 stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<n>ppl.jsonl` (graded completions)
 and `stages/<k>-<name>/final/` (a loadable checkpoint; `trainer/` beside it while the stage trains).
 Everything here is plain Python: reading a run needs neither torch nor the trainer.
+
+Its files are written so that a kill never leaves half a record (`write_json_atomic`, `JsonlWriter`),
+and read by the run that owns them (`read_jsonl`: strict, repairing a torn tail) and by a report of
+a run still writing (`scan_jsonl`: lenient, counting damage) through one parser, `parse_jsonl`.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -66,6 +71,105 @@ def run_of_final(checkpoint: Path) -> Path | None:
 def samples_dir(run_dir: Path, dirname: str) -> Path:
     """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<n>ppl.jsonl` per subset."""
     return run_dir / SAMPLES / dirname
+
+
+# --- JSON and JSONL files ------------------------------------------------------------------------
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(payload, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class JsonlScan:
+    """The rows (JSON objects) of a jsonl text, the 1-based numbers of the lines that are not JSON
+    objects, the number of the last non-blank line, and how many bytes precede the first damaged line."""
+
+    rows: list[dict]
+    damaged: list[int]
+    last_line: int
+    intact_bytes: int
+
+
+def parse_jsonl(raw: bytes) -> JsonlScan:
+    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object is damage.
+
+    >>> scan = parse_jsonl(b'{"a": 1}\\n\\n[2]\\n{"a": 3}\\n{"a":')
+    >>> scan.rows, scan.damaged, scan.last_line, scan.intact_bytes
+    ([{'a': 1}, {'a': 3}], [3, 5], 5, 10)
+    """
+    rows, damaged, last_line, offset, intact = [], [], 0, 0, None
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if line.strip():
+            last_line = number
+            try:
+                row = json.loads(line.decode(errors="replace"))
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                damaged.append(number)
+                intact = offset if intact is None else intact
+        offset += len(line) + 1
+    return JsonlScan(rows, damaged, last_line, len(raw) if intact is None else intact)
+
+
+def scan_jsonl(path: Path) -> JsonlScan:
+    """`parse_jsonl` of a file; a missing file is empty (a run that has not written it yet)."""
+    return parse_jsonl(path.read_bytes()) if path.exists() else JsonlScan([], [], 0, 0)
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
+    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`;
+    damage on any other line is real damage and raises, naming the line."""
+    scan = scan_jsonl(path)
+    if scan.damaged and scan.damaged[0] != scan.last_line:
+        raise ValueError(f"{path}:{scan.damaged[0]}: not valid JSON")
+    if repair and scan.damaged:
+        with open(path, "r+b") as fh:
+            fh.truncate(scan.intact_bytes)
+    return scan.rows
+
+
+class JsonlWriter:
+    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded.
+
+    `key` names the fields that identify a row; a resumed run re-logs steps it redoes after the
+    last checkpoint, and those rows must not appear twice.
+    """
+
+    def __init__(self, path: Path, key: tuple[str, ...]):
+        self.path, self.key = path, key
+        self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
+
+    def _key(self, row: dict):
+        return tuple(row.get(k) for k in self.key)
+
+    def write(self, rows: Iterable[dict]) -> None:
+        fresh = [r for r in rows if self._key(r) not in self.seen]
+        if not fresh:
+            return
+        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
+        try:
+            with open(self.path, "a") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            # Appending never rewrites earlier rows; a torn last row is cut off when the file is reopened.
+            raise RuntimeError(f"{self.path}: could not write ({err}); the rows already written are kept") from err
+        self.seen.update(self._key(r) for r in fresh)
+
+
+def _json_default(value):
+    return value.item() if hasattr(value, "item") else str(value)
 
 
 # --- status ---------------------------------------------------------------------------------------

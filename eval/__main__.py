@@ -20,10 +20,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR, register_resolvers
-from core.cpu_threads import configure_cpu_threads
-from core.jsonl import JsonlWriter
-from core.models import resolve_model
-from core.rundir import CONFIG, SAMPLES, VALIDATION, run_of_final
+from core.models import configure_cpu_threads, resolve_model
+from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.jsonl import scan_jsonl
 from core.rundir import (
     BASELINE,
     CONFIG,
@@ -24,6 +23,7 @@ from core.rundir import (
     load_file,
     objective,
     read_mapping,
+    scan_jsonl,
     stage_records,
 )
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from core.jsonl import read_jsonl
+from core.rundir import read_jsonl
 from train.checkpoints import fingerprint
 from train.guard import DISTINCT_KEY
 from train.runner import run_curriculum

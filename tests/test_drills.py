@@ -9,7 +9,7 @@ import shutil
 import pytest
 from transformers import TrainerCallback
 
-from core.jsonl import JsonlWriter, read_jsonl
+from core.rundir import JsonlWriter, read_jsonl
 from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
 from train.checkpoints import final_info, last_complete_checkpoint

@@ -8,7 +8,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
-from core.jsonl import JsonlWriter, read_jsonl
+from core.rundir import JsonlWriter, read_jsonl
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
 from train.guard import DISTINCT_KEY, CollapseGuard, CollapseWatch, distinct_share, with_distinct_share

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.jsonl import read_jsonl
+from core.rundir import read_jsonl
 from curriculum.data import training_pool, validation_pool
 from curriculum.kk import canonical_key, generate
 from curriculum.plan import build_plan

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from core.jsonl import read_jsonl
+from core.rundir import read_jsonl
 from eval.generation import Completion
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from core.jsonl import write_json_atomic
-from core.rundir import CONFIG, RUN_JSON, STAGES, StageRecord, Status, run_status, stage_transition
+from core.rundir import CONFIG, RUN_JSON, STAGES, StageRecord, Status, run_status, stage_transition, write_json_atomic
 from curriculum.plan import Stage
 
 # Keys that may differ between a run and its resume without changing what is trained.

@@ -16,8 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from core.jsonl import read_jsonl
-from core.rundir import METRICS, stage_path
+from core.rundir import METRICS, read_jsonl, stage_path
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
 from train.checkpoints import last_complete_checkpoint

@@ -15,15 +15,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 
-from core.cpu_threads import configure_cpu_threads
-from core.jsonl import JsonlWriter
-from core.models import resolve_model
+from core.models import configure_cpu_threads, resolve_model
 from core.rundir import (
     BASELINE,
     CONFIG,
     METRICS,
     VALIDATION,
     VALIDATION_STEPS,
+    JsonlWriter,
     Status,
     final_accuracy,
     final_checkpoint,

@@ -21,8 +21,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
 from trl import GRPOConfig, GRPOTrainer
 
-from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, lora_config, merge_lora_and_save
+from core.rundir import JsonlWriter
 from curriculum.plan import Stage
 from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
 from train.guard import with_distinct_share

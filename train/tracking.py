@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
-from core.jsonl import JsonlWriter
+from core.rundir import JsonlWriter
 
 log = logging.getLogger(__name__)
 
