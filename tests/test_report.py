@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from eval import report
 from eval import report_series as rs
 from eval.report import Table, latest_output, main, sweep_report, write_report
 
@@ -222,3 +224,14 @@ def test_the_report_says_when_ratio_clipping_never_acted():
     assert _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
     assert not _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])
     assert not _ratio_clipping_note([{"loss": 1.0}]), "nothing to say when TRL logged no clip ratio"
+
+
+
+def test_without_a_root_the_report_searches_the_configs_output_dir(tmp_path, monkeypatch, partial_run):
+    """`python -m eval.report` with no arguments finds runs where `python -m train` put them: paths.output_dir."""
+    conf = tmp_path / "conf"
+    shutil.copytree(report.CONF_DIR, conf)
+    (conf / "paths" / "default.yaml").write_text(f"output_dir: {tmp_path / 'elsewhere'}\ncache_dir: {tmp_path}\n")
+    monkeypatch.setattr(report, "CONF_DIR", conf)
+    shutil.copytree(partial_run, tmp_path / "elsewhere" / "runs" / "mine")
+    assert main([]) == tmp_path / "elsewhere" / "runs" / "mine" / "report"
