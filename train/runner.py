@@ -176,12 +176,12 @@ def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> N
     if info is not None:
         check_adoptable(ctx.run_dir / final, info, stage_name=stage.name, config_hash=manifest.config_hash)
     else:
-        manifest.update_stage(stage.index, status="running", policy_init=ctx.init_model, global_step_start=start)
+        manifest.update_stage(stage.index, status=Status.RUNNING, policy_init=ctx.init_model, global_step_start=start)
         began = time.time()
         info = (run_sft_stage if stage.kind == "sft" else run_grpo_stage)(stage, ctx, rows)
         info["wall_seconds"] = round(time.time() - began, 2)
     manifest.update_stage(
-        stage.index, status="trained", checkpoint=str(final), steps_done=info["steps_done"],
+        stage.index, status=Status.TRAINED, checkpoint=str(final), steps_done=info["steps_done"],
         global_step_start=start, global_step_end=start + info["steps_done"],
         **{k: v for k, v in info.items() if k not in ("steps_done", "checkpoint")},
     )
