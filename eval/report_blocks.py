@@ -68,7 +68,8 @@ def to_markdown(title: str, blocks: Sequence) -> str:
                     "|" + "---|" * len(block.headers),
                     *("| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
-            out += [f"![{block.caption}]({block.path.name})", ""]
+            # the caption again as text under the image, so both pages show it (alt text is hidden)
+            out += [f"![{block.caption}]({block.path.name})", f"Figure: {block.caption}.", ""]
     return "\n".join(out)
 
 
