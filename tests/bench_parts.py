@@ -32,8 +32,8 @@ from eval.grader import grade
 from eval.reasoning import check_reasoning
 from tests.conftest import compose_cfg
 from train.checkpoints import fingerprint, publish_final
+from train.grpo_stage import grpo_config
 from train.rewards import build_reward_funcs
-from train.stage import grpo_config
 
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses never reach a hub and never phone wandb.
@@ -232,7 +232,7 @@ def _warm_up(base: str) -> None:
 
 
 def build_trainer(cfg: DictConfig, stage: Stage, init: str, rows, output_dir: Path) -> GRPOTrainer:
-    """GRPOTrainer as `run_grpo_stage` builds it: config, rewards, tokenizer, policy + reference."""
+    """GRPOTrainer as `GrpoStage.trainer` builds it: config, rewards, tokenizer, policy + reference."""
     args = grpo_config(cfg, stage, output_dir)
     funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
                                                     max_completion_length=args.max_completion_length)

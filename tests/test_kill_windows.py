@@ -23,17 +23,17 @@ COMMON = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3", STA
 # Writes the final's weights to final.tmp, then dies before publishing it (the trainer's checkpoint-3 is on disk).
 KILL_WHILE_WRITING_FINAL = """
 import os, signal, sys
-import train.stage
+import train.stage_run
 
 target = os.sep + sys.argv.pop(1) + os.sep  # the stage folder whose final is never published
-real_save = train.stage.merge_lora_and_save
+real_save = train.stage_run.merge_lora_and_save
 
 def save_then_die(model, tokenizer, out_dir):
     real_save(model, tokenizer, out_dir)
     if target in str(out_dir):
         os.kill(os.getpid(), signal.SIGKILL)
 
-train.stage.merge_lora_and_save = save_then_die
+train.stage_run.merge_lora_and_save = save_then_die
 from train.__main__ import main
 main()
 """

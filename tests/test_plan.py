@@ -74,6 +74,20 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "reference=sft"), "reference"),
     # with LoRA the reference is the stage's own starting weights (adapters off)
     (("+curriculum=kk_ladder", "reference=base", "model.lora={r: 4}"), "reference"),
+    # LoRA settings are checked before any model loads: a misspelt key would otherwise fail at the first stage
+    (("+curriculum=kk_ladder", "model.lora={rank: 4}"), "model.lora.rank"),
+    # a rank of 0 trains nothing
+    (("+curriculum=kk_ladder", "model.lora={r: 0}"), "model.lora.r"),
+    # a fractional scale would be cut to a whole number silently
+    (("+curriculum=kk_ladder", "model.lora={r: 4, alpha: 2.5}"), "model.lora.alpha"),
+    # a dropout of 1 or more drops every adapter input
+    (("+curriculum=kk_ladder", "model.lora={r: 4, dropout: 1.5}"), "model.lora.dropout"),
+    # adapters at learning rate 0 never move
+    (("+curriculum=kk_ladder", "model.lora={r: 4, learning_rate: 0}"), "model.lora.learning_rate"),
+    # PEFT takes a module name or a list of names
+    (("+curriculum=kk_ladder", "model.lora={r: 4, target_modules: 7}"), "model.lora.target_modules"),
+    # the SFT stage honours model.lora too, so its keys are checked for an SFT recipe as well
+    (("+curriculum=kk_r1", "model.lora={r: 4, lr: 1e-4}"), "model.lora.lr"),
     # no CUDA here: experiment=single_gpu (device: cuda) is refused before anything loads
     (("+curriculum=kk_ladder", "device=cuda"), "device"),
     (("+curriculum=kk_ladder", "experiment=single_gpu"), "device"),

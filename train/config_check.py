@@ -2,42 +2,29 @@
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
-import logging
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from trl import GRPOConfig, SFTConfig
 
-from curriculum.plan import ConfigError, Stage, grpo_batch
-from curriculum.prompts import prompt_ids, prompt_text
+from core.models import LORA_KEYS
+from curriculum.plan import ConfigError, Stage
 from eval.config_check import check_data_config, check_eval_config
 from eval.grader import FORMATS
+from train.grpo_stage import check_grpo_fields
 from train.rewards import build_reward_funcs
+from train.stage_kinds import STAGE_KINDS
 
-GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
-SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
-# Set by the runner per stage; a config that sets them would be silently overridden.
-RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
 MODEL_SOURCES = ("hub", "tiny", "smollm2")
 REFERENCES = ("previous_stage", "rl_start", "base")
 DEVICES = ("auto", "cuda")
 
-log = logging.getLogger(__name__)
-
 
 def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     """Raise ConfigError for the first bad value found, naming its key."""
-    _check_grpo(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
+    check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
     for stage in plan:
-        key = f"curriculum.stages[{stage.index - 1}].overrides"
-        if stage.kind == "sft":
-            fields = {**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}
-            _check_field_names(fields, SFT_FIELDS, key, "SFTConfig")
-            _check_no_warmup(fields, key)
-        else:
-            _check_grpo({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
+        STAGE_KINDS[stage.kind].check(cfg, stage, f"curriculum.stages[{stage.index - 1}].overrides")
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
@@ -47,51 +34,49 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
         raise ConfigError(f"prompt.fmt: {cfg.prompt.fmt!r} is not one of {sorted(FORMATS)}")
     if cfg.model.source not in MODEL_SOURCES:
         raise ConfigError(f"model.source: {cfg.model.source!r} is not one of {MODEL_SOURCES}")
-    if cfg.model.get("lora") and importlib.util.find_spec("peft") is None:
-        raise ConfigError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'")
+    _check_lora(cfg.model.get("lora"))
     _check_reference(cfg, plan)
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
 
 
-def _check_field_names(fields: dict, known: set[str], key: str, config_name: str) -> None:
-    for name in fields:
-        if name not in known:
-            raise ConfigError(f"{key}.{name}: not a {config_name} field (TRL)")
-        if name in RUNNER_OWNED:
-            raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+def _check_lora(lora) -> None:
+    """`model.lora` is null or LoRA settings that PEFT takes (r, alpha, dropout, target_modules, learning_rate)."""
+    if not lora:
+        return
+    lora = OmegaConf.to_container(lora, resolve=True) if OmegaConf.is_config(lora) else lora
+    if not isinstance(lora, dict):
+        raise ConfigError(f"model.lora: {lora!r} is not null or a mapping with keys {LORA_KEYS}")
+    unknown = sorted(set(lora) - set(LORA_KEYS))
+    if unknown:
+        raise ConfigError(f"model.lora.{unknown[0]}: not a LoRA key; known: {LORA_KEYS}")
+    for name in ("r", "alpha"):
+        if name in lora and not (_is_real(lora[name]) and isinstance(lora[name], int) and lora[name] > 0):
+            raise ConfigError(f"model.lora.{name}: must be a whole number > 0 (got {lora[name]!r})")
+    if "learning_rate" in lora and not (_is_real(lora["learning_rate"]) and lora["learning_rate"] > 0):
+        raise ConfigError(f"model.lora.learning_rate: must be > 0 (got {lora['learning_rate']!r})")
+    if "dropout" in lora and not (_is_real(lora["dropout"]) and 0 <= lora["dropout"] < 1):
+        raise ConfigError(f"model.lora.dropout: must be in [0, 1) (got {lora['dropout']!r})")
+    modules = lora.get("target_modules", "all-linear")
+    if not (isinstance(modules, str) or isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        raise ConfigError(f"model.lora.target_modules: must be all-linear, a module name or a list of names "
+                          f"(got {modules!r})")
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'")
 
 
-def _check_grpo(fields: dict, key: str) -> None:
-    _check_field_names(fields, GRPO_FIELDS, key, "GRPOConfig")
-    if float(fields.get("beta", 0.0)) < 0:
-        raise ConfigError(f"{key}.beta: must be >= 0 (got {fields['beta']})")
-    grpo_batch(fields, key)
-    _check_no_warmup(fields, key)
-    if float(fields.get("learning_rate", 1e-6)) <= 0:
-        raise ConfigError(f"{key}.learning_rate: must be > 0 (a stage at learning rate 0 never updates the policy)")
-    if int(fields.get("max_completion_length", 512)) <= 0:
-        raise ConfigError(f"{key}.max_completion_length: must be > 0")
-
-
-def _check_no_warmup(fields: dict, key: str) -> None:
-    """Every optimizer step must update the policy; transformers' warmup spends the first at learning rate 0."""
-    if float(fields.get("warmup_steps") or 0) > 0:
-        raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
-                          "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+def _is_real(value) -> bool:
+    """An int or float that is not a bool (YAML's `true` would otherwise pass as 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _check_reference(cfg: DictConfig, plan: list[Stage]) -> None:
-    """`reference` names a known checkpoint; LoRA can only measure KL to its own starting weights; beta 0 warns."""
+    """`reference` names a known checkpoint; LoRA can only measure KL to its own starting weights."""
     if cfg.reference not in REFERENCES:
         raise ConfigError(f"reference: {cfg.reference!r} is not one of {REFERENCES}")
     if cfg.model.get("lora") and cfg.reference != "previous_stage":
         raise ConfigError(f"reference: {cfg.reference} needs full weights; with model.lora the reference is always "
                           "the stage's starting checkpoint (adapters off), i.e. previous_stage")
-    for stage in plan:
-        if stage.kind == "grpo" and float(stage.overrides.get("beta", cfg.grpo.beta)) == 0:
-            log.warning("stage %s: beta is 0, so TRL loads no reference model and there is no KL term "
-                        "(run.json records reference: null); set grpo.beta > 0 to keep one", stage.name)
 
 
 def _check_device(device: str, grpo: dict) -> None:
@@ -113,16 +98,7 @@ def _check_objective(name: str, subsets: list[int]) -> None:
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")
 
 
-def check_prompt_lengths(rows_by_name: dict, tokenizer, *, context_length: int, max_new_tokens: int, chat_kwargs=None):
-    """Every prompt plus the completion budget must fit the model's context (TRL truncates nothing)."""
-    for name, rows in rows_by_name.items():
-        longest = max((_prompt_tokens(p, tokenizer, chat_kwargs or {}) for p in rows["prompt"]), default=0)
-        if longest + max_new_tokens > context_length:
-            raise ConfigError(
-                f"model.context_length: {name} has a prompt of {longest} tokens; with "
-                f"grpo.max_completion_length {max_new_tokens} it exceeds the context of {context_length}"
-            )
-
-
-def _prompt_tokens(prompt, tokenizer, chat_kwargs: dict) -> int:
-    return len(prompt_ids(prompt_text(prompt, tokenizer, chat_kwargs), tokenizer))
+def check_prompt_lengths(cfg: DictConfig, plan: list[Stage], rows_by_name: dict, tokenizer) -> None:
+    """Every stage's rows fit its kind's token budget (GRPO: the context; SFT: `sft.max_length`)."""
+    for stage in plan:
+        STAGE_KINDS[stage.kind].check_lengths(cfg, stage, rows_by_name[stage.name], tokenizer)

@@ -31,17 +31,16 @@ from core.rundir import (
     stage_dirname,
     validation_summary,
 )
-from curriculum.data import to_rows, training_pool, validation_pool
+from curriculum.data import training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
-from curriculum.sft import to_sft_rows
 from eval.validation import validate
 from train.checkpoints import check_adoptable, final_info
 from train.config_check import check_config, check_prompt_lengths
 from train.manifest import Manifest
 from train.promotion import resume_budget, stage_callbacks
 from train.runlock import RunLock
-from train.sft_stage import run_sft_stage
-from train.stage import StageContext, run_grpo_stage
+from train.stage_kinds import STAGE_KINDS
+from train.stage_run import StageContext, StageKind, run_stage
 from train.tracking import make_tracker
 
 log = logging.getLogger(__name__)
@@ -62,10 +61,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         tokenizer = AutoTokenizer.from_pretrained(base)
         rows, removed = _stage_rows(cfg, plan, held_out, tokenizer)
-        check_prompt_lengths(
-            rows, tokenizer, context_length=int(cfg.model.context_length),
-            max_new_tokens=int(cfg.grpo.max_completion_length), chat_kwargs=cfg.model.get("chat_template_kwargs"),
-        )
+        check_prompt_lengths(cfg, plan, rows, tokenizer)
         config_file = run_dir / CONFIG
         if not config_file.exists():
             config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -96,12 +92,8 @@ def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
     rows, removed, chat = {}, {}, bool(cfg.model.chat)
     for stage in plan:
         records, removed[stage.name] = training_pool(cfg, stage, held_out)
-        if stage.kind == "sft":
-            rows[stage.name] = to_sft_rows(records, cfg.prompt, tokenizer, chat=chat,
-                                           chat_kwargs=cfg.model.get("chat_template_kwargs"))
-        else:
-            rows[stage.name] = to_rows(records, cfg.prompt, tokenizer, chat=chat,
-                                       chat_kwargs=cfg.model.get("chat_template_kwargs"))
+        rows[stage.name] = STAGE_KINDS[stage.kind].rows(records, cfg.prompt, tokenizer, chat=chat,
+                                                        chat_kwargs=cfg.model.get("chat_template_kwargs"))
         log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
                  stage.name, len(records), removed[stage.name])
     return rows, removed
@@ -119,7 +111,8 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
         manifest.update(baseline=validation_summary(result))
     previous, rl_start = base, None
     for stage in plan:
-        if stage.kind == "grpo" and rl_start is None:
+        kind = STAGE_KINDS[stage.kind]
+        if kind.learns_from_rewards and rl_start is None:
             rl_start = previous  # where reinforcement learning begins: after any SFT cold start
         entry = manifest.record(stage.index)
         # A done stage's final matters while a later stage still has to start from it.
@@ -135,7 +128,7 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                 extra = [*callbacks, *adaptive]
                 reference = reference_checkpoint(cfg, stage, previous=previous, rl_start=rl_start, base=base)
                 ctx = StageContext(cfg, run_dir, base, previous, reference, offset, metrics, tracker, extra)
-                _train_stage(to_train, manifest, ctx, rows[stage.name])
+                _train_stage(kind, to_train, manifest, ctx, rows[stage.name])
                 end = stage_end.record(manifest.record(stage.index).steps_done)
                 if end is not None:  # why it ended: threshold | guard | budget
                     manifest.update_stage(stage.index, end=end)
@@ -153,7 +146,7 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
 def reference_checkpoint(cfg: DictConfig, stage: Stage, *, previous: str, rl_start: str | None,
                          base: str) -> str | None:
     """The checkpoint a GRPO stage's KL is measured against (`reference`), or None when its beta is 0."""
-    if stage.kind != "grpo" or float(stage.overrides.get("beta", cfg.grpo.beta)) == 0:
+    if not STAGE_KINDS[stage.kind].has_reference(cfg, stage):
         return None
     return {"previous_stage": previous, "rl_start": rl_start or base, "base": base}[str(cfg.reference)]
 
@@ -168,7 +161,7 @@ def _damaged_final(cfg, stage, entry, manifest) -> None:
     manifest.update_stage(stage.index, status=Status.PENDING, checkpoint=None)
 
 
-def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> None:
+def _train_stage(kind: StageKind, stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> None:
     """Train unless a complete final already exists (a kill after publishing, before run.json knew)."""
     final = final_checkpoint(stage.dirname)  # relative: a run directory may be moved
     start = ctx.step_offset
@@ -178,7 +171,7 @@ def _train_stage(stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> N
     else:
         manifest.update_stage(stage.index, status=Status.RUNNING, policy_init=ctx.init_model, global_step_start=start)
         began = time.time()
-        info = (run_sft_stage if stage.kind == "sft" else run_grpo_stage)(stage, ctx, rows)
+        info = run_stage(kind, stage, ctx, rows)
         info["wall_seconds"] = round(time.time() - began, 2)
     manifest.update_stage(
         stage.index, status=Status.TRAINED, checkpoint=str(final), steps_done=info["steps_done"],

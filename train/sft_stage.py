@@ -1,46 +1,74 @@
-"""A supervised stage (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off
-like any stage, so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe)."""
+"""The supervised stage kind (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off
+like any stage, so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe).
+
+With `model.lora` the adapters train and are merged into the published final, as in a GRPO stage.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
-from core.models import device_settings
-from curriculum.plan import Stage
-from train.checkpoints import fingerprint
-from train.manifest import config_hash
-from train.stage import StageContext, publish_stage, resume_and_train
-from train.tracking import MetricsCallback
+from core.models import lora_config
+from curriculum.plan import ConfigError, Stage
+from curriculum.sft import to_sft_rows
+from train.stage_run import StageContext, check_trainer_fields, token_counts, trainer_fields
+
+SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
 
 
-def sft_config(cfg: DictConfig, stage: Stage, output_dir) -> SFTConfig:
-    device = device_settings()
-    fields = {"optim": device["optim"], **OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}
-    fields.update(
-        output_dir=str(output_dir), max_steps=stage.steps, seed=int(cfg.seed) + stage.index, report_to="none",
-        bf16=device["bf16"], use_cpu=device["use_cpu"],
-        model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
-        save_strategy="steps", dataset_text_field="text",
-    )
-    return SFTConfig(**fields)
+def sft_fields(cfg: DictConfig, stage: Stage) -> dict:
+    """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
+    return {**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}
 
 
-def run_sft_stage(stage: Stage, ctx: StageContext, rows) -> dict:
-    """Fine-tune on `rows` (prompt, completion) from `ctx.init_model`; publish `stages/<k>-<name>/final`."""
-    stage_dir = ctx.run_dir / "stages" / stage.dirname
-    args = sft_config(ctx.cfg, stage, stage_dir / "trainer")
-    tokenizer = AutoTokenizer.from_pretrained(ctx.init_model)
-    metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
-                              ppl=stage.ppl_label, step_offset=ctx.step_offset)
-    trainer = SFTTrainer(model=ctx.init_model, args=args, train_dataset=rows, processing_class=tokenizer,
-                         callbacks=[metrics, *ctx.callbacks])
-    start = fingerprint(trainer.model)
-    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
-    info = {"stage": stage.name, "config_hash": config_hash(ctx.cfg), "steps_done": trainer.state.global_step,
-            "init": ctx.init_model,
-            "policy_fingerprint": start, "reference_fingerprint": None}
-    publish_stage(trainer.model, tokenizer, stage_dir, info,
-                  keep_trainer_checkpoints=ctx.cfg.keep_trainer_checkpoints)
-    return {**info, "reference": None, "resumed_from": resumed_from}
+class SftStage:
+    """`kind: sft`: next-token loss on the reference completion after the prompt; no rewards, no reference."""
+
+    name = "sft"
+    learns_from_rewards = False
+    rows = staticmethod(to_sft_rows)
+
+    def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
+        check_trainer_fields(sft_fields(cfg, stage), SFT_FIELDS, key, "SFTConfig")
+
+    def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
+        """Prompt + reference completion (+ EOS, as TRL appends it) must fit `max_length`: TRL would cut the answer."""
+        max_length = sft_fields(cfg, stage).get("max_length")
+        budget_key = "sft.max_length"
+        if "max_length" in stage.overrides:
+            budget_key = f"curriculum.stages[{stage.index - 1}].overrides.max_length"
+        if max_length is None:  # TRL truncates nothing; the model's context is the limit
+            max_length, budget_key = int(cfg.model.context_length), "model.context_length"
+        eos = tokenizer.eos_token or ""
+        texts = [prompt + completion + ("" if completion.endswith(eos) else eos)
+                 for prompt, completion in zip(rows["prompt"], rows["completion"], strict=True)]
+        longest = max(token_counts(texts, tokenizer), default=0)
+        if longest > int(max_length):
+            raise ConfigError(f"{budget_key}: {stage.name} has a prompt and reference completion of {longest} tokens, "
+                              f"over the SFT budget of {max_length} (TRL would truncate the reference answer)")
+
+    def has_reference(self, cfg: DictConfig, stage: Stage) -> bool:
+        return False
+
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> SFTTrainer:
+        fields = trainer_fields(OmegaConf.to_container(ctx.cfg.sft, resolve=True), stage, seed=int(ctx.cfg.seed),
+                                output_dir=output_dir, lora=ctx.cfg.model.get("lora"))
+        return SFTTrainer(
+            model=ctx.init_model,
+            args=SFTConfig(**fields, dataset_text_field="text"),
+            train_dataset=rows,
+            processing_class=AutoTokenizer.from_pretrained(ctx.init_model),
+            callbacks=callbacks,
+            peft_config=lora_config(ctx.cfg.model),
+        )
+
+    def reference_fingerprint(self, trainer: SFTTrainer) -> str | None:
+        return None
+
+
+SFT = SftStage()

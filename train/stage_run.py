@@ -1,0 +1,165 @@
+"""What every stage kind shares: its context, the shape a kind fills in, and train -> publish.
+
+A kind (GRPO in `train/grpo_stage.py`, SFT in `train/sft_stage.py`, looked up by name in
+`train/stage_kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
+does the rest the same way for each: fingerprint the start, train (resuming a killed run's last
+complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from omegaconf import DictConfig
+from transformers import Trainer, TrainerState
+from transformers.trainer import TRAINER_STATE_NAME
+
+from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
+from core.rundir import JsonlWriter, stage_path
+from curriculum.plan import ConfigError, Stage
+from curriculum.prompts import prompt_ids
+from train.checkpoints import fingerprint, last_complete_checkpoint, publish_final
+from train.manifest import config_hash
+from train.tracking import MetricsCallback
+
+# Set by the runner per stage; a config that sets them would be silently overridden.
+RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StageContext:
+    """What a stage needs from the run around it."""
+
+    cfg: DictConfig
+    run_dir: Path
+    base_model: str  # the base checkpoint (stage 1's policy)
+    init_model: str  # the checkpoint this stage starts from
+    reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
+    step_offset: int  # global steps done before this stage
+    metrics: JsonlWriter
+    tracker: object
+    callbacks: list = field(default_factory=list)  # extra TrainerCallbacks (validation every N steps)
+
+
+class StageKind(Protocol):
+    """What one kind of stage (`kind:` in a curriculum) brings; `run_stage` does the rest."""
+
+    name: str
+    learns_from_rewards: bool  # reinforcement learning starts at the first such stage (`reference: rl_start`)
+
+    def rows(self, records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool, chat_kwargs=None):
+        """The stage's training rows (a datasets.Dataset) from its pool's records."""
+
+    def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
+        """Raise ConfigError naming the key (under `key`, the stage's overrides) before any model loads."""
+
+    def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
+        """Raise ConfigError if a row does not fit the kind's token budget (nothing is truncated silently)."""
+
+    def has_reference(self, cfg: DictConfig, stage: Stage) -> bool:
+        """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
+
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> Trainer:
+        """The TRL trainer for the stage, its policy loaded from `ctx.init_model`."""
+
+    def reference_fingerprint(self, trainer: Trainer) -> str | None:
+        """The fingerprint of the weights the loss measures KL against, or None."""
+
+
+def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> dict:
+    """Train one stage of `kind` and publish `stages/<k>-<name>/final`; returns what run.json records."""
+    stage_dir = stage_path(ctx.run_dir, stage.dirname)
+    metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
+                              ppl=stage.ppl_label, step_offset=ctx.step_offset)
+    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
+    # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
+    start = fingerprint(trainer.model)
+    reference = kind.reference_fingerprint(trainer)
+    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
+    info = {
+        "stage": stage.name, "config_hash": config_hash(ctx.cfg), "steps_done": trainer.state.global_step,
+        "init": ctx.init_model,
+        "policy_fingerprint": start, "reference_fingerprint": reference,
+    }
+    publish_stage(trainer.model, trainer.processing_class, stage_dir, info,
+                  keep_trainer_checkpoints=ctx.cfg.keep_trainer_checkpoints)
+    return {**info, "reference": ctx.reference_model, "resumed_from": resumed_from}
+
+
+def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None) -> dict:
+    """A trainer config's fields: the kind's config group, LoRA's rate, the stage's overrides, then the runner's.
+
+    Adapters train at their own, larger rate (TRL's PEFT docs: about 10x); a stage's overrides still win.
+    """
+    device = device_settings()
+    fields = {"optim": device["optim"], **section}
+    if lora:
+        fields["learning_rate"] = float(lora.get("learning_rate") or LORA_LEARNING_RATE)
+    fields.update(stage.overrides)
+    fields.update(
+        output_dir=str(output_dir),
+        max_steps=stage.steps,
+        seed=seed + stage.index,
+        report_to="none",
+        bf16=device["bf16"],
+        use_cpu=device["use_cpu"],
+        model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
+        save_strategy="steps",
+    )
+    return fields
+
+
+def check_trainer_fields(fields: Mapping, known: set[str], key: str, config_name: str) -> None:
+    """Every field a config sets is a field of the trainer's config, not one the runner sets, and not a warmup."""
+    for name in fields:
+        if name not in known:
+            raise ConfigError(f"{key}.{name}: not a {config_name} field (TRL)")
+        if name in RUNNER_OWNED:
+            raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+    # Every optimizer step must update the policy; transformers' warmup spends the first at learning rate 0.
+    if float(fields.get("warmup_steps") or 0) > 0:
+        raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
+                          "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+
+
+def token_counts(texts: list[str], tokenizer) -> list[int]:
+    """How many tokens each text is, tokenized as TRL's trainers tokenize it (`prompt_ids`)."""
+    return [len(prompt_ids(text, tokenizer)) for text in texts]
+
+
+def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
+    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one.
+
+    A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
+    on: training it again would run a step past `max_steps` and shift every later global step.
+    """
+    resume_from = last_complete_checkpoint(stage_dir / "trainer")
+    if resume_from is None:
+        trainer.train()
+        return None
+    state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
+    if state.global_step >= trainer.args.max_steps:
+        log.info("stage %s: %s is at the budget; publishing it without training", stage_name, resume_from)
+        trainer._load_from_checkpoint(str(resume_from))
+        trainer.state = state
+    else:
+        log.info("stage %s: resuming from %s", stage_name, resume_from)
+        trainer.train(resume_from_checkpoint=str(resume_from))
+    return str(resume_from)
+
+
+def publish_stage(model, tokenizer, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool) -> None:
+    """Save full weights (LoRA merged) to `final.tmp`, publish it as `final`, prune trainer checkpoints."""
+    tmp = stage_dir / "final.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    merge_lora_and_save(model, tokenizer, tmp)
+    publish_final(tmp, stage_dir / "final", info)
+    if not keep_trainer_checkpoints:
+        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
