@@ -31,9 +31,9 @@ from eval.generation import generate
 from eval.grader import grade
 from eval.reasoning import check_reasoning
 from tests.conftest import compose_cfg
-from train.checkpoints import fingerprint, publish_final
 from train.grpo_stage import grpo_config
 from train.rewards import build_reward_funcs
+from train.stage_run import fingerprint, publish_final
 
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses never reach a hub and never phone wandb.

@@ -9,9 +9,9 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.rundir import read_jsonl
-from train.checkpoints import fingerprint
-from train.guard import DISTINCT_KEY
+from train.adaptive import DISTINCT_KEY
 from train.runner import run_curriculum
+from train.stage_run import fingerprint
 
 LENGTH = "completions/mean_length"
 

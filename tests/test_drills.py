@@ -12,8 +12,8 @@ from transformers import TrainerCallback
 from core.rundir import JsonlWriter, read_jsonl
 from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
-from train.checkpoints import final_info, last_complete_checkpoint
 from train.runner import run_curriculum
+from train.stage_run import final_info, last_complete_checkpoint
 from train.tracking import MetricsCallback, NonFiniteLossError, NullTracker
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",

@@ -11,8 +11,14 @@ from trl.trainer.utils import is_async_callable
 from core.rundir import JsonlWriter, read_jsonl
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
-from train.guard import DISTINCT_KEY, CollapseGuard, CollapseWatch, distinct_share, with_distinct_share
-from train.promotion import logged_before_resume
+from train.adaptive import (
+    DISTINCT_KEY,
+    CollapseGuard,
+    CollapseWatch,
+    distinct_share,
+    logged_before_resume,
+    with_distinct_share,
+)
 from train.tracking import NullTracker
 
 LENGTH, ZERO_STD = "completions/mean_length", "frac_reward_zero_std"

@@ -8,8 +8,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.rundir import read_jsonl
-from train.checkpoints import fingerprint
 from train.runner import run_curriculum
+from train.stage_run import fingerprint
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
 

@@ -10,8 +10,8 @@ from transformers import AutoModelForCausalLM
 
 from core.rundir import read_jsonl
 from tests.conftest import compose_cfg
-from train.checkpoints import fingerprint
 from train.runner import run_curriculum
+from train.stage_run import fingerprint
 
 
 def _fingerprint_of(path) -> str:

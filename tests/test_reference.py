@@ -14,8 +14,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.rundir import read_jsonl
-from train.checkpoints import fingerprint
 from train.runner import run_curriculum
+from train.stage_run import fingerprint
 
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"
 

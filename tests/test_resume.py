@@ -19,7 +19,7 @@ from core.rundir import read_jsonl
 from eval.report_series import load_job
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
-from train.checkpoints import fingerprint
+from train.stage_run import fingerprint
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
 

@@ -17,8 +17,8 @@ from curriculum.plan import build_plan
 from curriculum.sft import reference_response
 from eval.grader import FORMATS, grade
 from tests.conftest import SHARED_DATA
-from train.checkpoints import fingerprint
 from train.runner import run_curriculum
+from train.stage_run import fingerprint
 
 
 def _shared_records():

@@ -24,10 +24,9 @@ from trl import GRPOConfig, GRPOTrainer
 from core.models import lora_config
 from curriculum.data import to_rows
 from curriculum.plan import ConfigError, Stage, grpo_batch
-from train.checkpoints import fingerprint
-from train.guard import with_distinct_share
+from train.adaptive import with_distinct_share
 from train.rewards import build_reward_funcs
-from train.stage_run import StageContext, check_trainer_fields, token_counts, trainer_fields
+from train.stage_run import StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
 
 GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
 

@@ -34,13 +34,12 @@ from core.rundir import (
 from curriculum.data import training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from eval.validation import validate
-from train.checkpoints import check_adoptable, final_info
+from train.adaptive import resume_budget, stage_callbacks
 from train.config_check import check_config, check_prompt_lengths
 from train.manifest import Manifest
-from train.promotion import resume_budget, stage_callbacks
 from train.runlock import RunLock
 from train.stage_kinds import STAGE_KINDS
-from train.stage_run import StageContext, StageKind, run_stage
+from train.stage_run import StageContext, StageKind, check_adoptable, final_info, run_stage
 from train.tracking import make_tracker
 
 log = logging.getLogger(__name__)
