@@ -14,10 +14,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 
+import datasets
 import torch
 from accelerate.utils import is_peft_model
 from huggingface_hub import constants as hub_constants
@@ -25,6 +27,7 @@ from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import LocalEntryNotFoundError
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as transformers_logging
 
 from core.model_cache import ModelUnavailableError, cached_build
 from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
@@ -229,3 +232,16 @@ def load_for_inference(path: str | Path, device: str | torch.device):
         tokenizer.pad_token = tokenizer.eos_token
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
+
+
+def quiet_libraries() -> None:
+    """Silence the per-stage noise of the libraries underneath, at the entry points only.
+
+    datasets draws a bar for every map and transformers one for every weight load and save, several
+    per stage; TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` each stage
+    (the config itself uses the new `activation_checkpointing`). The trainer's own progress bar is
+    plain tqdm and stays.
+    """
+    datasets.disable_progress_bars()
+    transformers_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)

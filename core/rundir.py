@@ -4,7 +4,8 @@ A run directory holds `run.json` (the manifest), `metrics.jsonl` (every trainer 
 `validation.jsonl` (one row per stage and subset), `validation_steps.jsonl` (validations inside a
 stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<n>ppl.jsonl` (graded completions)
 and `stages/<k>-<name>/final/` (a loadable checkpoint; `trainer/` beside it while the stage trains).
-Everything here is plain Python: reading a run needs neither torch nor the trainer.
+Everything here is plain Python: reading a run needs neither torch nor the trainer. `RunLock` keeps
+it to one writing process at a time.
 
 Its files are written so that a kill never leaves half a record (`write_json_atomic`, `JsonlWriter`),
 and read by the run that owns them (`read_jsonl`: strict, repairing a torn tail) and by a report of
@@ -22,6 +23,7 @@ from enum import Enum
 from pathlib import Path
 
 import yaml
+from filelock import FileLock, Timeout
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -345,3 +347,43 @@ def read_mapping(path: Path) -> dict:
     """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
     data = load_file(path)
     return data if isinstance(data, dict) else {}
+
+
+# One process per run directory: a kernel lock (flock) on `run.lock`, held for the life of the run.
+# Two writers would interleave metrics and fight over checkpoints. The kernel grants the lock to one
+# process only, even when two start in the same instant, and releases it when its holder exits or is
+# killed, so a crashed run never leaves a lock to clean up by hand. `run.owner` names the holder's pid
+# for the refusal message only; the lock itself is the kernel's.
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is running in this run directory."""
+
+
+class RunLock:
+    """Context manager: hold `<run_dir>/run.lock` for the life of the run; refuse at once if it is held."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / "run.lock"
+        self.owner = Path(run_dir) / "run.owner"
+        self._lock = FileLock(self.path, timeout=0)
+
+    def __enter__(self) -> RunLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise RunLockedError(f"{self.path.parent}: already running ({self._holder()} holds {self.path}); "
+                                 "wait for it to finish, or stop it, before resuming") from None
+        self.owner.write_text(str(os.getpid()))
+        return self
+
+    def _holder(self) -> str:
+        try:
+            return f"pid {int(self.owner.read_text())}"
+        except (OSError, ValueError):  # the holder has not written its pid yet
+            return "another process"
+
+    def __exit__(self, *exc) -> None:
+        self.owner.unlink(missing_ok=True)
+        self._lock.release()

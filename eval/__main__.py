@@ -20,12 +20,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR, register_resolvers
-from core.models import configure_cpu_threads, resolve_model
+from core.models import configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
-from eval.console import quiet_libraries
 from eval.validation import validate
 
 register_resolvers()

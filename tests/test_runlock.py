@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from core.rundir import RunLock, RunLockedError
 from tests.conftest import ROOT
-from train.runlock import RunLock, RunLockedError
 
 TRIALS = 200
 
@@ -50,7 +50,7 @@ def test_two_processes_racing_for_a_fresh_run_directory_never_both_win(tmp_path)
 
 HOLD_LOCK = """
 import sys, time
-from train.runlock import RunLock
+from core.rundir import RunLock
 with RunLock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(600)

@@ -18,9 +18,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import InterpolationResolutionError
 
 from conf import register_resolvers
+from core.models import quiet_libraries
+from core.rundir import RunLockedError
 from curriculum.plan import ConfigError
-from eval.console import quiet_libraries
-from train.runlock import RunLockedError
 from train.runner import run_curriculum
 
 log = logging.getLogger("train")

@@ -11,10 +11,14 @@ from core.models import LORA_KEYS
 from curriculum.plan import ConfigError, Stage
 from eval.config_check import check_data_config, check_eval_config
 from eval.grader import FORMATS
-from train.grpo_stage import check_grpo_fields
+from train.grpo_stage import GRPO, check_grpo_fields
 from train.rewards import build_reward_funcs
-from train.stage_kinds import STAGE_KINDS
+from train.sft_stage import SFT
+from train.stage_run import StageKind
 
+# Every stage kind by the name a curriculum's `kind:` gives it (the names are `curriculum.plan.STAGE_KINDS`,
+# which the plan checks without importing the trainers); the checks here and the runner look stages up in it.
+STAGE_KINDS: dict[str, StageKind] = {kind.name: kind for kind in (GRPO, SFT)}
 MODEL_SOURCES = ("hub", "tiny", "smollm2")
 REFERENCES = ("previous_stage", "rl_start", "base")
 DEVICES = ("auto", "cuda")

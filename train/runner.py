@@ -23,6 +23,7 @@ from core.rundir import (
     VALIDATION,
     VALIDATION_STEPS,
     JsonlWriter,
+    RunLock,
     Status,
     final_accuracy,
     final_checkpoint,
@@ -35,10 +36,8 @@ from curriculum.data import training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
 from eval.validation import validate
 from train.adaptive import resume_budget, stage_callbacks
-from train.config_check import check_config, check_prompt_lengths
+from train.config_check import STAGE_KINDS, check_config, check_prompt_lengths
 from train.manifest import Manifest
-from train.runlock import RunLock
-from train.stage_kinds import STAGE_KINDS
 from train.stage_run import StageContext, StageKind, check_adoptable, final_info, run_stage
 from train.tracking import make_tracker
 

@@ -1,7 +1,7 @@
 """What every stage kind shares: its context, the shape a kind fills in, and train -> publish.
 
 A kind (GRPO in `train/grpo_stage.py`, SFT in `train/sft_stage.py`, looked up by name in
-`train/stage_kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
+`train/config_check.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
 does the rest the same way for each: fingerprint the start, train (resuming a killed run's last
 complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`.
 
