@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, whole_number
 
 GUARD_ACTIONS = ("warn", "stop")
 # The guard's signals: (config key, metrics.jsonl key it watches).
@@ -54,12 +54,6 @@ def _share(value, key: str, *, allow_none: bool = False) -> float | None:
     return float(value)
 
 
-def _count(value, key: str, *, least: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < least:
-        raise ConfigError(f"{key}: must be a whole number >= {least} (got {value!r})")
-    return int(value)
-
-
 def _mapping(value, key: str, known: Sequence[str]) -> dict:
     value = _plain(value)
     if not isinstance(value, Mapping):
@@ -86,8 +80,8 @@ def parse_promote(value, key: str) -> Promote | None:
     if "accuracy" not in block:
         raise ConfigError(f"{key}.accuracy: missing; the held-out accuracy that ends the stage")
     return Promote(_share(block["accuracy"], f"{key}.accuracy"),
-                   _count(block.get("every", 10), f"{key}.every", least=1),
-                   _count(block.get("min_steps", 0), f"{key}.min_steps", least=0))
+                   whole_number(block.get("every", 10), f"{key}.every", least=1),
+                   whole_number(block.get("min_steps", 0), f"{key}.min_steps", least=0))
 
 
 def parse_guard(value, key: str) -> Guard | None:
@@ -106,7 +100,7 @@ def parse_guard(value, key: str) -> Guard | None:
     action = block.get("action", "warn")
     if action not in GUARD_ACTIONS:
         raise ConfigError(f"{key}.action: {action!r} is not one of {GUARD_ACTIONS}")
-    return Guard(**thresholds, window=_count(block.get("window", 20), f"{key}.window", least=1), action=action)
+    return Guard(**thresholds, window=whole_number(block.get("window", 20), f"{key}.window", least=1), action=action)
 
 
 def replay_weights(share, earlier_ppls: Sequence[int], key: str) -> dict[int, float]:

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from core.rundir import stage_dirname
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, whole_number
 
 # People per puzzle that the grammar and the published data cover.
 KNOWN_PPL = range(2, 9)
@@ -87,7 +87,7 @@ def _check_limits(limits: Mapping) -> None:
     """Each cap is null (the stage's own value) or a whole number > 0; 0 and -1 are not "no cap"."""
     for name in ("max_steps", "max_sft_steps", "max_pool"):
         if limits.get(name) is not None:
-            _positive_int(limits[name], f"limits.{name}")
+            whole_number(limits[name], f"limits.{name}")
 
 
 def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Stage:
@@ -104,7 +104,7 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     if kind not in STAGE_KINDS:
         raise ConfigError(f"{key}.kind: {kind!r} is not one of {STAGE_KINDS}")
     ppl_weights = parse_ppl(stage_cfg.get("ppl"), f"{key}.ppl")
-    pool = _positive_int(stage_cfg.get("pool"), f"{key}.pool")
+    pool = whole_number(stage_cfg.get("pool"), f"{key}.pool")
     overrides = OmegaConf.to_container(stage_cfg.get("overrides") or OmegaConf.create({}), resolve=True)
     steps = _stage_steps(stage_cfg, key, pool, cfg, overrides)
     if limits.get("max_pool"):
@@ -114,7 +114,7 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
         steps = min(steps, int(cap))
     named = (limits.get("stage_steps") or {}).get(name)
     if named is not None:  # a CPU twin giving one stage more (or fewer) steps than the caps
-        steps = _positive_int(named, f"limits.stage_steps.{name}")
+        steps = whole_number(named, f"limits.stage_steps.{name}")
     for own in ("promote", "guard"):
         if stage_cfg.get(own) is not None and kind != "grpo":
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
@@ -164,18 +164,12 @@ def _ppl(value, key: str) -> int:
     return ppl
 
 
-def _positive_int(value, key: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
-        raise ConfigError(f"{key}: must be a whole number > 0 (got {value!r})")
-    return int(value)
-
-
 def _stage_steps(stage_cfg, key: str, pool: int, cfg: DictConfig, overrides: dict) -> int:
     """Steps from `steps`, or from `epochs` over the pool at the stage's prompts per step."""
     if stage_cfg.get("steps") is not None:
         if stage_cfg.get("epochs") is not None:
             raise ConfigError(f"{key}: give steps or epochs, not both")
-        return _positive_int(stage_cfg.get("steps"), f"{key}.steps")
+        return whole_number(stage_cfg.get("steps"), f"{key}.steps")
     epochs = stage_cfg.get("epochs")
     if epochs is None or float(epochs) <= 0:
         raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
