@@ -65,7 +65,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
             config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
         manifest = Manifest.open(run_dir, cfg, plan)
         for stage in plan:
-            manifest.stage(stage.index)["removed_overlap"] = removed[stage.name]
+            manifest.update_stage(stage.index, removed_overlap=removed[stage.name])
         manifest.update(base_model=base, status=Status.RUNNING)
         tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.config_hash}")
         try:
