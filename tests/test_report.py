@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from eval import report
-from eval import report_series as rs
-from eval.report import Table, latest_output, main, sweep_report, write_report
+from eval.report import cli as report
+from eval.report import series as rs
+from eval.report.blocks import Table
+from eval.report.cli import latest_output, main, write_report
+from eval.report.sweep import sweep_report
 
 TRACEBACK = """Traceback (most recent call last):
   File "train/__main__.py", line 31, in main
@@ -219,7 +221,7 @@ def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_p
 
 def test_the_report_says_when_ratio_clipping_never_acted():
     """One optimizer step per generation batch: the ratio is 1, clip-higher is inert, and the report says so."""
-    from eval.report import _ratio_clipping_note
+    from eval.report.run import _ratio_clipping_note
 
     assert _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
     assert not _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])

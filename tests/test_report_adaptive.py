@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import report_adaptive as ra
+from eval.report import adaptive as ra
 from eval.report import write_report
 from tests.test_report import make_job, stage_entry, step_row, write_jsonl
 

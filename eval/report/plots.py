@@ -1,4 +1,4 @@
-"""The report's figures: series from `eval.report_series` -> PNG files.
+"""The report's figures: series from `eval.report.series` -> PNG files.
 
 Figures are built with the object API (`matplotlib.figure.Figure` on an Agg canvas), never pyplot:
 no display is needed, and no figure lives on in pyplot's global registry after it is saved.
@@ -15,8 +15,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eval.report_adaptive import PROMOTION, Event
-from eval.report_series import Boundary, Series, StageGrid
+from eval.report.adaptive import PROMOTION, Event
+from eval.report.series import Boundary, Series, StageGrid
 
 # Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
 # colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink

@@ -2,7 +2,7 @@
 
 Everything here tolerates a run that is still being written: a missing file is an empty list, a
 torn jsonl line is skipped and counted, a missing key is a missing series. The plots
-(`eval.report_plots`) and the documents (`eval.report`) only draw and format what these return.
+(`eval.report.plots`) and the documents (`eval.report.run`, `eval.report.sweep`) only draw and format what these return.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.rundir import stage_records
-from eval.report_series import Series, as_number, step_series
+from eval.report.series import Series, as_number, step_series
 
 PROMOTION, GUARD = "promotion", "guard"
 

@@ -1,40 +1,19 @@
-"""`python -m eval.report [DIR] [--outputs ROOT]`: plots, report.md and a self-contained report.html.
+"""One run's report: its stages, how they ended, validation per subset, length, reward, format, collapse.
 
-DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
-modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
-`python -m train` writes). Everything goes to
-`DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered as
-Markdown that points at the PNGs; report.html is that Markdown rendered by markdown-it-py with the
-PNGs embedded, so the two never disagree.
-Data that is missing (a run in progress, a failed sweep job, a key not logged) becomes a note.
+A report is a list of blocks (`eval.report.blocks`); this module only chooses and orders them, from
+the series `eval.report.series` reads and the figures `eval.report.plots` draws.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
-from rich.console import Console
-from rich.markup import escape
+from core.rundir import Status, stage_records
+from eval.report import adaptive as ra
+from eval.report import series as rs
+from eval.report.blocks import Heading, Image, Table, Text, fmt
+from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
 
-from conf import CONF_DIR
-from core.rundir import RUN_JSON, Status, read_mapping, stage_records
-from eval import report_adaptive as ra
-from eval import report_series as rs
-from eval.report_blocks import Heading, Image, Table, Text, fmt, to_html, to_markdown
-from eval.report_plots import (
-    Panel,
-    plot_stage_grid,
-    plot_step_panels,
-    plot_sweep_curves,
-    plot_sweep_heatmaps,
-    plot_sweep_lines,
-)
-
-REPORT_DIR = "report"
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
 # A share is drawn on a fixed 0..1 axis.
 COLLAPSE_KEYS = (
@@ -45,9 +24,6 @@ COLLAPSE_KEYS = (
      "logged by runs since the collapse guard"),
     ("kl", "KL to the reference", "KL", "logged only when grpo.beta > 0"),
 )
-
-
-# --- a run ----------------------------------------------------------------------------------------
 
 
 def _stage_table(manifest: dict, steps: list[dict]) -> Table:
@@ -222,154 +198,3 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
               Heading("Format"), *_format(run, boundaries, out_dir),
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events)]
     return f"Run report: {run_dir.name}", blocks
-
-
-# --- a sweep --------------------------------------------------------------------------------------
-
-
-def _accuracy_measures(jobs: Sequence[rs.Job]) -> list[tuple[str, object]]:
-    """(label, job -> value): the mean final accuracy, then each subset's."""
-    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
-    return [("mean", rs.mean_accuracy),
-            *((f"{ppl}ppl", lambda job, ppl=ppl: job.final_accuracy.get(ppl)) for ppl in ppls)]
-
-
-def _jobs_table(jobs: Sequence[rs.Job], params: list[str], ranked: bool = False) -> Table:
-    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
-    if ranked:  # best first; unfinished jobs last
-        jobs = sorted(jobs, key=lambda j: (rs.mean_accuracy(j) is None, -(rs.mean_accuracy(j) or 0.0)))
-    rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
-             f"{job.stages_done}/{job.stages_total}", fmt(job.objective), fmt(rs.mean_accuracy(job)),
-             *(fmt(job.final_accuracy.get(ppl)) for ppl in ppls), fmt(job.error)] for job in jobs]
-    return Table(["job", *params, "status", "stages", "objective", "mean acc", *(f"{p}ppl" for p in ppls),
-                  "error"], rows)
-
-
-def _sweep_accuracy(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) -> list:
-    measures = _accuracy_measures(jobs)
-    if not any(rs.mean_accuracy(job) is not None for job in jobs):
-        return [Text("no job has finished its last stage: nothing to plot yet", True)]
-    if len(params) == 1:
-        lines = [rs.param_line(jobs, params[0], measure, label) for label, measure in measures]
-        return [Image(plot_sweep_lines(lines, params[0], out_dir / "sweep_accuracy.png"),
-                      f"final accuracy vs {params[0]}")]
-    if len(params) == 2:
-        grids = [(f"{label} final accuracy", *rs.param_grid(jobs, params[0], params[1], measure))
-                 for label, measure in measures]
-        image = plot_sweep_heatmaps(grids, params[0], params[1], out_dir / "sweep_accuracy.png")
-        return [Image(image, f"final accuracy over {params[0]} x {params[1]}")]
-    if not params:
-        return [Text("the jobs share every override: no swept parameter to plot against", True)]
-    return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy instead of a plot"),
-            _jobs_table(jobs, params, ranked=True)]
-
-
-def _sweep_curves(jobs: Sequence[rs.Job], params: list[str], out_dir: Path) -> list:
-    """Every job's accuracy-after-each-stage and length curves overlaid on the global-step axis."""
-    accuracy, length = [], []
-    for job in jobs:
-        label = ra.job_label(job.overrides, params, job.name)
-        accuracy.append(ra.accuracy_curve(read_mapping(job.path / RUN_JSON), label))
-        length.append(ra.length_curve(rs.load_run(job.path).steps, label))
-    accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
-    if not accuracy and not length:
-        return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
-    image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
-    return [Image(image, "one colour per job: mean accuracy after each stage, and mean length per step")]
-
-
-def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
-    """The title and blocks of a multirun's report; draws its PNG into `out_dir`."""
-    jobs = rs.load_sweep(sweep_dir)
-    if not jobs:
-        return f"Sweep report: {sweep_dir.name}", [Text("no job directories (<sweep>/<n>/) yet", True)]
-    params = rs.swept_params(jobs)
-    counts = Counter(job.status for job in jobs)
-    summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
-               f" · **swept** {', '.join(f'`{p}`' for p in params) or 'nothing'}")
-    blocks = [Text(summary), Heading("Final accuracy against the swept parameters"),
-              *_sweep_accuracy(jobs, params, out_dir),
-              Heading("The jobs compared: accuracy after each stage and response length"),
-              *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
-              Text(f"one job's curves: `python -m eval.report {sweep_dir}/<job>`")]
-    return f"Sweep report: {sweep_dir.name}", blocks
-
-
-# --- entry points ---------------------------------------------------------------------------------
-
-
-def is_sweep(path: Path) -> bool:
-    """A multirun directory: Hydra's multirun.yaml, or numbered job folders and no run.json of its own."""
-    if (path / "multirun.yaml").exists():
-        return True
-    return not (path / RUN_JSON).exists() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
-
-
-def _last_modified(path: Path) -> float:
-    """Newest mtime of what a run or sweep holds, two levels deep (a directory's own mtime misses files
-    rewritten in place). The report folder is left out, and so is the directory's own mtime, which
-    creating that folder bumps: reporting on an old run must not make it the latest."""
-    times = []
-    for child in path.iterdir():
-        if child.name != REPORT_DIR:
-            times.append(child.stat().st_mtime)
-            if child.is_dir():
-                times += [grand.stat().st_mtime for grand in child.iterdir() if grand.name != REPORT_DIR]
-    return max(times, default=path.stat().st_mtime)
-
-
-def latest_output(outputs: Path) -> Path | None:
-    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None.
-
-    A run counts once it has a run.json: a directory left by a config error (Hydra's files and
-    error.txt only) has nothing to report.
-    """
-    candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
-                  for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / RUN_JSON).exists())]
-    return max(candidates, key=_last_modified, default=None)
-
-
-def write_report(target: Path) -> Path:
-    """Write `target`/report/ (report.md, report.html, PNGs) for a run or a sweep; returns that folder."""
-    out_dir = target / REPORT_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.png"):  # a figure skipped this time must not linger from an earlier report
-        stale.unlink()
-    title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
-    markdown = to_markdown(title, blocks)
-    (out_dir / "report.md").write_text(markdown)
-    (out_dir / "report.html").write_text(to_html(title, markdown, out_dir))
-    return out_dir
-
-
-def configured_output_dir() -> Path:
-    """`paths.output_dir` of the composed config: where `python -m train` puts runs and sweeps."""
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return Path(compose("config").paths.output_dir)
-
-
-def main(argv: Sequence[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.split("\n")[0])
-    parser.add_argument("dir", nargs="?", type=Path, help="a run or sweep directory (default: the latest)")
-    parser.add_argument("--outputs", type=Path, default=None,
-                        help="output root searched for the latest run or sweep (default: paths.output_dir)")
-    args = parser.parse_args(argv)
-    outputs = args.outputs or configured_output_dir()
-    target = args.dir or latest_output(outputs)
-    if target is None:
-        raise SystemExit(f"no run or sweep under {outputs}/runs or {outputs}/multirun; pass a directory")
-    if not target.is_dir():
-        raise SystemExit(f"{target}: not a directory")
-    out_dir = write_report(target)
-    images = sorted(p.name for p in out_dir.glob("*.png"))
-    console = Console()
-    # soft_wrap: a path must stay on one line to be copied; escape: a path may hold "[...]" (rich markup)
-    console.print(f"[bold green]report[/] for {escape(str(target))} written to:", soft_wrap=True)
-    for name in ("report.md", "report.html"):
-        console.print(f"  {escape(str(out_dir / name))}", soft_wrap=True)
-    console.print(f"  {len(images)} image(s): {', '.join(images) or 'none'}", soft_wrap=True)
-    return out_dir
-
-
-if __name__ == "__main__":
-    main()
