@@ -25,6 +25,7 @@ from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
+from eval.settings import validation_settings
 from eval.validation import validate
 
 register_resolvers()
@@ -95,7 +96,7 @@ def main(cfg: DictConfig) -> float:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "ppl"))
     tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
-    rows = validate(cfg, model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer)
+    rows = validate(validation_settings(cfg), model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     return sum(r["accuracy"] for r in rows) / len(rows)
 

@@ -7,21 +7,20 @@ Light on purpose: the stage's own subsets only, greedy, no saved samples; rows g
 from __future__ import annotations
 
 import torch
-from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.metrics import METRIC_COLUMNS, subset_metrics
+from eval.settings import ValidationSettings
 from eval.validation import grade_subset
 
 
 class InStageValidation(TrainerCallback):
-    """Every `cfg.eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
+    """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
 
-    def __init__(self, cfg: DictConfig, pools: dict[int, list[dict]], writer, tracker, *, stage_index: int,
-                 stage_name: str, step_offset: int):
-        self.cfg, self.pools, self.writer, self.tracker = cfg, pools, writer, tracker
+    def __init__(self, settings: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *,
+                 stage_index: int, stage_name: str, step_offset: int):
+        self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset
 
@@ -31,7 +30,7 @@ class InStageValidation(TrainerCallback):
 
     def due(self, step: int, max_steps: int) -> bool:
         """Every `eval.every` steps, but not at the stage's last."""
-        every = int(self.cfg.eval.every)
+        every = self.settings.every
         return bool(every) and step % every == 0 and step < max_steps
 
     def validate(self, model, tokenizer, step: int) -> list[dict]:
@@ -52,13 +51,11 @@ class InStageValidation(TrainerCallback):
         return rows
 
     def _subset_row(self, model, tokenizer, ppl: int, records: list[dict], step: int) -> dict:
-        cfg = self.cfg
-        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
+        s = self.settings
         completions = generate(
-            model, tokenizer, prompts, max_new_tokens=int(cfg.eval.max_new_tokens), batch_size=int(cfg.eval.batch_size),
-            chat_kwargs=dict(cfg.model.get("chat_template_kwargs") or {}), seed=int(cfg.eval.seed),
-            label=f"validating {self.tags['stage_name']} step {step}",
+            model, tokenizer, s.prompts(records), max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
+            chat_kwargs=dict(s.chat_kwargs), seed=s.seed, label=f"validating {self.tags['stage_name']} step {step}",
         )
-        scored, _ = grade_subset(records, completions, cfg.prompt.fmt)
+        scored, _ = grade_subset(records, completions, s.fmt)
         return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, "ppl": ppl,
                 **subset_metrics(scored)}

@@ -12,18 +12,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
 from core.models import load_for_inference
 from core.rundir import samples_file
-from curriculum.prompts import render_prompt
 from eval.generation import generate
 from eval.grader import grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
 from eval.reasoning import check_reasoning
+from eval.settings import ValidationSettings
 from eval.vllm_backend import generate_vllm
 
 
@@ -50,33 +49,33 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
     return scored, samples
 
 
-def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
+def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
              out_dir: Path, writer=None, tracker=None, console: Console | None = None) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
 
     `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
     when given. Returns the rows.
     """
-    ev, rows = cfg.eval, []
-    if ev.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
+    s, rows = settings, []
+    if s.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
         model, tokenizer = None, AutoTokenizer.from_pretrained(model_path)
     else:
         model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
-    chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
+    chat_kwargs = dict(s.chat_kwargs)
     for ppl, records in sorted(pools.items()):
-        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
-        if ev.backend == "vllm":
+        prompts = s.prompts(records)
+        if s.backend == "vllm":
             completions = generate_vllm(
-                model_path, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens),
-                temperature=float(ev.temperature), samples=int(ev.samples), chat_kwargs=chat_kwargs, seed=int(ev.seed),
+                model_path, tokenizer, prompts, max_new_tokens=s.max_new_tokens,
+                temperature=s.temperature, samples=s.samples, chat_kwargs=chat_kwargs, seed=s.seed,
             )
         else:
             completions = generate(
-                model, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens), temperature=float(ev.temperature),
-                samples=int(ev.samples), batch_size=int(ev.batch_size), chat_kwargs=chat_kwargs,
-                seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
+                model, tokenizer, prompts, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                samples=s.samples, batch_size=s.batch_size, chat_kwargs=chat_kwargs,
+                seed=s.seed, label=f"validating {tag.get('stage_name')} {ppl}ppl",
             )
-        scored, samples = grade_subset(records, completions, cfg.prompt.fmt)
+        scored, samples = grade_subset(records, completions, s.fmt)
         _write_samples(samples_file(out_dir, ppl), samples)
         rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})
     if writer is not None:

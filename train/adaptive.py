@@ -34,6 +34,7 @@ from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.grader import completion_text
 from eval.in_stage import InStageValidation
+from eval.settings import validation_settings
 from train.stage_run import last_complete_checkpoint
 
 log = logging.getLogger(__name__)
@@ -206,8 +207,8 @@ class SkillCheck(InStageValidation):
 
     def __init__(self, cfg: DictConfig, pools: dict[int, list[dict]], writer, tracker, *, stage: Stage,
                  step_offset: int, keep_best: bool):
-        super().__init__(cfg, pools, writer, tracker, stage_index=stage.index, stage_name=stage.name,
-                         step_offset=step_offset)
+        super().__init__(validation_settings(cfg), pools, writer, tracker, stage_index=stage.index,
+                         stage_name=stage.name, step_offset=step_offset)
         self.promote, self.weights, self.keep_best = stage.promote, stage.ppl_weights, keep_best
         self.checks: list[dict] = []  # {stage_step, global_step, accuracy, n} of every validation in the stage
         self.promoted: dict | None = None  # the check that reached the threshold

@@ -34,6 +34,7 @@ from core.rundir import (
 )
 from curriculum.data import training_pool, validation_pool
 from curriculum.plan import Stage, build_plan
+from eval.settings import validation_settings
 from eval.validation import validate
 from train.adaptive import resume_budget, stage_callbacks
 from train.config_check import STAGE_KINDS, check_config, check_prompt_lengths
@@ -104,8 +105,8 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
     subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
     if manifest.baseline is None:
         tag = {"stage": 0, "stage_name": BASELINE, "global_step": 0}
-        result = validate(cfg, base, subsets, tag=tag, out_dir=samples_dir(run_dir, stage_dirname(0, BASELINE)),
-                          writer=validation, tracker=tracker)
+        result = validate(validation_settings(cfg), base, subsets, tag=tag,
+                          out_dir=samples_dir(run_dir, stage_dirname(0, BASELINE)), writer=validation, tracker=tracker)
         manifest.update(baseline=validation_summary(result))
     previous, rl_start = base, None
     for stage in plan:
@@ -135,7 +136,7 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                 raise
             entry = manifest.record(stage.index)
             tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry.global_step_end}
-            result = validate(cfg, str(run_dir / entry.checkpoint), subsets, tag=tag,
+            result = validate(validation_settings(cfg), str(run_dir / entry.checkpoint), subsets, tag=tag,
                               out_dir=samples_dir(run_dir, stage.dirname), writer=validation, tracker=tracker)
             manifest.update_stage(stage.index, status=Status.DONE, final_metrics=validation_summary(result))
         previous = str(run_dir / manifest.record(stage.index).checkpoint)
