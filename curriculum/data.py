@@ -18,19 +18,24 @@ from omegaconf import DictConfig
 from curriculum.errors import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
-from curriculum.sources import load_records, split_disjoint
+from curriculum.sources import distinct_puzzles, load_records, split_disjoint
 
 log = logging.getLogger(__name__)
 
 
 def validation_pool(cfg: DictConfig, ppl: int) -> list[dict]:
-    """The held-out puzzles of one subset: `eval.n` records, the same for every run."""
+    """The held-out puzzles of one subset, the same for every run: of the first `eval.n` records, those
+    distinct up to renaming (a repeat would count one puzzle twice in the accuracy)."""
     data, n = cfg.data, int(cfg.eval.n)
     records = load_records(data.source, ppl, "test", n=n, seed=int(cfg.eval.seed), path=data.path, hub_id=data.hub_id)
     if len(records) < n:
         raise ConfigError(f"eval.n: {n} validation puzzles asked at {ppl}ppl, but data.source={data.source} has "
                           f"only {len(records)} distinct ones; lower eval.n")
-    return records
+    distinct = distinct_puzzles(records)
+    if len(distinct) < n:
+        log.info("%dppl validation: %d distinct puzzles up to renaming among the %d asked (eval.n)",
+                 ppl, len(distinct), n)
+    return distinct
 
 
 def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]]) -> tuple[list[dict], int]:

@@ -251,3 +251,22 @@ def split_disjoint(train_records: Sequence[dict], val_records: Sequence[dict]) -
     held_out = {canonical_key(record) for record in val_records}
     kept = [record for record in train_records if canonical_key(record) not in held_out]
     return kept, len(train_records) - len(kept)
+
+
+def distinct_puzzles(records: Sequence[dict]) -> list[dict]:
+    """The records whose puzzle (up to renaming/reordering people) no earlier record holds, in order.
+
+    A validation pool of repeats counts some puzzles twice: the default 2ppl pool (`eval.n` 100,
+    `eval.seed` 1234) holds 63 distinct puzzles, since only 95 exist up to renaming.
+
+    >>> len(distinct_puzzles(load_records("generated", 2, "test", n=100, seed=1234)))
+    63
+    """
+    seen: set[str] = set()
+    kept = []
+    for record in records:
+        key = canonical_key(record)
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+    return kept

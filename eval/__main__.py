@@ -22,9 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from conf import CONF_DIR, register_resolvers
 from core.models import configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
+from core.stats import rate_text
 from curriculum.data import validation_pool
 from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
+from eval.metrics import trials
 from eval.settings import validation_settings
 from eval.validation import validate
 
@@ -98,7 +100,12 @@ def main(cfg: DictConfig) -> float:
     tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
     rows = validate(validation_settings(cfg), model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    return sum(r["accuracy"] for r in rows) / len(rows)
+    mean = sum(r["accuracy"] for r in rows) / len(rows)
+    # the mean over subsets, with the interval of all their puzzles together (exact when the subsets are of one size)
+    puzzles = sum(trials(r, "accuracy") or 0 for r in rows)
+    print(f"mean accuracy over {len(rows)} subsets: {rate_text(mean, puzzles)}; rows in {out_dir / VALIDATION}, "
+          f"graded completions in {out_dir / SAMPLES}")
+    return mean
 
 
 if __name__ == "__main__":

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 METRIC_COLUMNS = (
     "accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "median_tokens",
     "p90_tokens", "truncation_rate", "mean_tokens_correct", "mean_tokens_wrong", "reasoning_agrees_rate",
-    "correct_but_disagrees", "invented_name_rate", "n",
+    "correct_but_disagrees", "invented_name_rate", "n", "puzzles", "with_reasoning",
 )
+# Shares of completions (0..1), each shown with a 95% interval over the trials it counts (`trials`).
+RATES = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "truncation_rate", "reasoning_agrees_rate",
+         "correct_but_disagrees", "invented_name_rate", "pass_at_k")
 
 
 @dataclass(frozen=True)
@@ -84,5 +87,32 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         "invented_name_rate": _mean([float(s.invented) for s in scored]),
         "n": len(scored),
         "puzzles": len(by_puzzle),
+        "with_reasoning": sum(s.has_reasoning for s in scored),
         "pass_at_k": _mean([float(v) for v in by_puzzle.values()]),
     }
+
+
+def trials(row: dict, key: str) -> int | None:
+    """The independent trials behind rate `key` of a validation row: the n its interval is drawn over.
+
+    Puzzles, not completions: several samples of one puzzle are not independent, so counting them
+    would narrow the interval falsely (with one sample a puzzle, the two are equal). The reasoning
+    agreement rate counts only completions with reasoning, in the same puzzle units. None: a row
+    written before these counts were recorded.
+
+    >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6}
+    >>> trials(row, "accuracy"), trials(row, "reasoning_agrees_rate"), trials({"n": 5}, "accuracy")
+    (4, 3, 5)
+    >>> trials({"n": 5}, "reasoning_agrees_rate") is None
+    True
+    """
+    n = row.get("n")
+    puzzles = row.get("puzzles") or n
+    if not isinstance(puzzles, int) or isinstance(puzzles, bool) or puzzles <= 0:
+        return None
+    if key != "reasoning_agrees_rate":
+        return puzzles
+    with_reasoning = row.get("with_reasoning")
+    if not isinstance(with_reasoning, int) or not isinstance(n, int) or n <= 0:
+        return None
+    return round(with_reasoning * puzzles / n)

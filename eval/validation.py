@@ -12,15 +12,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
 from core.models import load_for_inference
 from core.rundir import samples_file
+from core.stats import percent_text
 from eval.generation import generate
 from eval.grader import grade
-from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.reasoning import check_reasoning
 from eval.settings import ValidationSettings
 from eval.vllm_backend import generate_vllm
@@ -96,14 +98,29 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
     tmp.replace(path)
 
 
+# (validation row key, console header): the rates a person reads first, each in % with its interval.
+CONSOLE_RATES = (("accuracy", "accuracy %"), ("lenient_accuracy", "lenient %"), ("format_rate", "format %"),
+                 ("truncation_rate", "truncated %"), ("reasoning_agrees_rate", "reasoning\nagrees %"),
+                 ("invented_name_rate", "invented\nname %"))
+
+
 def results_table(rows: list[dict], title: str) -> Table:
-    """A subset x metric table for the terminal."""
-    table = Table(title=title)
-    shown = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "truncation_rate",
-             "reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate", "n")
-    table.add_column("ppl", justify="right")
-    for name in shown:
-        table.add_column(name, justify="right")
+    """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its
+    95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
+                  caption="rates in % (95% Wilson interval); n: distinct puzzles; reasoning agrees: "
+                          "of the completions with reasoning; lenient: an untagged final answer counts")
+    # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
+    table.add_column("ppl", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    for _, header in CONSOLE_RATES:
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("mean\ntokens", justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(str(row["ppl"]), *("-" if row[k] is None else f"{row[k]:g}" for k in shown))
+        rates = (percent_text(row.get(k), trials(row, k)) for k, _ in CONSOLE_RATES)
+        table.add_row(str(row["ppl"]), str(trials(row, "accuracy") or "-"), *rates, _tokens(row.get("mean_tokens")))
     return table
+
+
+def _tokens(value) -> str:
+    return "-" if value is None else f"{value:.1f}"

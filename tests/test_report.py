@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from eval.report import cli as report
+from eval.report import jobs as js
 from eval.report import series as rs
 from eval.report.blocks import Table
 from eval.report.cli import latest_output, main, write_report
@@ -135,23 +136,26 @@ def sweep(tmp_path) -> Path:
     sweep.mkdir(parents=True)
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     fixed = ["+curriculum=kk_ladder", "experiment=smoke"]
-    make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
-             manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
+    job = make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
+                   manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
+    write_jsonl(job / "validation.jsonl", [val_row(1, "2ppl", 4, 2, 0.5, 90.0), val_row(1, "2ppl", 4, 3, 0.25, 95.0)])
     make_job(sweep, 1, [*fixed, "reward.weights.format=1.0"], error=TRACEBACK)
     return sweep
 
 
 def test_sweep_jobs_table_with_a_failed_job(sweep):
-    jobs = rs.load_sweep(sweep)
+    jobs = js.load_sweep(sweep)
     assert [(j.name, j.status) for j in jobs] == [("0", "done"), ("1", "failed")]
-    assert rs.swept_params(jobs) == ["reward.weights.format"]
+    assert js.swept_params(jobs) == ["reward.weights.format"]
     assert jobs[0].final_accuracy == {2: 0.5, 3: 0.25} and jobs[0].objective == 0.375
     assert jobs[1].objective is None and jobs[1].final_accuracy == {}
     assert jobs[1].error.startswith("curriculum.plan.ConfigError: grpo.num_generations: 3")
     title, blocks = sweep_report(sweep, sweep / "report")
     table = [b for b in blocks if isinstance(b, Table)][-1]
     assert table.headers[:3] == ["job", "reward.weights.format", "status"]
-    assert table.rows[0][:6] == ["0", "0.5", "done", "1/1", "0.375", "0.375"]
+    # every accuracy with its 95% interval and n: 4 puzzles a subset, 8 behind the mean
+    assert table.rows[0][:8] == ["0", "0.5", "done", "1/1", "0.375", "0.375 [0.14, 0.69] n=8",
+                                 "0.500 [0.15, 0.85] n=4", "0.250 [0.05, 0.70] n=4"]
     assert table.rows[1][2] == "failed" and table.rows[1][-1].startswith("curriculum.plan.ConfigError")
     assert (sweep / "report" / "sweep_accuracy.png").exists()  # one parameter: accuracy vs its values
 
@@ -168,7 +172,9 @@ def test_whole_run_report_writes_markdown_html_and_pngs(partial_run):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "report.md").read_text()
     assert all(f"]({png})" in markdown for png in pngs)
-    assert "| after stage | 2ppl | 3ppl |" in markdown and "| 2ppl | 0.600 | 0.200 |" in markdown
+    assert "| after stage | 2ppl | 3ppl |" in markdown
+    # each accuracy with its 95% Wilson interval and n; 0.1 -> 0.6 of 4 puzzles is within noise: no mark
+    assert "| 2ppl | 0.600 [0.20, 0.90] n=4 | 0.200 [0.03, 0.66] n=4 |" in markdown
     assert "| 4ppl | - | - |" in markdown  # the pending stage is a row of gaps
     assert "no numeric `kl` in metrics.jsonl" in markdown  # the missing panel is a note, not an error
     html = (out / "report.html").read_text()

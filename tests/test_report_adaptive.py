@@ -33,15 +33,15 @@ def adaptive_run(tmp_path) -> Path:
 
 def test_events_sit_at_their_global_steps(adaptive_run):
     manifest = json.loads((adaptive_run / "run.json").read_text())
-    assert ra.promotion_points(manifest) == [ra.Event(3, "2ppl promoted: 0.850 (n=100) >= 0.8", "promotion")]
+    assert ra.promotion_points(manifest) == [ra.Event(3, "2ppl promoted: 0.850 [0.77, 0.91] n=100 >= 0.8", "promotion")]
     assert ra.guard_events(manifest) == [ra.Event(7, "length_drop 0.62 (stop)", "guard")]
 
 
 def test_run_report_tables_why_each_stage_ended_and_the_guard_events(adaptive_run):
     markdown = (write_report(adaptive_run) / "report.md").read_text()
     # why, when (of the budget), the deciding accuracy with its sample size, the threshold, the kept step
-    assert "| 2ppl | threshold | 3/4 | 0.850 (n=100) | 0.8 | - |" in markdown
-    assert "| 3ppl | guard (length_drop) | 4/4 | 0.100 (n=100) | - | 2 |" in markdown
+    assert "| 2ppl | threshold | 3/4 | 0.850 [0.77, 0.91] n=100 | 0.8 | - |" in markdown
+    assert "| 3ppl | guard (length_drop) | 4/4 | 0.100 [0.06, 0.17] n=100 | - | 2 |" in markdown
     assert "| 3ppl | 4 | 7 | length_drop | 0.62 | 0.5 | 2 | stop |" in markdown
     # the new per-step metric gets its own collapse panel
     assert "no numeric `completions/distinct_share`" not in markdown

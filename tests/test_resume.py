@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 
 from conf import run_dir as run_dir_of
 from core.rundir import read_jsonl
-from eval.report.series import load_job
+from eval.report.jobs import load_job
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
 from train.stage_run import fingerprint

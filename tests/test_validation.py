@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -89,6 +90,8 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     assert got.keys() == expected.keys()
     for ppl, row in got.items():
         assert {k: row[k] for k in METRIC_COLUMNS} == {k: expected[ppl][k] for k in METRIC_COLUMNS}
+    # the mean over the subsets, with its 95% interval and the puzzles behind it (4 a subset)
+    assert re.search(r"mean accuracy over 2 subsets: \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=8", done.stdout), done.stdout
 
 
 def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.rundir import stage_records
+from core.stats import rate_text
 from eval.report.series import Series, as_number, step_series
 
 PROMOTION, GUARD = "promotion", "guard"
@@ -27,8 +28,9 @@ class Event:
 
 
 def _accuracy_text(end: dict) -> str:
-    accuracy = as_number(end.get("accuracy"))
-    return "-" if accuracy is None else f"{accuracy:.3f} (n={end.get('n')})"
+    """The deciding accuracy with its 95% interval and n (the completions of the stage's own subsets)."""
+    n = end.get("n")
+    return rate_text(as_number(end.get("accuracy")), n if isinstance(n, int) and not isinstance(n, bool) else None)
 
 
 def promotion_points(manifest: dict) -> list[Event]:
@@ -37,7 +39,7 @@ def promotion_points(manifest: dict) -> list[Event]:
     >>> stages = [{"name": "2ppl", "global_step_end": 6, "end": {"reason": "threshold", "accuracy": 0.8,
     ...            "n": 100, "threshold": 0.75}}, {"name": "3ppl", "end": {"reason": "budget"}}]
     >>> promotion_points({"stages": stages})
-    [Event(step=6, label='2ppl promoted: 0.800 (n=100) >= 0.75', kind='promotion')]
+    [Event(step=6, label='2ppl promoted: 0.800 [0.71, 0.87] n=100 >= 0.75', kind='promotion')]
     """
     return [Event(s.global_step_end, f"{s.name} promoted: {_accuracy_text(s.end)} >= {s.end.get('threshold')}",
                   PROMOTION)
@@ -63,7 +65,7 @@ def stage_end_rows(manifest: dict) -> list[list[str]]:
 
     >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
     ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
-    [['2ppl', 'threshold', '5/10', '0.900 (n=100)', '0.8', '-']]
+    [['2ppl', 'threshold', '5/10', '0.900 [0.83, 0.94] n=100', '0.8', '-']]
     """
     rows = []
     for stage in stage_records(manifest):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,51 @@ def fmt(value, digits: int = 3) -> str:
     return str(value)
 
 
-def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+# Markdown that untrusted text could start anywhere in a line: emphasis, code spans, raw HTML and
+# autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
+# inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
+_INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
+_BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
+
+
+def md_escape(text, *, line_start: bool = True) -> str:
+    r"""Text from a run folder (a name, a config value, an error), made inert in Markdown: one line,
+    and no link, image, emphasis, code, raw HTML or table cell break can start from it; nor a
+    heading or list when it starts a line (`line_start`).
+
+    A link or image needs `](`, `][` or `]:`; escaping that `]` (and one that ends the text, which
+    could meet a "(" of the text around it) is enough, so an interval such as "[0.20, 0.90]" stays
+    readable in report.md.
+
+    >>> md_escape("![x](/etc/passwd) <script>*a* b_c_d</script> | `x`")
+    '![x\\](/etc/passwd) \\<script\\>\\*a\\* b_c_d\\</script\\> \\| \\`x\\`'
+    >>> md_escape("# heading\n1. item"), md_escape("1. item"), md_escape("0.5"), md_escape("-")
+    ('\\# heading 1. item', '1\\. item', '0.5', '-')
+    """
+    text = _INLINE.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
+    if not line_start:
+        return text
+    # escape the marker's punctuation: a backslash before a digit would show as a backslash
+    return _BLOCK_START.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1] if m.group(1) else "\\" + m.group(),
+                            text)
+
+
+def _cell(text) -> str:
+    """A table cell: inline, so what only starts a block (a heading, a list) needs no escape there."""
+    return md_escape(text, line_start=False)
+
+
+def code(text) -> str:
+    """`text` as an inline code span, whatever backticks it holds (the fence is longer than any run of them).
+
+    >>> code("a`b"), code("run")
+    ('``a`b``', '`run`')
+    """
+    text = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def to_markdown(title: str, blocks: Sequence) -> str:
@@ -64,9 +108,9 @@ def to_markdown(title: str, blocks: Sequence) -> str:
         elif isinstance(block, Text):
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
-            out += ["| " + " | ".join(map(_md_cell, block.headers)) + " |",
+            out += ["| " + " | ".join(map(_cell, block.headers)) + " |",
                     "|" + "---|" * len(block.headers),
-                    *("| " + " | ".join(map(_md_cell, row)) + " |" for row in block.rows), ""]
+                    *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
             # the caption again as text under the image, so both pages show it (alt text is hidden)
             out += [f"![{block.caption}]({block.path.name})", f"Figure: {block.caption}.", ""]

@@ -13,6 +13,7 @@ from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Heading, Image, Table, Text, fmt
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
+from eval.report.tables import CHANGE_NOTE, grid_table, pool_sizes
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
 # A share is drawn on a fixed 0..1 axis.
@@ -73,13 +74,6 @@ def _summary(run: rs.RunData) -> list:
     return blocks
 
 
-def _grid_table(grid: rs.StageGrid, digits: int) -> Table:
-    """Stage rows x subset columns (the transpose of the plot: one row per stage reads better)."""
-    rows = [[stage, *(fmt(grid.values[ppl][i], digits) for ppl in grid.ppls)]
-            for i, stage in enumerate(grid.stages)]
-    return Table(["after stage", *(f"{ppl}ppl" for ppl in grid.ppls)], rows)
-
-
 # Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
 REASONING_GRIDS = (
     ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions with reasoning)"),
@@ -96,14 +90,15 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
     plotted = rs.stage_grid(run.validation, "accuracy")
     image = plot_stage_grid(plotted, "accuracy (exact: every person right)",
                             "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True)
-    blocks += [Image(image, "accuracy per subset after each stage"),
-               _grid_table(rs.stage_grid(run.validation, "accuracy", planned), 3),
+    blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
+    blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals"),
+               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE),
                Heading("Validation format rate (answers in the required tags)"),
-               _grid_table(rs.stage_grid(run.validation, "format_rate", planned), 3),
+               grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
                Heading("Validation mean response length (tokens)"),
-               _grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), 1)]
+               grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
     for key, title in REASONING_GRIDS:
-        blocks += [Heading(title), _grid_table(rs.stage_grid(run.validation, key, planned), 3)]
+        blocks += [Heading(title), grid_table(rs.stage_grid(run.validation, key, planned))]
     return blocks
 
 
