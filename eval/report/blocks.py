@@ -1,7 +1,12 @@
-"""The blocks a report is made of (heading, text, table, image), its table-cell format, its rendering.
+"""The blocks a report is made of (heading, text, table, image, completion), its cell format, its rendering.
 
 A list of blocks is rendered once, as Markdown that points at the PNGs; the HTML page is that
 Markdown rendered by markdown-it-py with the PNGs embedded, so report.md and report.html never disagree.
+
+Everything read from a run folder is untrusted (a stage name, a config value, a completion may hold
+Markdown or HTML): headings, table cells, captions and completions are plain text, escaped here;
+a `Text` block is Markdown, so its author escapes what it interpolates (`md_escape`, `code`). The
+HTML page escapes raw HTML, and embeds only the images this report wrote into its own folder.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ from markdown_it import MarkdownIt
 
 @dataclass(frozen=True)
 class Heading:
-    text: str
+    text: str  # plain text
+    level: int = 2
 
 
 @dataclass(frozen=True)
@@ -35,8 +41,19 @@ class Table:
 
 @dataclass(frozen=True)
 class Image:
-    path: Path
-    caption: str
+    path: Path  # a PNG the report drew into its own folder
+    caption: str  # plain text
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's text shown verbatim: a code block in Markdown, folded in the HTML when long."""
+
+    text: str
+
+
+# A completion longer than this (lines or characters) is folded in the HTML page.
+FOLD_LINES, FOLD_CHARS = 12, 1200
 
 
 def fmt(value, digits: int = 3) -> str:
@@ -99,12 +116,23 @@ def code(text) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def fenced(text: str, info: str = "") -> list[str]:
+    r"""`text` as a fenced code block whose fence no backtick run inside it can close.
+
+    >>> fenced("a\n```\nb", "completion")
+    ['````completion', 'a', '```', 'b', '````']
+    """
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * (longest + 1)
+    return [fence + info, *text.splitlines(), fence]
+
+
 def to_markdown(title: str, blocks: Sequence) -> str:
     """Markdown with images linked relative to the report directory."""
-    out = [f"# {title}", ""]
+    out = [f"# {md_escape(title)}", ""]
     for block in blocks:
         if isinstance(block, Heading):
-            out += [f"## {block.text}", ""]
+            out += [f"{'#' * block.level} {md_escape(block.text)}", ""]
         elif isinstance(block, Text):
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
@@ -113,7 +141,10 @@ def to_markdown(title: str, blocks: Sequence) -> str:
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
             # the caption again as text under the image, so both pages show it (alt text is hidden)
-            out += [f"![{block.caption}]({block.path.name})", f"Figure: {block.caption}.", ""]
+            caption = md_escape(block.caption)
+            out += [f"![{caption}]({block.path.name})", f"Figure: {caption}.", ""]
+        elif isinstance(block, Completion):
+            out += [*fenced(block.text, "completion"), ""]
     return "\n".join(out)
 
 
@@ -122,21 +153,43 @@ STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em aut
 table{border-collapse:collapse;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f2f2f2}td:first-child{text-align:left}p>em:only-child{color:#8a5a00}
-img{max-width:100%}code{background:#f4f4f4;padding:0 3px}"""
+img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
+pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}summary{cursor:pointer;color:#555}"""
 
 
 def _embedded_image(self, tokens, idx, options, env) -> str:
-    """An image as a base64 data URI read from the report directory: the page needs no other file."""
+    """An image the report wrote, as a base64 data URI from its folder (the page needs no other file);
+    any other image reference (from text a run folder supplied) is shown as text, never read."""
     token = tokens[idx]
-    caption = html.escape(self.renderInlineAsText(token.children, options, env), quote=True)
-    data = base64.b64encode((env["image_dir"] / token.attrGet("src")).read_bytes()).decode("ascii")
+    caption = self.renderInlineAsText(token.children, options, env)
+    src = token.attrGet("src") or ""
+    if src not in env["images"]:
+        return html.escape(f"[image not embedded: {caption} ({src})]")
+    data = base64.b64encode((env["image_dir"] / src).read_bytes()).decode("ascii")
+    caption = html.escape(caption, quote=True)
     return f"<img alt='{caption}' title='{caption}' src='data:image/png;base64,{data}'>"
 
 
-def to_html(title: str, markdown: str, image_dir: Path) -> str:
-    """One self-contained page from the report's Markdown: inline CSS, raw HTML escaped, images embedded."""
+def _folded_completion(self, tokens, idx, options, env) -> str:
+    """A completion block: escaped, and inside <details> when long, so the page stays readable."""
+    token = tokens[idx]
+    if token.info.strip() != "completion":
+        return self.fence(tokens, idx, options, env)
+    text = token.content
+    body = f"<pre>{html.escape(text)}</pre>"
+    lines = text.count("\n")
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return body + "\n"
+    return f"<details><summary>the completion: {lines} lines, {len(text)} characters</summary>{body}</details>\n"
+
+
+def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = ()) -> str:
+    """One self-contained page from the report's Markdown: inline CSS, raw HTML escaped, long completions
+    folded, and embedded only the `images` (file names) the report drew into `image_dir`."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
     renderer.add_render_rule("image", _embedded_image)
-    body = renderer.render(markdown, {"image_dir": image_dir})
+    renderer.add_render_rule("fence", _folded_completion)
+    own = {name for name in images if Path(name).name == name and (image_dir / name).is_file()}
+    body = renderer.render(markdown, {"image_dir": image_dir, "images": own})
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")

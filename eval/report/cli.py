@@ -12,6 +12,7 @@ Data that is missing (a run in progress, a failed sweep job, a key not logged) b
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rich.markup import escape
 
 from conf import CONF_DIR
 from core.rundir import RUN_JSON
-from eval.report.blocks import to_html, to_markdown
+from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.run import run_report
 from eval.report.sweep import sweep_report
 
@@ -59,16 +60,38 @@ def latest_output(outputs: Path) -> Path | None:
     return max(candidates, key=_last_modified, default=None)
 
 
+def prepare_dir(out_dir: Path) -> None:
+    """A real report folder, emptied of PNGs: a figure skipped this time must not linger from an earlier
+    report, and a symlink planted in a run folder must not send the report's files elsewhere."""
+    if out_dir.is_symlink():
+        out_dir.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.png"):
+        stale.unlink()
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write through a temporary file and rename over `path`: a symlink there is replaced, never followed."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_document(out_dir: Path, title: str, blocks: list) -> None:
+    """report.md and report.html of `blocks`; the page embeds only the PNGs these blocks drew."""
+    markdown = to_markdown(title, blocks)
+    _replace_text(out_dir / "report.md", markdown)
+    images = [block.path.name for block in blocks if isinstance(block, Image)]
+    _replace_text(out_dir / "report.html", to_html(title, markdown, out_dir, images))
+
+
 def write_report(target: Path) -> Path:
     """Write `target`/report/ (report.md, report.html, PNGs) for a run or a sweep; returns that folder."""
     out_dir = target / REPORT_DIR
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.png"):  # a figure skipped this time must not linger from an earlier report
-        stale.unlink()
+    prepare_dir(out_dir)
     title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
-    markdown = to_markdown(title, blocks)
-    (out_dir / "report.md").write_text(markdown)
-    (out_dir / "report.html").write_text(to_html(title, markdown, out_dir))
+    write_document(out_dir, title, blocks)
     return out_dir
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 from core.rundir import Status, stage_records
 from eval.report import adaptive as ra
 from eval.report import series as rs
-from eval.report.blocks import Heading, Image, Table, Text, fmt
+from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
+from eval.report.samples import samples_blocks
 from eval.report.tables import CHANGE_NOTE, grid_table, pool_sizes
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
@@ -44,31 +45,32 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
 
 
 def _config_facts(config: dict) -> str:
-    """The settings a reader compares runs by, from config.yaml: model, reward weights, GRPO's key knobs."""
+    """The settings a reader compares runs by, from config.yaml: model, reward weights, GRPO's key knobs
+    (escaped: a config.yaml from elsewhere may hold Markdown)."""
     def section(name: str) -> dict:
         return config.get(name) if isinstance(config.get(name), dict) else {}
 
     weights = section("reward").get("weights") or {}
     grpo = section("grpo")
-    nonzero = ", ".join(f"{k} {v}" for k, v in weights.items() if v) or "-"
+    nonzero = ", ".join(f"{k} {v}" for k, v in (weights.items() if isinstance(weights, dict) else ()) if v) or "-"
     knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
                                                   "max_completion_length", "loss_type") if k in grpo)
-    return (f"**model** {fmt(section('model').get('name'))} · **reward weights** {nonzero} · "
-            f"**grpo** {knobs or '-'} · **eval subsets** {fmt(section('eval').get('subsets'))}")
+    return (f"**model** {md_escape(fmt(section('model').get('name')))} · **reward weights** {md_escape(nonzero)} · "
+            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {md_escape(fmt(section('eval').get('subsets')))}")
 
 
 def _summary(run: rs.RunData) -> list:
     m = run.manifest
     stages = stage_records(m)
     done = sum(s.done for s in stages)
-    facts = [f"**status** {fmt(m.get('status'))}", f"**curriculum** {fmt(m.get('curriculum'))}",
-             f"**stages done** {done}/{len(stages)}", f"**base model** `{fmt(m.get('base_model'))}`",
-             f"**created** {fmt(m.get('created'))}", f"**training steps logged** {len(run.steps)}"]
+    facts = [f"**status** {md_escape(fmt(m.get('status')))}", f"**curriculum** {md_escape(fmt(m.get('curriculum')))}",
+             f"**stages done** {done}/{len(stages)}", f"**base model** {code(fmt(m.get('base_model')))}",
+             f"**created** {md_escape(fmt(m.get('created')))}", f"**training steps logged** {len(run.steps)}"]
     blocks = [Text(" · ".join(facts))]
     if run.config:
         blocks.append(Text(_config_facts(run.config)))
     blocks += [Text(note, note=True) for note in run.notes]
-    blocks += [Text(f"stage {s.name} failed: {s.error}", True) for s in stages if s.error]
+    blocks += [Text(md_escape(f"stage {s.name} failed: {s.error}"), True) for s in stages if s.error]
     if stages:
         blocks += [Heading("Stages"), _stage_table(m, run.steps)]
     return blocks
@@ -191,5 +193,6 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
               Heading("Reward"), *_rewards(run, boundaries, out_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
-              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events)]
+              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
+              *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)))]
     return f"Run report: {run_dir.name}", blocks
