@@ -40,7 +40,7 @@ train: install  ## Train the default ladder (pass Hydra overrides in ARGS="model
 sweep: install  ## Hydra multirun over reward weights (ARGS="reward.weights.format=0,0.5,1")
 	$(PY) -m train -m +curriculum=kk_ladder $(ARGS)
 
-report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<dir>)
+report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<dir>; RUN="<run> <run>" side by side)
 	$(PY) -m eval.report $(RUN)
 
 bench: install  ## Speed and memory figures, measured side by side; writes outputs/bench.json

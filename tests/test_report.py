@@ -129,6 +129,12 @@ def done_manifest(accuracy: dict[str, float]) -> dict:
     return {"status": "done", "stages": [last]}
 
 
+def done_validation(job: Path, accuracy: dict[str, float], n: int = 4) -> None:
+    """The validation.jsonl that goes with `done_manifest`: each subset after stage 1, over `n` puzzles."""
+    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "ppl": int(k[0]),
+                                            "accuracy": v, "n": n} for k, v in accuracy.items()])
+
+
 @pytest.fixture
 def sweep(tmp_path) -> Path:
     """Two jobs over reward.weights.format: 0 finished, 1 failed in its config check (no run.json)."""
@@ -138,7 +144,7 @@ def sweep(tmp_path) -> Path:
     fixed = ["+curriculum=kk_ladder", "experiment=smoke"]
     job = make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
                    manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
-    write_jsonl(job / "validation.jsonl", [val_row(1, "2ppl", 4, 2, 0.5, 90.0), val_row(1, "2ppl", 4, 3, 0.25, 95.0)])
+    done_validation(job, {"2ppl": 0.5, "3ppl": 0.25})
     make_job(sweep, 1, [*fixed, "reward.weights.format=1.0"], error=TRACEBACK)
     return sweep
 
@@ -201,8 +207,9 @@ def test_report_of_a_run_with_almost_nothing_never_raises(tmp_path):
 def test_two_swept_parameters_make_a_heatmap(tmp_path):
     sweep = tmp_path / "sweep"
     for num, (fmt_weight, answer, acc) in enumerate([("0", "1", 0.2), ("0.5", "1", 0.4), ("0", "2", 0.6)]):
-        make_job(sweep, num, [f"reward.weights.format={fmt_weight}", f"reward.weights.answer={answer}"],
-                 manifest=done_manifest({"2ppl": acc}))
+        job = make_job(sweep, num, [f"reward.weights.format={fmt_weight}", f"reward.weights.answer={answer}"],
+                       manifest=done_manifest({"2ppl": acc}))
+        done_validation(job, {"2ppl": acc})
     out = write_report(sweep)
     assert (out / "sweep_accuracy.png").exists()
     # the heatmap, and the jobs' accuracy-per-stage and length curves overlaid

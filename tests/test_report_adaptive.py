@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from eval.report import adaptive as ra
+from eval.report import series as rs
 from eval.report import write_report
 from tests.test_report import make_job, stage_entry, step_row, write_jsonl
 
@@ -58,17 +59,21 @@ def test_a_run_without_adaptive_stages_has_no_such_sections(adaptive_run):
 
 def test_sweep_report_overlays_each_jobs_accuracy_and_length(tmp_path):
     sweep = tmp_path / "multirun" / "s"
-    ladder = {"status": "done", "baseline": {"2ppl": {"accuracy": 0.0}},
-              "stages": [{**stage_entry(1, 2, "done", 0, 2), "final_metrics": {"2ppl": {"accuracy": 0.5}}},
-                         {**stage_entry(2, 3, "done", 2, 4), "final_metrics": {"2ppl": {"accuracy": 0.75}}}]}
-    mixed = {"status": "done", "baseline": {"2ppl": {"accuracy": 0.0}},
-             "stages": [{**stage_entry(1, 2, "done", 0, 4), "final_metrics": {"2ppl": {"accuracy": 0.25}}}]}
-    for num, (name, manifest) in enumerate([("kk_ladder", ladder), ("kk_mixed", mixed)]):
-        job = make_job(sweep, num, [f"+curriculum={name}", "experiment=smoke"], manifest=manifest)
+    # (curriculum, [(global step, 2ppl accuracy) of each validation]): a 2-stage ladder, a 1-stage mix
+    curricula = [("kk_ladder", [(0, 0.0), (2, 0.5), (4, 0.75)]), ("kk_mixed", [(0, 0.0), (4, 0.25)])]
+    curves = []
+    for num, (name, points) in enumerate(curricula):
+        stages = [stage_entry(k, 2, "done", points[k - 1][0], step) for k, (step, _) in enumerate(points) if k]
+        job = make_job(sweep, num, [f"+curriculum={name}", "experiment=smoke"],
+                       manifest={"status": "done", "stages": stages})
+        rows = [{"stage": k, "global_step": step, "ppl": 2, "accuracy": acc, "n": 4} for k, (step, acc) in
+                enumerate(points)]
+        write_jsonl(job / "validation.jsonl", rows)
         write_jsonl(job / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3, 4)])
-    curves = [ra.accuracy_curve(m, n) for n, m in (("kk_ladder", ladder), ("kk_mixed", mixed))]
+        curves.append(rs.accuracy_curve(rows, name))
     # different stage counts, one axis: the global step where each validation happened
     assert [(c.x, c.y) for c in curves] == [([0, 2, 4], [0.0, 0.5, 0.75]), ([0, 4], [0.0, 0.25])]
+    assert curves[1].low == [0.0, 0.0456] and curves[1].high == [0.4899, 0.6994]  # 95% over 4 puzzles
     out = write_report(sweep)
     assert (out / "sweep_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "](sweep_curves.png)" in (out / "report.md").read_text()

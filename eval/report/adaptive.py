@@ -1,9 +1,9 @@
 """What the report shows of adaptive stages and of a sweep's curricula, as plain data (no matplotlib).
 
 From run.json: where stages were promoted on skill and where the collapse guard fired (each stage's
-`end` and `guard_events`, written by the stage loop). From a sweep's jobs: each job's mean
-validation accuracy after each stage and its training length per step, on the global-step axis, so
-curricula with different stage counts (a 5-stage ladder, a 1-stage mix) overlay on one plot.
+`end` and `guard_events`, written by the stage loop). From a sweep's jobs: each job's training
+length per step and its label, so curricula with different stage counts (a 5-stage ladder, a
+1-stage mix) overlay on one plot (their accuracy: `eval.report.series.accuracy_curve`).
 """
 
 from __future__ import annotations
@@ -88,30 +88,6 @@ def guard_rows(manifest: dict) -> list[list[str]]:
 
 
 # --- a sweep's curricula overlaid ---------------------------------------------------------------------
-
-
-def _mean_accuracy(metrics: dict) -> float | None:
-    values = [as_number(v.get("accuracy")) for v in (metrics or {}).values() if isinstance(v, dict)]
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-def accuracy_curve(manifest: dict, label: str) -> Series | None:
-    """Mean validation accuracy (over subsets) at 0 (baseline) and at each validated stage's last step.
-
-    >>> manifest = {"baseline": {"2ppl": {"accuracy": 0.1}, "3ppl": {"accuracy": 0.0}},
-    ...             "stages": [{"global_step_end": 10, "final_metrics": {"2ppl": {"accuracy": 0.5},
-    ...                                                                 "3ppl": {"accuracy": 0.3}}},
-    ...                        {"global_step_end": 30, "final_metrics": {}}]}
-    >>> accuracy_curve(manifest, "kk_ladder")
-    Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4])
-    """
-    points = [(0, _mean_accuracy(manifest.get("baseline") or {}))]
-    points += [(s.global_step_end, _mean_accuracy(s.final_metrics)) for s in stage_records(manifest)]
-    points = [(int(x), round(y, 4)) for x, y in points if as_number(x) is not None and y is not None]
-    if not points:
-        return None
-    return Series(label, [x for x, _ in points], [y for _, y in points])
 
 
 def length_curve(steps: Sequence[dict], label: str) -> Series | None:

@@ -1,18 +1,20 @@
-"""`python -m eval.report [DIR] [--outputs ROOT]`: plots, report.md and a self-contained report.html.
+"""`python -m eval.report [DIR ...] [--outputs ROOT] [--out OUT]`: plots, report.md and report.html.
 
 DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
 modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
-`python -m train` writes). Everything goes to
-`DIR/report/`. A report is a list of blocks (heading, text, table, image) rendered as
-Markdown that points at the PNGs; report.html is that Markdown rendered by markdown-it-py with the
-PNGs embedded, so the two never disagree.
-Data that is missing (a run in progress, a failed sweep job, a key not logged) becomes a note.
+`python -m train` writes). Everything goes to `DIR/report/`. Several run directories are laid side
+by side in one report (`eval.report.compare`), written to OUT (default ROOT/compare/<time>/).
+A report is a list of blocks (heading, text, table, image) rendered as Markdown that points at the
+PNGs; report.html is that Markdown rendered by markdown-it-py with the PNGs embedded, so the two
+never disagree. Data that is missing (a run in progress, a failed sweep job, a key not logged)
+becomes a note.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from rich.markup import escape
 from conf import CONF_DIR
 from core.rundir import RUN_JSON
 from eval.report.blocks import Image, to_html, to_markdown
+from eval.report.compare import compare_report
 from eval.report.run import run_report
 from eval.report.sweep import sweep_report
 
@@ -101,25 +104,52 @@ def configured_output_dir() -> Path:
         return Path(compose("config").paths.output_dir)
 
 
+def compare_dir(outputs: Path) -> Path:
+    """Where a comparison goes by default: `<outputs>/compare/<time>/`, inside none of the compared runs."""
+    return outputs / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def write_comparison(targets: Sequence[Path], out_dir: Path) -> Path:
+    """Write the side-by-side report of `targets` (run folders) into `out_dir`; returns it."""
+    sweeps = [t for t in targets if is_sweep(t)]
+    if sweeps:
+        raise SystemExit(f"{sweeps[0]}: a sweep; compare runs (a sweep's jobs are <sweep>/<n>), or report "
+                         "the sweep alone")
+    prepare_dir(out_dir)
+    title, blocks = compare_report(targets, out_dir)
+    write_document(out_dir, title, blocks)
+    return out_dir
+
+
 def main(argv: Sequence[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.split("\n")[0])
-    parser.add_argument("dir", nargs="?", type=Path, help="a run or sweep directory (default: the latest)")
+    parser.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                        help="a run or sweep directory (default: the latest); several runs: side by side")
     parser.add_argument("--outputs", type=Path, default=None,
                         help="output root searched for the latest run or sweep (default: paths.output_dir)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where a comparison of several runs goes (default: <outputs>/compare/<time>)")
     args = parser.parse_args(argv)
-    outputs = args.outputs or configured_output_dir()
-    target = args.dir or latest_output(outputs)
-    if target is None:
-        raise SystemExit(f"no run or sweep under {outputs}/runs or {outputs}/multirun; pass a directory")
-    if not target.is_dir():
-        raise SystemExit(f"{target}: not a directory")
-    out_dir = write_report(target)
+    targets = list(dict.fromkeys(args.dirs))
+    if not targets:
+        outputs = args.outputs or configured_output_dir()
+        latest = latest_output(outputs)
+        if latest is None:
+            raise SystemExit(f"no run or sweep under {outputs}/runs or {outputs}/multirun; pass a directory")
+        targets = [latest]
+    for target in targets:
+        if not target.is_dir():
+            raise SystemExit(f"{target}: not a directory")
+    if len(targets) == 1:
+        out_dir, what = write_report(targets[0]), f"report for {escape(str(targets[0]))}"
+    else:
+        out_dir = write_comparison(targets, args.out or compare_dir(args.outputs or configured_output_dir()))
+        what = f"comparison of {len(targets)} runs"
     images = sorted(p.name for p in out_dir.glob("*.png"))
     console = Console()
     # soft_wrap: a path must stay on one line to be copied; escape: a path may hold "[...]" (rich markup)
-    console.print(f"[bold green]report[/] for {escape(str(target))} written to:", soft_wrap=True)
+    console.print(f"[bold green]{what}[/] written to:", soft_wrap=True)
     for name in ("report.md", "report.html"):
         console.print(f"  {escape(str(out_dir / name))}", soft_wrap=True)
     console.print(f"  {len(images)} image(s): {', '.join(images) or 'none'}", soft_wrap=True)
     return out_dir
-

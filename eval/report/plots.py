@@ -175,8 +175,9 @@ def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, uni
     return _save(fig, path)
 
 
-def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
-    """Final accuracy against one swept parameter: the mean in bold black, one line per subset."""
+def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect: bool = True) -> Path:
+    """Final accuracy against one swept parameter (or runs: `connect` False, categories are not a scale):
+    the mean in bold black, one line per subset, each point with its bar."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(lines[0].x))) if lines else []
     spread = 0.25 / max(1, len(lines) - 1)
@@ -188,6 +189,8 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
         ys = [p[1] for p in points]
         is_mean = not series.label.endswith("ppl")
         style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else ppl_style(series.label)
+        if not connect:
+            style["linestyle"] = "none"
         ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
                     label=series.label, capsize=3, **style)
     if lines:
@@ -195,7 +198,7 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
         ax.set_xlim(-0.3, len(positions) - 0.7)
     for x in positions:  # a value that was swept but has no finished job (failed or still running)
         if all(series.y[x] is None for series in lines):
-            ax.text(x, 0.5, "no finished job", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
+            ax.text(x, 0.5, "not finished", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel(param)
     ax.set_ylabel("final accuracy (after the last stage)")
@@ -233,9 +236,11 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row
     return _save(fig, path)
 
 
-def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path) -> Path:
-    """The jobs of a sweep overlaid: mean validation accuracy after each stage (markers at stage ends)
-    and training mean length per step, one colour per job in both panels, on the global-step axis."""
+def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path,
+                      title: str = "The sweep's jobs compared") -> Path:
+    """Jobs (or runs) overlaid: mean validation accuracy after each stage (markers at stage ends, a band
+    for its 95% interval) and training mean length per step, one colour per job in both panels, on
+    the global-step axis."""
     panels = [p for p in (("mean validation accuracy after each stage (0 = baseline)", accuracy, True),
                           ("training mean completion length per step (tokens)", length, False)) if p[1]]
     fig, axes = _figure(len(panels), height=3.6)
@@ -243,18 +248,20 @@ def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path
     # colour, dash and marker all differ per job: jobs with equal values (common early on) stay visible
     styles = {label: {"color": f"C{i}", "linestyle": ("-", "--", ":", "-.")[i % 4], "marker": "os^Dv"[i % 5]}
               for i, label in enumerate(labels)}
-    for ax, (title, lines, is_accuracy) in zip(axes, panels, strict=True):
+    for ax, (panel_title, lines, is_accuracy) in zip(axes, panels, strict=True):
         for series in lines:
             style = styles[series.label] if is_accuracy else {**styles[series.label], "marker": None}
             ax.plot(series.x, series.y, label=series.label, linewidth=1.8 if is_accuracy else 1.2,
                     markersize=max(4.0, 9.0 - 1.5 * labels.index(series.label)), **style)
+            if series.low is not None and series.high is not None and None not in series.low + series.high:
+                ax.fill_between(series.x, series.low, series.high, color=style["color"], alpha=0.12, linewidth=0)
         if is_accuracy:
             ax.set_ylim(-0.03, 1.03)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(panel_title, fontsize=10)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         _legend(ax)
         ax.sharex(axes[0])
     axes[-1].set_xlabel(STEP_LABEL)
-    fig.suptitle("The sweep's jobs compared", fontsize=12)
+    fig.suptitle(title, fontsize=12)
     return _save(fig, path)

@@ -238,3 +238,29 @@ def planned_stages(manifest: dict) -> list[tuple[int, str]]:
     """(index, name) of every stage in run.json, baseline (0) first."""
     stages = [s for s in stage_records(manifest) if s.index is not None]
     return [(0, BASELINE), *((int(s.index), str(s.index if s.name is None else s.name)) for s in stages)]
+
+
+def accuracy_curve(rows: Sequence[dict], label: str) -> Series | None:
+    """Mean accuracy over the subsets at each validation's global step (0 = baseline), with the 95%
+    interval of all their puzzles together (exact when the subsets are of one size).
+
+    >>> rows = [{"stage": 0, "global_step": 0, "ppl": 2, "accuracy": 0.1, "n": 100},
+    ...         {"stage": 0, "global_step": 0, "ppl": 3, "accuracy": 0.0, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "ppl": 2, "accuracy": 0.5, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "ppl": 3, "accuracy": 0.3, "n": 100}]
+    >>> curve = accuracy_curve(rows, "kk_ladder")
+    >>> curve, curve.low, curve.high
+    (Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4]), [0.0274, 0.3346], [0.0896, 0.4692])
+    """
+    by_step: dict[int, list[tuple[float, int | None]]] = {}
+    for row in rows:
+        step, value = as_number(row.get("global_step")), as_number(row.get("accuracy"))
+        if step is not None and value is not None:
+            by_step.setdefault(int(step), []).append((value, trials(row, "accuracy")))
+    if not by_step:
+        return None
+    steps = sorted(by_step)
+    means = [round(sum(v for v, _ in by_step[s]) / len(by_step[s]), 4) for s in steps]
+    totals = [sum(n for _, n in by_step[s]) if all(n for _, n in by_step[s]) else None for s in steps]
+    low, high = intervals(means, totals)
+    return Series(label, steps, means, low, high)

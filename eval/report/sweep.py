@@ -11,7 +11,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir import RUN_JSON, read_mapping
 from core.stats import rate_text, wilson_interval
 from eval.report import adaptive as ra
 from eval.report import jobs as js
@@ -87,13 +86,15 @@ def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> l
     accuracy, length = [], []
     for job in jobs:
         label = ra.job_label(job.overrides, params, job.name)
-        accuracy.append(ra.accuracy_curve(read_mapping(job.path / RUN_JSON), label))
-        length.append(ra.length_curve(rs.load_run(job.path).steps, label))
+        run = rs.load_run(job.path)
+        accuracy.append(rs.accuracy_curve(run.validation, label))
+        length.append(ra.length_curve(run.steps, label))
     accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
     if not accuracy and not length:
         return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
     image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
-    return [Image(image, "one colour per job: mean accuracy after each stage, and mean length per step")]
+    return [Image(image, "one colour per job: mean accuracy after each stage (band: its 95% interval), "
+                         "and mean length per step")]
 
 
 def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
