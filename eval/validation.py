@@ -22,6 +22,7 @@ from core.rundir import samples_file
 from core.stats import percent_text
 from eval.generation import generate
 from eval.grader import grade
+from eval.lenient import lenient_grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.reasoning import check_reasoning
 from eval.settings import ValidationSettings
@@ -36,9 +37,10 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
         for k, out in enumerate(outs):
             g = grade(out.text, record["names"], record["solution"], fmt=fmt)
             r = check_reasoning(out.text, record["names"], g.assignment, fmt)
+            lenient = lenient_grade(out.text, record["names"], record["solution"], g)
             invented = sorted({*r.invented, *g.invented})
-            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok,
-                                 g.answered, out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented)))
+            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok, g.answered,
+                                 out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented), lenient.correct))
             samples.append({
                 "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
@@ -46,7 +48,8 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
                 "assignment": g.assignment, "reasons": list(g.reasons),
                 "solution": list(record["solution"]), "names": list(record["names"]),
                 "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_agrees": r.agrees,
-                "invented": invented,
+                "invented": invented, "lenient_correct": lenient.correct, "lenient_assignment": lenient.assignment,
+                "lenient_reason": lenient.reason,
             })
     return scored, samples
 
@@ -107,7 +110,7 @@ CONSOLE_RATES = (("accuracy", "accuracy %"), ("lenient_accuracy", "lenient %"), 
 def results_table(rows: list[dict], title: str) -> Table:
     """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its
     95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl)."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                   caption="rates in % (95% Wilson interval); n: distinct puzzles; reasoning agrees: "
                           "of the completions with reasoning; lenient: an untagged final answer counts")
     # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.

@@ -17,8 +17,8 @@ from eval.report.samples import pick
 from tests.test_report import stage_entry, write_jsonl
 
 RATE_CELL = re.compile(r"\d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=\d+( [▲▼])?")
-RATE_TABLES = ("Validation accuracy per subset", "Validation format rate", "Reasoning that agrees",
-               "Right answers whose reasoning", "Completions naming a person")
+RATE_TABLES = ("Validation accuracy per subset", "Validation lenient accuracy", "Validation format rate",
+               "Reasoning that agrees", "Right answers whose reasoning", "Completions naming a person")
 
 
 @pytest.fixture(scope="module")

@@ -95,6 +95,12 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
     blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
     blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals"),
                grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE),
+               Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
+               grid_table(rs.stage_grid(run.validation, "lenient_accuracy", planned)),
+               Text("Strict accuracy above is the reward's verdict and the headline. The lenient one reads "
+                    "an answer given without tags by its last lines (after any reasoning block), with the same "
+                    "refusals of hedges, both roles and invented people: an instruct model that answers in prose "
+                    "scores here, not above."),
                Heading("Validation format rate (answers in the required tags)"),
                grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
                Heading("Validation mean response length (tokens)"),

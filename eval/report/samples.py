@@ -72,7 +72,8 @@ def describe(labels: Sequence[str], row: dict) -> str:
              f"**{grade}** ({md_escape(row.get('n_right'))}/{md_escape(row.get('n_people'))} people)",
              "format ok" if row.get("format_ok") else "format broken"]
     if "lenient_correct" in row:
-        facts.append("lenient: right" if row["lenient_correct"] else "lenient: wrong")
+        why = f" ({md_escape(row['lenient_reason'])})" if row.get("lenient_reason") else ""
+        facts.append("lenient: right" if row["lenient_correct"] else f"lenient: wrong{why}")
     facts.append(f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else ""))
     facts.append(f"solution: {md_escape(_roles(names, solution))}")
     answer = _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else "none"
