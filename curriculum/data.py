@@ -44,8 +44,9 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
     for ppl, share in stage.pool_weights.items():  # its own mix plus any replay of earlier ppl
         want = max(1, round(stage.pool * share))
         guard = held_out.get(ppl, [])
-        # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data).
-        n = want + len(guard) if data.source == "generated" else None
+        # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data): as many
+        # as the validation pool was drawn from (eval.n records, before its repeats were dropped).
+        n = want + (int(cfg.eval.n) if guard else 0) if data.source == "generated" else None
         pool = load_records(data.source, ppl, "train", n=n, seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
         kept, dropped = split_disjoint(pool, guard)
         removed += dropped

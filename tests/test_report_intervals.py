@@ -13,6 +13,7 @@ from core.stats import change
 from curriculum.data import training_pool, validation_pool
 from curriculum.kk import canonical_key
 from curriculum.plan import Stage
+from curriculum.sources import load_records
 from eval.report.cli import write_report
 from eval.validation import results_table
 from tests.test_report import make_job, stage_entry, write_jsonl
@@ -123,6 +124,10 @@ def test_the_validation_pool_is_distinct_up_to_renaming_and_training_stays_disjo
     # 100 records asked, 63 distinct up to renaming (95 exist at 2ppl): each counted once
     assert len(pool) == len(set(keys)) == 63
     assert len(validation_pool(cfg, 3)) == 100  # no repeats at 3ppl
-    records, removed = training_pool(cfg, Stage(1, "2ppl", "grpo", {2: 1.0}, steps=1, pool=100), {2: pool})
+    stage = Stage(1, "2ppl", "grpo", {2: 1.0}, steps=1, pool=100)
+    records, removed = training_pool(cfg, stage, {2: pool})
     assert records and not {canonical_key(r) for r in records} & set(keys)
     assert removed > 0  # the generator did offer held-out puzzles (renamed), and they were dropped
+    # the same training pool as with the 100 records before their repeats were dropped: training is unchanged
+    with_repeats = load_records("generated", 2, "test", n=100, seed=1234)
+    assert training_pool(cfg, stage, {2: with_repeats}) == (records, removed)
