@@ -89,7 +89,8 @@ def test_the_teaching_picks(rows, expected):
 # --- a crafted run folder ---------------------------------------------------------------------------
 
 SECRET = b"\x89PNG\r\n\x1a\nSECRET-BYTES-THE-REPORT-NEVER-WROTE"
-HOSTILE = "![leak](secret.txt) <script>alert(1)</script> <img src=x onerror=alert(2)> *em* `code` | pipe"
+# ... and "$\\frac{$", which matplotlib's mathtext failed to parse (the whole report raised)
+HOSTILE = "![leak](secret.txt) <script>alert(1)</script> <img src=x onerror=alert(2)> *em* `code` | pipe $\\frac{$"
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
     (run / "report").mkdir(parents=True)
     (run / "report" / "secret.txt").write_bytes(SECRET)  # a file already in the report folder, not drawn by it
     names = ["![leak](secret.txt)", f"![abs]({outside / 'secret.png'})", "<script>alert(3)</script>"]
-    stages = [{**stage_entry(k + 1, 2, "done", k, k + 1), "name": name, "error": HOSTILE}
+    stages = [{**stage_entry(k + 1, 2, "done", k, k + 1), "name": name, "error": HOSTILE, "ppl_label": HOSTILE}
               for k, name in enumerate(names)]
     manifest = {"status": HOSTILE, "curriculum": HOSTILE, "base_model": f"`x` {HOSTILE}", "stages": stages}
     (run / "run.json").write_text(json.dumps(manifest))

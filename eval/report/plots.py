@@ -1,16 +1,19 @@
 """The report's figures: series from `eval.report.series` -> PNG files.
 
 Figures are built with the object API (`matplotlib.figure.Figure` on an Agg canvas), never pyplot:
-no display is needed, and no figure lives on in pyplot's global registry after it is saved.
+no display is needed, and no figure lives on in pyplot's global registry after it is saved. Labels
+come from run folders (stage names, parameter values): mathtext is off, so "$x^{$" is drawn as
+text instead of failing the report.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
@@ -48,6 +51,16 @@ def ppl_style(label: str) -> dict:
     color, marker = PPL_STYLE.get(ppl, ("black", "o"))
     return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (ppl - 2)),
             "markeredgecolor": "black", "markeredgewidth": 0.5}
+
+
+def literal_text(draw):
+    """Run a plot function with mathtext off: text from a run folder is drawn as written, never parsed."""
+    @functools.wraps(draw)
+    def without_mathtext(*args, **kwargs):
+        with rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return without_mathtext
 
 
 def error_bars(values: Sequence[float], low: Sequence | None, high: Sequence | None) -> list | None:
@@ -138,6 +151,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
     _legend(ax)
 
 
+@literal_text
 def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], title: str, path: Path) -> Path:
     """Stacked panels sharing the global-step axis, each with the stage boundaries marked."""
     fig, axes = _figure(len(panels), height=3.2 if len(panels) < 3 else 2.6)
@@ -149,6 +163,7 @@ def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], ti
     return _save(fig, path)
 
 
+@literal_text
 def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool) -> Path:
     """One line per subset across stages (baseline first), the x axis labelled with stage names."""
     fig, (ax,) = _figure(1, height=4.0)
@@ -175,6 +190,7 @@ def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, uni
     return _save(fig, path)
 
 
+@literal_text
 def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect: bool = True) -> Path:
     """Final accuracy against one swept parameter (or runs: `connect` False, categories are not a scale):
     the mean in bold black, one line per subset, each point with its bar."""
@@ -208,6 +224,7 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect
     return _save(fig, path)
 
 
+@literal_text
 def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row_param: str, col_param: str,
                         path: Path) -> Path:
     """One heatmap per (title, row values, column values, matrix, notes) over two parameters, each value
@@ -236,6 +253,7 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row
     return _save(fig, path)
 
 
+@literal_text
 def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path,
                       title: str = "The sweep's jobs compared") -> Path:
     """Jobs (or runs) overlaid: mean validation accuracy after each stage (markers at stage ends, a band
