@@ -86,9 +86,10 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     expected = {r["ppl"]: r for r in read_jsonl(run_dir / "validation.jsonl") if r["stage"] == stage["index"]}
     got = {r["ppl"]: r for r in read_jsonl(out / "validation.jsonl")}
-    assert got.keys() == expected.keys()
-    for ppl, row in got.items():
-        assert {k: row[k] for k in METRIC_COLUMNS} == {k: expected[ppl][k] for k in METRIC_COLUMNS}
+    # python -m eval validates every subset; the run, after this stage, those near it (eval.subsets_after_stage)
+    assert expected and set(expected) <= set(got) == {2, 3}
+    for ppl, row in expected.items():
+        assert {k: got[ppl][k] for k in METRIC_COLUMNS} == {k: row[k] for k in METRIC_COLUMNS}
 
 
 def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):
