@@ -129,17 +129,19 @@ class MemoryWatch:
 
 
 def step_summary(rows: list[dict], completions_per_step: int) -> dict:
-    """Step time and tokens per second from TRL's step log lines (step_time, completions/mean_length).
+    """Step time, completion length and tokens per second from TRL's step log lines. Memory and time grow
+    with the completions' length, so the mean length says what the check's peaks were measured at.
 
     >>> step_summary([{"step_time": 10.0, "completions/mean_length": 500.0},
-    ...               {"step_time": 30.0, "completions/mean_length": 1500.0}], 64)
-    {'steps': 2, 'step_seconds': [10.0, 30.0], 'mean_step_seconds': 20.0, 'generated_tokens_per_second': 3200.0}
+    ...               {"step_time": 30.0, "completions/mean_length": 1500.0}], 64)["generated_tokens_per_second"]
+    3200.0
     """
     seconds = [float(r["step_time"]) for r in rows]
-    generated = sum(float(r["completions/mean_length"]) * completions_per_step for r in rows)
-    return {"steps": len(rows), "step_seconds": [round(s, 2) for s in seconds],
+    lengths = [float(r["completions/mean_length"]) for r in rows]
+    return {"steps": len(rows), "step_seconds": [round(x, 2) for x in seconds],
             "mean_step_seconds": round(sum(seconds) / len(seconds), 2),
-            "generated_tokens_per_second": round(generated / sum(seconds), 1)}
+            "mean_completion_tokens": round(sum(lengths) / len(lengths), 1),
+            "generated_tokens_per_second": round(sum(lengths) * completions_per_step / sum(seconds), 1)}
 
 
 def sampling_mismatch(rows: list[dict]) -> dict:
