@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -31,8 +30,6 @@ from core.models import device_settings
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
 from eval.generation import Completion
-
-log = logging.getLogger(__name__)
 
 
 def vllm_available() -> bool:

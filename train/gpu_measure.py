@@ -174,7 +174,7 @@ def run_bare_trl(cfg: DictConfig, out_dir: Path) -> dict:
     rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
                    chat_kwargs=cfg.model.get("chat_template_kwargs"))
     args = grpo_config(cfg, stage, out_dir)
-    args.save_strategy = "no"
+    args.save_strategy = "no"  # checkpoints for resume are the runner's (single_gpu saves every 10 steps: not in 2)
     funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
                                                     max_completion_length=args.max_completion_length)
     began = time.perf_counter()
@@ -215,7 +215,8 @@ def assemble_report(machine: dict | None, cfg: DictConfig, ours: dict, ours_memo
     share = grpo.get("vllm_gpu_memory_utilization")
     return {
         "machine": machine,
-        "ran": {"model": cfg.model.id if cfg.model.source == "hub" else cfg.model.source, "steps": 2,
+        "ran": {"model": cfg.model.id if cfg.model.source == "hub" else cfg.model.source,
+                "steps": build_plan(cfg)[0].steps,
                 "completions_per_step": per_step, "max_completion_length": int(grpo.max_completion_length),
                 "validation": {"subsets": list(cfg.eval.subsets), "n": int(cfg.eval.n),
                                "backend": cfg.eval.backend}},
