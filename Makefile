@@ -8,9 +8,10 @@ TORCH_CPU ?= torch==2.13.0
 EXTRAS ?= dev,sweeps,peft
 RUN ?=
 ARGS ?=
+MODEL ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-full demo train sweep report bench lint clean
+.PHONY: help install test test-full demo gpu-check train sweep report bench lint clean
 
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -33,6 +34,11 @@ test-full: install  ## Run every test, including the slow ones on the real pretr
 demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start then the 2->6 ladder, then the report
 	$(PY) -m train +curriculum=kk_r1 experiment=cpu_demo $(ARGS)
 	$(PY) -m eval.report
+
+gpu-check: install  ## First on a GPU machine (<10 min): CUDA, bf16, vLLM, bitsandbytes, 2 GRPO steps + vLLM validation, memory and speed vs bare TRL; outputs/gpu_check.json (MODEL=<local path>)
+	$(PY) -m train.gpu_check --cuda-only
+	$(PY) -m pip install -q -e ".[$(EXTRAS),vllm]"
+	$(PY) -m train.gpu_check $(if $(MODEL),model.id=$(MODEL)) $(ARGS)
 
 train: install  ## Train the default ladder (pass Hydra overrides in ARGS="model=qwen3-0.6b ...")
 	$(PY) -m train +curriculum=kk_ladder $(ARGS)

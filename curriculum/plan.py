@@ -21,6 +21,8 @@ from curriculum.errors import ConfigError, whole_number
 KNOWN_PPL = range(2, 9)
 STAGE_KINDS = ("grpo", "sft")
 STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides", "promote", "replay", "guard"}
+# `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
+VALIDATION_PLANS = ("all", "near")
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class Stage:
     ppl_weights: dict[int, float]  # ppl -> share of the pool (sums to 1)
     steps: int  # optimizer steps
     pool: int  # training puzzles
-    overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields for this stage only
+    overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields: the stage's own, then stage_overrides.<name>
     promote: Promote | None = None  # end early on held-out accuracy (steps stays the ceiling)
     replay: dict[int, float] = field(default_factory=dict)  # ppl of earlier stages -> share of the pool
     guard: Guard | None = None  # collapse guard (the stage's own, else curriculum.guard)
@@ -77,10 +79,32 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
-    for name in (limits.get("stage_steps") or {}):
-        if name not in names:
-            raise ConfigError(f"limits.stage_steps.{name}: no stage of that name; stages: {', '.join(names)}")
+    for key, named in (("limits.stage_steps", limits.get("stage_steps")), ("stage_overrides", _named_overrides(cfg))):
+        for name in named or {}:
+            if name not in names:
+                raise ConfigError(f"{key}.{name}: no stage of that name; stages: {', '.join(names)}")
     return plan
+
+
+def _named_overrides(cfg: DictConfig) -> dict[str, dict]:
+    """`stage_overrides`: {stage name: {GRPOConfig or SFTConfig field: value}}, applied over a stage's own.
+
+    Keyed by name because a list index (`curriculum.stages.2.overrides...`) is awkward on a command line,
+    and Hydra's grammar refuses a key that starts with a digit (`stage_overrides.2ppl.x=1`): give the
+    mapping whole, `'stage_overrides={2ppl: {learning_rate: 1e-6}}'` (a sweep: several, comma-separated).
+    """
+    named = OmegaConf.select(cfg, "stage_overrides")
+    if named is None:
+        return {}
+    if not isinstance(named, DictConfig):
+        raise ConfigError(f"stage_overrides: must be a mapping of stage name -> fields (got {named!r})")
+    out = {}
+    for name, fields in named.items():
+        if not isinstance(fields, DictConfig):
+            raise ConfigError(f"stage_overrides.{name}: must be a mapping of trainer fields, e.g. "
+                              f"{{learning_rate: 1.0e-6}} (got {fields!r})")
+        out[str(name)] = OmegaConf.to_container(fields, resolve=True)
+    return out
 
 
 def _check_limits(limits: Mapping) -> None:
@@ -106,6 +130,7 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     ppl_weights = parse_ppl(stage_cfg.get("ppl"), f"{key}.ppl")
     pool = whole_number(stage_cfg.get("pool"), f"{key}.pool")
     overrides = OmegaConf.to_container(stage_cfg.get("overrides") or OmegaConf.create({}), resolve=True)
+    overrides.update(_named_overrides(cfg).get(name, {}))  # the command line's, by stage name, win
     steps = _stage_steps(stage_cfg, key, pool, cfg, overrides)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
@@ -174,6 +199,40 @@ def _stage_steps(stage_cfg, key: str, pool: int, cfg: DictConfig, overrides: dic
     if epochs is None or float(epochs) <= 0:
         raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
     return max(1, math.ceil(float(epochs) * pool / prompts_per_step(cfg, overrides)))
+
+
+def validation_subsets(mode: str, subsets: Sequence[int], plan: Sequence[Stage], index: int) -> list[int]:
+    """The subsets validated after stage `index` (0: the baseline) under `eval.subsets_after_stage`.
+
+    `all`: every subset, every time. `near`: every subset at the baseline and after the last stage;
+    in between, the stage's own ppl and the next stage's, among `subsets` (a stage near none of
+    them is validated on all, never on nothing).
+
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> [validation_subsets("near", range(2, 8), ladder, i) for i in range(6)]
+    [[2, 3, 4, 5, 6, 7], [2, 3], [3, 4], [4, 5], [5, 6], [2, 3, 4, 5, 6, 7]]
+    >>> validation_subsets("near", [2, 3], ladder, 3), validation_subsets("all", [3, 2], ladder, 2)
+    ([2, 3], [2, 3])
+    """
+    if mode not in VALIDATION_PLANS:
+        raise ConfigError(f"eval.subsets_after_stage: {mode!r} is not one of {VALIDATION_PLANS}")
+    every = sorted(int(p) for p in subsets)
+    if mode == "all" or index == 0 or index >= len(plan):
+        return every
+    near = {*plan[index - 1].ppl_weights, *plan[index].ppl_weights}
+    return [p for p in every if p in near] or every
+
+
+def validation_completions(mode: str, subsets: Sequence[int], plan: Sequence[Stage], n: int) -> int:
+    """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
+
+    The README's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
+
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> [validation_completions(mode, range(2, 8), ladder, 100) for mode in ("all", "near")]
+    [3600, 2000]
+    """
+    return n * sum(len(validation_subsets(mode, subsets, plan, i)) for i in range(len(plan) + 1))
 
 
 def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> float:

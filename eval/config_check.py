@@ -10,7 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from curriculum.errors import ConfigError
-from curriculum.plan import KNOWN_PPL
+from curriculum.plan import KNOWN_PPL, VALIDATION_PLANS
 from eval.vllm_backend import vllm_available
 
 DATA_SOURCES = ("generated", "hub", "local")
@@ -34,6 +34,12 @@ def check_eval_config(eval_cfg: DictConfig) -> None:
     if eval_cfg.backend == "vllm" and not vllm_available():
         raise ConfigError("eval.backend: vllm needs CUDA and the vllm extra (pip install -e '.[vllm]'); "
                           "use eval.backend=hf")
+    if eval_cfg.subsets_after_stage not in VALIDATION_PLANS:
+        raise ConfigError(f"eval.subsets_after_stage: {eval_cfg.subsets_after_stage!r} is not one of "
+                          f"{VALIDATION_PLANS}")
+    share = eval_cfg.vllm_gpu_memory_utilization
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        raise ConfigError(f"eval.vllm_gpu_memory_utilization: must be a share of the card in (0, 1] (got {share!r})")
     if float(eval_cfg.temperature) < 0:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and int(eval_cfg.samples) > 1:

@@ -31,6 +31,8 @@ class ValidationSettings:
     samples: int  # completions per puzzle
     seed: int  # seeds generation (and, in curriculum.data, the pools)
     backend: str  # hf | vllm
+    vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
+    subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
     every: int  # in-stage validation every this many steps (0 = off)
     fmt: str  # the grader's format (eval.grader.FORMATS)
     chat: bool  # prompts are chat messages rendered by the tokenizer's template
@@ -59,7 +61,10 @@ def validation_settings(cfg: DictConfig) -> ValidationSettings:
     return ValidationSettings(
         subsets=tuple(int(p) for p in ev.subsets), n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
         batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
-        seed=int(ev.seed), backend=str(ev.backend), every=int(ev.get("every") or 0), fmt=str(prompt.fmt),
+        seed=int(ev.seed), backend=str(ev.backend),
+        vllm_gpu_memory_utilization=float(ev.get("vllm_gpu_memory_utilization", 0.3)),
+        subsets_after_stage=str(ev.get("subsets_after_stage", "all")), every=int(ev.get("every") or 0),
+        fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)),
     )

@@ -1,14 +1,18 @@
 """Validation of one checkpoint on every subset, with the reward's grader (one grader).
 
-Writes one row per subset to `validation.jsonl` ({stage, stage_name, global_step, ppl, metrics}),
-every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so a person can read what
-the model wrote, and a recount can check the metrics), and prints a rich table.
+Writes one row per subset to `validation.jsonl` ({stage, stage_name, global_step, ppl, metrics,
+cost}), every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so a person can read
+what the model wrote, and a recount can check the metrics), and prints a rich table. One generator
+serves all the subsets: the model loaded once (hf), or one vLLM engine started once and released
+after (vllm); `cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -20,13 +24,13 @@ from transformers import AutoTokenizer
 from core.models import load_for_inference
 from core.rundir import samples_file
 from core.stats import percent_text
-from eval.generation import generate
+from eval.generation import HfEngine
 from eval.grader import grade
 from eval.lenient import lenient_grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.reasoning import check_reasoning
 from eval.settings import ValidationSettings
-from eval.vllm_backend import generate_vllm
+from eval.vllm_backend import fresh_engine
 
 
 def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Scored], list[dict]]:
@@ -62,27 +66,15 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
     when given. Returns the rows.
     """
     s, rows = settings, []
-    if s.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
-        model, tokenizer = None, AutoTokenizer.from_pretrained(model_path)
-    else:
-        model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
-    chat_kwargs = dict(s.chat_kwargs)
-    for ppl, records in sorted(pools.items()):
-        prompts = s.prompts(records)
-        if s.backend == "vllm":
-            completions = generate_vllm(
-                model_path, tokenizer, prompts, max_new_tokens=s.max_new_tokens,
-                temperature=s.temperature, samples=s.samples, chat_kwargs=chat_kwargs, seed=s.seed,
-            )
-        else:
-            completions = generate(
-                model, tokenizer, prompts, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                samples=s.samples, batch_size=s.batch_size, chat_kwargs=chat_kwargs,
-                seed=s.seed, label=f"validating {tag.get('stage_name')} {ppl}ppl",
-            )
-        scored, samples = grade_subset(records, completions, s.fmt)
-        _write_samples(samples_file(out_dir, ppl), samples)
-        rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})
+    generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
+                  "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
+    with validation_engine(s, model_path) as engine:
+        for ppl, records in sorted(pools.items()):
+            label = f"validating {tag.get('stage_name')} {ppl}ppl"
+            completions, cost = engine.generate(s.prompts(records), label=label, **generation)
+            scored, samples = grade_subset(records, completions, s.fmt)
+            _write_samples(samples_file(out_dir, ppl), samples)
+            rows.append({**tag, "ppl": ppl, **subset_metrics(scored), "cost": cost.as_dict()})
     if writer is not None:
         writer.write(rows)
     if tracker is not None:
@@ -90,8 +82,20 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
             tracker.log({f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
                         step=int(tag.get("global_step", 0)))
     (console or Console()).print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
-    del model
     return rows
+
+
+@contextmanager
+def validation_engine(settings: ValidationSettings, model_path: str) -> Iterator:
+    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`), else the model loaded for HF."""
+    if settings.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
+        with fresh_engine(model_path, AutoTokenizer.from_pretrained(model_path), seed=settings.seed,
+                          gpu_memory_utilization=settings.vllm_gpu_memory_utilization) as engine:
+            yield engine
+        return
+    began = time.perf_counter()
+    model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
+    yield HfEngine(model, tokenizer, batch_size=settings.batch_size, setup_seconds=time.perf_counter() - began)
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:

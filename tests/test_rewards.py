@@ -174,13 +174,16 @@ def test_bound_components_take_trls_call():
     )
     completions = [[{"role": "assistant", "content": f"ok</think><answer>{RIGHT}</answer>"}], "no tags"]
     trl_kwargs = {
-        "prompts": ["p", "p"], "completion_ids": [[1] * 10, [1] * 64], "trainer_state": object(),
+        # a logic_rl prompt ends with the pre-filled <think> (Logic-RL's parser reads prompt + completion)
+        "prompts": ["<|im_start|>assistant\n<think>"] * 2, "completion_ids": [[1] * 10, [1] * 64],
+        "trainer_state": object(),
         "log_metric": print, "log_extra": print, "ppl": [2, 2], "id": ["a", "b"], "fmt": ["junk", "junk"],
     }
     values = {get_callable_name(f): f(**batch(completions), **trl_kwargs) for f in funcs}
     assert values == {
         "format_reward": [1.0, 0.0], "think_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0],
         "partial_reward": [1.0, 0.0], "overlong_reward": [0.0, -1.0], "tiered_reward": [3.0, -3.0],
+        "logic_rl_strict_reward": [3.0, -3.0],
     }
 
 
@@ -211,8 +214,8 @@ def test_each_completion_is_graded_once_per_batch(monkeypatch):
                                   max_completion_length=64)
     completions = [think_answer(RIGHT), think_answer("Both are knights."), think_answer(RIGHT)]
     for f in funcs:
-        f(**batch(completions), completion_ids=[[1]] * 3)
-    assert len(calls) == 2  # two distinct completions, six components
+        f(**batch(completions), completion_ids=[[1]] * 3, prompts=["p"] * 3)
+    assert len(calls) == 2  # two distinct completions, the grader's six components (logic_rl_strict: its own)
 
 
 @pytest.mark.parametrize(("cfg", "message"), [

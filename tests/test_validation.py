@@ -91,9 +91,10 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     expected = {r["ppl"]: r for r in read_jsonl(run_dir / "validation.jsonl") if r["stage"] == stage["index"]}
     got = {r["ppl"]: r for r in read_jsonl(out / "validation.jsonl")}
-    assert got.keys() == expected.keys()
-    for ppl, row in got.items():
-        assert {k: row[k] for k in METRIC_COLUMNS} == {k: expected[ppl][k] for k in METRIC_COLUMNS}
+    # python -m eval validates every subset; the run, after this stage, those near it (eval.subsets_after_stage)
+    assert expected and set(expected) <= set(got) == {2, 3}
+    for ppl, row in expected.items():
+        assert {k: got[ppl][k] for k in METRIC_COLUMNS} == {k: row[k] for k in METRIC_COLUMNS}
     # the mean over the subsets, with its 95% interval and the puzzles behind it (4 a subset)
     assert re.search(r"mean accuracy over 2 subsets: \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=8", done.stdout), done.stdout
 

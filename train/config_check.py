@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import torch
@@ -26,10 +27,10 @@ DEVICES = ("auto", "cuda")
 
 
 def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
-    """Raise ConfigError for the first bad value found, naming its key."""
+    """Raise ConfigError for the first bad value found, naming its key (the machine's first: no CUDA for cuda)."""
+    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
-    for stage in plan:
-        STAGE_KINDS[stage.kind].check(cfg, stage, f"curriculum.stages[{stage.index - 1}].overrides")
+    _check_stage_overrides(cfg, plan)
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
@@ -41,8 +42,20 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
         raise ConfigError(f"model.source: {cfg.model.source!r} is not one of {MODEL_SOURCES}")
     _check_lora(cfg.model.get("lora"))
     _check_reference(cfg, plan)
-    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
+
+
+def _check_stage_overrides(cfg: DictConfig, plan: list[Stage]) -> None:
+    """A stage's own `overrides` first, under its curriculum key; then with `stage_overrides.<name>` merged
+    over them (the plan holds the merge), under that key: a bad value is named where it was written."""
+    named = cfg.get("stage_overrides") or {}
+    for stage in plan:
+        kind = STAGE_KINDS[stage.kind]
+        own = OmegaConf.select(cfg, f"curriculum.stages.{stage.index - 1}.overrides")
+        own = OmegaConf.to_container(own, resolve=True) if own is not None else {}
+        kind.check(cfg, dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
+        if stage.name in named:
+            kind.check(cfg, stage, f"stage_overrides.{stage.name}")
 
 
 def _check_lora(lora) -> None:

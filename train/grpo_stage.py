@@ -6,6 +6,8 @@ previous_stage` the reference then holds the previous stage's weights. For `rl_s
 the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
 With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
 adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
+With `eval.backend=vllm` and vLLM rollouts in colocate mode, in-stage validation borrows the
+trainer's own vLLM engine (`eval.vllm_backend.ColocatedEngine`).
 What every kind shares (train, resume, publish) is `train/stage_run.py`'s.
 """
 
@@ -24,6 +26,8 @@ from trl import GRPOConfig, GRPOTrainer
 from core.models import lora_config
 from curriculum.data import to_rows
 from curriculum.plan import ConfigError, Stage, grpo_batch
+from eval.in_stage import InStageValidation
+from eval.vllm_backend import ColocatedEngine
 from train.adaptive import with_distinct_share
 from train.rewards import build_reward_funcs
 from train.stage_run import StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
@@ -86,7 +90,7 @@ class GrpoStage:
                                             max_completion_length=args.max_completion_length)
         args.reward_weights = weights
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=_policy(ctx, args.model_init_kwargs["dtype"]),
             reward_funcs=funcs,
             args=args,
@@ -95,6 +99,11 @@ class GrpoStage:
             callbacks=callbacks,
             peft_config=lora_config(cfg.model),
         )
+        if cfg.eval.backend == "vllm":
+            for callback in callbacks:
+                if isinstance(callback, InStageValidation):
+                    callback.colocated = ColocatedEngine.of(trainer)
+        return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
         """TRL's reference model, or (LoRA) the policy with adapters off."""

@@ -21,6 +21,8 @@ components:
     correct      -- format_ok and the answer correct;
     unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
     wrong        -- format_ok, every person has one role, at least one is wrong.
+- `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
+  (`eval/logic_rl.py`: its regexes, structure check and scores), not by the grader.
 
 `build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
 group and returns the weighted components bound to the prompt format and length, sharing one grade
@@ -38,9 +40,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from curriculum.errors import ConfigError
 from eval.grader import FORMATS, Grade, completion_text, grade
+from eval.logic_rl import logic_rl_scores
 from train.custom_rewards import load_custom_reward
 
-COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered")
+COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
 TIERED_SCHEMES: dict[str, dict[str, float]] = {
     # seed v1: format fail -5, half format 1, full format but wrong 3, correct 5
@@ -187,8 +190,22 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
     return [float(table[tier(g)]) for g in _grades(completions, names, solution, fmt, grader)]
 
 
+def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
+    """Logic-RL's score of each prompt + completion, by its own parser (eval/logic_rl.py), not the grader.
+
+    >>> prompt = "<|im_start|>assistant\\n<think>"
+    >>> logic_rl_strict_reward(["Hmm.</think><answer>Knights: Zoey, Ava</answer>"], [["Zoey", "Ava"]],
+    ...                        [[True, True]], prompts=[prompt])  # +3 with the grader: a -2 answer here
+    [-1.0]
+    """
+    if not all(isinstance(p, str) for p in prompts):
+        raise ValueError("logic_rl_strict_reward scores the prompt's text with the completion; the rows' prompts "
+                         "are rendered text (curriculum.prompts), so a chat-message prompt is a wiring error")
+    return logic_rl_scores(prompts, [completion_text(c) for c in completions], names, solution)
+
+
 _FUNCS = {"format": format_reward, "think": think_reward, "answer": answer_reward, "partial": partial_reward,
-          "overlong": overlong_reward, "tiered": tiered_reward}
+          "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
 
 
 class BoundReward:

@@ -33,7 +33,8 @@ from core.rundir import (
     validation_summary,
 )
 from curriculum.data import training_pool, validation_pool
-from curriculum.plan import Stage, build_plan
+from curriculum.plan import Stage, build_plan, validation_subsets
+from eval.cost import validation_cost
 from eval.settings import validation_settings
 from eval.validation import validate
 from train.adaptive import resume_budget, stage_callbacks
@@ -107,7 +108,7 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
         tag = {"stage": 0, "stage_name": BASELINE, "global_step": 0}
         result = validate(validation_settings(cfg), base, subsets, tag=tag,
                           out_dir=samples_dir(run_dir, stage_dirname(0, BASELINE)), writer=validation, tracker=tracker)
-        manifest.update(baseline=validation_summary(result))
+        manifest.update(baseline=validation_summary(result), baseline_validation_cost=validation_cost(result))
     previous, rl_start = base, None
     for stage in plan:
         kind = STAGE_KINDS[stage.kind]
@@ -136,9 +137,12 @@ def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callb
                 raise
             entry = manifest.record(stage.index)
             tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry.global_step_end}
-            result = validate(validation_settings(cfg), str(run_dir / entry.checkpoint), subsets, tag=tag,
-                              out_dir=samples_dir(run_dir, stage.dirname), writer=validation, tracker=tracker)
-            manifest.update_stage(stage.index, status=Status.DONE, final_metrics=validation_summary(result))
+            chosen = validation_subsets(str(cfg.eval.subsets_after_stage), list(subsets), plan, stage.index)
+            result = validate(validation_settings(cfg), str(run_dir / entry.checkpoint),
+                              {p: subsets[p] for p in chosen}, tag=tag, out_dir=samples_dir(run_dir, stage.dirname),
+                              writer=validation, tracker=tracker)
+            manifest.update_stage(stage.index, status=Status.DONE, final_metrics=validation_summary(result),
+                                  validation_cost=validation_cost(result))
         previous = str(run_dir / manifest.record(stage.index).checkpoint)
 
 
