@@ -3,6 +3,8 @@ decontamination keys, weights, and the errors a bad task config gets."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -121,3 +123,12 @@ def test_a_bad_task_config_is_named(cfg, error):
 def test_build_task_takes_a_composed_config():
     task = build_task(OmegaConf.create({"name": "gsm8k", "source": "sample"}))
     assert task.levels[-1] == "6+steps"
+
+
+def test_without_reasoning_gym_only_its_task_is_refused_and_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # as if not installed: `import` raises ImportError
+    assert build_task({"name": "gsm8k", "source": "sample"}).records("2steps", "test", n=1)
+    assert build_task({"name": "kk"}, grader=kk_grade).records("2ppl", "test", n=1)
+    with pytest.raises(ImportError, match=r"task=reasoning_gym needs reasoning-gym, an optional extra: "
+                                          r"pip install -e '\.\[rgym\]'"):
+        build_task({"name": "reasoning_gym", "dataset": "knights_knaves"})

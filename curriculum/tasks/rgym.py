@@ -18,7 +18,7 @@ with ``seed + i``, so nearby seeds would share entries), and a repeated question
 The answer is the last closed ``<answer>`` block, scored by reasoning-gym's own scorer
 (``get_score_answer_fn``): correct when the score is 1. The entry travels as a JSON string column
 (TRL's rows take no dicts); a dataset whose scorer changes its verdict on the JSON copy of an
-entry (arc_agi and rearc compare tuples) is refused when its records are made.
+entry (arc_agi and rearc compare tuples) is refused when the task is built.
 """
 
 from __future__ import annotations
@@ -98,9 +98,9 @@ class ReasoningGymTask(Task):
         base = dict(settings or {})
         self.level_settings = {check_level_key(key, "task.levels"): {**base, **dict(value or {})}
                                for key, value in chosen.items()}
-        for key in self.level_settings:
-            self._dataset(key, seed=0, size=1)  # reasoning-gym checks its config now, not mid-run
         self._score = factory.get_score_answer_fn(dataset)
+        for key in self.level_settings:  # reasoning-gym checks each config (and the JSON copy) now, not mid-run
+            self.records(key, "train", n=1)
 
     @property
     def levels(self) -> tuple[str, ...]:
