@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # On a machine without an NVIDIA driver the CPU build of torch goes in first; the package's own
 # `torch>=...` range then accepts it. On a GPU box pip takes the ordinary (CUDA) build.
 TORCH_CPU ?= torch==2.13.0
-EXTRAS ?= dev,sweeps,peft
+EXTRAS ?= dev,sweeps,peft,rgym
 RUN ?=
 ARGS ?=
 MODEL ?=

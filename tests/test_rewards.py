@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import yaml
 from trl.trainer.utils import get_callable_name
 
 import train.rewards as rewards
@@ -22,7 +23,9 @@ from train.rewards import (
     tiered_reward,
 )
 
-PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml"))
+# K&K's presets; a preset for another task names it (`task: gsm8k`) and is tested with that task.
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml")
+                 if (yaml.safe_load(p.read_text()) or {}).get("task", "kk") == "kk")
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RIGHT = "Zoey is a knave, and Oliver is a knight."
 
