@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
+from core.rundir import read_jsonl
 from eval.report.cli import write_report
 from eval.report.samples import pick
 from tests.test_report import stage_entry, write_jsonl
@@ -53,9 +54,11 @@ def test_the_report_has_a_samples_section_for_every_stage_and_subset(smoke_repor
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
     samples = markdown.split("## Samples")[1]
     headings = re.findall(r"^### (.+)$", samples, flags=re.MULTILINE)
-    expected = [f"{prefix}{ppl}ppl" for prefix in ["baseline: ", *(f"after {s['name']}: " for s in stages)]
-                for ppl in (2, 3)]
-    assert headings == expected
+    # every subset validated after every stage (eval.subsets_after_stage: near skips some in between)
+    validated = sorted((r["stage"], r["ppl"]) for r in read_jsonl(run_dir / "validation.jsonl"))
+    names = {0: "baseline: ", **{s["index"]: f"after {s['name']}: " for s in stages}}
+    expected = [f"{names[stage]}{ppl}ppl" for stage, ppl in validated]
+    assert len(expected) > 2 * len(stages) and headings == expected
     # each subset: its count, then picks with grade, tokens and reasons, each followed by its completion
     assert samples.count("4 completions, ") == len(expected)
     picks = re.findall(r"^\*\*(first (?:right|wrong)[^*]*)\*\* · puzzle `\dppl-\d+` sample 0 · \*\*(right|wrong)\*\*",
