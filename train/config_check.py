@@ -12,14 +12,10 @@ from core.rundir import objective
 from curriculum.plan import ConfigError, Stage
 from eval.config_check import check_data_config, check_eval_config
 from eval.grader import FORMATS
-from train.grpo_stage import GRPO, check_grpo_fields
+from train.grpo_stage import check_grpo_fields
 from train.rewards import build_reward_funcs
-from train.sft_stage import SFT
-from train.stage_run import StageKind
+from train.stage_kinds import stage_kinds
 
-# Every stage kind by the name a curriculum's `kind:` gives it (the names are `curriculum.plan.STAGE_KINDS`,
-# which the plan checks without importing the trainers); the checks here and the runner look stages up in it.
-STAGE_KINDS: dict[str, StageKind] = {kind.name: kind for kind in (GRPO, SFT)}
 MODEL_SOURCES = ("hub", "tiny", "smollm2")
 REFERENCES = ("previous_stage", "rl_start", "base")
 DEVICES = ("auto", "cuda")
@@ -28,8 +24,9 @@ DEVICES = ("auto", "cuda")
 def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     """Raise ConfigError for the first bad value found, naming its key."""
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
+    kinds = stage_kinds(cfg)
     for stage in plan:
-        STAGE_KINDS[stage.kind].check(cfg, stage, f"curriculum.stages[{stage.index - 1}].overrides")
+        kinds[stage.kind].check(stage, f"curriculum.stages[{stage.index - 1}].overrides")
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
@@ -102,9 +99,3 @@ def _check_objective(name: str, subsets: list[int]) -> None:
     if objective(name, dict.fromkeys(subsets, 0.0)) is None:
         allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")
-
-
-def check_prompt_lengths(cfg: DictConfig, plan: list[Stage], rows_by_name: dict, tokenizer) -> None:
-    """Every stage's rows fit its kind's token budget (GRPO: the context; SFT: `sft.max_length`)."""
-    for stage in plan:
-        STAGE_KINDS[stage.kind].check_lengths(cfg, stage, rows_by_name[stage.name], tokenizer)
