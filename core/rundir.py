@@ -30,6 +30,7 @@ METRICS = "metrics.jsonl"
 VALIDATION = "validation.jsonl"
 VALIDATION_STEPS = "validation_steps.jsonl"
 CONFIG = "config.yaml"
+ERROR = "error.txt"  # a failed job's traceback (removed when a resume finishes it)
 SAMPLES = "samples"
 STAGES = "stages"
 BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
@@ -232,11 +233,8 @@ def run_status(new: str) -> Status:
 
 @dataclass(frozen=True)
 class StageRecord:
-    """One stage's entry in run.json, and its only reader (`from_json`) and writer (`to_json`).
-
-    Read back, an entry is untrusted and may be partial (a run still writing, an older run): a field
-    it lacks reads as None (or empty). Keys it does not name are left out.
-    """
+    """One stage's entry in run.json, and its only reader and writer. Read back, an entry is untrusted and
+    may be partial (a run still writing, an older run): a field it lacks is None (or empty)."""
 
     # the plan
     index: int | None = None
@@ -268,7 +266,7 @@ class StageRecord:
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:
-        """The record of a run.json stage entry."""
+        """The record of a run.json stage entry; keys it does not name are left out."""
         return cls(**{k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None})
 
     def to_json(self) -> dict:

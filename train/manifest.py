@@ -40,9 +40,9 @@ RESUME_FREE_KEYS = (
 )
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Hash of the training-relevant config (RESUME_FREE_KEYS left out)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
+def config_hash(resolved: Mapping) -> str:
+    """Hash of the training-relevant part of a resolved config (RESUME_FREE_KEYS left out)."""
+    plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
     for key in RESUME_FREE_KEYS:
         head, _, tail = key.partition(".")
         if tail and isinstance(plain.get(head), dict):
@@ -68,11 +68,12 @@ class Manifest:
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
         path = run_dir / RUN_JSON
-        digest = config_hash(cfg)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        digest = config_hash(resolved)
         if path.exists():
             data = _read_manifest(path)
             if data["config_hash"] != digest:
-                changed = changed_keys(run_dir / CONFIG, cfg)
+                changed = changed_keys(run_dir / CONFIG, resolved)
                 raise RuntimeError(
                     f"resume={run_dir}: the config differs from the one this run was started with "
                     f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
@@ -199,12 +200,13 @@ def _read_manifest(path: Path) -> dict:
     return data
 
 
-def changed_keys(config_file: Path, cfg: DictConfig) -> list[str]:
-    """Dotted keys whose value differs between a run's `config.yaml` and `cfg` (RESUME_FREE_KEYS left out)."""
+def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
+    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
+    left out)."""
     if not config_file.exists():
         return []
     old = _flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
-    new = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    new = _flatten(dict(resolved))
     return sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
 

@@ -54,27 +54,23 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(cfg, plan)
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
-        tokenizer = AutoTokenizer.from_pretrained(base)
-        rows = {}
-        for stage in plan:
-            rows[stage.name] = kinds[stage.kind].rows(pools.training[stage.name], tokenizer)
-            kinds[stage.kind].check_lengths(stage, rows[stage.name], tokenizer)
+        rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
         manifest = Manifest.open(run_dir, cfg, plan)
         manifest.pools_drawn(pools.removed)
         manifest.update(base_model=base, status=Status.RUNNING)
         tracker = make_tracker(cfg.logger, run_dir, f"{run_dir.name}-{manifest.config_hash}",
                                config=OmegaConf.to_container(cfg, resolve=True))
-        run = CurriculumRun(
-            run_dir, plan, kinds, rows, base, manifest, RunLogs.open(run_dir, tracker), pools.held_out,
-            # the groups validation reads, resolved (eval.max_new_tokens follows grpo.max_completion_length)
-            validation=OmegaConf.create({g: OmegaConf.to_container(cfg[g], resolve=True)
-                                         for g in ("eval", "model", "prompt")}),
-            subsets=[int(p) for p in cfg.eval.subsets], reference=str(cfg.reference),
-            on_damaged=str(cfg.on_damaged_checkpoint), keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints),
-            callbacks=list(callbacks),
-        )
         try:
-            run.run()
+            CurriculumRun(
+                run_dir=run_dir, plan=plan, kinds=kinds, rows=rows, base=base, held_out=pools.held_out,
+                manifest=manifest, logs=RunLogs.open(run_dir, tracker),
+                # the groups validation reads, resolved (eval.max_new_tokens follows grpo.max_completion_length)
+                validation=OmegaConf.create({g: OmegaConf.to_container(cfg[g], resolve=True)
+                                             for g in ("eval", "model", "prompt")}),
+                subsets=[int(p) for p in cfg.eval.subsets], reference=str(cfg.reference),
+                on_damaged=str(cfg.on_damaged_checkpoint),
+                keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
+            ).run()
         except BaseException:
             manifest.update(status=Status.FAILED)
             raise
@@ -83,6 +79,16 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
         value = _objective(str(cfg.objective), manifest)
         manifest.update(status=Status.DONE, objective=value)
     return value
+
+
+def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[dict]], tokenizer) -> dict:
+    """Each stage's training rows by stage name, rendered by its kind and checked against its token budget."""
+    rows = {}
+    for stage in plan:
+        kind = kinds[stage.kind]
+        rows[stage.name] = kind.rows(pools[stage.name], tokenizer)
+        kind.check_lengths(stage, rows[stage.name], tokenizer)
+    return rows
 
 
 @dataclass
@@ -94,9 +100,9 @@ class CurriculumRun:
     kinds: dict[str, StageKind]
     rows: dict  # each stage's training rows, by stage name
     base: str  # the base checkpoint (stage 1 starts from it)
+    held_out: dict[int, list[dict]]  # by ppl
     manifest: Manifest
     logs: RunLogs
-    held_out: dict[int, list[dict]]  # by ppl
     validation: DictConfig  # the config groups validation reads (eval, model, prompt)
     subsets: list[int]  # the ppl validated after every stage
     reference: str  # what a GRPO stage's KL is measured against: previous_stage | rl_start | base
@@ -107,7 +113,7 @@ class CurriculumRun:
     def run(self) -> None:
         """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
         if self.manifest.baseline is None:
-            self.manifest.update(baseline=self.validate(self.base, 0, BASELINE, global_step=0))
+            self.manifest.update(baseline=self.validate_checkpoint(self.base, 0, BASELINE, global_step=0))
         previous, rl_start = self.base, None
         for stage in self.plan:
             kind = self.kinds[stage.kind]
@@ -117,7 +123,7 @@ class CurriculumRun:
             if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=self.on_damaged):
                 self.train(stage, kind, init=previous, reference=self.reference_of(kind, stage, previous, rl_start))
                 trained = self.manifest.record(stage.index)
-                self.manifest.stage_validated(stage.index, self.validate(
+                self.manifest.stage_validated(stage.index, self.validate_checkpoint(
                     self.run_dir / trained.checkpoint, stage.index, stage.name, global_step=trained.global_step_end))
             previous = str(self.run_dir / self.manifest.record(stage.index).checkpoint)
 
@@ -125,12 +131,14 @@ class CurriculumRun:
         """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
         try:
             result = resume.adopted_final(self.run_dir, stage, self.manifest.config_hash)  # a kill after publishing
-            self.manifest.stage_trained(stage.index, result or self.run_stage(stage, kind, init, reference))
+            if result is None:
+                result = self.train_and_publish(stage, kind, init, reference)
+            self.manifest.stage_trained(stage.index, result)
         except Exception as err:
             self.manifest.stage_failed(stage.index, err)
             raise
 
-    def run_stage(self, stage: Stage, kind: StageKind, init: str, reference: str | None) -> StageResult:
+    def train_and_publish(self, stage: Stage, kind: StageKind, init: str, reference: str | None) -> StageResult:
         """The stage's trainer, with the callbacks that may end it early, trained and published."""
         start = self.manifest.global_step_before(stage.index)
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
@@ -153,7 +161,7 @@ class CurriculumRun:
             return None
         return {"previous_stage": previous, "rl_start": rl_start or self.base, "base": self.base}[self.reference]
 
-    def validate(self, model_path, index: int, name: str, *, global_step: int) -> dict:
+    def validate_checkpoint(self, model_path, index: int, name: str, *, global_step: int) -> dict:
         """Validate a checkpoint on every subset (rows, samples, tracker); returns run.json's summary of it."""
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         pools = {ppl: self.held_out[ppl] for ppl in self.subsets}
