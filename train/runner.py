@@ -5,6 +5,11 @@ check the config -> lock the run directory -> draw every pool and render its row
 checked) -> baseline validation -> per stage: train from the previous final, publish the stage's
 final, validate it. `run.json` records each step. A resume takes the same path, and asks
 `train/resume.py` only where a fresh run has nothing to ask.
+
+Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
+config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
+trainer's own checkpoints, validation's samples, and `train/__main__.py`'s error.txt. With many
+processes only the main one may write the run directory: that gate belongs in these, not at call sites.
 """
 
 from __future__ import annotations
