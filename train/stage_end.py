@@ -251,7 +251,7 @@ class StageEnd(TrainerCallback):
 
 def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: DictConfig, held_out: Mapping[int, list[dict]],
                         logs: RunLogs, manifest: Manifest, history: Sequence[Mapping]) -> tuple[list, StageEnd]:
-    """The stage's skill check (eval.every or promote), its guard, and the StageEnd that reads both.
+    """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
 
     `validation`: the config groups in-stage validation reads; `history`: the stage's step rows
     logged before a resume (the guard's window carries over). Guard events go to run.json as they
@@ -269,4 +269,4 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: DictConfi
                            keep_best=guard is not None and guard.action == "stop")
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
                    record_stop=lambda record: manifest.stage_ended(stage.index, record))
-    return [c for c in (skill, guard, end) if c is not None], end
+    return [c for c in (DivergenceStop(stage.name), skill, guard, end) if c is not None], end

@@ -34,7 +34,6 @@ from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import ConfigError, Stage
 from curriculum.prompts import prompt_ids
-from train.stage_end import DivergenceStop
 from train.tracking import MetricsCallback
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
@@ -65,7 +64,7 @@ class StageContext:
     keep_trainer_checkpoints: bool
     metrics: JsonlWriter
     tracker: object
-    callbacks: list = field(default_factory=list)  # extra TrainerCallbacks (validation, stage end)
+    callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
 
 
 @dataclass(frozen=True)
@@ -127,8 +126,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
-    callbacks = [metrics, DivergenceStop(stage.name), *ctx.callbacks]
-    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", callbacks)
+    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model)
     reference = kind.reference_fingerprint(trainer)
