@@ -131,7 +131,8 @@ class Manifest:
         return sum(s.steps_done or 0 for s in self.stages[: index - 1])
 
     def update_stage(self, index: int, **fields) -> None:
-        """Change stage `index`'s fields (StageRecord's); a status change must be one the contract allows."""
+        """Change stage `index`'s fields (StageRecord's names): the one writer the steps below go through.
+        A status change must be one the contract allows; a refused one leaves run.json as it was."""
         record = self.record(index)
         if "status" in fields:
             fields["status"] = stage_transition(record.name, record.status, fields["status"])
