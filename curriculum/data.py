@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from datasets import Dataset
 from omegaconf import DictConfig
@@ -60,6 +61,28 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
         records += kept[:want]
     random.Random(int(cfg.seed) + stage.index).shuffle(records)
     return records, removed
+
+
+@dataclass(frozen=True)
+class Pools:
+    """A run's puzzles: the held-out ones by ppl, and each stage's training ones (none of them held out)."""
+
+    held_out: dict[int, list[dict]]  # every validated subset and every ppl trained on
+    training: dict[str, list[dict]]  # by stage name
+    removed: dict[str, int]  # by stage name: how many held-out overlaps its training pool dropped
+
+
+def draw_pools(cfg: DictConfig, plan: list[Stage]) -> Pools:
+    """The held-out pools (`eval.subsets` plus every ppl trained on: their held-out puzzles stay out of
+    training too), then each stage's training pool, disjoint from them."""
+    ppls = sorted({int(p) for p in cfg.eval.subsets} | {p for stage in plan for p in stage.ppl_weights})
+    held_out = {ppl: validation_pool(cfg, ppl) for ppl in ppls}
+    training, removed = {}, {}
+    for stage in plan:
+        training[stage.name], removed[stage.name] = training_pool(cfg, stage, held_out)
+        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
+                 stage.name, len(training[stage.name]), removed[stage.name])
+    return Pools(held_out, training, removed)
 
 
 def to_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,

@@ -19,7 +19,7 @@ from curriculum.errors import ConfigError, whole_number
 
 # People per puzzle that the grammar and the published data cover.
 KNOWN_PPL = range(2, 9)
-STAGE_KINDS = ("grpo", "sft")
+KIND_NAMES = ("grpo", "sft")  # the kinds `train.stage_kinds.STAGE_KINDS` builds
 STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides", "promote", "replay", "guard"}
 # `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
 VALIDATION_PLANS = ("all", "near")
@@ -125,8 +125,8 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
     kind = stage_cfg.get("kind") or "grpo"
-    if kind not in STAGE_KINDS:
-        raise ConfigError(f"{key}.kind: {kind!r} is not one of {STAGE_KINDS}")
+    if kind not in KIND_NAMES:
+        raise ConfigError(f"{key}.kind: {kind!r} is not one of {KIND_NAMES}")
     ppl_weights = parse_ppl(stage_cfg.get("ppl"), f"{key}.ppl")
     pool = whole_number(stage_cfg.get("pool"), f"{key}.pool")
     overrides = OmegaConf.to_container(stage_cfg.get("overrides") or OmegaConf.create({}), resolve=True)

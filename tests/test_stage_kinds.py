@@ -8,11 +8,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from curriculum.plan import STAGE_KINDS as PLAN_KIND_NAMES
+from curriculum.plan import KIND_NAMES as PLAN_KIND_NAMES
 from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
-from train.config_check import STAGE_KINDS
 from train.runner import run_curriculum
+from train.stage_kinds import STAGE_KINDS
 from train.stage_run import fingerprint
 
 SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"

@@ -19,7 +19,7 @@ from omegaconf.errors import InterpolationResolutionError
 
 from conf import register_resolvers
 from core.models import quiet_libraries
-from core.rundir import RunLockedError
+from core.rundir import ERROR, RunLockedError
 from curriculum.plan import ConfigError
 from train.runner import run_curriculum
 
@@ -32,19 +32,20 @@ def main(cfg: DictConfig) -> float:
     quiet_libraries()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    error_file = run_dir / ERROR  # the one write into the run directory outside run_curriculum
     try:
         value = run_curriculum(cfg, run_dir)
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except Exception as err:
-        (run_dir / "error.txt").write_text(traceback.format_exc())
+        error_file.write_text(traceback.format_exc())
         if not multirun:
             if isinstance(err, ConfigError):  # the message names the key; a traceback would bury it
                 raise SystemExit(f"config error: {err}") from None
             raise
-        log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / "error.txt")
+        log.error("job %s failed (%s); see %s", run_dir.name, err, error_file)
         return float("nan")  # a sweeper records the trial as failed and goes on
-    (run_dir / "error.txt").unlink(missing_ok=True)  # a failed job, resumed to the end, is no longer failed
+    error_file.unlink(missing_ok=True)  # a failed job, resumed to the end, is no longer failed
     return value
 
 

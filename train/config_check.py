@@ -13,14 +13,11 @@ from core.rundir import objective
 from curriculum.plan import ConfigError, Stage
 from eval.config_check import check_data_config, check_eval_config
 from eval.grader import FORMATS
-from train.grpo_stage import GRPO, check_grpo_fields
+from train.grpo_stage import check_grpo_fields
 from train.rewards import build_reward_funcs
-from train.sft_stage import SFT
+from train.stage_kinds import stage_kinds
 from train.stage_run import StageKind
 
-# Every stage kind by the name a curriculum's `kind:` gives it (the names are `curriculum.plan.STAGE_KINDS`,
-# which the plan checks without importing the trainers); the checks here and the runner look stages up in it.
-STAGE_KINDS: dict[str, StageKind] = {kind.name: kind for kind in (GRPO, SFT)}
 MODEL_SOURCES = ("hub", "tiny", "smollm2")
 REFERENCES = ("previous_stage", "rl_start", "base")
 DEVICES = ("auto", "cuda")
@@ -30,7 +27,7 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     """Raise ConfigError for the first bad value found, naming its key (the machine's first: no CUDA for cuda)."""
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
-    _check_stage_overrides(cfg, plan)
+    _check_stage_overrides(stage_kinds(cfg), cfg, plan)
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
@@ -45,17 +42,17 @@ def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
 
 
-def _check_stage_overrides(cfg: DictConfig, plan: list[Stage]) -> None:
+def _check_stage_overrides(kinds: dict[str, StageKind], cfg: DictConfig, plan: list[Stage]) -> None:
     """A stage's own `overrides` first, under its curriculum key; then with `stage_overrides.<name>` merged
     over them (the plan holds the merge), under that key: a bad value is named where it was written."""
     named = cfg.get("stage_overrides") or {}
     for stage in plan:
-        kind = STAGE_KINDS[stage.kind]
+        kind = kinds[stage.kind]
         own = OmegaConf.select(cfg, f"curriculum.stages.{stage.index - 1}.overrides")
         own = OmegaConf.to_container(own, resolve=True) if own is not None else {}
-        kind.check(cfg, dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
+        kind.check(dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
         if stage.name in named:
-            kind.check(cfg, stage, f"stage_overrides.{stage.name}")
+            kind.check(stage, f"stage_overrides.{stage.name}")
 
 
 def _check_lora(lora) -> None:
@@ -115,9 +112,3 @@ def _check_objective(name: str, subsets: list[int]) -> None:
     if objective(name, dict.fromkeys(subsets, 0.0)) is None:
         allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")
-
-
-def check_prompt_lengths(cfg: DictConfig, plan: list[Stage], rows_by_name: dict, tokenizer) -> None:
-    """Every stage's rows fit its kind's token budget (GRPO: the context; SFT: `sft.max_length`)."""
-    for stage in plan:
-        STAGE_KINDS[stage.kind].check_lengths(cfg, stage, rows_by_name[stage.name], tokenizer)
