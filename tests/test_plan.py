@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
 from curriculum.plan import ConfigError, build_plan, prompts_per_step
 from train.config_check import check_config
@@ -26,7 +27,8 @@ def test_stage_overrides_set_one_stage_by_name(make_cfg, tmp_path):
     check_config(cfg, plan)
     assert plan[0].overrides == {"beta": 0.002, "learning_rate": 1e-6}, "merged over the stage's own overrides"
     assert plan[-1].overrides == {"temperature": 1.0} and plan[1].overrides == {}
-    rates = [grpo_config(cfg, stage, tmp_path / stage.name).learning_rate for stage in plan]
+    grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
+    rates = [grpo_config(grpo, stage, tmp_path / stage.name, seed=0, lora=None).learning_rate for stage in plan]
     assert rates == [1e-6, 4e-7, 4e-7, 4e-7, 4e-7]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
@@ -173,7 +173,8 @@ def run_bare_trl(cfg: DictConfig, out_dir: Path) -> dict:
     records, _ = training_pool(cfg, stage, held_out)
     rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
                    chat_kwargs=cfg.model.get("chat_template_kwargs"))
-    args = grpo_config(cfg, stage, out_dir)
+    args = grpo_config(OmegaConf.to_container(cfg.grpo, resolve=True), stage, out_dir, seed=int(cfg.seed),
+                       lora=cfg.model.get("lora"))
     args.save_strategy = "no"  # checkpoints for resume are the runner's (single_gpu saves every 10 steps: not in 2)
     funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
                                                     max_completion_length=args.max_completion_length)
