@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datasets import Dataset
 from omegaconf import DictConfig
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
 from curriculum.sources import load_records, split_disjoint

@@ -20,10 +20,11 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR, register_resolvers
+from conf.errors import run_app
+from core.checks import ConfigError
 from core.models import configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
 from curriculum.data import validation_pool
-from curriculum.errors import ConfigError
 from eval.config_check import check_data_config, check_eval_config
 from eval.validation import validate
 
@@ -34,18 +35,18 @@ HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def split_checkpoint_arg(argv: list[str]) -> list[str]:
-    """Turn `model=<path or hub id>` into `+checkpoint=<it>`; `model=<config name>` stays a group choice.
+    """Turn `model=<path or hub id>` into `checkpoint=<it>`; `model=<config name>` stays a group choice.
 
     >>> split_checkpoint_arg(["model=tiny", "eval.n=4"])
     ['model=tiny', 'eval.n=4']
     >>> split_checkpoint_arg(["model=outputs/runs/x/stages/1-2ppl/final"])
-    ['+checkpoint=outputs/runs/x/stages/1-2ppl/final']
+    ['checkpoint=outputs/runs/x/stages/1-2ppl/final']
     """
     out = []
     for arg in argv:
         name, eq, value = arg.partition("=")
         if eq and name == "model" and not (CONF_DIR / "model" / f"{value}.yaml").exists():
-            arg = f"+checkpoint={value}"
+            arg = f"checkpoint={value}"
         out.append(arg)
     return out
 
@@ -57,7 +58,7 @@ def checkpoint_source(value: str) -> str:
     'Qwen/Qwen2.5-0.5B-Instruct'
     >>> checkpoint_source("runs/x/final")
     Traceback (most recent call last):
-    curriculum.errors.ConfigError: model=runs/x/final: no such checkpoint folder (and not a hub id, which is org/name)
+    core.checks.ConfigError: model=runs/x/final: no such checkpoint folder (and not a hub id, which is org/name)
     """
     path = Path(value)
     if path.is_dir() and not (path / "config.json").exists():
@@ -82,11 +83,11 @@ def main(cfg: DictConfig) -> float:
     try:
         check_eval_config(cfg.eval)
         check_data_config(cfg.data)
-        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.get("checkpoint") else None
+        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
         pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
+        configure_cpu_threads(cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
-    configure_cpu_threads(cfg.cpu_threads)
     if checkpoint:
         cfg.model = _run_model_config(Path(checkpoint)) or cfg.model
         model_path = checkpoint
@@ -105,4 +106,4 @@ if __name__ == "__main__":
     if not any(a.startswith("hydra.run.dir=") for a in args):
         args.append("hydra.run.dir=${paths.output_dir}/eval/${now:%Y-%m-%d_%H-%M-%S}")
     sys.argv = [sys.argv[0], *args]
-    main()
+    run_app(main)

@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 from transformers import TrainerCallback
 from trl.trainer.utils import is_async_callable
 
+from core.checks import is_number
 from core.rundir import METRICS, read_jsonl, stage_path
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
@@ -128,7 +129,7 @@ class CollapseWatch:
         for name, key in GUARD_SIGNALS:
             threshold = getattr(self.guard, name)
             value = row.get(key)
-            if threshold is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if threshold is None or not is_number(value):
                 continue
             self.values[key].append(float(value))
             if len(self.values[key]) < self.guard.window:

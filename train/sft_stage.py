@@ -6,19 +6,17 @@ With `model.lora` the adapters train and are merged into the published final, as
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from core.checks import ConfigError
 from core.models import lora_config
-from curriculum.plan import ConfigError, Stage
+from curriculum.plan import Stage
 from curriculum.sft import to_sft_rows
 from train.stage_run import StageContext, check_trainer_fields, token_counts, trainer_fields
-
-SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
 
 
 def sft_fields(cfg: DictConfig, stage: Stage) -> dict:
@@ -34,7 +32,7 @@ class SftStage:
     rows = staticmethod(to_sft_rows)
 
     def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
-        check_trainer_fields(sft_fields(cfg, stage), SFT_FIELDS, key, "SFTConfig")
+        check_trainer_fields(sft_fields(cfg, stage), SFTConfig, key)
 
     def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
         """Prompt + reference completion (+ EOS, as TRL appends it) must fit `max_length`: TRL would cut the answer."""
