@@ -3,7 +3,7 @@
 `config.yaml` merges the YAML groups onto `base_config` (Hydra's "structured config schema"), so a key
 that no record below names, or a value of the wrong type, is refused while Hydra composes, before
 any of our code runs. `+key=value` gets past that (Hydra adds keys even to typed nodes), so
-`conf.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold
+`conf.errors.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold
 the values and say where each comes from; these records hold only the types, and a default only
 where a file may leave a key out.
 
@@ -276,7 +276,7 @@ class KKConfig:
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
-    """(key, data, record): `config` (plain data) in the parts that `conf.check_schema` merges onto their
+    """(key, data, record): `config` (plain data) in the parts that `conf.errors.check_schema` merges onto their
     records one by one: the root with its stages set aside, each stage, and each block that may be null
     and is not.
 
