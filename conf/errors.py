@@ -52,6 +52,9 @@ def check_schema(cfg: DictConfig) -> None:
 
 def _merge_onto(record: type, data, key: str) -> None:
     """ConfigError naming the first value of `data` (found at `key`) that `record` refuses."""
+    if not isinstance(data, dict):
+        fields = ", ".join(field.name for field in dataclasses.fields(record))
+        raise ConfigError(f"{key}: {data!r} is not a block of {fields}")
     try:
         OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(record), data), throw_on_missing=True)
     except OmegaConfBaseException as err:

@@ -18,9 +18,11 @@ from pathlib import Path
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from conf import CONF_DIR, register_resolvers
 from conf.errors import run_app
+from conf.schema import ModelConfig
 from core.checks import ConfigError
 from core.models import configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
@@ -70,11 +72,15 @@ def checkpoint_source(value: str) -> str:
 
 
 def _run_model_config(checkpoint: Path) -> DictConfig | None:
-    """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final)."""
+    """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final), typed as the
+    schema types them (conf/schema.py ModelConfig): a run folder is untrusted."""
     run_dir = run_of_final(checkpoint.resolve())
-    if run_dir is not None and (run_dir / CONFIG).exists():
-        return OmegaConf.load(run_dir / CONFIG).model
-    return None
+    if run_dir is None or not (run_dir / CONFIG).exists():
+        return None
+    try:
+        return OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(run_dir / CONFIG).model)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{run_dir / CONFIG}: model: {str(err).splitlines()[0]}") from None
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -84,12 +90,13 @@ def main(cfg: DictConfig) -> float:
         check_eval_config(cfg.eval)
         check_data_config(cfg.data)
         checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
+        run_model = _run_model_config(Path(checkpoint)) if checkpoint else None
         pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
         configure_cpu_threads(cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     if checkpoint:
-        cfg.model = _run_model_config(Path(checkpoint)) or cfg.model
+        cfg.model = run_model or cfg.model
         model_path = checkpoint
     else:
         model_path = resolve_model(cfg.model, Path(cfg.paths.cache_dir))

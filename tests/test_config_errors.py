@@ -88,6 +88,8 @@ REFUSED = [
     (["+curriculum=kk_ladder", "curriculum.stages.0.kind=ppo"], "curriculum.stages[0].kind: Invalid value 'ppo'"),
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, guard: {zero_std: 0.9, "
       "action: halt}}]"], "curriculum.stages[0].guard.action: Invalid value 'halt', expected one of [warn, stop]"),
+    # a block that is not one
+    (["+curriculum=kk_ladder", "+curriculum.guard=0.9"], "curriculum.guard: 0.9 is not a block of length_drop"),
     # a required key left out
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1}]"],
      "curriculum.stages[0].pool: missing"),
