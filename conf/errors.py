@@ -30,12 +30,11 @@ from omegaconf.errors import (
 )
 
 from conf import run_dir
-from conf.schema import KKConfig, typed_blocks
+from conf.schema import typed_blocks
 from core.checks import ConfigError
 
 # Hydra's loader; an error raised while it runs comes from the command line or a YAML file
 _COMPOSING = os.path.join("hydra", "_internal", "config_loader_impl.py")
-ROOT_KEYS = {field.name for field in dataclasses.fields(KKConfig)}
 
 
 def check_schema(cfg: DictConfig) -> None:
@@ -105,18 +104,20 @@ def config_error_line(err: BaseException) -> str | None:
     if not _composing(err):
         return None
     cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__ or err.__context__
+    override = _override_being_applied(err)
     if isinstance(cause, OmegaConfBaseException):
         line, source = _omegaconf_line(cause), re.match(r"In '([^']+)':", str(err))
         if source:  # a YAML file of conf/ holds the bad value
             return f"{line} (in conf/{source[1]}.yaml)"
-        if line.partition(".")[0].partition(":")[0] not in ROOT_KEYS:  # named from inside a list of records
-            return f"{line} (in {_override_being_applied(err) or 'an override'})"
+        if override and line.split(".")[0].split(":")[0] != override.key_or_group.split(".")[0]:
+            return f"{line} (in {override.input_line})"  # OmegaConf named it from inside a list of records
         return line
     if isinstance(err, MissingConfigException) and err.options:
         return f"{str(err).splitlines()[0]}; options: {', '.join(err.options)}"
-    if isinstance(err, AssertionError):  # OmegaConf 2.3 cannot set a key inside a block that is null
-        return (f"{_override_being_applied(err) or 'an override'}: sets a key of curriculum, which is null here: "
-                "choose a curriculum first (+curriculum=kk_ladder)")
+    if isinstance(err, AssertionError) and "root: NoneType" in str(err) and override:
+        # OmegaConf 2.3 cannot set a key inside a typed block that is null; curriculum is the one such block
+        return f"{override.input_line}: sets a key of a block that is null here; choose a curriculum first " \
+               "(+curriculum=kk_ladder)"
     return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
 
 
@@ -152,12 +153,12 @@ def _composing(err: BaseException) -> bool:
     return any(frame.f_code.co_filename.endswith(_COMPOSING) for frame, _ in traceback.walk_tb(err.__traceback__))
 
 
-def _override_being_applied(err: BaseException) -> str | None:
-    """The command-line override Hydra was applying when `err` was raised (from its loader's frame)."""
+def _override_being_applied(err: BaseException):
+    """The command-line override (Hydra's Override) that its loader was applying when `err` was raised."""
     for frame, _ in traceback.walk_tb(err.__traceback__):
         override = frame.f_locals.get("override") if frame.f_code.co_filename.endswith(_COMPOSING) else None
-        if override is not None and getattr(override, "input_line", None):
-            return override.input_line
+        if getattr(override, "input_line", None) and getattr(override, "key_or_group", None):
+            return override
     return None
 
 

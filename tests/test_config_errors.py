@@ -65,6 +65,9 @@ def test_python_m_eval_refuses_a_bad_config_in_one_line(tmp_path, args, line):
 REFUSED = [
     # unknown keys, with or without +, at the top, in a group, in a stage, in a block that may be null
     (["limts.max_steps=1"], "limts: not a config key; did you mean limits?"),
+    # inside a list of records OmegaConf names the key from the record: the override says where
+    (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, stpes: 3}]"],
+     "stpes: not a config key; did you mean steps? (in curriculum.stages=[{name: a"),
     (["eval.nn=3"], "eval.nn: not a config key; did you mean eval.n?"),
     (["+logger.projet=x"], "logger.projet: not a config key; did you mean logger.project?"),
     (["+curriculum=kk_adaptive", "+curriculum.stages.0.promote.acuracy=0.5"],
@@ -96,7 +99,7 @@ REFUSED = [
     (["+curriculum=kk_ladder", "+curriculum.stages.0.promote={every: 2}"],
      "curriculum.stages[0].promote.accuracy: missing"),
     # a key of a curriculum before one is chosen (OmegaConf fails inside itself here)
-    (["curriculum.name=x"], "curriculum.name=x: sets a key of curriculum, which is null here"),
+    (["curriculum.name=x"], "curriculum.name=x: sets a key of a block that is null here; choose a curriculum first"),
     # a group option that does not exist, named with the ones that do
     (["model=qwen9"], "In 'config': Could not find 'model/qwen9'; options: qwen2.5-0.5b-instruct"),
 ]
