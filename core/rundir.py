@@ -15,7 +15,6 @@ a run still writing (`scan_jsonl`: lenient, counting damage) through one parser,
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import yaml
 from filelock import FileLock, Timeout
+
+from core.checks import is_number
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -344,9 +345,7 @@ def objective(name: str, accuracy: Mapping[int, float]) -> float | None:
 
 
 def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return float(value) if is_number(value, finite=True) else None
 
 
 # --- lenient readers (a run may be writing while it is read) ---------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datasets import Dataset
 from omegaconf import DictConfig
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
 from curriculum.sources import distinct_puzzles, load_records, split_disjoint

@@ -9,8 +9,8 @@ import shutil
 import pytest
 from transformers import TrainerCallback
 
+from core.checks import ConfigError
 from core.rundir import JsonlWriter, read_jsonl
-from curriculum.plan import ConfigError
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 from train.stage_end import DivergenceStop, NonFiniteLossError

@@ -1,7 +1,8 @@
 """The layers hold: every import in the product's packages, read from the source (ast), points down.
 
-core/ (shared plumbing) stands below everything; curriculum/ (the task) imports neither train/ nor
-eval/; eval/ works on any checkpoint and run folder without the trainer, so never imports train/.
+core/ (shared plumbing) stands below everything, and conf/ (the config root and its schema) just above
+it; curriculum/ (the task) imports neither train/ nor eval/; eval/ works on any checkpoint and run
+folder without the trainer, so never imports train/.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # package -> the product packages it must not import
 FORBIDDEN = {
-    "core": {"curriculum", "train", "eval"},
+    "core": {"conf", "curriculum", "train", "eval"},
+    "conf": {"curriculum", "train", "eval"},
     "curriculum": {"train", "eval"},
     "eval": {"train"},
 }

@@ -11,7 +11,7 @@ import pytest
 reasoning_gym = pytest.importorskip("reasoning_gym",
                                     reason="reasoning-gym is an optional extra: pip install -e '.[rgym]'")
 
-from curriculum.errors import ConfigError  # noqa: E402
+from core.checks import ConfigError  # noqa: E402
 from curriculum.tasks import build_task  # noqa: E402
 from curriculum.tasks.base import normalized_question, task_row  # noqa: E402
 from curriculum.tasks.rgym import ReasoningGymTask, format_ok  # noqa: E402

@@ -8,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.tasks import TASKS, build_task, task_class
 from curriculum.tasks.base import (
     AnswerGrade,

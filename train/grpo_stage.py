@@ -18,7 +18,6 @@ which sees the whole generation batch, and reports through TRL's `log_metric`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -29,16 +28,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
+from core.checks import ConfigError
 from core.models import lora_config
 from curriculum.data import to_rows
-from curriculum.plan import ConfigError, Stage, grpo_batch
+from curriculum.plan import Stage, grpo_batch
 from eval.grader import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine
 from train.rewards import build_reward_funcs
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
 
-GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
 DISTINCT_KEY = "completions/distinct_share"
 _SPACE = re.compile(r"\s+")
 
@@ -119,13 +118,13 @@ def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lor
 
 def check_grpo_fields(fields: Mapping, key: str) -> None:
     """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL would accept and that train."""
-    check_trainer_fields(fields, GRPO_FIELDS, key, "GRPOConfig")
-    if float(fields.get("beta", 0.0)) < 0:
+    check_trainer_fields(fields, GRPOConfig, key)  # names and plain types, against TRL's dataclass
+    if fields.get("beta", 0.0) < 0:
         raise ConfigError(f"{key}.beta: must be >= 0 (got {fields['beta']})")
     grpo_batch(fields, key)
-    if float(fields.get("learning_rate", 1e-6)) <= 0:
+    if fields.get("learning_rate", 1e-6) <= 0:
         raise ConfigError(f"{key}.learning_rate: must be > 0 (a stage at learning rate 0 never updates the policy)")
-    if int(fields.get("max_completion_length", 512)) <= 0:
+    if fields.get("max_completion_length") is not None and fields["max_completion_length"] <= 0:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
 
 

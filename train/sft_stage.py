@@ -6,19 +6,17 @@ With `model.lora` the adapters train and are merged into the published final, as
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from core.checks import ConfigError
 from core.models import lora_config
-from curriculum.plan import ConfigError, Stage
+from curriculum.plan import Stage
 from curriculum.sft import to_sft_rows
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
-
-SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
 
 
 class SftStage:
@@ -40,7 +38,7 @@ class SftStage:
                            chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        check_trainer_fields(self.fields(stage), SFT_FIELDS, key, "SFTConfig")
+        check_trainer_fields(self.fields(stage), SFTConfig, key)
 
     def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
         """Prompt + reference completion (+ EOS, as TRL appends it) must fit `max_length`: TRL would cut the answer."""

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 from transformers import TrainerCallback
 
+from core.checks import is_number
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
@@ -54,7 +55,7 @@ class CollapseWatch:
         for name, key in GUARD_SIGNALS:
             threshold = getattr(self.guard, name)
             value = row.get(key)
-            if threshold is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if threshold is None or not is_number(value):
                 continue
             self.values[key].append(float(value))
             if len(self.values[key]) < self.guard.window:

@@ -1,7 +1,7 @@
 """The stage kinds by the name a curriculum's `kind:` gives them, each built with the config it reads.
 
-`curriculum.plan.KIND_NAMES` holds the same names, so the plan checks them without importing the
-trainers; `tests/test_stage_kinds.py` holds the two together.
+The config schema's `conf.schema.StageKindName` holds the same names, so a config is checked without
+importing the trainers; `tests/test_stage_kinds.py` holds the two together.
 """
 
 from __future__ import annotations

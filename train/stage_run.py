@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import time
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,9 +31,10 @@ import torch
 from transformers import Trainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
 
+from core.checks import ConfigError, is_int, is_number
 from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
-from curriculum.plan import ConfigError, Stage
+from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from train.tracking import MetricsCallback
 
@@ -162,17 +164,46 @@ def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Pat
     return fields
 
 
-def check_trainer_fields(fields: Mapping, known: set[str], key: str, config_name: str) -> None:
-    """Every field a config sets is a field of the trainer's config, not one the runner sets, and not a warmup."""
-    for name in fields:
+def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
+    """Every field a config sets is a field of the trainer's config (TRL's dataclass), with a value of its type
+    where that is a plain one (bool, int, float, str, or one of them or null), not one the runner sets, and not
+    a warmup."""
+    known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
+    for name, value in fields.items():
         if name not in known:
-            raise ConfigError(f"{key}.{name}: not a {config_name} field (TRL)")
+            raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL)")
         if name in RUNNER_OWNED:
             raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+        expected = _plain_type(known[name])
+        if expected and not _fits(value, *expected):
+            raise ConfigError(f"{key}.{name}: {value!r} is not {SCALARS[expected[0]]} ({config_class.__name__})")
     # Every optimizer step must update the policy; transformers' warmup spends the first at learning rate 0.
-    if float(fields.get("warmup_steps") or 0) > 0:
+    if (fields.get("warmup_steps") or 0) > 0:
         raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
                           "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+
+
+# The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
+SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _plain_type(annotation) -> tuple[type, bool] | None:
+    """(type, whether null is allowed) for `int` or `int | None` and the like; None for any other annotation."""
+    if annotation in SCALARS:
+        return annotation, False
+    args = set(typing.get_args(annotation))
+    others = args - {type(None)}
+    if type(None) in args and len(others) == 1 and next(iter(others)) in SCALARS:
+        return next(iter(others)), True
+    return None
+
+
+def _fits(value, expected: type, nullable: bool) -> bool:
+    if value is None:
+        return nullable
+    if expected in (bool, str):
+        return isinstance(value, expected)
+    return is_number(value) if expected is float else is_int(value)
 
 
 def token_counts(texts: list[str], tokenizer) -> list[int]:

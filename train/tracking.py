@@ -15,6 +15,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
+from core.checks import is_number
 from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS, JsonlWriter
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class WandbTracker:
         )
 
     def log(self, row: dict, step: int) -> None:
-        numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {k: v for k, v in row.items() if is_number(v)}
         self.run.log(numbers, step=step)
 
     def finish(self) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.tasks.base import Task
 
 #: task name -> "module:class"
@@ -41,7 +41,7 @@ def build_task(task_cfg: Mapping, **injected) -> Task:
     ('2steps', '3steps', '4steps', '5steps', '6+steps')
     >>> build_task({"name": "gsm8k", "sorce": "hub"})
     Traceback (most recent call last):
-    curriculum.errors.ConfigError: task.sorce: not a setting of task gsm8k; settings: source, path, hub_id, hub_config
+    core.checks.ConfigError: task.sorce: not a setting of task gsm8k; settings: source, path, hub_id, hub_config
     """
     if isinstance(task_cfg, DictConfig):
         task_cfg = OmegaConf.to_container(task_cfg, resolve=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.prompts import render_prompt
 
 SPLITS = ("train", "test")
@@ -254,7 +254,7 @@ def weighted_rewards(functions: Mapping[str, RewardFunc], weights: Mapping,
     (['abs'], [0.5])
     >>> weighted_rewards({"a": len}, {"c": 1})
     Traceback (most recent call last):
-    curriculum.errors.ConfigError: reward.weights.c: unknown component; known: a
+    core.checks.ConfigError: reward.weights.c: unknown component; known: a
     """
     for name, value in weights.items():
         if name not in functions:

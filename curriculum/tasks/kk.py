@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.kk import canonical_key
 from curriculum.sources import HUB_ID, SOURCES, load_records
 from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split

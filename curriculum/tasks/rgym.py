@@ -28,7 +28,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.tasks.base import (
     AnswerGrade,
     RewardFunc,

@@ -9,11 +9,11 @@ what these return.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.checks import is_number
 from core.rundir import (
     BASELINE,
     CONFIG,
@@ -96,9 +96,7 @@ def load_run(run_dir: Path) -> RunData:
 
 def as_number(value) -> float | None:
     """`value` as a finite float, or None (missing, text, NaN, inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return float(value) if is_number(value, finite=True) else None
 
 
 def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Series | None:

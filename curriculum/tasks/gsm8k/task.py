@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.sources import RecordError
 from curriculum.tasks.base import AnswerGrade, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
