@@ -283,7 +283,8 @@ class KKConfig:
     gpu: Any = None  # GpuConfig for experiment=single_gpu, else null (typed_blocks)
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)
-    stage_overrides: dict[str, Any] | None = None
+    stage_overrides: Any = None  # a mapping or null (OmegaConf 2.3 cannot set a key inside a typed null)
+    task: Any = None  # +task=<name>: the task layer (curriculum/tasks), not yet read by the runner
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import StageConfig
 from core.checks import ConfigError
 from curriculum.plan import build_plan, prompts_per_step
 from train.config_check import check_config
@@ -217,7 +218,7 @@ def test_good_configs_pass(make_cfg):
 ])
 def test_epochs_become_steps_by_trls_batch_arithmetic(make_cfg, overrides, prompts, steps):
     cfg = make_cfg("+curriculum=kk_logicrl", *overrides)
-    cfg.curriculum.stages = [{"name": f"{p}ppl", "ppl": p, "epochs": 1, "pool": 900} for p in range(3, 8)]
+    cfg.curriculum.stages = [StageConfig(name=f"{p}ppl", ppl=p, epochs=1, pool=900) for p in range(3, 8)]
     assert prompts_per_step(cfg) == prompts
     assert {s.steps for s in build_plan(cfg)} == {steps}
 
