@@ -5,12 +5,13 @@ PY := $(VENV)/bin/python
 # On a machine without an NVIDIA driver the CPU build of torch goes in first; the package's own
 # `torch>=...` range then accepts it. On a GPU box pip takes the ordinary (CUDA) build.
 TORCH_CPU ?= torch==2.13.0
-EXTRAS ?= dev,sweeps,peft
+EXTRAS ?= dev,sweeps,peft,rgym
 RUN ?=
 ARGS ?=
+MODEL ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-full demo train sweep report bench lint clean
+.PHONY: help install test test-full demo gpu-check train sweep report bench lint clean
 
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -34,13 +35,18 @@ demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start
 	$(PY) -m train +curriculum=kk_r1 experiment=cpu_demo $(ARGS)
 	$(PY) -m eval.report
 
+gpu-check: install  ## First on a GPU machine (<10 min): CUDA, bf16, vLLM, bitsandbytes, 2 GRPO steps + vLLM validation, memory and speed vs bare TRL; outputs/gpu_check.json (MODEL=<local path>)
+	$(PY) -m train.gpu_check --cuda-only
+	$(PY) -m pip install -q -e ".[$(EXTRAS),vllm]"
+	$(PY) -m train.gpu_check $(if $(MODEL),model.id=$(MODEL)) $(ARGS)
+
 train: install  ## Train the default ladder (pass Hydra overrides in ARGS="model=qwen3-0.6b ...")
 	$(PY) -m train +curriculum=kk_ladder $(ARGS)
 
 sweep: install  ## Hydra multirun over reward weights (ARGS="reward.weights.format=0,0.5,1")
 	$(PY) -m train -m +curriculum=kk_ladder $(ARGS)
 
-report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<dir>)
+report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<dir>; RUN="<run> <run>" side by side)
 	$(PY) -m eval.report $(RUN)
 
 bench: install  ## Speed and memory figures, measured side by side; writes outputs/bench.json

@@ -2,11 +2,17 @@
 
 from pathlib import Path
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from conf.schema import KKConfig
+from core.checks import ConfigError
 from core.rundir import RUN_JSON
 
 CONF_DIR = Path(__file__).resolve().parent
+# The root schema config.yaml's defaults list starts from; stored on import, so that whatever composes
+# these files (the apps, the report, the tests) types them alike.
+ConfigStore.instance().store(name="base_config", node=KKConfig)
 
 
 def run_dir(resume: str | None, fresh: str) -> str:
@@ -19,9 +25,9 @@ def run_dir(resume: str | None, fresh: str) -> str:
         return fresh
     if not (Path(resume) / RUN_JSON).is_file():
         state = "is not a run directory" if Path(resume).is_dir() else "does not exist"
-        raise ValueError(f"resume={resume}: {state}; a run directory holds run.json (with config.yaml, "
-                         "metrics.jsonl and stages/). Give the folder of the run to continue, or drop resume= "
-                         "to start a new run.")
+        raise ConfigError(f"resume={resume}: {state}; a run directory holds run.json (with config.yaml, "
+                          "metrics.jsonl and stages/). Give the folder of the run to continue, or drop resume= "
+                          "to start a new run.")
     return resume
 
 

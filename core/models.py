@@ -25,10 +25,10 @@ from accelerate.utils import is_peft_model
 from huggingface_hub import constants as hub_constants
 from huggingface_hub import hf_hub_download
 from huggingface_hub.errors import LocalEntryNotFoundError
-from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
+from core.checks import ConfigError, is_int, plain
 from core.model_cache import ModelUnavailableError, cached_build
 from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
 from core.tiny_model import build_tiny_checkpoint
@@ -53,13 +53,6 @@ OFFLINE_CHOICES = (
 )
 
 
-def _plain(cfg) -> dict:
-    """A plain dict from a DictConfig or any mapping (hashable into a cache key, safe to pass on)."""
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)
-    return dict(cfg)
-
-
 def resolve_model(model_cfg: Mapping, cache_dir: str | Path) -> str:
     """A hub id or local directory that `AutoModelForCausalLM/AutoTokenizer.from_pretrained` load.
 
@@ -82,7 +75,7 @@ def resolve_model(model_cfg: Mapping, cache_dir: str | Path) -> str:
 
 def tiny_spec(tiny: Mapping) -> dict:
     """The cache key of a tiny model: its `model.tiny` block plus the builder version."""
-    tiny = _plain(tiny)
+    tiny = dict(plain(tiny))
     missing = [key for key in TINY_KEYS if key not in tiny]
     unknown = sorted(set(tiny) - set(TINY_KEYS))
     if missing or unknown:
@@ -170,10 +163,12 @@ def configure_cpu_threads(setting) -> int:
     >>> configure_cpu_threads(1)
     1
     """
+    if setting != "auto" and not (is_int(setting) and setting > 0):
+        raise ConfigError(f"cpu_threads: must be auto or a whole number > 0 (got {setting!r})")
     if torch.cuda.is_available():
         return torch.get_num_threads()
     if setting != "auto":
-        torch.set_num_threads(max(1, int(setting)))
+        torch.set_num_threads(setting)
         return torch.get_num_threads()
     default = torch.get_num_threads()
     if default <= 1:
@@ -191,7 +186,7 @@ def lora_config(model_cfg: Mapping):
     lora = model_cfg.get("lora")
     if not lora:
         return None
-    lora = _plain(lora)
+    lora = dict(plain(lora))
     unknown = sorted(set(lora) - set(LORA_KEYS))
     if unknown:
         raise ValueError(f"model.lora: unknown keys {unknown}; expected {LORA_KEYS}")

@@ -15,7 +15,6 @@ a run still writing (`scan_jsonl`: lenient, counting damage) through one parser,
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,11 +24,14 @@ from pathlib import Path
 import yaml
 from filelock import FileLock, Timeout
 
+from core.checks import is_number
+
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
 VALIDATION = "validation.jsonl"
 VALIDATION_STEPS = "validation_steps.jsonl"
 CONFIG = "config.yaml"
+ERROR = "error.txt"  # a failed job's traceback (removed when a resume finishes it)
 SAMPLES = "samples"
 STAGES = "stages"
 BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
@@ -232,29 +234,46 @@ def run_status(new: str) -> Status:
 
 @dataclass(frozen=True)
 class StageRecord:
-    """One stage of run.json, typed; any field may be missing in a run still writing (None)."""
+    """One stage's entry in run.json, and its only reader and writer. Read back, an entry is untrusted and
+    may be partial (a run still writing, an older run): a field it lacks is None (or empty)."""
 
+    # the plan
     index: int | None = None
     name: str | None = None
-    kind: str | None = None
+    kind: str | None = None  # grpo | sft
+    ppl: dict = field(default_factory=dict)  # "<n>" -> share of the stage's own mix
+    pool_ppl: dict = field(default_factory=dict)  # the pool's mix, with any replay of earlier ppl
     ppl_label: str | None = None
-    status: str | None = None
     steps_budget: int | None = None
+    pool: int | None = None  # training puzzles
+    removed_overlap: int | None = None  # training puzzles dropped for being among the held-out ones
+    # its training
+    status: str | None = None
+    policy_init: str | None = None  # the checkpoint it started from
+    reference: str | None = None  # the checkpoint its KL is measured against (None: no KL term)
+    policy_fingerprint: str | None = None  # of the weights it started from
+    reference_fingerprint: str | None = None
+    resumed_from: str | None = None  # the trainer checkpoint a resume continued from
     steps_done: int | None = None
-    checkpoint: str | None = None  # relative to the run directory
     global_step_start: int | None = None
     global_step_end: int | None = None
     wall_seconds: float | None = None
-    final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
-    error: str | None = None
-    end: dict | None = None  # why the stage ended: threshold | guard | budget
+    checkpoint: str | None = None  # its final, relative to the run directory
+    end: dict | None = None  # why it ended: threshold | guard | budget
     guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
+    error: str | None = None
+    # the validation after it
+    final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
+    validation_cost: dict = field(default_factory=dict)  # what validating the final took (eval.cost)
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:
-        """The record of a run.json stage entry; keys this class does not name are left out."""
-        known = {k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None}
-        return cls(**known)
+        """The record of a run.json stage entry; keys it does not name are left out."""
+        return cls(**{k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None})
+
+    def to_json(self) -> dict:
+        """The entry run.json holds: every field, by its name."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @property
     def done(self) -> bool:
@@ -326,9 +345,7 @@ def objective(name: str, accuracy: Mapping[int, float]) -> float | None:
 
 
 def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return float(value) if is_number(value, finite=True) else None
 
 
 # --- lenient readers (a run may be writing while it is read) ---------------------------------------

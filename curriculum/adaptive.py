@@ -1,7 +1,8 @@
 """What makes a stage adaptive: promotion by skill, replay of earlier levels, and a collapse guard.
 
-Plain records parsed from a stage's config (or the curriculum-wide `curriculum.guard`), checked
-before any model loads; every error names the key. The stage loop (`train/`) acts on them.
+Plain records parsed from a stage's config (or the curriculum-wide `curriculum.guard`), whose keys,
+types and defaults are the schema's (conf/schema.py); the ranges are checked here, before any model
+loads, and every error names the key. The stage loop (`train/`) acts on them.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
-from curriculum.errors import ConfigError, whole_number
+from conf.schema import GuardConfig, PromoteConfig
+from core.checks import ConfigError, is_number, plain, whole_number
 
-GUARD_ACTIONS = ("warn", "stop")
 # The guard's signals: (config key, metrics.jsonl key it watches).
 GUARD_SIGNALS = (
     ("length_drop", "completions/mean_length"),
@@ -42,65 +43,52 @@ class Guard:
     action: str  # warn | stop
 
 
-def _plain(value):
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, DictConfig) else value
-
-
 def _share(value, key: str, *, allow_none: bool = False) -> float | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+    if not is_number(value) or not 0.0 <= value <= 1.0:
         raise ConfigError(f"{key}: must be a number in [0, 1] (got {value!r})")
     return float(value)
 
 
-def _mapping(value, key: str, known: Sequence[str]) -> dict:
-    value = _plain(value)
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: must be a mapping with keys {list(known)} (got {value!r})")
-    unknown = sorted(set(value) - set(known))
-    if unknown:
-        raise ConfigError(f"{key}.{unknown[0]}: unknown key; known: {list(known)}")
-    return dict(value)
+def _with_defaults(block, record: type) -> dict:
+    """A block as plain data merged onto its record of the schema: each key it leaves out at its default."""
+    return plain(OmegaConf.merge(OmegaConf.structured(record), plain(block)))
 
 
 def parse_promote(value, key: str) -> Promote | None:
-    """A stage's `promote` block; None when absent.
+    """A stage's `promote` block (keys, types and defaults: conf/schema.py PromoteConfig); None when absent.
 
     >>> parse_promote({"accuracy": 0.8, "every": 10}, "promote")
     Promote(accuracy=0.8, every=10, min_steps=0)
     >>> parse_promote({"accuracy": 2}, "s.promote")
     Traceback (most recent call last):
     ...
-    curriculum.errors.ConfigError: s.promote.accuracy: must be a number in [0, 1] (got 2)
+    core.checks.ConfigError: s.promote.accuracy: must be a number in [0, 1] (got 2.0)
     """
     if value is None:
         return None
-    block = _mapping(value, key, ("accuracy", "every", "min_steps"))
-    if "accuracy" not in block:
-        raise ConfigError(f"{key}.accuracy: missing; the held-out accuracy that ends the stage")
+    block = _with_defaults(value, PromoteConfig)
     return Promote(_share(block["accuracy"], f"{key}.accuracy"),
-                   whole_number(block.get("every", 10), f"{key}.every", least=1),
-                   whole_number(block.get("min_steps", 0), f"{key}.min_steps", least=0))
+                   whole_number(block["every"], f"{key}.every", least=1),
+                   whole_number(block["min_steps"], f"{key}.min_steps", least=0))
 
 
 def parse_guard(value, key: str) -> Guard | None:
-    """A `guard` block; None when absent. Signals left out (or null) are not watched.
+    """A `guard` block (keys, types and defaults: conf/schema.py GuardConfig); None when absent. Signals left
+    out (or null) are not watched.
 
     >>> parse_guard({"length_drop": 0.5, "window": 5, "action": "stop"}, "guard")
     Guard(length_drop=0.5, zero_std=None, distinct_below=None, window=5, action='stop')
     """
     if value is None:
         return None
+    block = _with_defaults(value, GuardConfig)
     names = [name for name, _ in GUARD_SIGNALS]
-    block = _mapping(value, key, (*names, "window", "action"))
-    thresholds = {name: _share(block.get(name), f"{key}.{name}", allow_none=True) for name in names}
+    thresholds = {name: _share(block[name], f"{key}.{name}", allow_none=True) for name in names}
     if all(v is None for v in thresholds.values()):
         raise ConfigError(f"{key}: watches nothing; set at least one of {names}")
-    action = block.get("action", "warn")
-    if action not in GUARD_ACTIONS:
-        raise ConfigError(f"{key}.action: {action!r} is not one of {GUARD_ACTIONS}")
-    return Guard(**thresholds, window=whole_number(block.get("window", 20), f"{key}.window", least=1), action=action)
+    return Guard(**thresholds, window=whole_number(block["window"], f"{key}.window", least=1), action=block["action"])
 
 
 def replay_weights(share, earlier_ppls: Sequence[int], key: str) -> dict[int, float]:

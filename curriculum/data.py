@@ -11,26 +11,32 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from datasets import Dataset
 from omegaconf import DictConfig
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
-from curriculum.sources import load_records, split_disjoint
+from curriculum.sources import distinct_puzzles, load_records, split_disjoint
 
 log = logging.getLogger(__name__)
 
 
 def validation_pool(cfg: DictConfig, ppl: int) -> list[dict]:
-    """The held-out puzzles of one subset: `eval.n` records, the same for every run."""
+    """The held-out puzzles of one subset, the same for every run: of the first `eval.n` records, those
+    distinct up to renaming (a repeat would count one puzzle twice in the accuracy)."""
     data, n = cfg.data, int(cfg.eval.n)
     records = load_records(data.source, ppl, "test", n=n, seed=int(cfg.eval.seed), path=data.path, hub_id=data.hub_id)
     if len(records) < n:
         raise ConfigError(f"eval.n: {n} validation puzzles asked at {ppl}ppl, but data.source={data.source} has "
                           f"only {len(records)} distinct ones; lower eval.n")
-    return records
+    distinct = distinct_puzzles(records)
+    if len(distinct) < n:
+        log.info("%dppl validation: %d distinct puzzles up to renaming among the %d asked (eval.n)",
+                 ppl, len(distinct), n)
+    return distinct
 
 
 def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]]) -> tuple[list[dict], int]:
@@ -39,8 +45,9 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
     for ppl, share in stage.pool_weights.items():  # its own mix plus any replay of earlier ppl
         want = max(1, round(stage.pool * share))
         guard = held_out.get(ppl, [])
-        # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data).
-        n = want + len(guard) if data.source == "generated" else None
+        # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data): as many
+        # as the validation pool was drawn from (eval.n records, before its repeats were dropped).
+        n = want + (int(cfg.eval.n) if guard else 0) if data.source == "generated" else None
         pool = load_records(data.source, ppl, "train", n=n, seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
         kept, dropped = split_disjoint(pool, guard)
         removed += dropped
@@ -54,6 +61,28 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
         records += kept[:want]
     random.Random(int(cfg.seed) + stage.index).shuffle(records)
     return records, removed
+
+
+@dataclass(frozen=True)
+class Pools:
+    """A run's puzzles: the held-out ones by ppl, and each stage's training ones (none of them held out)."""
+
+    held_out: dict[int, list[dict]]  # every validated subset and every ppl trained on
+    training: dict[str, list[dict]]  # by stage name
+    removed: dict[str, int]  # by stage name: how many held-out overlaps its training pool dropped
+
+
+def draw_pools(cfg: DictConfig, plan: list[Stage]) -> Pools:
+    """The held-out pools (`eval.subsets` plus every ppl trained on: their held-out puzzles stay out of
+    training too), then each stage's training pool, disjoint from them."""
+    ppls = sorted({int(p) for p in cfg.eval.subsets} | {p for stage in plan for p in stage.ppl_weights})
+    held_out = {ppl: validation_pool(cfg, ppl) for ppl in ppls}
+    training, removed = {}, {}
+    for stage in plan:
+        training[stage.name], removed[stage.name] = training_pool(cfg, stage, held_out)
+        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
+                 stage.name, len(training[stage.name]), removed[stage.name])
+    return Pools(held_out, training, removed)
 
 
 def to_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,

@@ -11,16 +11,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir import stage_dirname
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
-from curriculum.errors import ConfigError, whole_number
 
 # People per puzzle that the grammar and the published data cover.
 KNOWN_PPL = range(2, 9)
-STAGE_KINDS = ("grpo", "sft")
-STAGE_KEYS = {"name", "ppl", "steps", "epochs", "pool", "kind", "overrides", "promote", "replay", "guard"}
+# `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
+VALIDATION_PLANS = ("all", "near")
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Stage:
     ppl_weights: dict[int, float]  # ppl -> share of the pool (sums to 1)
     steps: int  # optimizer steps
     pool: int  # training puzzles
-    overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields for this stage only
+    overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields: the stage's own, then stage_overrides.<name>
     promote: Promote | None = None  # end early on held-out accuracy (steps stays the ceiling)
     replay: dict[int, float] = field(default_factory=dict)  # ppl of earlier stages -> share of the pool
     guard: Guard | None = None  # collapse guard (the stage's own, else curriculum.guard)
@@ -58,29 +58,55 @@ class Stage:
 def build_plan(cfg: DictConfig) -> list[Stage]:
     """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied.
 
-    >>> cfg = OmegaConf.create({"curriculum": {"stages": [{"name": "a", "ppl": 2, "steps": 3, "pool": 9}]},
-    ...                         "limits": {"max_steps": 2, "max_pool": None}, "grpo": {}})
+    A stage's keys and their types are the schema's (conf/schema.py StageConfig); what is checked here
+    is what a type cannot say: ranges, rules across keys, names that must exist.
+
+    >>> from conf.schema import StageConfig
+    >>> stages = [OmegaConf.structured(StageConfig(name="a", ppl=2, steps=3, pool=9))]
+    >>> cfg = OmegaConf.create({"curriculum": {"stages": stages}, "limits": {"max_steps": 2}, "grpo": {}})
     >>> build_plan(cfg)[0].steps
     2
     """
     if OmegaConf.select(cfg, "curriculum") is None:
         raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder "
                           "(or kk_adaptive, kk_logicrl, kk_mixed, kk_r1)")
-    stages_cfg = OmegaConf.select(cfg, "curriculum.stages")
-    if not isinstance(stages_cfg, ListConfig) or len(stages_cfg) == 0:
+    stages_cfg = cfg.curriculum.stages
+    if not stages_cfg:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
     limits = cfg.get("limits") or {}
     _check_limits(limits)
-    plan = [_build_stage(i, s, cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
+    plan = [_build_stage(i, plain(s), cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
     plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1]) for stage in plan]
     names = [s.name for s in plan]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
-    for name in (limits.get("stage_steps") or {}):
-        if name not in names:
-            raise ConfigError(f"limits.stage_steps.{name}: no stage of that name; stages: {', '.join(names)}")
+    for key, named in (("limits.stage_steps", limits.get("stage_steps")), ("stage_overrides", _named_overrides(cfg))):
+        for name in named or {}:
+            if name not in names:
+                raise ConfigError(f"{key}.{name}: no stage of that name; stages: {', '.join(names)}")
     return plan
+
+
+def _named_overrides(cfg: DictConfig) -> dict[str, dict]:
+    """`stage_overrides`: {stage name: {GRPOConfig or SFTConfig field: value}}, applied over a stage's own.
+
+    Keyed by name because a list index (`curriculum.stages.2.overrides...`) is awkward on a command line,
+    and Hydra's grammar refuses a key that starts with a digit (`stage_overrides.2ppl.x=1`): give the
+    mapping whole, `'stage_overrides={2ppl: {learning_rate: 1e-6}}'` (a sweep: several, comma-separated).
+    """
+    named = OmegaConf.select(cfg, "stage_overrides")
+    if named is None:
+        return {}
+    if not isinstance(named, DictConfig):
+        raise ConfigError(f"stage_overrides: must be a mapping of stage name -> fields (got {named!r})")
+    out = {}
+    for name, fields in named.items():
+        if not isinstance(fields, DictConfig):
+            raise ConfigError(f"stage_overrides.{name}: must be a mapping of trainer fields, e.g. "
+                              f"{{learning_rate: 1.0e-6}} (got {fields!r})")
+        out[str(name)] = OmegaConf.to_container(fields, resolve=True)
+    return out
 
 
 def _check_limits(limits: Mapping) -> None:
@@ -90,23 +116,15 @@ def _check_limits(limits: Mapping) -> None:
             whole_number(limits[name], f"limits.{name}")
 
 
-def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Stage:
+def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping) -> Stage:
     key = f"curriculum.stages[{index - 1}]"
-    if not isinstance(stage_cfg, DictConfig):
-        raise ConfigError(f"{key}: must be a mapping with name, ppl, steps (or epochs) and pool")
-    unknown = set(stage_cfg.keys()) - STAGE_KEYS
-    if unknown:
-        raise ConfigError(f"{key}.{sorted(unknown)[0]}: unknown stage key; known: {sorted(STAGE_KEYS)}")
-    name = str(stage_cfg.get("name") or "")
+    name, kind = block["name"], block["kind"]
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
-    kind = stage_cfg.get("kind") or "grpo"
-    if kind not in STAGE_KINDS:
-        raise ConfigError(f"{key}.kind: {kind!r} is not one of {STAGE_KINDS}")
-    ppl_weights = parse_ppl(stage_cfg.get("ppl"), f"{key}.ppl")
-    pool = whole_number(stage_cfg.get("pool"), f"{key}.pool")
-    overrides = OmegaConf.to_container(stage_cfg.get("overrides") or OmegaConf.create({}), resolve=True)
-    steps = _stage_steps(stage_cfg, key, pool, cfg, overrides)
+    ppl_weights = parse_ppl(block["ppl"], f"{key}.ppl")
+    pool = whole_number(block["pool"], f"{key}.pool")
+    overrides = {**(block["overrides"] or {}), **_named_overrides(cfg).get(name, {})}  # by stage name, win
+    steps = _stage_steps(block, key, pool, cfg, overrides)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
     cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
@@ -116,10 +134,10 @@ def _build_stage(index: int, stage_cfg, cfg: DictConfig, limits: Mapping) -> Sta
     if named is not None:  # a CPU twin giving one stage more (or fewer) steps than the caps
         steps = whole_number(named, f"limits.stage_steps.{name}")
     for own in ("promote", "guard"):
-        if stage_cfg.get(own) is not None and kind != "grpo":
+        if block[own] is not None and kind != "grpo":
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
-    promote = parse_promote(stage_cfg.get("promote"), f"{key}.promote")
-    guard = parse_guard(stage_cfg.get("guard"), f"{key}.guard")
+    promote = parse_promote(block["promote"], f"{key}.promote")
+    guard = parse_guard(block["guard"], f"{key}.guard")
     if guard is None and kind == "grpo":  # the curriculum-wide guard watches every GRPO stage
         guard = parse_guard(OmegaConf.select(cfg, "curriculum.guard"), "curriculum.guard")
     return Stage(index, name, kind, ppl_weights, steps, pool, overrides, promote, guard=guard)
@@ -140,16 +158,15 @@ def parse_ppl(value, key: str) -> dict[int, float]:
     >>> parse_ppl({2: 1, 3: 3}, "ppl")
     {2: 0.25, 3: 0.75}
     """
-    if isinstance(value, (DictConfig, ListConfig)):
-        value = OmegaConf.to_container(value)
+    value = plain(value)
     if isinstance(value, Mapping):
-        raw = {_ppl(k, key): float(w) for k, w in value.items()}
+        raw = {_ppl(k, key): w for k, w in value.items()}
     elif isinstance(value, Sequence) and not isinstance(value, str):
         raw = {_ppl(k, key): 1.0 for k in value}
     else:
         raw = {_ppl(value, key): 1.0}
-    if not raw or any(w < 0 for w in raw.values()) or sum(raw.values()) <= 0:
-        raise ConfigError(f"{key}: weights must be >= 0 with a positive sum (got {value!r})")
+    if not raw or not all(is_number(w, finite=True) and w >= 0 for w in raw.values()) or sum(raw.values()) <= 0:
+        raise ConfigError(f"{key}: weights must be numbers >= 0 with a positive sum (got {value!r})")
     total = sum(raw.values())
     return {p: w / total for p, w in sorted(raw.items()) if w > 0}
 
@@ -164,16 +181,49 @@ def _ppl(value, key: str) -> int:
     return ppl
 
 
-def _stage_steps(stage_cfg, key: str, pool: int, cfg: DictConfig, overrides: dict) -> int:
+def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: Mapping) -> int:
     """Steps from `steps`, or from `epochs` over the pool at the stage's prompts per step."""
-    if stage_cfg.get("steps") is not None:
-        if stage_cfg.get("epochs") is not None:
+    if block["steps"] is not None:
+        if block["epochs"] is not None:
             raise ConfigError(f"{key}: give steps or epochs, not both")
-        return whole_number(stage_cfg.get("steps"), f"{key}.steps")
-    epochs = stage_cfg.get("epochs")
-    if epochs is None or float(epochs) <= 0:
+        return whole_number(block["steps"], f"{key}.steps")
+    if block["epochs"] is None or block["epochs"] <= 0:
         raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
-    return max(1, math.ceil(float(epochs) * pool / prompts_per_step(cfg, overrides)))
+    return max(1, math.ceil(block["epochs"] * pool / prompts_per_step(cfg, overrides)))
+
+
+def validation_subsets(mode: str, subsets: Sequence[int], plan: Sequence[Stage], index: int) -> list[int]:
+    """The subsets validated after stage `index` (0: the baseline) under `eval.subsets_after_stage`.
+
+    `all`: every subset, every time. `near`: every subset at the baseline and after the last stage;
+    in between, the stage's own ppl and the next stage's, among `subsets` (a stage near none of
+    them is validated on all, never on nothing).
+
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> [validation_subsets("near", range(2, 8), ladder, i) for i in range(6)]
+    [[2, 3, 4, 5, 6, 7], [2, 3], [3, 4], [4, 5], [5, 6], [2, 3, 4, 5, 6, 7]]
+    >>> validation_subsets("near", [2, 3], ladder, 3), validation_subsets("all", [3, 2], ladder, 2)
+    ([2, 3], [2, 3])
+    """
+    if mode not in VALIDATION_PLANS:
+        raise ConfigError(f"eval.subsets_after_stage: {mode!r} is not one of {VALIDATION_PLANS}")
+    every = sorted(int(p) for p in subsets)
+    if mode == "all" or index == 0 or index >= len(plan):
+        return every
+    near = {*plan[index - 1].ppl_weights, *plan[index].ppl_weights}
+    return [p for p in every if p in near] or every
+
+
+def validation_completions(mode: str, subsets: Sequence[int], plan: Sequence[Stage], n: int) -> int:
+    """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
+
+    The README's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
+
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> [validation_completions(mode, range(2, 8), ladder, 100) for mode in ("all", "near")]
+    [3600, 2000]
+    """
+    return n * sum(len(validation_subsets(mode, subsets, plan, i)) for i in range(len(plan) + 1))
 
 
 def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> float:
@@ -226,23 +276,20 @@ def grpo_batch(grpo: Mapping, key: str) -> GrpoBatch:
     >>> b.prompts_per_generation, b.prompts_per_step, b.ratio_is_one
     (8, 4.0, False)
     """
-    micro = int(grpo.get("per_device_train_batch_size", 8))
-    accumulation = int(grpo.get("gradient_accumulation_steps", 1))
-    generations = int(grpo.get("num_generations", 8))
-    iterations = int(grpo.get("num_iterations", 1))
-    explicit_batch, explicit_steps = grpo.get("generation_batch_size"), grpo.get("steps_per_generation")
-    for name, value in (("per_device_train_batch_size", micro), ("gradient_accumulation_steps", accumulation),
-                        ("num_iterations", iterations)):
-        if value < 1:
-            raise ConfigError(f"{key}.{name}: must be >= 1 (got {value})")
-    if generations < 2:
-        raise ConfigError(f"{key}.num_generations: must be >= 2 (GRPO normalises within a group)")
+    def count(name: str, default: int | None, least: int = 1) -> int | None:  # null is TRL's default
+        value = default if grpo.get(name) is None else grpo[name]
+        return None if value is None else whole_number(value, f"{key}.{name}", least=least)
+
+    micro, accumulation = count("per_device_train_batch_size", 8), count("gradient_accumulation_steps", 1)
+    iterations = count("num_iterations", 1)
+    generations = count("num_generations", 8, least=2)  # GRPO normalises within a group of >= 2
+    explicit_batch, explicit_steps = count("generation_batch_size", None), count("steps_per_generation", None)
     if explicit_batch is not None and explicit_steps is not None:
         raise ConfigError(f"{key}.generation_batch_size: give it or steps_per_generation, not both (TRL)")
-    if explicit_batch is not None and int(explicit_batch) % micro:
+    if explicit_batch is not None and explicit_batch % micro:
         raise ConfigError(f"{key}.generation_batch_size: {explicit_batch} is not a multiple of "
                           f"per_device_train_batch_size {micro}")
-    steps = int(explicit_steps or (int(explicit_batch) // micro if explicit_batch else accumulation))
+    steps = explicit_steps or (explicit_batch // micro if explicit_batch else accumulation)
     batch = micro * steps
     if batch % generations:
         raise ConfigError(

@@ -17,6 +17,7 @@ import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from core.checks import is_int
 from curriculum.kk import RECORD_FIELDS, StatementError, canonical_key, generate, parse_statements, solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
@@ -46,8 +47,7 @@ def _typed_list(value, item_type: type, field: str, where: str, kind: str) -> li
         raise RecordError(f"{where}: {kind} {field!r} must be a list, got {type(value).__name__}")
     items = list(value)
     for item in items:
-        # bool is an int subclass, so `True` must not pass as a name or an int as a role
-        if not isinstance(item, item_type) or (item_type is not bool and isinstance(item, bool)):
+        if not isinstance(item, item_type):  # str or bool: neither takes the other (nor an int as a role)
             raise RecordError(f"{where}: {kind} {field!r} must hold {item_type.__name__}, got {item!r}")
     return items
 
@@ -76,7 +76,7 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
     if not isinstance(record["knight_knave"], Mapping):
         raise RecordError(f"{where}: {kind} 'knight_knave' must be a mapping of role words")
     record["knight_knave"] = {str(key): str(value) for key, value in record["knight_knave"].items()}
-    if not isinstance(record["index"], int) or isinstance(record["index"], bool):
+    if not is_int(record["index"]):
         raise RecordError(f"{where}: {kind} 'index' must be an int, got {record['index']!r}")
     n_names = len(record["names"])
     if len(record["solution"]) != n_names:
@@ -251,3 +251,22 @@ def split_disjoint(train_records: Sequence[dict], val_records: Sequence[dict]) -
     held_out = {canonical_key(record) for record in val_records}
     kept = [record for record in train_records if canonical_key(record) not in held_out]
     return kept, len(train_records) - len(kept)
+
+
+def distinct_puzzles(records: Sequence[dict]) -> list[dict]:
+    """The records whose puzzle (up to renaming/reordering people) no earlier record holds, in order.
+
+    A validation pool of repeats counts some puzzles twice: the default 2ppl pool (`eval.n` 100,
+    `eval.seed` 1234) holds 63 distinct puzzles, since only 95 exist up to renaming.
+
+    >>> len(distinct_puzzles(load_records("generated", 2, "test", n=100, seed=1234)))
+    63
+    """
+    seen: set[str] = set()
+    kept = []
+    for record in records:
+        key = canonical_key(record)
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+    return kept

@@ -1,7 +1,9 @@
 """Batched generation for validation: left padding, batches bucketed by prompt length, a progress bar.
 
 Prompts are sorted by token length so that each batch pads little; results come back in the
-caller's order. Greedy when temperature is 0.
+caller's order. Greedy when temperature is 0, with no repetition penalty whatever the model's own
+generation config says (Qwen2.5-Instruct's asks 1.05): TRL's rollouts and vLLM validation use none.
+`HfEngine` gives a loaded model the interface of `eval.vllm_backend.VllmEngine`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from curriculum.prompts import prompt_ids, prompt_text
+from eval.cost import GenerationCost, timed_generation
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,24 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
     return results
 
 
+class HfEngine:
+    """`generate` on a loaded model; `generate` returns the completions and their GenerationCost."""
+
+    backend = "hf"
+
+    def __init__(self, model, tokenizer, *, batch_size: int, setup_seconds: float = 0.0):
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        self.setup_seconds = setup_seconds  # loading the model: counted on the first subset, then 0
+
+    def generate(self, prompts: list, *, label: str = "generating", **settings) -> tuple[list, GenerationCost]:
+        setup, self.setup_seconds = self.setup_seconds, 0.0
+        return timed_generation(
+            self.backend,
+            lambda: generate(self.model, self.tokenizer, prompts, batch_size=self.batch_size, label=label, **settings),
+            setup_seconds=setup,
+        )
+
+
 def encode_prompts(texts: list[str], tokenizer) -> dict:
     """A left-padded batch of prompt texts, each row's tokens exactly `prompt_ids` (what GRPO trained on)."""
     return tokenizer(texts, return_tensors="pt", padding=True, padding_side="left")
@@ -62,6 +83,7 @@ def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, sample
     enc = {k: v.to(model.device) for k, v in encode_prompts(texts, tokenizer).items()}
     sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
         "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    sampling["repetition_penalty"] = 1.0
     out = model.generate(
         **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), **sampling,

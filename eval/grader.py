@@ -27,6 +27,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from curriculum.tasks.base import completion_text
 from eval.answer_parse import parse_answer
 
 FORMATS = ("think_answer", "answer_only", "logic_rl")
@@ -74,38 +75,6 @@ class Grade:
     def strict_correct(self) -> bool:
         """Correct and well formatted: Logic-RL's validation criterion (reward == 3)."""
         return self.correct and self.format_ok
-
-
-def completion_text(completion) -> str:
-    """The text of a completion: a str, or TRL's conversational `[{"role": "assistant", ...}]`.
-
-    A message whose think block TRL's `parse_response` split off into `reasoning_content` (or
-    `thinking`) gets it back inside <think> tags, so the format check sees what the model wrote.
-
-    >>> completion_text([{"role": "assistant", "content": "<answer>x</answer>"}])
-    '<answer>x</answer>'
-    >>> completion_text([{"role": "assistant", "reasoning_content": "hm", "content": "<answer>x</answer>"}])
-    '<think>\\nhm\\n</think>\\n<answer>x</answer>'
-    """
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        completion = [completion]
-    parts = []
-    for message in completion:
-        if not isinstance(message, dict):
-            parts.append(str(message))
-            continue
-        thinking = message.get("reasoning_content") or message.get("thinking")
-        if thinking:
-            parts.append(f"<think>\n{thinking}\n</think>\n")
-        content = message.get("content")
-        if isinstance(content, list):  # multimodal parts: [{"type": "text", "text": ...}]
-            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-        parts.append("" if content is None else str(content))
-    return "".join(parts)
 
 
 def _nfc(text: str) -> str:

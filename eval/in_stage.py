@@ -1,29 +1,34 @@
 """`eval.every=N`: validate the current stage's ppl every N steps inside a stage, on the live model.
 
 Light on purpose: the stage's own subsets only, greedy, no saved samples; rows go to
-`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, ppl, metrics}) and the tracker.
+`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, ppl, metrics, cost}) and the
+tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
+(`colocated`, set by the stage with `eval.backend=vllm`), else through HF `generate` on the live
+model: a second vLLM engine beside a training model would compete with it for the card.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
-from omegaconf import DictConfig
 from transformers import TrainerCallback
 
-from curriculum.prompts import render_prompt
-from eval.generation import generate
+from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, subset_metrics
+from eval.settings import ValidationSettings
 from eval.validation import grade_subset
 
 
 class InStageValidation(TrainerCallback):
-    """Every `cfg.eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
+    """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
 
-    def __init__(self, cfg: DictConfig, pools: dict[int, list[dict]], writer, tracker, *, stage_index: int,
-                 stage_name: str, step_offset: int):
-        self.cfg, self.pools, self.writer, self.tracker = cfg, pools, writer, tracker
+    def __init__(self, settings: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *,
+                 stage_index: int, stage_name: str, step_offset: int):
+        self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset
+        self.colocated = None  # an eval.vllm_backend.ColocatedEngine, lent by the stage's trainer
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.due(state.global_step, state.max_steps):
@@ -31,7 +36,7 @@ class InStageValidation(TrainerCallback):
 
     def due(self, step: int, max_steps: int) -> bool:
         """Every `eval.every` steps, but not at the stage's last."""
-        every = int(self.cfg.eval.every)
+        every = self.settings.every
         return bool(every) and step % every == 0 and step < max_steps
 
     def validate(self, model, tokenizer, step: int) -> list[dict]:
@@ -39,10 +44,11 @@ class InStageValidation(TrainerCallback):
         model.eval()
         # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
         cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+        engine = self.colocated.lend(tokenizer) if self.colocated is not None else nullcontext(
+            HfEngine(model, tokenizer, batch_size=self.settings.batch_size))
         try:
-            with torch.random.fork_rng(devices=cuda):
-                rows = [self._subset_row(model, tokenizer, ppl, records, step)
-                        for ppl, records in sorted(self.pools.items())]
+            with torch.random.fork_rng(devices=cuda), engine as generator:
+                rows = [self._subset_row(generator, ppl, records, step) for ppl, records in sorted(self.pools.items())]
         finally:
             model.train()
         self.writer.write(rows)
@@ -51,14 +57,12 @@ class InStageValidation(TrainerCallback):
                              step=row["global_step"])
         return rows
 
-    def _subset_row(self, model, tokenizer, ppl: int, records: list[dict], step: int) -> dict:
-        cfg = self.cfg
-        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
-        completions = generate(
-            model, tokenizer, prompts, max_new_tokens=int(cfg.eval.max_new_tokens), batch_size=int(cfg.eval.batch_size),
-            chat_kwargs=dict(cfg.model.get("chat_template_kwargs") or {}), seed=int(cfg.eval.seed),
+    def _subset_row(self, generator, ppl: int, records: list[dict], step: int) -> dict:
+        s = self.settings
+        completions, cost = generator.generate(
+            s.prompts(records), max_new_tokens=s.max_new_tokens, seed=s.seed, chat_kwargs=dict(s.chat_kwargs),
             label=f"validating {self.tags['stage_name']} step {step}",
         )
-        scored, _ = grade_subset(records, completions, cfg.prompt.fmt)
+        scored, _ = grade_subset(records, completions, s.fmt)
         return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, "ppl": ppl,
-                **subset_metrics(scored)}
+                **subset_metrics(scored), "cost": cost.as_dict()}

@@ -8,10 +8,13 @@ from dataclasses import dataclass
 
 # The columns of validation.jsonl that the report and other tools read.
 METRIC_COLUMNS = (
-    "accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "median_tokens",
+    "accuracy", "lenient_accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "median_tokens",
     "p90_tokens", "truncation_rate", "mean_tokens_correct", "mean_tokens_wrong", "reasoning_agrees_rate",
-    "correct_but_disagrees", "invented_name_rate", "n",
+    "correct_but_disagrees", "invented_name_rate", "n", "puzzles", "with_reasoning",
 )
+# Shares of completions (0..1), each shown with a 95% interval over the trials it counts (`trials`).
+RATES = ("accuracy", "lenient_accuracy", "person_accuracy", "format_rate", "answer_rate", "truncation_rate",
+         "reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate", "pass_at_k")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Scored:
     has_reasoning: bool = False  # a non-empty closed <think> block (`eval.reasoning`)
     reasoning_agrees: bool = False  # ... whose last claim about each person it settles matches the answer
     invented: bool = False  # names a person not in the puzzle (reasoning or answer)
+    lenient_correct: bool = False  # right under the lenient reading of an untagged answer (`eval.lenient`)
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -50,9 +54,11 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
     """Accuracy, format, answer and length figures for one subset (mean over every sample).
 
     With several samples per puzzle, `accuracy` is mean@k and `pass_at_k` the share of puzzles
-    with at least one correct sample. Reasoning: `reasoning_agrees_rate` is over the completions
-    with a reasoning block (None when none has one); `correct_but_disagrees` (right answers whose
-    reasoning says otherwise) and `invented_name_rate` are over every completion, like accuracy.
+    with at least one correct sample. `lenient_accuracy` reads an untagged answer's final
+    conclusion (`eval.lenient`); `accuracy` (strict) stays the headline. Reasoning:
+    `reasoning_agrees_rate` is over the completions with a reasoning block (None when none has
+    one); `correct_but_disagrees` (right answers whose reasoning says otherwise) and
+    `invented_name_rate` are over every completion, like accuracy.
 
     >>> rows = [Scored("a", True, 2, 2, True, True, 10, False), Scored("b", False, 1, 2, True, True, 30, True)]
     >>> m = subset_metrics(rows)
@@ -69,6 +75,7 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         by_puzzle[s.puzzle] = by_puzzle.get(s.puzzle, False) or s.correct
     return {
         "accuracy": _mean([float(s.correct) for s in scored]),
+        "lenient_accuracy": _mean([float(s.lenient_correct) for s in scored]),
         "person_accuracy": _mean([s.n_right / s.n_people for s in scored]),
         "format_rate": _mean([float(s.format_ok) for s in scored]),
         "answer_rate": _mean([float(s.answered) for s in scored]),
@@ -84,5 +91,32 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         "invented_name_rate": _mean([float(s.invented) for s in scored]),
         "n": len(scored),
         "puzzles": len(by_puzzle),
+        "with_reasoning": sum(s.has_reasoning for s in scored),
         "pass_at_k": _mean([float(v) for v in by_puzzle.values()]),
     }
+
+
+def trials(row: dict, key: str) -> int | None:
+    """The independent trials behind rate `key` of a validation row: the n its interval is drawn over.
+
+    Puzzles, not completions: several samples of one puzzle are not independent, so counting them
+    would narrow the interval falsely (with one sample a puzzle, the two are equal). The reasoning
+    agreement rate counts only completions with reasoning, in the same puzzle units. None: a row
+    written before these counts were recorded.
+
+    >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6}
+    >>> trials(row, "accuracy"), trials(row, "reasoning_agrees_rate"), trials({"n": 5}, "accuracy")
+    (4, 3, 5)
+    >>> trials({"n": 5}, "reasoning_agrees_rate") is None
+    True
+    """
+    n = row.get("n")
+    puzzles = row.get("puzzles") or n
+    if not isinstance(puzzles, int) or isinstance(puzzles, bool) or puzzles <= 0:
+        return None
+    if key != "reasoning_agrees_rate":
+        return puzzles
+    with_reasoning = row.get("with_reasoning")
+    if not isinstance(with_reasoning, int) or not isinstance(n, int) or n <= 0:
+        return None
+    return round(with_reasoning * puzzles / n)

@@ -1,30 +1,36 @@
 """Validation of one checkpoint on every subset, with the reward's grader (one grader).
 
-Writes one row per subset to `validation.jsonl` ({stage, stage_name, global_step, ppl, metrics}),
-every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so a person can read what
-the model wrote, and a recount can check the metrics), and prints a rich table.
+Writes one row per subset to `validation.jsonl` ({stage, stage_name, global_step, ppl, metrics,
+cost}), every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so a person can read
+what the model wrote, and a recount can check the metrics), and prints a rich table. One generator
+serves all the subsets: the model loaded once (hf), or one vLLM engine started once and released
+after (vllm); `cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
 from core.models import load_for_inference
 from core.rundir import samples_file
-from curriculum.prompts import render_prompt
-from eval.generation import generate
+from core.stats import percent_text
+from eval.generation import HfEngine
 from eval.grader import grade
-from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
+from eval.lenient import lenient_grade
+from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.reasoning import check_reasoning
-from eval.vllm_backend import generate_vllm
+from eval.settings import ValidationSettings
+from eval.vllm_backend import fresh_engine
 
 
 def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Scored], list[dict]]:
@@ -35,9 +41,10 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
         for k, out in enumerate(outs):
             g = grade(out.text, record["names"], record["solution"], fmt=fmt)
             r = check_reasoning(out.text, record["names"], g.assignment, fmt)
+            lenient = lenient_grade(out.text, record["names"], record["solution"], g)
             invented = sorted({*r.invented, *g.invented})
-            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok,
-                                 g.answered, out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented)))
+            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok, g.answered,
+                                 out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented), lenient.correct))
             samples.append({
                 "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
@@ -45,40 +52,29 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
                 "assignment": g.assignment, "reasons": list(g.reasons),
                 "solution": list(record["solution"]), "names": list(record["names"]),
                 "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_agrees": r.agrees,
-                "invented": invented,
+                "invented": invented, "lenient_correct": lenient.correct, "lenient_assignment": lenient.assignment,
+                "lenient_reason": lenient.reason,
             })
     return scored, samples
 
 
-def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
+def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
              out_dir: Path, writer=None, tracker=None, console: Console | None = None) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
 
     `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
     when given. Returns the rows.
     """
-    ev, rows = cfg.eval, []
-    if ev.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
-        model, tokenizer = None, AutoTokenizer.from_pretrained(model_path)
-    else:
-        model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
-    chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
-    for ppl, records in sorted(pools.items()):
-        prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
-        if ev.backend == "vllm":
-            completions = generate_vllm(
-                model_path, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens),
-                temperature=float(ev.temperature), samples=int(ev.samples), chat_kwargs=chat_kwargs, seed=int(ev.seed),
-            )
-        else:
-            completions = generate(
-                model, tokenizer, prompts, max_new_tokens=int(ev.max_new_tokens), temperature=float(ev.temperature),
-                samples=int(ev.samples), batch_size=int(ev.batch_size), chat_kwargs=chat_kwargs,
-                seed=int(ev.seed), label=f"validating {tag.get('stage_name')} {ppl}ppl",
-            )
-        scored, samples = grade_subset(records, completions, cfg.prompt.fmt)
-        _write_samples(samples_file(out_dir, ppl), samples)
-        rows.append({**tag, "ppl": ppl, **subset_metrics(scored)})
+    s, rows = settings, []
+    generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
+                  "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
+    with validation_engine(s, model_path) as engine:
+        for ppl, records in sorted(pools.items()):
+            label = f"validating {tag.get('stage_name')} {ppl}ppl"
+            completions, cost = engine.generate(s.prompts(records), label=label, **generation)
+            scored, samples = grade_subset(records, completions, s.fmt)
+            _write_samples(samples_file(out_dir, ppl), samples)
+            rows.append({**tag, "ppl": ppl, **subset_metrics(scored), "cost": cost.as_dict()})
     if writer is not None:
         writer.write(rows)
     if tracker is not None:
@@ -86,8 +82,20 @@ def validate(cfg: DictConfig, model_path: str, pools: Mapping[int, list[dict]], 
             tracker.log({f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
                         step=int(tag.get("global_step", 0)))
     (console or Console()).print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
-    del model
     return rows
+
+
+@contextmanager
+def validation_engine(settings: ValidationSettings, model_path: str) -> Iterator:
+    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`), else the model loaded for HF."""
+    if settings.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
+        with fresh_engine(model_path, AutoTokenizer.from_pretrained(model_path), seed=settings.seed,
+                          gpu_memory_utilization=settings.vllm_gpu_memory_utilization) as engine:
+            yield engine
+        return
+    began = time.perf_counter()
+    model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
+    yield HfEngine(model, tokenizer, batch_size=settings.batch_size, setup_seconds=time.perf_counter() - began)
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:
@@ -97,14 +105,29 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
     tmp.replace(path)
 
 
+# (validation row key, console header): the rates a person reads first, each in % with its interval.
+CONSOLE_RATES = (("accuracy", "accuracy %"), ("lenient_accuracy", "lenient %"), ("format_rate", "format %"),
+                 ("truncation_rate", "truncated %"), ("reasoning_agrees_rate", "reasoning\nagrees %"),
+                 ("invented_name_rate", "invented\nname %"))
+
+
 def results_table(rows: list[dict], title: str) -> Table:
-    """A subset x metric table for the terminal."""
-    table = Table(title=title)
-    shown = ("accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "truncation_rate",
-             "reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate", "n")
-    table.add_column("ppl", justify="right")
-    for name in shown:
-        table.add_column(name, justify="right")
+    """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its
+    95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl)."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
+                  caption="rates in % (95% Wilson interval); n: distinct puzzles; reasoning agrees: "
+                          "of the completions with reasoning; lenient: an untagged final answer counts")
+    # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
+    table.add_column("ppl", justify="right", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    for _, header in CONSOLE_RATES:
+        table.add_column(header, justify="right", overflow="fold")
+    table.add_column("mean\ntokens", justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(str(row["ppl"]), *("-" if row[k] is None else f"{row[k]:g}" for k in shown))
+        rates = (percent_text(row.get(k), trials(row, k)) for k, _ in CONSOLE_RATES)
+        table.add_row(str(row["ppl"]), str(trials(row, "accuracy") or "-"), *rates, _tokens(row.get("mean_tokens")))
     return table
+
+
+def _tokens(value) -> str:
+    return "-" if value is None else f"{value:.1f}"

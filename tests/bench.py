@@ -44,11 +44,13 @@ from tests.bench_parts import (
     overhead_summary,
     validation_comparison,
 )
+from tests.bench_tasks import gsm8k_grader_throughput
 from tests.conftest import compose_cfg
 
 # figure -> (comparison, aim). Where an aim comes from: the overhead budget of the project brief;
 # the generator and grader floors of their tests (the published lib_kk.py makes ~160 puzzles/s
-# at 6ppl); a handoff costing about two tiny-model training steps; batching that at least halves
+# at 6ppl), the GSM8K grader held to the K&K grader's floor (grading is never what a step waits
+# on); a handoff costing about two tiny-model training steps; batching that at least halves
 # validation; verdicts that left padding leaves alone; memory no worse than bare TRL's; the
 # bounds the grader's and canonical_key's tests held before wall-clock checks left the test suite
 # (10x the text costs at most 30x the time: linear, never quadratic).
@@ -57,6 +59,7 @@ AIMS = {
     "handoff_seconds": ("<=", 2.0),
     "generator_puzzles_per_s": (">=", 500),
     "grader_completions_per_s": (">=", 500),
+    "gsm8k_grader_completions_per_s": (">=", 500),
     "grader_1mb_seconds": ("<=", 1.0),
     "grader_10x_text_ratio": ("<=", 30),
     "canonical_keys_seconds": ("<=", 2.5),
@@ -102,6 +105,7 @@ def jobs(args: argparse.Namespace, work_dir: Path) -> list[tuple[str, str, objec
     out = [
         ("generator", "generator throughput, 2..8 ppl", partial(_generator, args.generator_n)),
         ("grader", "grader throughput", partial(_grader, args.grader_n)),
+        ("gsm8k_grader", "GSM8K grader throughput", partial(_gsm8k_grader, args.grader_n)),
         ("grader_scaling", "grader time, 100 kB vs 1 MB completions", grader_scaling),
         ("canonical", "canonical keys, 8ppl and symmetric puzzles", canonical_key_seconds),
     ]
@@ -133,6 +137,12 @@ def _grader(n: int) -> float:
     return round(statistics.median(grader_throughput(n, seed=seed) for seed in range(3)), 1)
 
 
+def _gsm8k_grader(n: int) -> dict[str, float]:
+    """Completions/s of the GSM8K grader and of its five-reward stack, each the median of three runs."""
+    runs = [gsm8k_grader_throughput(n, seed=seed) for seed in range(3)]
+    return {key: round(statistics.median(run[key] for run in runs), 1) for key in ("grader", "stack")}
+
+
 def _validation(overrides: list[str], batch_size: int, max_new_tokens: int) -> dict:
     cfg = compose_cfg(None, *overrides)
     path = resolve_model(cfg.model, cfg.paths.cache_dir)
@@ -152,6 +162,7 @@ def assemble(raw: dict, settings: dict) -> dict:
         "handoff_seconds": raw["handoff"]["seconds"],
         "generator_puzzles_per_s": raw["generator"],
         "grader_completions_per_s": raw["grader"],
+        "gsm8k_grader_completions_per_s": raw["gsm8k_grader"]["grader"],
         "grader_1mb_seconds": raw["grader_scaling"]["large_s"],
         "grader_10x_text_ratio": raw["grader_scaling"]["ratio"],
         "canonical_keys_seconds": raw["canonical"]["random_s"],
@@ -164,6 +175,7 @@ def assemble(raw: dict, settings: dict) -> dict:
             "overhead": {**overhead, "timed": TIMED},
             "handoff": raw["handoff"],
             "grader_scaling": raw["grader_scaling"],
+            "gsm8k_grader": raw["gsm8k_grader"],
             "canonical": raw["canonical"],
             "validation": validation,
             "peak_rss_mb": {**peaks, "vs_bare": round(max(peaks["ours"]) / max(peaks["bare"]), 3)},
@@ -217,6 +229,9 @@ def _rows(bench: dict) -> list[tuple[str, str, str, str, float | dict]]:
          "generator_puzzles_per_s", "/s each", bench["generator_puzzles_per_s"]),
         ("grader, ~2 KB completions/s", f"{bench['grader_completions_per_s']:,.0f}/s",
          "grader_completions_per_s", "/s", bench["grader_completions_per_s"]),
+        ("GSM8K grader, ~800-character completions/s (all five rewards)",
+         f"{bench['gsm8k_grader_completions_per_s']:,.0f}/s ({d['gsm8k_grader']['stack']:,.0f}/s)",
+         "gsm8k_grader_completions_per_s", "/s", bench["gsm8k_grader_completions_per_s"]),
         *_scaling_rows(d["grader_scaling"], d["canonical"]),
     ]
     for name, v in d["validation"].items():

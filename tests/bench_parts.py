@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
@@ -233,7 +233,8 @@ def _warm_up(base: str) -> None:
 
 def build_trainer(cfg: DictConfig, stage: Stage, init: str, rows, output_dir: Path) -> GRPOTrainer:
     """GRPOTrainer as `GrpoStage.trainer` builds it: config, rewards, tokenizer, policy + reference."""
-    args = grpo_config(cfg, stage, output_dir)
+    args = grpo_config(OmegaConf.to_container(cfg.grpo, resolve=True), stage, output_dir, seed=int(cfg.seed),
+                       lora=cfg.model.get("lora"))
     funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
                                                     max_completion_length=args.max_completion_length)
     tokenizer = AutoTokenizer.from_pretrained(init, padding_side="left")

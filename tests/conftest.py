@@ -18,6 +18,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from conf import register_resolvers
+from conf.errors import check_schema, config_error_line
+from core.checks import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
@@ -38,7 +40,8 @@ def cache_dir(tmp_path_factory) -> Path:
 
 def compose_cfg(cache_dir: Path | None, *overrides: str, output_dir: Path | None = None,
                 hydra_config: bool = False) -> DictConfig:
-    """The config `python -m train <overrides>` would run, composed in process from conf/.
+    """The config `python -m train <overrides>` would run, composed in process from conf/ and checked as
+    the app checks it: a config error is a ConfigError holding the app's one line.
 
     `cache_dir` and `output_dir` set paths.* (None keeps the configured one); `hydra_config` keeps the
     `hydra` node (launcher, sweeper) that only a run would otherwise see.
@@ -46,7 +49,15 @@ def compose_cfg(cache_dir: Path | None, *overrides: str, output_dir: Path | None
     paths = {"paths.cache_dir": cache_dir, "paths.output_dir": output_dir}
     pinned = [f"{key}={value}" for key, value in paths.items() if value is not None]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[*pinned, *overrides], return_hydra_config=hydra_config)
+        try:
+            cfg = compose("config", overrides=[*pinned, *overrides], return_hydra_config=hydra_config)
+        except Exception as err:  # refused while composing: the app's one line, as a ConfigError
+            line = config_error_line(err)
+            if line is None:
+                raise
+            raise ConfigError(line) from err
+    check_schema(cfg)  # what the app's SchemaCheck callback does before a run starts
+    return cfg
 
 
 @pytest.fixture

@@ -6,9 +6,10 @@ import re
 
 import pytest
 
+from core.checks import ConfigError
 from curriculum.adaptive import Guard, Promote
 from curriculum.data import training_pool, validation_pool
-from curriculum.plan import ConfigError, build_plan
+from curriculum.plan import build_plan
 from train.manifest import Manifest
 
 

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.rundir import read_jsonl
-from train.adaptive import DISTINCT_KEY
+from train.grpo_stage import DISTINCT_KEY
 from train.runner import run_curriculum
 from train.stage_run import fingerprint
 

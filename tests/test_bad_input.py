@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 from curriculum.kk import generate
 from curriculum.sources import RecordError
 from eval.report import latest_output

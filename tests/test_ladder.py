@@ -20,13 +20,14 @@ def _fingerprint_of(path) -> str:
 
 @pytest.fixture(scope="module")
 def ladder_runs(smoke_ladder, tmp_path_factory, cache_dir):
-    """The session's smoke ladder (reference refresh on) and one more with refresh off."""
+    """The session's smoke ladder (reference refresh on, validation plan near: the default) and one more with
+    refresh off that validates every subset after every stage (eval.subsets_after_stage=all)."""
     runs = {}
     run_dir, objective = smoke_ladder
     runs[True] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
     off_dir = tmp_path_factory.mktemp("ladder-refresh-off")
     objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
-                                           "reference=base"), off_dir)
+                                           "reference=base", "eval.subsets_after_stage=all"), off_dir)
     runs[False] = (off_dir, json.loads((off_dir / "run.json").read_text()), objective)
     return runs
 
@@ -56,9 +57,13 @@ def test_global_steps_are_contiguous_and_logged_once(ladder_runs):
 
 
 def test_validation_rows_for_baseline_and_every_stage(ladder_runs):
-    run_dir, _, _ = ladder_runs[True]
-    rows = read_jsonl(run_dir / "validation.jsonl")
-    assert sorted((r["stage"], r["ppl"]) for r in rows) == [(k, p) for k in range(6) for p in (2, 3)]
+    """`all`: both subsets after every stage. `near` (the session ladder): both at the baseline and the end,
+    in between the stage's own ppl and the next one's among them (3ppl: 3; 4ppl and 5ppl: neither, so both)."""
+    every = [(k, p) for k in range(6) for p in (2, 3)]
+    rows = read_jsonl(ladder_runs[False][0] / "validation.jsonl")
+    assert sorted((r["stage"], r["ppl"]) for r in rows) == every
+    rows = read_jsonl(ladder_runs[True][0] / "validation.jsonl")
+    assert sorted((r["stage"], r["ppl"]) for r in rows) == [cell for cell in every if cell != (2, 2)]
 
 
 def test_handoff_with_reference_refresh(ladder_runs):

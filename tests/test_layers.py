@@ -1,7 +1,8 @@
 """The layers hold: every import in the product's packages, read from the source (ast), points down.
 
-core/ (shared plumbing) stands below everything; curriculum/ (the task) imports neither train/ nor
-eval/; eval/ works on any checkpoint and run folder without the trainer, so never imports train/.
+core/ (shared plumbing) stands below everything, and conf/ (the config root and its schema) just above
+it; curriculum/ (the task) imports neither train/ nor eval/; eval/ works on any checkpoint and run
+folder without the trainer, so never imports train/.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # package -> the product packages it must not import
 FORBIDDEN = {
-    "core": {"curriculum", "train", "eval"},
+    "core": {"conf", "curriculum", "train", "eval"},
+    "conf": {"curriculum", "train", "eval"},
     "curriculum": {"train", "eval"},
     "eval": {"train"},
 }
@@ -59,7 +61,7 @@ def test_no_import_points_up_a_layer():
     ("eval/validation.py", "def f():\n    import train.models\n", ["eval/validation.py:2 imports train"]),
     # downward imports are the point of the layers
     ("train/runner.py", "from core.models import resolve_model\nfrom eval.validation import validate\n", []),
-    ("eval/report.py", "from core.rundir import RUN_JSON\nfrom curriculum.kk import solve\n", []),
+    ("eval/report/run.py", "from core.rundir import RUN_JSON\nfrom curriculum.kk import solve\n", []),
 ])
 def test_a_planted_import_is_found(tmp_path, path, source, expected):
     planted = tmp_path / path

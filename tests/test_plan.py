@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from omegaconf import OmegaConf
 
-from curriculum.plan import ConfigError, build_plan, prompts_per_step
+from conf.schema import StageConfig
+from core.checks import ConfigError
+from curriculum.plan import build_plan, prompts_per_step
 from train.config_check import check_config
 
 
@@ -14,6 +17,32 @@ def test_kk_ladder_plan(make_cfg):
     assert [s.steps for s in plan] == [10, 20, 10, 10, 200]
     assert [list(s.ppl_weights) for s in plan] == [[2], [3], [4], [5], [6]]
     assert plan[-1].dirname == "5-6ppl"
+
+
+def test_stage_overrides_set_one_stage_by_name(make_cfg, tmp_path):
+    """A learning rate for the 2ppl stage alone, from the command line; its GRPOConfig really trains at it."""
+    from train.grpo_stage import grpo_config
+
+    cfg = make_cfg("+curriculum=kk_ladder", "+curriculum.stages.0.overrides.beta=0.002",
+                   "stage_overrides={2ppl: {learning_rate: 1.0e-6}, 6ppl: {temperature: 1.0}}")
+    plan = build_plan(cfg)
+    check_config(cfg, plan)
+    assert plan[0].overrides == {"beta": 0.002, "learning_rate": 1e-6}, "merged over the stage's own overrides"
+    assert plan[-1].overrides == {"temperature": 1.0} and plan[1].overrides == {}
+    grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
+    rates = [grpo_config(grpo, stage, tmp_path / stage.name, seed=0, lora=None).learning_rate for stage in plan]
+    assert rates == [1e-6, 4e-7, 4e-7, 4e-7, 4e-7]
+
+
+def test_stage_overrides_sweep_as_hydra_splits_it(make_cfg):
+    """A multirun over one stage's learning rate: Hydra's basic sweeper makes one job per mapping."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweep = "stage_overrides={2ppl: {learning_rate: 1.0e-6}},{2ppl: {learning_rate: 4.0e-7}}"
+    (batch,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides([sweep]), max_batch_size=None)
+    rates = [build_plan(make_cfg("+curriculum=kk_ladder", *job))[0].overrides["learning_rate"] for job in batch]
+    assert rates == [1e-6, 4e-7]
 
 
 def test_kk_mixed_matches_ladder_total_steps(make_cfg):
@@ -27,9 +56,10 @@ def test_kk_logicrl_is_one_pass_over_900(make_cfg):
     cfg = make_cfg("+curriculum=kk_logicrl")
     plan = build_plan(cfg)
     assert [s.name for s in plan] == ["3ppl", "4ppl", "5ppl", "6ppl", "7ppl"]
-    # 900 puzzles at 8 prompts per optimizer step (8 x 8 completions / 8 generations) = 113 steps
+    # 900 puzzles at 8 prompts per optimizer step (8 x 8 completions / 8 generations), the last partial
+    # batch dropped as verl's dataloader drops it: 112 steps
     assert prompts_per_step(cfg) == 8
-    assert {s.steps for s in plan} == {113}
+    assert {s.steps for s in plan} == {112} and {s.pool for s in plan} == {900}
 
 
 def test_smoke_caps_every_stage(make_cfg):
@@ -65,6 +95,12 @@ BAD_CONFIGS = [
      "curriculum.stages[0].overrides.warmup_steps"),
     # a stage at learning rate 0 never moves
     (("+curriculum=kk_ladder", "grpo.learning_rate=0"), "grpo.learning_rate"),
+    # an open TRL group is typed by TRL's dataclass: a rate that is not a number (was int()'s traceback)
+    (("+curriculum=kk_ladder", "grpo.learning_rate=abc"), "grpo.learning_rate"),
+    # ... and a count that is not whole
+    (("+curriculum=kk_ladder", "grpo.num_generations=4.5"), "grpo.num_generations"),
+    # no room for a single completion token
+    (("+curriculum=kk_ladder", "grpo.max_completion_length=0"), "grpo.max_completion_length"),
     # zero passes over each generation batch
     (("+curriculum=kk_ladder", "grpo.num_iterations=0"), "grpo.num_iterations"),
     # TRL takes generation_batch_size or steps_per_generation, never both
@@ -133,13 +169,31 @@ BAD_CONFIGS = [
     # ... that takes a built-in component's name
     (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.probe_rewards.low_token_share, below: 3}"),
      "reward.custom.format"),
+    # the validation plan is all or near
+    (("+curriculum=kk_ladder", "eval.subsets_after_stage=some"), "eval.subsets_after_stage"),
+    # a validation engine's share of the card is a share
+    (("+curriculum=kk_ladder", "eval.vllm_gpu_memory_utilization=0"), "eval.vllm_gpu_memory_utilization"),
+    # per-stage fields by stage name: a stage that does not exist (a typo would otherwise be ignored) ...
+    (("+curriculum=kk_ladder", "stage_overrides={7ppl: {learning_rate: 1.0e-6}}"), "stage_overrides.7ppl"),
+    # ... fields given as something other than a mapping
+    (("+curriculum=kk_ladder", "stage_overrides={2ppl: 1.0e-6}"), "stage_overrides.2ppl"),
+    # ... a misspelt GRPOConfig field, named under stage_overrides where it was written
+    (("+curriculum=kk_ladder", "stage_overrides={2ppl: {lerning_rate: 1.0e-6}}"), "stage_overrides.2ppl.lerning_rate"),
+    # ... a stage that would never update, or whose groups do not divide its generation batch
+    (("+curriculum=kk_ladder", "stage_overrides={3ppl: {learning_rate: 0}}"), "stage_overrides.3ppl.learning_rate"),
+    (("+curriculum=kk_ladder", "stage_overrides={2ppl: {num_generations: 5}}"), "stage_overrides.2ppl.num_generations"),
+    # ... an SFT stage takes SFTConfig fields
+    (("+curriculum=kk_r1", "stage_overrides={sft: {num_generations: 4}}"), "stage_overrides.sft.num_generations"),
+    # ... a bad value in the curriculum's own overrides is still named there, beside a good stage_overrides entry
+    (("+curriculum=kk_ladder", "+curriculum.stages.0.overrides.num_generations=5",
+      "stage_overrides={2ppl: {learning_rate: 1.0e-6}}"), "curriculum.stages[0].overrides.num_generations"),
 ]
 
 
 @pytest.mark.parametrize(("overrides", "key"), BAD_CONFIGS, ids=[k for _, k in BAD_CONFIGS])
 def test_bad_config_names_the_key(make_cfg, overrides, key):
-    cfg = make_cfg(*overrides)
-    with pytest.raises((ConfigError, ValueError)) as err:
+    with pytest.raises(ConfigError) as err:  # refused while composing (the schema) or by the checks after it
+        cfg = make_cfg(*overrides)
         check_config(cfg, build_plan(cfg))
     assert str(err.value).startswith(key), str(err.value)
 
@@ -164,6 +218,7 @@ def test_good_configs_pass(make_cfg):
 ])
 def test_epochs_become_steps_by_trls_batch_arithmetic(make_cfg, overrides, prompts, steps):
     cfg = make_cfg("+curriculum=kk_logicrl", *overrides)
+    cfg.curriculum.stages = [StageConfig(name=f"{p}ppl", ppl=p, epochs=1, pool=900) for p in range(3, 8)]
     assert prompts_per_step(cfg) == prompts
     assert {s.steps for s in build_plan(cfg)} == {steps}
 

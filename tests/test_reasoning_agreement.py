@@ -125,10 +125,13 @@ def test_the_results_table_prints_the_reasoning_metrics():
     record = {"names": NAMES, "solution": SOLUTION, "index": 3, "quiz": "..."}
     scored, _ = grade_subset([record], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]],
                              "think_answer")
-    console = Console(width=400, record=True)
+    console = Console(width=100, record=True)
     console.print(results_table([{"ppl": 2, **subset_metrics(scored)}], title="t"))
     text = console.export_text()
-    assert all(k in text for k in ("reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate"))
+    # short headers at 100 columns: the reasoning rates, each a % with its interval over 1 puzzle
+    assert all(k in text for k in ("reasoning", "agrees %", "invented", "name %"))
+    assert "100 (21-100)" in text and "0 (0-79)" in text  # agrees 1/1; invented 0/1
+    assert max(map(len, text.splitlines())) <= 100
 
 
 def test_the_report_shows_the_reasoning_metrics_per_stage(tmp_path):

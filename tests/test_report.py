@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from eval import report
-from eval import report_series as rs
-from eval.report import Table, latest_output, main, sweep_report, write_report
+from eval.report import cli as report
+from eval.report import jobs as js
+from eval.report import series as rs
+from eval.report.blocks import Table
+from eval.report.cli import latest_output, main, write_report
+from eval.report.sweep import sweep_report
 
 TRACEBACK = """Traceback (most recent call last):
   File "train/__main__.py", line 31, in main
@@ -126,6 +129,12 @@ def done_manifest(accuracy: dict[str, float]) -> dict:
     return {"status": "done", "stages": [last]}
 
 
+def done_validation(job: Path, accuracy: dict[str, float], n: int = 4) -> None:
+    """The validation.jsonl that goes with `done_manifest`: each subset after stage 1, over `n` puzzles."""
+    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "ppl": int(k[0]),
+                                            "accuracy": v, "n": n} for k, v in accuracy.items()])
+
+
 @pytest.fixture
 def sweep(tmp_path) -> Path:
     """Two jobs over reward.weights.format: 0 finished, 1 failed in its config check (no run.json)."""
@@ -133,23 +142,26 @@ def sweep(tmp_path) -> Path:
     sweep.mkdir(parents=True)
     (sweep / "multirun.yaml").write_text("hydra: {}\n")
     fixed = ["+curriculum=kk_ladder", "experiment=smoke"]
-    make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
-             manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
+    job = make_job(sweep, 0, [*fixed, "reward.weights.format=0.5"],
+                   manifest=done_manifest({"2ppl": 0.5, "3ppl": 0.25}))
+    done_validation(job, {"2ppl": 0.5, "3ppl": 0.25})
     make_job(sweep, 1, [*fixed, "reward.weights.format=1.0"], error=TRACEBACK)
     return sweep
 
 
 def test_sweep_jobs_table_with_a_failed_job(sweep):
-    jobs = rs.load_sweep(sweep)
+    jobs = js.load_sweep(sweep)
     assert [(j.name, j.status) for j in jobs] == [("0", "done"), ("1", "failed")]
-    assert rs.swept_params(jobs) == ["reward.weights.format"]
+    assert js.swept_params(jobs) == ["reward.weights.format"]
     assert jobs[0].final_accuracy == {2: 0.5, 3: 0.25} and jobs[0].objective == 0.375
     assert jobs[1].objective is None and jobs[1].final_accuracy == {}
     assert jobs[1].error.startswith("curriculum.plan.ConfigError: grpo.num_generations: 3")
     title, blocks = sweep_report(sweep, sweep / "report")
     table = [b for b in blocks if isinstance(b, Table)][-1]
     assert table.headers[:3] == ["job", "reward.weights.format", "status"]
-    assert table.rows[0][:6] == ["0", "0.5", "done", "1/1", "0.375", "0.375"]
+    # every accuracy with its 95% interval and n: 4 puzzles a subset, 8 behind the mean
+    assert table.rows[0][:8] == ["0", "0.5", "done", "1/1", "0.375", "0.375 [0.14, 0.69] n=8",
+                                 "0.500 [0.15, 0.85] n=4", "0.250 [0.05, 0.70] n=4"]
     assert table.rows[1][2] == "failed" and table.rows[1][-1].startswith("curriculum.plan.ConfigError")
     assert (sweep / "report" / "sweep_accuracy.png").exists()  # one parameter: accuracy vs its values
 
@@ -166,7 +178,9 @@ def test_whole_run_report_writes_markdown_html_and_pngs(partial_run):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "report.md").read_text()
     assert all(f"]({png})" in markdown for png in pngs)
-    assert "| after stage | 2ppl | 3ppl |" in markdown and "| 2ppl | 0.600 | 0.200 |" in markdown
+    assert "| after stage | 2ppl | 3ppl |" in markdown
+    # each accuracy with its 95% Wilson interval and n; 0.1 -> 0.6 of 4 puzzles is within noise: no mark
+    assert "| 2ppl | 0.600 [0.20, 0.90] n=4 | 0.200 [0.03, 0.66] n=4 |" in markdown
     assert "| 4ppl | - | - |" in markdown  # the pending stage is a row of gaps
     assert "no numeric `kl` in metrics.jsonl" in markdown  # the missing panel is a note, not an error
     html = (out / "report.html").read_text()
@@ -193,8 +207,9 @@ def test_report_of_a_run_with_almost_nothing_never_raises(tmp_path):
 def test_two_swept_parameters_make_a_heatmap(tmp_path):
     sweep = tmp_path / "sweep"
     for num, (fmt_weight, answer, acc) in enumerate([("0", "1", 0.2), ("0.5", "1", 0.4), ("0", "2", 0.6)]):
-        make_job(sweep, num, [f"reward.weights.format={fmt_weight}", f"reward.weights.answer={answer}"],
-                 manifest=done_manifest({"2ppl": acc}))
+        job = make_job(sweep, num, [f"reward.weights.format={fmt_weight}", f"reward.weights.answer={answer}"],
+                       manifest=done_manifest({"2ppl": acc}))
+        done_validation(job, {"2ppl": acc})
     out = write_report(sweep)
     assert (out / "sweep_accuracy.png").exists()
     # the heatmap, and the jobs' accuracy-per-stage and length curves overlaid
@@ -219,7 +234,7 @@ def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_p
 
 def test_the_report_says_when_ratio_clipping_never_acted():
     """One optimizer step per generation batch: the ratio is 1, clip-higher is inert, and the report says so."""
-    from eval.report import _ratio_clipping_note
+    from eval.report.run import _ratio_clipping_note
 
     assert _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
     assert not _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])

@@ -6,9 +6,11 @@ from __future__ import annotations
 import pickle
 
 import pytest
+import yaml
 from trl.trainer.utils import get_callable_name
 
 import train.rewards as rewards
+from core.checks import ConfigError
 from tests.conftest import ROOT
 from train.rewards import (
     COMPONENTS,
@@ -22,7 +24,9 @@ from train.rewards import (
     tiered_reward,
 )
 
-PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml"))
+# K&K's presets; a preset for another task names it (`task: gsm8k`) and is tested with that task.
+PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml")
+                 if (yaml.safe_load(p.read_text()) or {}).get("task", "kk") == "kk")
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RIGHT = "Zoey is a knave, and Oliver is a knight."
 
@@ -174,13 +178,16 @@ def test_bound_components_take_trls_call():
     )
     completions = [[{"role": "assistant", "content": f"ok</think><answer>{RIGHT}</answer>"}], "no tags"]
     trl_kwargs = {
-        "prompts": ["p", "p"], "completion_ids": [[1] * 10, [1] * 64], "trainer_state": object(),
+        # a logic_rl prompt ends with the pre-filled <think> (Logic-RL's parser reads prompt + completion)
+        "prompts": ["<|im_start|>assistant\n<think>"] * 2, "completion_ids": [[1] * 10, [1] * 64],
+        "trainer_state": object(),
         "log_metric": print, "log_extra": print, "ppl": [2, 2], "id": ["a", "b"], "fmt": ["junk", "junk"],
     }
     values = {get_callable_name(f): f(**batch(completions), **trl_kwargs) for f in funcs}
     assert values == {
         "format_reward": [1.0, 0.0], "think_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0],
         "partial_reward": [1.0, 0.0], "overlong_reward": [0.0, -1.0], "tiered_reward": [3.0, -3.0],
+        "logic_rl_strict_reward": [3.0, -3.0],
     }
 
 
@@ -211,34 +218,52 @@ def test_each_completion_is_graded_once_per_batch(monkeypatch):
                                   max_completion_length=64)
     completions = [think_answer(RIGHT), think_answer("Both are knights."), think_answer(RIGHT)]
     for f in funcs:
-        f(**batch(completions), completion_ids=[[1]] * 3)
-    assert len(calls) == 2  # two distinct completions, six components
+        f(**batch(completions), completion_ids=[[1]] * 3, prompts=["p"] * 3)
+    assert len(calls) == 2  # two distinct completions, the grader's six components (logic_rl_strict: its own)
 
 
 @pytest.mark.parametrize(("cfg", "message"), [
+    # a typo in a component name would silently weigh nothing
     ({"weights": {"fromat": 1}}, "reward.weights.fromat: unknown component; known: format, think"),
-    ({"weights": {"format": "high"}}, "reward.weights.format: 'high' is not a finite number"),
-    ({"weights": {"format": True}}, "reward.weights.format: True is not a finite number"),
+    # a NaN weight would make every advantage NaN
     ({"weights": {"format": float("nan")}}, "reward.weights.format: nan"),
-    ({"weights": [1, 2]}, "reward.weights: expected a mapping"),
+    # nothing to learn from
     ({"weights": {"answer": 0}}, "reward.weights: every weight is 0"),
-    ({"wieghts": {}}, "reward.wieghts: unknown key; known: weights, overlong, tiered"),
-    ({"overlong": {"buffer": 0}}, "reward.overlong.buffer: 0 is not a positive integer"),
-    ({"overlong": {"buffer": 1.5}}, "reward.overlong.buffer: 1.5 is not a positive integer"),
-    ({"overlong": {"bufer": 8}}, "reward.overlong.bufer: unknown key"),
+    # no overlong ramp at all
+    ({"overlong": {"buffer": 0}}, "reward.overlong.buffer: must be a whole number > 0 (got 0)"),
+    # a scheme that does not exist
     ({"tiered": {"scheme": "seed_v3"}}, "reward.tiered.scheme: 'seed_v3' unknown; known: custom, seed_v1"),
+    # a tier that does not exist would be ignored
     ({"tiered": {"table": {"corect": 1}}}, "reward.tiered.table.corect: unknown tier; known: no_format"),
-    ({"tiered": {"table": {"correct": "5"}}}, "reward.tiered.table.correct: '5' is not a finite number"),
+    # a custom table must say what a format failure, a wrong and a right answer earn
     ({"tiered": {"scheme": "custom", "table": {"correct": 1}}}, "reward.tiered.table.no_format: required"),
 ])
 def test_config_errors_name_the_key(cfg, message):
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ConfigError) as err:
         build_reward_funcs({"weights": {"answer": 1}, **cfg}, fmt="think_answer", max_completion_length=64)
     assert str(err.value).startswith(message)
 
 
-def test_fmt_and_length_errors():
-    with pytest.raises(ValueError, match="prompt.fmt: 'r1'"):
-        build_reward_funcs({}, fmt="r1", max_completion_length=64)
-    with pytest.raises(ValueError, match="grpo.max_completion_length: 0"):
-        build_reward_funcs({}, fmt="think_answer", max_completion_length=0)
+# Wrong types and unknown keys of the reward group (and the prompt format) are the schema's to refuse
+# (conf/schema.py), while Hydra composes, before build_reward_funcs runs; they were its own checks once.
+@pytest.mark.parametrize(("override", "message"), [
+    # a weight that is not a number
+    ("reward.weights.format=high", "reward.weights.format: Value 'high'"),
+    # YAML's true is an int to Python: it must not pass as weight 1
+    ("reward.weights.format=true", "reward.weights.format: Value 'True' of type 'bool'"),
+    # weights are a mapping of component names
+    ("reward.weights=[1,2]", "reward.weights: "),
+    # a misspelt key of the group, named with the closest real one
+    ("+reward.wieghts={}", "reward.wieghts: not a config key; did you mean reward.weights?"),
+    # a buffer of 1.5 tokens
+    ("reward.overlong.buffer=1.5", "reward.overlong.buffer: Value '1.5' of type 'float'"),
+    ("+reward.overlong.bufer=8", "reward.overlong.bufer: not a config key; did you mean reward.overlong.buffer?"),
+    # a tier value that is not a number
+    ("++reward.tiered.table.correct=five", "reward.tiered.table.correct: Value 'five'"),
+    # a prompt format the grader does not know
+    ("prompt.fmt=r1", "prompt.fmt: Invalid value 'r1', expected one of [think_answer, answer_only, logic_rl]"),
+])
+def test_reward_keys_and_types_are_the_schemas(make_cfg, override, message):
+    with pytest.raises(ConfigError) as err:
+        make_cfg(override)
+    assert str(err.value).startswith(message), str(err.value)

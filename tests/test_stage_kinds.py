@@ -1,4 +1,4 @@
-"""Stage kinds: one table the plan's names agree with, each kind's token budget, and SFT with LoRA adapters."""
+"""Stage kinds: one table the schema's names agree with, each kind's token budget, and SFT with LoRA adapters."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from curriculum.plan import STAGE_KINDS as PLAN_KIND_NAMES
-from curriculum.plan import ConfigError
+from conf.schema import StageKindName
+from core.checks import ConfigError
 from tests.conftest import compose_cfg
-from train.config_check import STAGE_KINDS
 from train.runner import run_curriculum
+from train.stage_kinds import STAGE_KINDS
 from train.stage_run import fingerprint
 
 SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"
 
 
-def test_every_kind_the_plan_accepts_has_one_entry():
-    assert set(STAGE_KINDS) == set(PLAN_KIND_NAMES)
+def test_every_kind_the_schema_accepts_has_one_entry():
+    assert set(STAGE_KINDS) == {kind.value for kind in StageKindName}
     assert [kind.name for kind in STAGE_KINDS.values()] == list(STAGE_KINDS)
 
 

@@ -12,23 +12,25 @@ from tests.conftest import run_cli
 
 def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
     sweep_dir = tmp_path / "sweep"
+    # -1: a weight of the right type that the job's own checks refuse (a negative weight); a value of the
+    # wrong type ("oops") is the schema's to refuse while Hydra composes that job, which ends the sweep
     done = run_cli("train", "-m", "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1",
                    f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}",
-                   "reward.weights.format=0,0.5,oops")
+                   "reward.weights.format=0,0.5,-1")
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = {}
     for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()):
         overrides = (job / ".hydra" / "overrides.yaml").read_text()
         jobs[overrides.split("reward.weights.format=")[1].split()[0]] = job
-    assert set(jobs) == {"0", "0.5", "oops"}
+    assert set(jobs) == {"0", "0.5", "-1"}
     for value in ("0", "0.5"):
         manifest = json.loads((jobs[value] / "run.json").read_text())
         assert manifest["status"] == "done" and [s["status"] for s in manifest["stages"]] == ["done"] * 5
         assert 0.0 <= manifest["objective"] <= 1.0
         assert (jobs[value] / "metrics.jsonl").exists() and (jobs[value] / "validation.jsonl").exists()
         assert OmegaConf.load(jobs[value] / "config.yaml").reward.weights.format == float(value)
-    assert "reward.weights.format" in (jobs["oops"] / "error.txt").read_text()
-    assert not (jobs["oops"] / "run.json").exists(), "the bad job failed before anything was trained"
+    assert "reward.weights.format" in (jobs["-1"] / "error.txt").read_text()
+    assert not (jobs["-1"] / "run.json").exists(), "the bad job failed before anything was trained"
 
 
 def test_slurm_launcher_config_resolves(make_cfg):

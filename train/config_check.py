@@ -2,65 +2,70 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from core.checks import ConfigError, is_int, is_number, plain
 from core.models import LORA_KEYS
 from core.rundir import objective
-from curriculum.plan import ConfigError, Stage
+from curriculum.plan import Stage
 from eval.config_check import check_data_config, check_eval_config
-from eval.grader import FORMATS
-from train.grpo_stage import GRPO, check_grpo_fields
+from train.grpo_stage import check_grpo_fields
 from train.rewards import build_reward_funcs
-from train.sft_stage import SFT
+from train.stage_kinds import stage_kinds
 from train.stage_run import StageKind
-
-# Every stage kind by the name a curriculum's `kind:` gives it (the names are `curriculum.plan.STAGE_KINDS`,
-# which the plan checks without importing the trainers); the checks here and the runner look stages up in it.
-STAGE_KINDS: dict[str, StageKind] = {kind.name: kind for kind in (GRPO, SFT)}
-MODEL_SOURCES = ("hub", "tiny", "smollm2")
-REFERENCES = ("previous_stage", "rl_start", "base")
-DEVICES = ("auto", "cuda")
 
 
 def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
-    """Raise ConfigError for the first bad value found, naming its key."""
+    """Raise ConfigError for the first bad value found, naming its key.
+
+    Keys and types are the schema's (conf/schema.py, checked while Hydra composes); these are the rules a
+    type cannot say: ranges, rules across keys, names that must exist, what this machine has (first: a
+    GPU setting on a machine without CUDA is named before anything that setting would also change).
+    """
+    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
-    for stage in plan:
-        STAGE_KINDS[stage.kind].check(cfg, stage, f"curriculum.stages[{stage.index - 1}].overrides")
+    _check_stage_overrides(stage_kinds(cfg), cfg, plan)
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
-    if cfg.on_damaged_checkpoint not in ("error", "retrain"):
-        raise ConfigError(f"on_damaged_checkpoint: {cfg.on_damaged_checkpoint!r} is not error or retrain")
-    if cfg.prompt.fmt not in FORMATS:
-        raise ConfigError(f"prompt.fmt: {cfg.prompt.fmt!r} is not one of {sorted(FORMATS)}")
-    if cfg.model.source not in MODEL_SOURCES:
-        raise ConfigError(f"model.source: {cfg.model.source!r} is not one of {MODEL_SOURCES}")
-    _check_lora(cfg.model.get("lora"))
-    _check_reference(cfg, plan)
-    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
+    _check_lora(cfg.model.lora)
+    _check_reference(str(cfg.reference), cfg.model.lora)
     build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
+
+
+def _check_stage_overrides(kinds: dict[str, StageKind], cfg: DictConfig, plan: list[Stage]) -> None:
+    """A stage's own `overrides` first, under its curriculum key; then with `stage_overrides.<name>` merged
+    over them (the plan holds the merge), under that key: a bad value is named where it was written."""
+    named = cfg.get("stage_overrides") or {}
+    for stage in plan:
+        kind = kinds[stage.kind]
+        own = OmegaConf.select(cfg, f"curriculum.stages.{stage.index - 1}.overrides")
+        own = OmegaConf.to_container(own, resolve=True) if own is not None else {}
+        kind.check(dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
+        if stage.name in named:
+            kind.check(stage, f"stage_overrides.{stage.name}")
 
 
 def _check_lora(lora) -> None:
     """`model.lora` is null or LoRA settings that PEFT takes (r, alpha, dropout, target_modules, learning_rate)."""
+    lora = plain(lora)
     if not lora:
         return
-    lora = OmegaConf.to_container(lora, resolve=True) if OmegaConf.is_config(lora) else lora
     if not isinstance(lora, dict):
         raise ConfigError(f"model.lora: {lora!r} is not null or a mapping with keys {LORA_KEYS}")
     unknown = sorted(set(lora) - set(LORA_KEYS))
     if unknown:
         raise ConfigError(f"model.lora.{unknown[0]}: not a LoRA key; known: {LORA_KEYS}")
     for name in ("r", "alpha"):
-        if name in lora and not (_is_real(lora[name]) and isinstance(lora[name], int) and lora[name] > 0):
+        if name in lora and not (is_int(lora[name]) and lora[name] > 0):
             raise ConfigError(f"model.lora.{name}: must be a whole number > 0 (got {lora[name]!r})")
-    if "learning_rate" in lora and not (_is_real(lora["learning_rate"]) and lora["learning_rate"] > 0):
+    if "learning_rate" in lora and not (is_number(lora["learning_rate"]) and lora["learning_rate"] > 0):
         raise ConfigError(f"model.lora.learning_rate: must be > 0 (got {lora['learning_rate']!r})")
-    if "dropout" in lora and not (_is_real(lora["dropout"]) and 0 <= lora["dropout"] < 1):
+    if "dropout" in lora and not (is_number(lora["dropout"]) and 0 <= lora["dropout"] < 1):
         raise ConfigError(f"model.lora.dropout: must be in [0, 1) (got {lora['dropout']!r})")
     modules = lora.get("target_modules", "all-linear")
     if not (isinstance(modules, str) or isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
@@ -70,24 +75,15 @@ def _check_lora(lora) -> None:
         raise ConfigError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'")
 
 
-def _is_real(value) -> bool:
-    """An int or float that is not a bool (YAML's `true` would otherwise pass as 1)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_reference(cfg: DictConfig, plan: list[Stage]) -> None:
-    """`reference` names a known checkpoint; LoRA can only measure KL to its own starting weights."""
-    if cfg.reference not in REFERENCES:
-        raise ConfigError(f"reference: {cfg.reference!r} is not one of {REFERENCES}")
-    if cfg.model.get("lora") and cfg.reference != "previous_stage":
-        raise ConfigError(f"reference: {cfg.reference} needs full weights; with model.lora the reference is always "
+def _check_reference(reference: str, lora) -> None:
+    """LoRA can only measure KL to its own starting weights (the reference names are the schema's)."""
+    if lora and reference != "previous_stage":
+        raise ConfigError(f"reference: {reference} needs full weights; with model.lora the reference is always "
                           "the stage's starting checkpoint (adapters off), i.e. previous_stage")
 
 
 def _check_device(device: str, grpo: dict) -> None:
     """Refuse a GPU-only setting on a machine without CUDA before anything loads."""
-    if device not in DEVICES:
-        raise ConfigError(f"device: {device!r} is not one of {DEVICES}")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: cuda, but this machine has no CUDA GPU (experiment=single_gpu is for one "
                           "NVIDIA card; on a CPU drop it, or use experiment=smoke / cpu_demo)")
@@ -102,9 +98,3 @@ def _check_objective(name: str, subsets: list[int]) -> None:
     if objective(name, dict.fromkeys(subsets, 0.0)) is None:
         allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")
-
-
-def check_prompt_lengths(cfg: DictConfig, plan: list[Stage], rows_by_name: dict, tokenizer) -> None:
-    """Every stage's rows fit its kind's token budget (GRPO: the context; SFT: `sft.max_length`)."""
-    for stage in plan:
-        STAGE_KINDS[stage.kind].check_lengths(cfg, stage, rows_by_name[stage.name], tokenizer)

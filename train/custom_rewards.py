@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from curriculum.errors import ConfigError
+from core.checks import ConfigError
 
 # The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
 # dataset columns of this project's rows.
@@ -58,7 +58,7 @@ def load_custom_reward(name: str, spec, reserved: tuple[str, ...]) -> NamedRewar
     'tokens'
     >>> load_custom_reward("x", {"_target_": "no.such.module.fn"}, ())  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    curriculum.errors.ConfigError: reward.custom.x._target_: cannot import 'no.such.module.fn' ...
+    core.checks.ConfigError: reward.custom.x._target_: cannot import 'no.such.module.fn' ...
     """
     key = f"reward.custom.{name}"
     if name in reserved:

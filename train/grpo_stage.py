@@ -6,49 +6,125 @@ previous_stage` the reference then holds the previous stage's weights. For `rl_s
 the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
 With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
 adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
+With `eval.backend=vllm` and vLLM rollouts in colocate mode, in-stage validation borrows the
+trainer's own vLLM engine (`eval.vllm_backend.ColocatedEngine`).
 What every kind shares (train, resume, publish) is `train/stage_run.py`'s.
+
+The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
+group: near-identical rollouts are the collapse people saw). TRL never shows a callback the
+completions, so it is measured where they are: `DistinctShare` wraps the first reward function,
+which sees the whole generation batch, and reports through TRL's `log_metric`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from accelerate.utils import is_peft_model
-from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import is_async_callable
 
+from core.checks import ConfigError
 from core.models import lora_config
 from curriculum.data import to_rows
-from curriculum.plan import ConfigError, Stage, grpo_batch
-from train.adaptive import with_distinct_share
+from curriculum.plan import Stage, grpo_batch
+from eval.grader import completion_text
+from eval.in_stage import InStageValidation
+from eval.vllm_backend import ColocatedEngine
 from train.rewards import build_reward_funcs
-from train.stage_run import StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
+from train.stage_run import KindSettings, StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
 
-GRPO_FIELDS = {f.name for f in dataclasses.fields(GRPOConfig)}
+DISTINCT_KEY = "completions/distinct_share"
+_SPACE = re.compile(r"\s+")
 
 log = logging.getLogger(__name__)
 
 
-def grpo_config(cfg: DictConfig, stage: Stage, output_dir: Path) -> GRPOConfig:
-    """GRPOConfig from `cfg.grpo`, the stage's overrides and the device (bf16/optim on CUDA only)."""
-    fields = trainer_fields(OmegaConf.to_container(cfg.grpo, resolve=True), stage, seed=int(cfg.seed),
-                            output_dir=output_dir, lora=cfg.model.get("lora"))
+def distinct_share(completions: Sequence, group_size: int) -> float:
+    """Mean over groups (consecutive runs of `group_size` completions of one prompt) of distinct/size.
+
+    Whitespace differences do not count as distinct.
+
+    >>> distinct_share(["a", "a ", "b", "c"], 2)  # group 1: one distinct of two; group 2: two of two
+    0.75
+    >>> distinct_share([[{"role": "assistant", "content": "x"}]] * 4, 4)
+    0.25
+    """
+    if group_size < 1 or len(completions) % group_size:
+        raise ValueError(f"distinct_share: {len(completions)} completions do not split into groups of {group_size}")
+    texts = [_SPACE.sub(" ", completion_text(c)).strip() for c in completions]
+    groups = [texts[i:i + group_size] for i in range(0, len(texts), group_size)]
+    return sum(len(set(group)) / group_size for group in groups) / len(groups)
+
+
+class DistinctShare:
+    """A reward function that also logs `distinct_share` of the batch; TRL sees the wrapped one's name.
+
+    >>> def score(completions, **kwargs):
+    ...     return [1.0] * len(completions)
+    >>> logged = {}
+    >>> wrapped = DistinctShare(score, group_size=2)
+    >>> wrapped(completions=["a", "a", "a", "b"], log_metric=logged.__setitem__), wrapped.__name__, logged
+    ([1.0, 1.0, 1.0, 1.0], 'score', {'completions/distinct_share': 0.75})
+    """
+
+    def __init__(self, func: Callable, group_size: int):
+        self.func, self.group_size = func, group_size
+        self.__name__ = func.__name__
+        self.warned = False
+
+    def __call__(self, *, completions, log_metric=None, **kwargs):
+        self._log(completions, log_metric)
+        return self.func(completions=completions, log_metric=log_metric, **kwargs)
+
+    def _log(self, completions, log_metric) -> None:
+        if log_metric is None:
+            return
+        if len(completions) % self.group_size:
+            # Groups split across processes (multi-GPU): a metric must never stop training; say so once.
+            if not self.warned:
+                log.warning("distinct share not logged: %d completions are not whole groups of %d",
+                            len(completions), self.group_size)
+                self.warned = True
+            return
+        log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
+
+
+class AsyncDistinctShare(DistinctShare):
+    """The same around an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
+
+    async def __call__(self, *, completions, log_metric=None, **kwargs):
+        self._log(completions, log_metric)
+        return await self.func(completions=completions, log_metric=log_metric, **kwargs)
+
+
+def with_distinct_share(funcs: Sequence[Callable], group_size: int) -> list[Callable]:
+    """The reward functions with the first one logging the distinct share (once per batch, not per function)."""
+    if not funcs:
+        return []
+    wrapper = AsyncDistinctShare if is_async_callable(funcs[0]) else DistinctShare
+    return [wrapper(funcs[0], group_size), *funcs[1:]]
+
+
+def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lora: Mapping | None) -> GRPOConfig:
+    """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only)."""
+    fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora)
     return GRPOConfig(**fields, remove_unused_columns=False)
 
 
 def check_grpo_fields(fields: Mapping, key: str) -> None:
     """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL would accept and that train."""
-    check_trainer_fields(fields, GRPO_FIELDS, key, "GRPOConfig")
-    if float(fields.get("beta", 0.0)) < 0:
+    check_trainer_fields(fields, GRPOConfig, key)  # names and plain types, against TRL's dataclass
+    if fields.get("beta", 0.0) < 0:
         raise ConfigError(f"{key}.beta: must be >= 0 (got {fields['beta']})")
     grpo_batch(fields, key)
-    if float(fields.get("learning_rate", 1e-6)) <= 0:
+    if fields.get("learning_rate", 1e-6) <= 0:
         raise ConfigError(f"{key}.learning_rate: must be > 0 (a stage at learning rate 0 never updates the policy)")
-    if int(fields.get("max_completion_length", 512)) <= 0:
+    if fields.get("max_completion_length") is not None and fields["max_completion_length"] <= 0:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
 
 
@@ -57,18 +133,25 @@ class GrpoStage:
 
     name = "grpo"
     learns_from_rewards = True
-    rows = staticmethod(to_rows)
 
-    def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
-        check_grpo_fields({**OmegaConf.to_container(cfg.grpo, resolve=True), **stage.overrides}, key)
-        if not self.has_reference(cfg, stage):
+    def __init__(self, grpo: Mapping, shared: KindSettings):
+        self.grpo, self.shared = grpo, shared
+
+    def rows(self, records: list[dict], tokenizer):
+        model = self.shared.model
+        return to_rows(records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
+                       chat_kwargs=model.get("chat_template_kwargs"))
+
+    def check(self, stage: Stage, key: str) -> None:
+        check_grpo_fields({**self.grpo, **stage.overrides}, key)
+        if not self.has_reference(stage):
             log.warning("stage %s: beta is 0, so TRL loads no reference model and there is no KL term "
                         "(run.json records reference: null); set grpo.beta > 0 to keep one", stage.name)
 
-    def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
+    def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
         """Every prompt plus the completion budget must fit the model's context (TRL truncates nothing)."""
-        context_length = int(cfg.model.context_length)
-        max_new_tokens = int(stage.overrides.get("max_completion_length", cfg.grpo.max_completion_length))
+        context_length = int(self.shared.model["context_length"])
+        max_new_tokens = int(stage.overrides.get("max_completion_length", self.grpo["max_completion_length"]))
         longest = max(token_counts(rows["prompt"], tokenizer), default=0)
         if longest + max_new_tokens > context_length:
             raise ConfigError(
@@ -76,25 +159,29 @@ class GrpoStage:
                 f"grpo.max_completion_length {max_new_tokens} it exceeds the context of {context_length}"
             )
 
-    def has_reference(self, cfg: DictConfig, stage: Stage) -> bool:
-        return float(stage.overrides.get("beta", cfg.grpo.beta)) > 0
+    def has_reference(self, stage: Stage) -> bool:
+        return float(stage.overrides.get("beta", self.grpo["beta"])) > 0
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> GRPOTrainer:
-        cfg = ctx.cfg
-        args = grpo_config(cfg, stage, output_dir)
-        funcs, weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
+        lora = self.shared.model.get("lora")
+        args = grpo_config(self.grpo, stage, output_dir, seed=self.shared.seed, lora=lora)
+        funcs, weights = build_reward_funcs(self.shared.reward, fmt=self.shared.prompt["fmt"],
                                             max_completion_length=args.max_completion_length)
         args.reward_weights = weights
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
-        return GRPOTrainer(
+        trainer = GRPOTrainer(
             model=_policy(ctx, args.model_init_kwargs["dtype"]),
             reward_funcs=funcs,
             args=args,
             train_dataset=rows,
             processing_class=AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left"),
             callbacks=callbacks,
-            peft_config=lora_config(cfg.model),
+            peft_config=lora_config(self.shared.model),
         )
+        for callback in callbacks:  # in-stage validation borrows the trainer's colocated vLLM engine
+            if isinstance(callback, InStageValidation) and callback.settings.backend == "vllm":
+                callback.colocated = ColocatedEngine.of(trainer)
+        return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
         """TRL's reference model, or (LoRA) the policy with adapters off."""
@@ -114,4 +201,3 @@ def _policy(ctx: StageContext, dtype_name: str):
     return model
 
 
-GRPO = GrpoStage()

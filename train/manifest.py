@@ -1,20 +1,37 @@
-"""The run manifest (`run.json`): its writer, which holds statuses to the run-directory contract.
+"""The run manifest (`run.json`) and the resolved config beside it (`config.yaml`): their one writer.
 
 `run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
-kill at any moment leaves either the old or the new manifest, never half of one.
+kill at any moment leaves either the old or the new manifest, never half of one. A stage's entry
+is a `core.rundir.StageRecord`, changed only through the steps of a stage's life named here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from core.rundir import CONFIG, RUN_JSON, STAGES, StageRecord, Status, run_status, stage_transition, write_json_atomic
+from core.rundir import (
+    CONFIG,
+    RUN_JSON,
+    STAGES,
+    StageRecord,
+    Status,
+    run_status,
+    stage_records,
+    stage_transition,
+    write_json_atomic,
+)
 from curriculum.plan import Stage
+
+if TYPE_CHECKING:
+    from train.stage_run import StageResult
 
 # Keys that may differ between a run and its resume without changing what is trained.
 RESUME_FREE_KEYS = (
@@ -23,9 +40,9 @@ RESUME_FREE_KEYS = (
 )
 
 
-def config_hash(cfg: DictConfig) -> str:
-    """Hash of the training-relevant config (RESUME_FREE_KEYS left out)."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
+def config_hash(resolved: Mapping) -> str:
+    """Hash of the training-relevant part of a resolved config (RESUME_FREE_KEYS left out)."""
+    plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
     for key in RESUME_FREE_KEYS:
         head, _, tail = key.partition(".")
         if tail and isinstance(plain.get(head), dict):
@@ -36,77 +53,133 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 class Manifest:
-    """run.json: the plan, and per stage its status, checkpoints, reference, steps, time and metrics."""
+    """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
+    the named steps of a stage's life below (each checked against the contract's statuses)."""
 
-    def __init__(self, path: Path, data: dict):
-        self.path, self.data = path, data
+    def __init__(self, path: Path, data: Mapping):
+        self.path = path
+        self.fields = {k: v for k, v in data.items() if k != "stages"}
+        self.stages = stage_records(data)
 
     @classmethod
     def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage]) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed."""
+        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed.
+
+        `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
+        """
         path = run_dir / RUN_JSON
-        digest = config_hash(cfg)
+        resolved = OmegaConf.to_container(cfg, resolve=True)
+        digest = config_hash(resolved)
         if path.exists():
             data = _read_manifest(path)
             if data["config_hash"] != digest:
-                changed = changed_keys(run_dir / CONFIG, cfg)
+                changed = changed_keys(run_dir / CONFIG, resolved)
                 raise RuntimeError(
                     f"resume={run_dir}: the config differs from the one this run was started with "
                     f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
                     f"resume with the values in {run_dir / CONFIG}, or start a new run"
                 )
-            return cls(path, data)
-        data = {
-            "run_dir": str(run_dir),
-            "config_hash": digest,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "status": Status.RUNNING,
-            "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
-            "base_model": None,
-            "reference": str(cfg.reference),
-            "baseline": None,
-            "stages": [_stage_entry(s) for s in plan],
-        }
-        manifest = cls(path, data)
-        manifest.save()
+            manifest = cls(path, data)
+        else:
+            manifest = cls(path, {
+                "run_dir": str(run_dir),
+                "config_hash": digest,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "status": Status.RUNNING,
+                "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
+                "base_model": None,
+                "reference": str(cfg.reference),
+                "baseline": None,
+                "stages": [_planned(s).to_json() for s in plan],
+            })
+        if not (run_dir / CONFIG).exists():
+            (run_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        if not path.exists():
+            manifest.save()
         return manifest
+
+    @property
+    def data(self) -> dict:
+        """run.json as it is written."""
+        return {**self.fields, "stages": [s.to_json() for s in self.stages]}
 
     def save(self) -> None:
         write_json_atomic(self.path, self.data)
 
-    def stage(self, index: int) -> dict:
-        return self.data["stages"][index - 1]
-
-    def record(self, index: int) -> StageRecord:
-        """Stage `index` (1-based) as a typed record."""
-        return StageRecord.from_json(self.stage(index))
-
     @property
     def config_hash(self) -> str:
-        return self.data["config_hash"]
+        return self.fields["config_hash"]
 
     @property
     def baseline(self) -> dict | None:
         """The baseline validation's summary ("<n>ppl" -> accuracy, mean_tokens), None until it ran."""
-        return self.data["baseline"]
-
-    def update_stage(self, index: int, **fields) -> None:
-        """Change stage `index`'s fields; a status change must be one the contract allows."""
-        entry = self.stage(index)
-        if "status" in fields:
-            fields["status"] = stage_transition(entry["name"], entry["status"], fields["status"])
-        entry.update(fields)
-        self.save()
+        return self.fields["baseline"]
 
     def update(self, **fields) -> None:
+        """Change the run's own fields (not its stages'); a status must be a run's."""
         if "status" in fields:
             fields["status"] = run_status(fields["status"])
-        self.data.update(fields)
+        self.fields.update(fields)
         self.save()
+
+    def record(self, index: int) -> StageRecord:
+        """Stage `index` (1-based)."""
+        return self.stages[index - 1]
 
     def global_step_before(self, index: int) -> int:
         """Global steps completed by the stages before `index` (where this stage's steps start)."""
-        return sum(s["steps_done"] for s in self.data["stages"][: index - 1])
+        return sum(s.steps_done or 0 for s in self.stages[: index - 1])
+
+    def update_stage(self, index: int, **fields) -> None:
+        """Change stage `index`'s fields (StageRecord's names): the one writer the steps below go through.
+        A status change must be one the contract allows; a refused one leaves run.json as it was."""
+        record = self.record(index)
+        if "status" in fields:
+            fields["status"] = stage_transition(record.name, record.status, fields["status"])
+        self.stages[index - 1] = dataclasses.replace(record, **fields)
+        self.save()
+
+    # A stage's life, in order: pools drawn, started, (guard events), ended, trained, validated; or failed, or reset.
+
+    def pools_drawn(self, removed_overlap: Mapping[str, int]) -> None:
+        """How many held-out puzzles each stage's training pool dropped, by stage name."""
+        self.stages = [dataclasses.replace(s, removed_overlap=removed_overlap[s.name]) for s in self.stages]
+        self.save()
+
+    def stage_started(self, index: int, *, policy_init: str) -> None:
+        self.update_stage(index, status=Status.RUNNING, policy_init=policy_init,
+                          global_step_start=self.global_step_before(index))
+
+    def guard_event(self, index: int, event: dict) -> None:
+        """Add a collapse-guard event, once: a resumed stage may log the same step again."""
+        events = self.record(index).guard_events
+        if all((e["stage_step"], e["signal"]) != (event["stage_step"], event["signal"]) for e in events):
+            self.update_stage(index, guard_events=[*events, event])
+
+    def stage_ended(self, index: int, end: dict) -> None:
+        """Why the stage ended (threshold | guard | budget), with the check that decided it."""
+        self.update_stage(index, end=end)
+
+    def stage_trained(self, index: int, result: StageResult) -> None:
+        """The stage's final is published: its steps continue the global count from the stages before it."""
+        start = self.global_step_before(index)
+        self.update_stage(
+            index, status=Status.TRAINED, checkpoint=result.checkpoint, steps_done=result.steps_done,
+            global_step_start=start, global_step_end=start + result.steps_done,
+            policy_fingerprint=result.policy_fingerprint, reference=result.reference,
+            reference_fingerprint=result.reference_fingerprint, resumed_from=result.resumed_from,
+            wall_seconds=result.wall_seconds,
+        )
+
+    def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:
+        self.update_stage(index, status=Status.DONE, final_metrics=final_metrics, validation_cost=cost)
+
+    def stage_failed(self, index: int, err: BaseException) -> None:
+        self.update_stage(index, status=Status.FAILED, error=f"{type(err).__name__}: {err}")
+
+    def stage_reset(self, index: int) -> None:
+        """Back to pending, naming no final: its final is gone, and the stage is trained again."""
+        self.update_stage(index, status=Status.PENDING, checkpoint=None)
 
 
 def _read_manifest(path: Path) -> dict:
@@ -122,15 +195,19 @@ def _read_manifest(path: Path) -> dict:
         ) from None
     if not isinstance(data, dict) or "config_hash" not in data:
         raise RuntimeError(f"{path}: not a run manifest (no config_hash); restore it, or start a new run")
+    stages = data.get("stages")
+    if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
+        raise RuntimeError(f"{path}: its stages are not a list of stage entries; restore it, or start a new run")
     return data
 
 
-def changed_keys(config_file: Path, cfg: DictConfig) -> list[str]:
-    """Dotted keys whose value differs between a run's `config.yaml` and `cfg` (RESUME_FREE_KEYS left out)."""
+def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
+    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
+    left out)."""
     if not config_file.exists():
         return []
     old = _flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
-    new = _flatten(OmegaConf.to_container(cfg, resolve=True))
+    new = _flatten(dict(resolved))
     return sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
 
@@ -145,21 +222,12 @@ def _flatten(tree, prefix: str = "") -> dict:
     return flat
 
 
-def _stage_entry(stage: Stage) -> dict:
-    return {
-        "index": stage.index,
-        "name": stage.name,
-        "kind": stage.kind,
-        "ppl": {str(k): v for k, v in stage.ppl_weights.items()},
-        "pool_ppl": {str(k): v for k, v in stage.pool_weights.items()},  # with any replay of earlier ppl
-        "ppl_label": stage.ppl_label,
-        "steps_budget": stage.steps,
-        "pool": stage.pool,
-        "status": Status.PENDING,
-        "steps_done": 0,
-        "checkpoint": None,  # relative to the run directory
-        "policy_init": None,
-        "reference": None,
-        "wall_seconds": None,
-        "final_metrics": {},
-    }
+def _planned(stage: Stage) -> StageRecord:
+    """The record of a stage not started yet."""
+    return StageRecord(
+        index=stage.index, name=stage.name, kind=stage.kind,
+        ppl={str(k): v for k, v in stage.ppl_weights.items()},
+        pool_ppl={str(k): v for k, v in stage.pool_weights.items()},
+        ppl_label=stage.ppl_label, steps_budget=stage.steps, pool=stage.pool,
+        status=Status.PENDING, steps_done=0,
+    )

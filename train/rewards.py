@@ -21,6 +21,8 @@ components:
     correct      -- format_ok and the answer correct;
     unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
     wrong        -- format_ok, every person has one role, at least one is wrong.
+- `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
+  (`eval/logic_rl.py`: its regexes, structure check and scores), not by the grader.
 
 `build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
 group and returns the weighted components bound to the prompt format and length, sharing one grade
@@ -30,17 +32,15 @@ the user's own functions from `reward.custom` (`train/custom_rewards.py`).
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
-from omegaconf import DictConfig, OmegaConf
-
-from curriculum.errors import ConfigError
-from eval.grader import FORMATS, Grade, completion_text, grade
+from core.checks import ConfigError, is_number, plain, whole_number
+from eval.grader import Grade, completion_text, grade
+from eval.logic_rl import logic_rl_scores
 from train.custom_rewards import load_custom_reward
 
-COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered")
+COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
 TIERED_SCHEMES: dict[str, dict[str, float]] = {
     # seed v1: format fail -5, half format 1, full format but wrong 3, correct 5
@@ -54,7 +54,6 @@ TIERED_SCHEMES: dict[str, dict[str, float]] = {
     "logic_rl": {"no_format": -3.0, "half_format": -3.0, "unparsed": -1.0, "wrong": -0.5, "correct": 3.0},
 }
 PARTIAL_FLOOR, PARTIAL_SPAN = 0.3, 0.7
-_CONFIG_KEYS = ("weights", "overlong", "tiered", "custom", "allow_negative_weights")
 
 Grader = Callable[[object, Sequence[str], Sequence[bool]], Grade]
 
@@ -187,8 +186,22 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
     return [float(table[tier(g)]) for g in _grades(completions, names, solution, fmt, grader)]
 
 
+def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
+    """Logic-RL's score of each prompt + completion, by its own parser (eval/logic_rl.py), not the grader.
+
+    >>> prompt = "<|im_start|>assistant\\n<think>"
+    >>> logic_rl_strict_reward(["Hmm.</think><answer>Knights: Zoey, Ava</answer>"], [["Zoey", "Ava"]],
+    ...                        [[True, True]], prompts=[prompt])  # +3 with the grader: a -2 answer here
+    [-1.0]
+    """
+    if not all(isinstance(p, str) for p in prompts):
+        raise ValueError("logic_rl_strict_reward scores the prompt's text with the completion; the rows' prompts "
+                         "are rendered text (curriculum.prompts), so a chat-message prompt is a wiring error")
+    return logic_rl_scores(prompts, [completion_text(c) for c in completions], names, solution)
+
+
 _FUNCS = {"format": format_reward, "think": think_reward, "answer": answer_reward, "partial": partial_reward,
-          "overlong": overlong_reward, "tiered": tiered_reward}
+          "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
 
 
 class BoundReward:
@@ -208,18 +221,10 @@ class BoundReward:
         return f"BoundReward({self.__name__}, {sorted(self.settings)})"
 
 
-def _number(value, key: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+def _finite(value, key: str) -> float:
+    if not is_number(value, finite=True):
         raise ConfigError(f"{key}: {value!r} is not a finite number")
     return float(value)
-
-
-def _mapping(value, key: str) -> Mapping:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-    return value
 
 
 def _unknown(keys, known: Sequence[str], where: str, what: str) -> None:
@@ -237,14 +242,13 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
     >>> tier_table({"scheme": "custom", "table": {"no_format": -1, "wrong": 0, "correct": 1}})
     {'no_format': -1.0, 'half_format': -1.0, 'unparsed': 0.0, 'wrong': 0.0, 'correct': 1.0}
     """
-    _unknown(tiered, ("scheme", "table"), key, "key")
     scheme = tiered.get("scheme", "logic_rl")
     if scheme != "custom" and scheme not in TIERED_SCHEMES:
         raise ConfigError(f"{key}.scheme: {scheme!r} unknown; known: custom, {', '.join(TIERED_SCHEMES)}")
-    table = _mapping(tiered.get("table"), f"{key}.table")
+    table = tiered.get("table") or {}
     _unknown(table, TIERS, f"{key}.table", "tier")
     values = dict(TIERED_SCHEMES.get(scheme, {}))
-    values.update({name: _number(v, f"{key}.table.{name}") for name, v in table.items()})
+    values.update({name: _finite(v, f"{key}.table.{name}") for name, v in table.items()})
     for required in ("no_format", "wrong", "correct"):
         if required not in values:
             raise ConfigError(f"{key}.table.{required}: required with scheme 'custom'")
@@ -253,16 +257,12 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
     return {name: values[name] for name in TIERS}
 
 
-def _plain(reward_cfg) -> Mapping:
-    if isinstance(reward_cfg, DictConfig):
-        return OmegaConf.to_container(reward_cfg, resolve=True)
-    return _mapping(reward_cfg, "reward")
-
-
 def build_reward_funcs(reward_cfg, *, fmt: str,
                        max_completion_length: int) -> tuple[list[Callable], list[float]]:
-    """Validate a reward group config and return (components, weights) for GRPOTrainer.
+    """Check a reward group config and return (components, weights) for GRPOTrainer.
 
+    Its keys and types are the schema's (conf/schema.py RewardConfig); checked here is what a type cannot
+    say: component and tier names, finite and non-negative weights, a buffer > 0, the user's functions.
     Components with weight exactly 0 are left out, except `answer_reward`, which always runs so
     accuracy is logged (`rewards/answer_reward/mean`) even when it does not shape the advantage.
     `overlong.buffer` is capped at `max_completion_length`.
@@ -275,24 +275,13 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
     >>> build_reward_funcs({"weights": {"fromat": 1}}, fmt="think_answer", max_completion_length=1024)
     ... # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    curriculum.errors.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
+    core.checks.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
     """
-    cfg = _plain(reward_cfg)
-    _unknown(cfg, _CONFIG_KEYS, "reward", "key")
-    if fmt not in FORMATS:
-        raise ConfigError(f"prompt.fmt: {fmt!r} is not one of {', '.join(FORMATS)}")
-    if isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) \
-            or max_completion_length <= 0:
-        raise ConfigError(f"grpo.max_completion_length: {max_completion_length!r} is not a positive integer")
-    custom = _mapping(cfg.get("custom"), "reward.custom")
-    weights = _weights(_mapping(cfg.get("weights"), "reward.weights"), custom,
-                       allow_negative=cfg.get("allow_negative_weights") is True)
-    overlong = _mapping(cfg.get("overlong"), "reward.overlong")
-    _unknown(overlong, ("buffer",), "reward.overlong", "key")
-    buffer = overlong.get("buffer", 128)
-    if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0:
-        raise ConfigError(f"reward.overlong.buffer: {buffer!r} is not a positive integer")
-    table = tier_table(_mapping(cfg.get("tiered"), "reward.tiered"))
+    cfg = plain(reward_cfg)
+    custom = cfg.get("custom") or {}
+    weights = _weights(cfg.get("weights") or {}, custom, allow_negative=cfg.get("allow_negative_weights") is True)
+    buffer = whole_number((cfg.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")
+    table = tier_table(cfg.get("tiered") or {})
     cache = GradeCache(fmt)
     settings = {
         # a buffer longer than the completion (a CPU smoke run) ramps over the whole length
@@ -320,7 +309,7 @@ def _weights(raw: Mapping, custom: Mapping, *, allow_negative: bool) -> dict[str
     """
     names = (*COMPONENTS, *(str(n) for n in custom))
     _unknown(raw, names, "reward.weights", "component")
-    weights = {name: _number(raw.get(name, 1.0 if name in custom else 0.0), f"reward.weights.{name}")
+    weights = {name: _finite(raw.get(name, 1.0 if name in custom else 0.0), f"reward.weights.{name}")
                for name in names}
     for name, value in weights.items():
         if value < 0 and not allow_negative:

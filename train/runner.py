@@ -1,15 +1,21 @@
-"""The curriculum run: a plan, then `for stage in plan:` train, hand off, validate.
+"""The curriculum run: a plan, then `for stage in plan:` train, publish, validate.
 
 Order of work, so that a bad input fails before anything expensive and nothing written is lost:
-check the config -> lock the run directory -> build every pool and row (prompt lengths checked)
--> baseline validation -> per stage: train from the previous final, publish the final,
-validate, mark done. `run.json` records each step; a resume skips what it says is done.
+check the config -> lock the run directory -> draw every pool and render its rows (prompt lengths
+checked) -> baseline validation -> per stage: train from the previous final, publish the stage's
+final, validate it. `run.json` records each step. A resume takes the same path, and asks
+`train/resume.py` only where a fresh run has nothing to ask.
+
+Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
+config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
+trainer's own checkpoints, validation's samples, and `train/__main__.py`'s error.txt. With many
+processes only the main one may write the run directory: that gate belongs in these, not at call sites.
 """
 
 from __future__ import annotations
 
 import logging
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -18,28 +24,26 @@ from transformers import AutoTokenizer
 from core.models import configure_cpu_threads, resolve_model
 from core.rundir import (
     BASELINE,
-    CONFIG,
-    METRICS,
-    VALIDATION,
-    VALIDATION_STEPS,
-    JsonlWriter,
     RunLock,
     Status,
     final_accuracy,
-    final_checkpoint,
     objective,
     samples_dir,
     stage_dirname,
     validation_summary,
 )
-from curriculum.data import training_pool, validation_pool
-from curriculum.plan import Stage, build_plan
+from curriculum.data import draw_pools
+from curriculum.plan import Stage, build_plan, validation_subsets
+from eval.cost import validation_cost
+from eval.settings import ValidationSettings, validation_settings
 from eval.validation import validate
-from train.adaptive import resume_budget, stage_callbacks
-from train.config_check import STAGE_KINDS, check_config, check_prompt_lengths
+from train import resume
+from train.config_check import check_config
 from train.manifest import Manifest
-from train.stage_run import StageContext, StageKind, check_adoptable, final_info, run_stage
-from train.tracking import make_tracker
+from train.stage_end import stage_end_callbacks
+from train.stage_kinds import stage_kinds
+from train.stage_run import StageContext, StageKind, StageResult, run_stage
+from train.tracking import RunLogs, make_tracker
 
 log = logging.getLogger(__name__)
 
@@ -51,25 +55,26 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
     """
     plan = build_plan(cfg)
     check_config(cfg, plan)
+    kinds = stage_kinds(cfg)
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
-    run_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(run_dir):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
-        held_out = {ppl: validation_pool(cfg, ppl) for ppl in _ppls(cfg, plan)}
+        pools = draw_pools(cfg, plan)
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
-        tokenizer = AutoTokenizer.from_pretrained(base)
-        rows, removed = _stage_rows(cfg, plan, held_out, tokenizer)
-        check_prompt_lengths(cfg, plan, rows, tokenizer)
-        config_file = run_dir / CONFIG
-        if not config_file.exists():
-            config_file.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
         manifest = Manifest.open(run_dir, cfg, plan)
-        for stage in plan:
-            manifest.update_stage(stage.index, removed_overlap=removed[stage.name])
+        manifest.pools_drawn(pools.removed)
         manifest.update(base_model=base, status=Status.RUNNING)
-        tracker = make_tracker(cfg, run_dir, run_id=f"{run_dir.name}-{manifest.config_hash}")
+        tracker = make_tracker(cfg.logger, run_dir, f"{run_dir.name}-{manifest.config_hash}",
+                               config=OmegaConf.to_container(cfg, resolve=True))
         try:
-            _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks)
+            CurriculumRun(
+                run_dir=run_dir, plan=plan, kinds=kinds, rows=rows, base=base, held_out=pools.held_out,
+                manifest=manifest, logs=RunLogs.open(run_dir, tracker),
+                validation=validation_settings(cfg), reference=str(cfg.reference),
+                on_damaged=str(cfg.on_damaged_checkpoint),
+                keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
+            ).run()
         except BaseException:
             manifest.update(status=Status.FAILED)
             raise
@@ -80,102 +85,96 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
     return value
 
 
-def _ppls(cfg: DictConfig, plan: list[Stage]) -> list[int]:
-    """Subsets validated, plus every ppl trained on (their held-out puzzles stay out of training)."""
-    return sorted(set(int(p) for p in cfg.eval.subsets) | {p for s in plan for p in s.ppl_weights})
-
-
-def _stage_rows(cfg, plan, held_out, tokenizer) -> tuple[dict, dict]:
-    """Every stage's training rows, and how many held-out overlaps each pool dropped."""
-    rows, removed, chat = {}, {}, bool(cfg.model.chat)
+def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[dict]], tokenizer) -> dict:
+    """Each stage's training rows by stage name, rendered by its kind and checked against its token budget."""
+    rows = {}
     for stage in plan:
-        records, removed[stage.name] = training_pool(cfg, stage, held_out)
-        rows[stage.name] = STAGE_KINDS[stage.kind].rows(records, cfg.prompt, tokenizer, chat=chat,
-                                                        chat_kwargs=cfg.model.get("chat_template_kwargs"))
-        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
-                 stage.name, len(records), removed[stage.name])
-    return rows, removed
+        kind = kinds[stage.kind]
+        rows[stage.name] = kind.rows(pools[stage.name], tokenizer)
+        kind.check_lengths(stage, rows[stage.name], tokenizer)
+    return rows
 
 
-def _run_plan(cfg, run_dir, plan, manifest, base, rows, held_out, tracker, callbacks) -> None:
-    metrics = JsonlWriter(run_dir / METRICS, key=("stage", "stage_step", "kind"))
-    validation = JsonlWriter(run_dir / VALIDATION, key=("stage", "ppl"))
-    step_rows = JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "ppl"))
-    subsets = {int(p): held_out[int(p)] for p in cfg.eval.subsets}
-    if manifest.baseline is None:
-        tag = {"stage": 0, "stage_name": BASELINE, "global_step": 0}
-        result = validate(cfg, base, subsets, tag=tag, out_dir=samples_dir(run_dir, stage_dirname(0, BASELINE)),
-                          writer=validation, tracker=tracker)
-        manifest.update(baseline=validation_summary(result))
-    previous, rl_start = base, None
-    for stage in plan:
-        kind = STAGE_KINDS[stage.kind]
-        if kind.learns_from_rewards and rl_start is None:
-            rl_start = previous  # where reinforcement learning begins: after any SFT cold start
-        entry = manifest.record(stage.index)
-        # A done stage's final matters while a later stage still has to start from it.
-        needed = stage.index == len(plan) or not manifest.record(stage.index + 1).done
-        if entry.done and needed and final_info(run_dir / entry.checkpoint) is None:
-            _damaged_final(cfg, stage, entry, manifest)
-        if not manifest.record(stage.index).done:
-            try:
-                offset = manifest.global_step_before(stage.index)
-                to_train = resume_budget(stage, manifest.stage(stage.index))  # an early stop a kill interrupted
-                adaptive, stage_end = stage_callbacks(cfg, to_train, held_out, {"steps": step_rows, "metrics": metrics},
-                                                      tracker, manifest, offset)
-                extra = [*callbacks, *adaptive]
-                reference = reference_checkpoint(cfg, stage, previous=previous, rl_start=rl_start, base=base)
-                ctx = StageContext(cfg, run_dir, base, previous, reference, offset, metrics, tracker, extra)
-                _train_stage(kind, to_train, manifest, ctx, rows[stage.name])
-                end = stage_end.record(manifest.record(stage.index).steps_done)
-                if end is not None:  # why it ended: threshold | guard | budget
-                    manifest.update_stage(stage.index, end=end)
-            except Exception as err:
-                manifest.update_stage(stage.index, status=Status.FAILED, error=f"{type(err).__name__}: {err}")
-                raise
-            entry = manifest.record(stage.index)
-            tag = {"stage": stage.index, "stage_name": stage.name, "global_step": entry.global_step_end}
-            result = validate(cfg, str(run_dir / entry.checkpoint), subsets, tag=tag,
-                              out_dir=samples_dir(run_dir, stage.dirname), writer=validation, tracker=tracker)
-            manifest.update_stage(stage.index, status=Status.DONE, final_metrics=validation_summary(result))
-        previous = str(run_dir / manifest.record(stage.index).checkpoint)
+@dataclass
+class CurriculumRun:
+    """One run's plan, rows and records, and the stage loop over them."""
 
+    run_dir: Path
+    plan: list[Stage]
+    kinds: dict[str, StageKind]
+    rows: dict  # each stage's training rows, by stage name
+    base: str  # the base checkpoint (stage 1 starts from it)
+    held_out: dict[int, list[dict]]  # by ppl
+    manifest: Manifest
+    logs: RunLogs
+    validation: ValidationSettings  # what validation reads (the eval group, prompt and chat settings)
+    reference: str  # what a GRPO stage's KL is measured against: previous_stage | rl_start | base
+    on_damaged: str  # on resume, a done stage's final missing or damaged: error | retrain
+    keep_trainer_checkpoints: bool
+    callbacks: list  # extra TrainerCallbacks for every stage
 
-def reference_checkpoint(cfg: DictConfig, stage: Stage, *, previous: str, rl_start: str | None,
-                         base: str) -> str | None:
-    """The checkpoint a GRPO stage's KL is measured against (`reference`), or None when its beta is 0."""
-    if not STAGE_KINDS[stage.kind].has_reference(cfg, stage):
-        return None
-    return {"previous_stage": previous, "rl_start": rl_start or base, "base": base}[str(cfg.reference)]
+    def run(self) -> None:
+        """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
+        if self.manifest.baseline is None:
+            summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
+            self.manifest.update(baseline=summary, baseline_validation_cost=cost)
+        previous, rl_start = self.base, None
+        for stage in self.plan:
+            kind = self.kinds[stage.kind]
+            if kind.learns_from_rewards and rl_start is None:
+                rl_start = previous  # where reinforcement learning begins: after any SFT cold start
+            last = stage.index == len(self.plan)
+            if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=self.on_damaged):
+                self.train(stage, kind, init=previous, reference=self.reference_of(kind, stage, previous, rl_start))
+                trained = self.manifest.record(stage.index)
+                summary, cost = self.validate_checkpoint(self.run_dir / trained.checkpoint, stage.index, stage.name,
+                                                         global_step=trained.global_step_end)
+                self.manifest.stage_validated(stage.index, summary, cost)
+            previous = str(self.run_dir / self.manifest.record(stage.index).checkpoint)
 
+    def train(self, stage: Stage, kind: StageKind, *, init: str, reference: str | None) -> None:
+        """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
+        try:
+            result = resume.adopted_final(self.run_dir, stage, self.manifest.config_hash)  # a kill after publishing
+            if result is None:
+                result = self.train_and_publish(stage, kind, init, reference)
+            self.manifest.stage_trained(stage.index, result)
+        except Exception as err:
+            self.manifest.stage_failed(stage.index, err)
+            raise
 
-def _damaged_final(cfg, stage, entry, manifest) -> None:
-    """A done stage whose final is missing or damaged: stop naming it, or retrain it (`on_damaged_checkpoint`)."""
-    problem = f"stage {stage.name}: its final checkpoint {entry.checkpoint} is missing or damaged"
-    if cfg.on_damaged_checkpoint != "retrain":
-        raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
-                           "again from the previous complete checkpoint")
-    log.warning("%s; training it again from the previous stage's checkpoint", problem)
-    manifest.update_stage(stage.index, status=Status.PENDING, checkpoint=None)
+    def train_and_publish(self, stage: Stage, kind: StageKind, init: str, reference: str | None) -> StageResult:
+        """The stage's trainer, with the callbacks that may end it early, trained and published."""
+        start = self.manifest.global_step_before(stage.index)
+        budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
+        watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.validation,
+                                          held_out=self.held_out, logs=self.logs, manifest=self.manifest,
+                                          history=resume.logged_before_resume(self.run_dir, stage))
+        self.manifest.stage_started(stage.index, policy_init=init)
+        context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
+                               self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
+                               [*self.callbacks, *watch])
+        result = run_stage(kind, budget, context, self.rows[stage.name])
+        end = ends.record(result.steps_done)
+        if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
+            self.manifest.stage_ended(stage.index, end)
+        return result
 
+    def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
+        """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""
+        if not kind.has_reference(stage):
+            return None
+        return {"previous_stage": previous, "rl_start": rl_start or self.base, "base": self.base}[self.reference]
 
-def _train_stage(kind: StageKind, stage: Stage, manifest: Manifest, ctx: StageContext, rows) -> None:
-    """Train unless a complete final already exists (a kill after publishing, before run.json knew)."""
-    final = final_checkpoint(stage.dirname)  # relative: a run directory may be moved
-    start = ctx.step_offset
-    info = final_info(ctx.run_dir / final)
-    if info is not None:
-        check_adoptable(ctx.run_dir / final, info, stage_name=stage.name, config_hash=manifest.config_hash)
-    else:
-        manifest.update_stage(stage.index, status=Status.RUNNING, policy_init=ctx.init_model, global_step_start=start)
-        began = time.time()
-        info = run_stage(kind, stage, ctx, rows)
-        info["wall_seconds"] = round(time.time() - began, 2)
-    manifest.update_stage(
-        stage.index, status=Status.TRAINED, checkpoint=str(final), steps_done=info["steps_done"],
-        global_step_start=start, global_step_end=start + info["steps_done"],
-        **{k: v for k, v in info.items() if k not in ("steps_done", "checkpoint")},
-    )
+    def validate_checkpoint(self, model_path, index: int, name: str, *, global_step: int) -> tuple[dict, dict]:
+        """Validate a checkpoint after stage `index` (0: the baseline) on the subsets `eval.subsets_after_stage`
+        chooses (rows, samples, tracker); returns run.json's summary of it and what it cost."""
+        tag = {"stage": index, "stage_name": name, "global_step": global_step}
+        chosen = validation_subsets(self.validation.subsets_after_stage, self.validation.subsets, self.plan, index)
+        rows = validate(self.validation, str(model_path), {ppl: self.held_out[ppl] for ppl in chosen}, tag=tag,
+                        out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
+                        writer=self.logs.validation, tracker=self.logs.tracker)
+        return validation_summary(rows), validation_cost(rows)
 
 
 def _objective(name: str, manifest: Manifest) -> float:

@@ -6,24 +6,17 @@ With `model.lora` the adapters train and are merged into the published final, as
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
+from core.checks import ConfigError
 from core.models import lora_config
-from curriculum.plan import ConfigError, Stage
+from curriculum.plan import Stage
 from curriculum.sft import to_sft_rows
-from train.stage_run import StageContext, check_trainer_fields, token_counts, trainer_fields
-
-SFT_FIELDS = {f.name for f in dataclasses.fields(SFTConfig)}
-
-
-def sft_fields(cfg: DictConfig, stage: Stage) -> dict:
-    """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
-    return {**OmegaConf.to_container(cfg.sft, resolve=True), **stage.overrides}
+from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
 
 
 class SftStage:
@@ -31,19 +24,30 @@ class SftStage:
 
     name = "sft"
     learns_from_rewards = False
-    rows = staticmethod(to_sft_rows)
 
-    def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
-        check_trainer_fields(sft_fields(cfg, stage), SFT_FIELDS, key, "SFTConfig")
+    def __init__(self, sft: Mapping, shared: KindSettings):
+        self.sft, self.shared = sft, shared
 
-    def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
+    def fields(self, stage: Stage) -> dict:
+        """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
+        return {**self.sft, **stage.overrides}
+
+    def rows(self, records: list[dict], tokenizer):
+        model = self.shared.model
+        return to_sft_rows(records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
+                           chat_kwargs=model.get("chat_template_kwargs"))
+
+    def check(self, stage: Stage, key: str) -> None:
+        check_trainer_fields(self.fields(stage), SFTConfig, key)
+
+    def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
         """Prompt + reference completion (+ EOS, as TRL appends it) must fit `max_length`: TRL would cut the answer."""
-        max_length = sft_fields(cfg, stage).get("max_length")
+        max_length = self.fields(stage).get("max_length")
         budget_key = "sft.max_length"
         if "max_length" in stage.overrides:
             budget_key = f"curriculum.stages[{stage.index - 1}].overrides.max_length"
         if max_length is None:  # TRL truncates nothing; the model's context is the limit
-            max_length, budget_key = int(cfg.model.context_length), "model.context_length"
+            max_length, budget_key = int(self.shared.model["context_length"]), "model.context_length"
         eos = tokenizer.eos_token or ""
         texts = [prompt + completion + ("" if completion.endswith(eos) else eos)
                  for prompt, completion in zip(rows["prompt"], rows["completion"], strict=True)]
@@ -52,23 +56,20 @@ class SftStage:
             raise ConfigError(f"{budget_key}: {stage.name} has a prompt and reference completion of {longest} tokens, "
                               f"over the SFT budget of {max_length} (TRL would truncate the reference answer)")
 
-    def has_reference(self, cfg: DictConfig, stage: Stage) -> bool:
+    def has_reference(self, stage: Stage) -> bool:
         return False
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> SFTTrainer:
-        fields = trainer_fields(OmegaConf.to_container(ctx.cfg.sft, resolve=True), stage, seed=int(ctx.cfg.seed),
-                                output_dir=output_dir, lora=ctx.cfg.model.get("lora"))
+        fields = trainer_fields(self.sft, stage, seed=self.shared.seed, output_dir=output_dir,
+                                lora=self.shared.model.get("lora"))
         return SFTTrainer(
             model=ctx.init_model,
             args=SFTConfig(**fields, dataset_text_field="text"),
             train_dataset=rows,
             processing_class=AutoTokenizer.from_pretrained(ctx.init_model),
             callbacks=callbacks,
-            peft_config=lora_config(ctx.cfg.model),
+            peft_config=lora_config(self.shared.model),
         )
 
     def reference_fingerprint(self, trainer: SFTTrainer) -> str | None:
         return None
-
-
-SFT = SftStage()

@@ -1,7 +1,7 @@
-"""What every stage kind shares: its context, the shape a kind fills in, and train -> publish.
+"""What every stage kind shares: what it is given, the shape it fills in, and train -> publish.
 
 A kind (GRPO in `train/grpo_stage.py`, SFT in `train/sft_stage.py`, looked up by name in
-`train/config_check.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
+`train/stage_kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
 does the rest the same way for each: fingerprint the start, train (resuming a killed run's last
 complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`.
 
@@ -13,27 +13,29 @@ a half checkpoint that a resume would pick up.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import shutil
+import time
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import torch
-from omegaconf import DictConfig
 from transformers import Trainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME
 
+from core.checks import ConfigError, is_int, is_number
 from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
-from core.rundir import JsonlWriter, stage_path
-from curriculum.plan import ConfigError, Stage
+from core.rundir import JsonlWriter, final_checkpoint, stage_path
+from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
-from train.manifest import config_hash
 from train.tracking import MetricsCallback
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
@@ -42,37 +44,75 @@ RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "mode
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class KindSettings:
+    """What a stage kind reads besides its own config group (`grpo`, `sft`): plain copies of these groups."""
+
+    prompt: Mapping  # rows are rendered with it; its `fmt` is the format the grader reads
+    model: Mapping  # chat, chat_template_kwargs, context_length, lora
+    reward: Mapping  # the reward group (GRPO's reward functions)
+    seed: int  # each stage's trainer is seeded with seed + its index
+
+
 @dataclass
 class StageContext:
     """What a stage needs from the run around it."""
 
-    cfg: DictConfig
     run_dir: Path
-    base_model: str  # the base checkpoint (stage 1's policy)
     init_model: str  # the checkpoint this stage starts from
     reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
     step_offset: int  # global steps done before this stage
+    config_hash: str  # of the run's config: its final's stage.json names it (a resume adopts only its own)
+    keep_trainer_checkpoints: bool
     metrics: JsonlWriter
     tracker: object
-    callbacks: list = field(default_factory=list)  # extra TrainerCallbacks (validation every N steps)
+    callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What training a stage produced, as run.json records it; its final's `stage.json` holds most of it."""
+
+    checkpoint: str  # its final, relative to the run directory (a run directory may be moved)
+    steps_done: int
+    policy_fingerprint: str | None  # of the weights it started from
+    reference: str | None  # the checkpoint its KL is measured against
+    reference_fingerprint: str | None
+    resumed_from: str | None = None  # the trainer checkpoint it continued from
+    wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
+
+    def marker(self, stage_name: str, config_hash: str, init: str) -> dict:
+        """The final's `stage.json`: which stage of which config it is, where it started, and this result."""
+        return {"stage": stage_name, "config_hash": config_hash, "steps_done": self.steps_done, "init": init,
+                "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
+                "reference_fingerprint": self.reference_fingerprint}
+
+    @classmethod
+    def from_marker(cls, checkpoint: str, info: Mapping) -> StageResult:
+        """The result a published final's `stage.json` holds (nothing of how long it took)."""
+        return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
+                   info.get("reference_fingerprint"))
 
 
 class StageKind(Protocol):
-    """What one kind of stage (`kind:` in a curriculum) brings; `run_stage` does the rest."""
+    """What one kind of stage (`kind:` in a curriculum) brings; `run_stage` does the rest.
+
+    A kind is built from its config group (`cfg.<name>`) and the `KindSettings` every kind shares.
+    """
 
     name: str
     learns_from_rewards: bool  # reinforcement learning starts at the first such stage (`reference: rl_start`)
 
-    def rows(self, records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool, chat_kwargs=None):
+    def rows(self, records: list[dict], tokenizer):
         """The stage's training rows (a datasets.Dataset) from its pool's records."""
 
-    def check(self, cfg: DictConfig, stage: Stage, key: str) -> None:
+    def check(self, stage: Stage, key: str) -> None:
         """Raise ConfigError naming the key (under `key`, the stage's overrides) before any model loads."""
 
-    def check_lengths(self, cfg: DictConfig, stage: Stage, rows, tokenizer) -> None:
+    def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
         """Raise ConfigError if a row does not fit the kind's token budget (nothing is truncated silently)."""
 
-    def has_reference(self, cfg: DictConfig, stage: Stage) -> bool:
+    def has_reference(self, stage: Stage) -> bool:
         """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> Trainer:
@@ -82,8 +122,9 @@ class StageKind(Protocol):
         """The fingerprint of the weights the loss measures KL against, or None."""
 
 
-def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> dict:
-    """Train one stage of `kind` and publish `stages/<k>-<name>/final`; returns what run.json records."""
+def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageResult:
+    """Train one stage of `kind` and publish `stages/<k>-<name>/final`."""
+    began = time.time()
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
@@ -92,14 +133,12 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> dict:
     start = fingerprint(trainer.model)
     reference = kind.reference_fingerprint(trainer)
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
-    info = {
-        "stage": stage.name, "config_hash": config_hash(ctx.cfg), "steps_done": trainer.state.global_step,
-        "init": ctx.init_model,
-        "policy_fingerprint": start, "reference_fingerprint": reference,
-    }
-    publish_stage(trainer.model, trainer.processing_class, stage_dir, info,
-                  keep_trainer_checkpoints=ctx.cfg.keep_trainer_checkpoints)
-    return {**info, "reference": ctx.reference_model, "resumed_from": resumed_from}
+    result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
+                         reference, resumed_from)
+    publish_stage(trainer.model, trainer.processing_class, stage_dir,
+                  result.marker(stage.name, ctx.config_hash, ctx.init_model),
+                  keep_trainer_checkpoints=ctx.keep_trainer_checkpoints)
+    return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2))
 
 
 def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None) -> dict:
@@ -125,17 +164,46 @@ def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Pat
     return fields
 
 
-def check_trainer_fields(fields: Mapping, known: set[str], key: str, config_name: str) -> None:
-    """Every field a config sets is a field of the trainer's config, not one the runner sets, and not a warmup."""
-    for name in fields:
+def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
+    """Every field a config sets is a field of the trainer's config (TRL's dataclass), with a value of its type
+    where that is a plain one (bool, int, float, str, or one of them or null), not one the runner sets, and not
+    a warmup."""
+    known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
+    for name, value in fields.items():
         if name not in known:
-            raise ConfigError(f"{key}.{name}: not a {config_name} field (TRL)")
+            raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL)")
         if name in RUNNER_OWNED:
             raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+        expected = _plain_type(known[name])
+        if expected and not _fits(value, *expected):
+            raise ConfigError(f"{key}.{name}: {value!r} is not {SCALARS[expected[0]]} ({config_class.__name__})")
     # Every optimizer step must update the policy; transformers' warmup spends the first at learning rate 0.
-    if float(fields.get("warmup_steps") or 0) > 0:
+    if (fields.get("warmup_steps") or 0) > 0:
         raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
                           "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+
+
+# The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
+SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _plain_type(annotation) -> tuple[type, bool] | None:
+    """(type, whether null is allowed) for `int` or `int | None` and the like; None for any other annotation."""
+    if annotation in SCALARS:
+        return annotation, False
+    args = set(typing.get_args(annotation))
+    others = args - {type(None)}
+    if type(None) in args and len(others) == 1 and next(iter(others)) in SCALARS:
+        return next(iter(others)), True
+    return None
+
+
+def _fits(value, expected: type, nullable: bool) -> bool:
+    if value is None:
+        return nullable
+    if expected in (bool, str):
+        return isinstance(value, expected)
+    return is_number(value) if expected is float else is_int(value)
 
 
 def token_counts(texts: list[str], tokenizer) -> list[int]:
@@ -208,21 +276,6 @@ def final_info(final_dir: Path) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     return info if _has_weights(final_dir) else None
-
-
-def check_adoptable(final_dir: Path, info: dict, *, stage_name: str, config_hash: str) -> None:
-    """Refuse a complete final that this run did not train (another stage, another config).
-
-    A final found before its stage trained is adopted (a kill after publishing, before run.json
-    knew); but with run.json lost, a run with another config would adopt the old run's weights.
-    """
-    found = (info.get("stage"), info.get("config_hash"))
-    if found != (stage_name, config_hash):
-        raise RuntimeError(
-            f"{final_dir}: trained as stage {found[0]!r} with config {found[1]}, not as stage {stage_name!r} of "
-            f"this run (config {config_hash}), so it is not adopted; move it away to train the stage here, or "
-            "resume with the config it was trained with"
-        )
 
 
 def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:

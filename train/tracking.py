@@ -1,4 +1,4 @@
-"""Where a run's numbers go: metrics.jsonl always, wandb when `logger=wandb`.
+"""Where a run's numbers go: the JSONL logs always, wandb when `logger=wandb`.
 
 One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the
 trainers report to "none" and `MetricsCallback` forwards every log line with a global step that
@@ -8,15 +8,15 @@ continues across stages.
 from __future__ import annotations
 
 import logging
-import math
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from omegaconf import DictConfig, OmegaConf
 from transformers import TrainerCallback
 
-from core.rundir import JsonlWriter
+from core.checks import is_number
+from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS, JsonlWriter
 
 log = logging.getLogger(__name__)
 
@@ -34,57 +34,60 @@ class NullTracker:
 class WandbTracker:
     """A wandb run, offline when there is no API key (sync it later with `wandb sync`)."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, run_id: str):
+    def __init__(self, logger: Mapping, run_dir: Path, run_id: str, config: dict):
         import wandb
 
-        mode = cfg.logger.get("mode", "auto")
+        mode = logger.get("mode", "auto")
         if mode == "auto":
             mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
         self.wandb = wandb
         self.run = wandb.init(
-            project=cfg.logger.project,
-            entity=cfg.logger.get("entity"),
+            project=logger["project"],
+            entity=logger.get("entity"),
             name=run_dir.name,
             id=run_id,
             resume="allow",
             dir=str(run_dir),
             mode=mode,
-            tags=list(cfg.logger.get("tags") or []),
-            config=OmegaConf.to_container(cfg, resolve=True),
+            tags=list(logger.get("tags") or []),
+            config=config,
         )
 
     def log(self, row: dict, step: int) -> None:
-        numbers = {k: v for k, v in row.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        numbers = {k: v for k, v in row.items() if is_number(v)}
         self.run.log(numbers, step=step)
 
     def finish(self) -> None:
         self.run.finish()
 
 
-def make_tracker(cfg: DictConfig, run_dir: Path, run_id: str):
-    backend = cfg.logger.get("backend", "none")
+def make_tracker(logger: Mapping, run_dir: Path, run_id: str, config: dict):
+    """The tracker `logger` (the logger group) names; `config` (the resolved config) is the wandb run's config."""
+    backend = logger.get("backend", "none")
     if backend == "wandb":
-        return WandbTracker(cfg, run_dir, run_id)
+        return WandbTracker(logger, run_dir, run_id, config)
     if backend == "none":
         return NullTracker()
     raise ValueError(f"logger.backend: {backend!r} is not one of wandb, none")
 
 
-class NonFiniteLossError(RuntimeError):
-    """The loss or the weights became NaN or inf; the stage stops and its last good checkpoint stays."""
+@dataclass(frozen=True)
+class RunLogs:
+    """Where a run's numbers go, each file through one writer: every trainer log line (`metrics.jsonl`),
+    validation after each stage (`validation.jsonl`) and inside one (`validation_steps.jsonl`), and
+    the tracker. A resumed run redoes steps after its last checkpoint: the keys keep each row once."""
 
+    metrics: JsonlWriter
+    validation: JsonlWriter
+    validation_steps: JsonlWriter
+    tracker: object
 
-def _stop_diverged(stage_name: str, what: str, step: int) -> None:
-    raise NonFiniteLossError(
-        f"stage {stage_name}: {what} became non-finite (nan/inf) at step {step}; the stage stops before "
-        "saving it, and the last good checkpoint is kept (lower the learning rate or check the reward)"
-    )
-
-
-def _all_finite(model) -> bool:
-    """One device sync for the whole model, not one per tensor (this runs after every step)."""
-    with torch.no_grad():
-        return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
+    @classmethod
+    def open(cls, run_dir: Path, tracker) -> RunLogs:
+        return cls(JsonlWriter(run_dir / METRICS, key=("stage", "stage_step", "kind")),
+                   JsonlWriter(run_dir / VALIDATION, key=("stage", "ppl")),
+                   JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "ppl")),
+                   tracker)
 
 
 class MetricsCallback(TrainerCallback):
@@ -103,12 +106,3 @@ class MetricsCallback(TrainerCallback):
         row["kind"] = "summary" if "train_runtime" in logs else "step"
         self.writer.write([row])
         self.tracker.log({f"train/{k}": v for k, v in logs.items()}, step=row["global_step"])
-        loss = logs.get("loss")
-        if isinstance(loss, float) and not math.isfinite(loss):
-            _stop_diverged(self.tags["stage_name"], f"the loss ({loss})", state.global_step)
-
-    def on_step_end(self, args, state, control, model=None, **kwargs):
-        # Checked after each optimizer step and before the trainer saves it: diverged weights would
-        # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
-        if model is not None and not _all_finite(model):
-            _stop_diverged(self.tags["stage_name"], "the weights", state.global_step)

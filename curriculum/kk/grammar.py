@@ -17,6 +17,8 @@ import ast
 from collections.abc import Sequence
 from functools import lru_cache
 
+from core.checks import is_int
+
 Statement = tuple
 Statements = tuple[Statement, ...]
 StatementsLike = str | Sequence
@@ -71,8 +73,7 @@ def _validated(stmt, n_people: int, where: str) -> Statement:
     kind, args = stmt[0], stmt[1:]
     if kind in LEAF_KINDS:
         person = args[0] if len(args) == 1 else None
-        # bool is an int subclass; True/False as a person index is a data error, not person 1/0.
-        if not isinstance(person, int) or isinstance(person, bool):
+        if not is_int(person):  # True/False as a person index is a data error, not person 1/0
             raise StatementError(f"{where}: {kind!r} takes one person index, got {tuple(stmt)!r:.200}")
         if not 0 <= person < n_people:
             raise StatementError(f"{where}: person {person} out of range for {n_people} people in {stmt!r}")

@@ -1,40 +1,42 @@
-"""Run and sweep directories -> plain series and tables for the report (no matplotlib here).
+"""A run directory -> plain series and tables for the report (no matplotlib here; a sweep's jobs:
+`eval.report.jobs`).
 
 Everything here tolerates a run that is still being written: a missing file is an empty list, a
 torn jsonl line is skipped and counted, a missing key is a missing series. The plots
-(`eval.report_plots`) and the documents (`eval.report`) only draw and format what these return.
+(`eval.report.plots`) and the documents (`eval.report.run`, `eval.report.sweep`) only draw and format
+what these return.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.checks import is_number
 from core.rundir import (
     BASELINE,
     CONFIG,
     METRICS,
     RUN_JSON,
     VALIDATION,
-    Status,
-    final_accuracy,
-    load_file,
-    objective,
     read_mapping,
     scan_jsonl,
     stage_records,
 )
+from core.stats import wilson_interval
+from eval.metrics import RATES, trials
 
 
 @dataclass(frozen=True)
 class Series:
-    """One line of a plot: `y[i]` at `x[i]`."""
+    """One line of a plot: `y[i]` at `x[i]`; a rate's 95% interval `low[i]..high[i]` when known."""
 
     label: str
     x: list
     y: list
+    low: list | None = field(default=None, repr=False)
+    high: list | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class StageGrid:
     stages: list[str]
     ppls: list[int]
     values: dict[int, list]
+    trials: dict[int, list] = field(default_factory=dict, repr=False)  # each cell's n (None: unknown)
 
 
 @dataclass
@@ -93,9 +96,7 @@ def load_run(run_dir: Path) -> RunData:
 
 def as_number(value) -> float | None:
     """`value` as a finite float, or None (missing, text, NaN, inf)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return float(value) if is_number(value, finite=True) else None
 
 
 def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Series | None:
@@ -169,7 +170,8 @@ def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
 
 
 def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
-    """`key` of each validation at its global step (a stage's `global_step_end`), one series per ppl.
+    """`key` of each validation at its global step (a stage's `global_step_end`), one series per ppl;
+    a rate (`eval.metrics.RATES`) with its 95% interval.
 
     >>> rows = [{"stage": 0, "global_step": 0, "ppl": 3, "mean_tokens": 40.0},
     ...         {"stage": 0, "global_step": 0, "ppl": 2, "mean_tokens": 30.0},
@@ -177,13 +179,29 @@ def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
     >>> [(s.label, s.x, s.y) for s in validation_points(rows, "mean_tokens")]
     [('2ppl', [0, 10], [30.0, 25.0]), ('3ppl', [0], [40.0])]
     """
-    by_ppl: dict[int, dict[int, float]] = {}
+    by_ppl: dict[int, dict[int, tuple[float, int | None]]] = {}
     for row in rows:
         value, step = as_number(row.get(key)), as_number(row.get("global_step"))
         if value is not None and step is not None and row.get("ppl") is not None:
-            by_ppl.setdefault(int(row["ppl"]), {})[int(step)] = value
-    return [Series(f"{ppl}ppl", sorted(points), [points[s] for s in sorted(points)])
-            for ppl, points in sorted(by_ppl.items())]
+            by_ppl.setdefault(int(row["ppl"]), {})[int(step)] = (value, trials(row, key))
+    found = []
+    for ppl, points in sorted(by_ppl.items()):
+        steps = sorted(points)
+        values = [points[s][0] for s in steps]
+        low, high = intervals(values, [points[s][1] for s in steps]) if key in RATES else (None, None)
+        found.append(Series(f"{ppl}ppl", steps, values, low, high))
+    return found
+
+
+def intervals(values: Sequence[float | None], ns: Sequence[int | None]) -> tuple[list, list]:
+    """The 95% Wilson interval of each rate (None where the rate or its n is unknown).
+
+    >>> intervals([0.5, 0.5, None], [4, None, 4])
+    ([0.15, None, None], [0.85, None, None])
+    """
+    bounds = [tuple(round(b, 4) for b in wilson_interval(v, n)) if v is not None and n else (None, None)
+              for v, n in zip(values, ns, strict=True)]
+    return [b[0] for b in bounds], [b[1] for b in bounds]
 
 
 def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = ()) -> StageGrid:
@@ -200,17 +218,18 @@ def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]
     (['baseline', '2ppl', '3ppl'], [2, 3], {2: [0.1, 0.5, None], 3: [0.0, None, None]})
     """
     names = {index: name for index, name in planned}
-    cells: dict[tuple[int, int], float | None] = {}
+    cells: dict[tuple[int, int], tuple[float | None, int | None]] = {}
     for row in rows:
         if row.get("stage") is None or row.get("ppl") is None:
             continue
         index = int(row["stage"])
         names.setdefault(index, row.get("stage_name") or (BASELINE if index == 0 else f"stage {index}"))
-        cells[index, int(row["ppl"])] = as_number(row.get(key))
+        cells[index, int(row["ppl"])] = (as_number(row.get(key)), trials(row, key))
     order = sorted(names)
     ppls = sorted({ppl for _, ppl in cells})
-    values = {ppl: [cells.get((index, ppl)) for index in order] for ppl in ppls}
-    return StageGrid([names[i] for i in order], ppls, values)
+    values = {ppl: [cells.get((index, ppl), (None, None))[0] for index in order] for ppl in ppls}
+    counts = {ppl: [cells.get((index, ppl), (None, None))[1] for index in order] for ppl in ppls}
+    return StageGrid([str(names[i]) for i in order], ppls, values, counts)
 
 
 def planned_stages(manifest: dict) -> list[tuple[int, str]]:
@@ -219,129 +238,27 @@ def planned_stages(manifest: dict) -> list[tuple[int, str]]:
     return [(0, BASELINE), *((int(s.index), str(s.index if s.name is None else s.name)) for s in stages)]
 
 
-# --- sweeps ---------------------------------------------------------------------------------------
+def accuracy_curve(rows: Sequence[dict], label: str) -> Series | None:
+    """Mean accuracy over the subsets at each validation's global step (0 = baseline), with the 95%
+    interval of all their puzzles together (exact when the subsets are of one size).
 
-
-@dataclass
-class Job:
-    """One job of a Hydra multirun: its overrides, how far it got, and its final validation."""
-
-    name: str
-    path: Path
-    overrides: dict[str, str]
-    status: str
-    stages_done: int
-    stages_total: int
-    final_accuracy: dict[int, float]
-    objective: float | None
-    error: str | None
-
-
-def error_line(text: str) -> str:
-    """The exception line of a traceback (error.txt), or the first non-empty line of other text.
-
-    >>> error_line("Traceback (most recent call last):\\n  File \\"x.py\\"\\n    f()\\nValueError: bad\\n")
-    'ValueError: bad'
-    >>> error_line("\\nconfig error: eval.n must be > 0\\n")
-    'config error: eval.n must be > 0'
+    >>> rows = [{"stage": 0, "global_step": 0, "ppl": 2, "accuracy": 0.1, "n": 100},
+    ...         {"stage": 0, "global_step": 0, "ppl": 3, "accuracy": 0.0, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "ppl": 2, "accuracy": 0.5, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "ppl": 3, "accuracy": 0.3, "n": 100}]
+    >>> curve = accuracy_curve(rows, "kk_ladder")
+    >>> curve, curve.low, curve.high
+    (Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4]), [0.0274, 0.3346], [0.0896, 0.4692])
     """
-    lines = [line for line in text.splitlines() if line.strip()]
-    last_traceback = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
-    if last_traceback is None:
-        return lines[0].strip() if lines else ""
-    # the frames are indented; the first unindented line after them is "<Type>: <message>"
-    after = [line for line in lines[last_traceback + 1:] if not line[0].isspace()]
-    return after[0].strip() if after else lines[-1].strip()
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, str]:
-    """Hydra override strings -> {key: value}, with the +/++/~ prefixes dropped from the keys.
-
-    >>> parse_overrides(["+curriculum=kk_ladder", "reward.weights.format=0.5"])
-    {'curriculum': 'kk_ladder', 'reward.weights.format': '0.5'}
-    """
-    pairs = (str(item).partition("=") for item in items)
-    return {key.lstrip("+~"): value for key, eq, value in pairs if eq}
-
-
-def load_job(job_dir: Path) -> Job:
-    """Read one job directory; a failed job (error.txt) may lack every other file."""
-    manifest = read_mapping(job_dir / RUN_JSON)
-    overrides_list = load_file(job_dir / ".hydra" / "overrides.yaml")
-    overrides = parse_overrides(overrides_list if isinstance(overrides_list, list) else [])
-    error_file = job_dir / "error.txt"
-    error = error_line(error_file.read_text(errors="replace")) if error_file.exists() else None
-    status = "failed" if error is not None else manifest.get("status", "not started")
-    stages = stage_records(manifest)
-    accuracy = final_accuracy(manifest)
-    objective_name = str(read_mapping(job_dir / CONFIG).get("objective", "mean_final_accuracy"))
-    # run.json records the objective the job returned; older runs did not, so compute it then
-    recorded = as_number(manifest.get("objective"))
-    value = (objective(objective_name, accuracy) if recorded is None else recorded) if status == Status.DONE else None
-    return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
-               error)
-
-
-def load_sweep(sweep_dir: Path) -> list[Job]:
-    """Every job directory (`<sweep>/<job num>/`) of a multirun, in job order."""
-    dirs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
-    return [load_job(d) for d in sorted(dirs, key=lambda d: int(d.name))]
-
-
-def swept_params(jobs: Sequence[Job]) -> list[str]:
-    """The override keys whose value differs between jobs (fixed command-line overrides are not swept).
-
-    >>> a = Job("0", Path("0"), {"x": "1", "y": "a"}, "done", 1, 1, {}, None, None)
-    >>> b = Job("1", Path("1"), {"x": "2", "y": "a"}, "done", 1, 1, {}, None, None)
-    >>> swept_params([a, b])
-    ['x']
-    """
-    keys = dict.fromkeys(k for job in jobs for k in job.overrides)
-    return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def mean_accuracy(job: Job) -> float | None:
-    """Mean final accuracy over the validated subsets, or None before the last stage is validated."""
-    return _mean(list(job.final_accuracy.values()))
-
-
-def value_order(values: Iterable[str | None]) -> list[str | None]:
-    """Parameter values sorted numerically where they are numbers (so "10" comes after "2").
-
-    >>> value_order(["10", "2", "b", None, "2"])
-    ['2', '10', 'b', None]
-    """
-    def key(value):
-        try:
-            return (0, float(value), "")
-        except (TypeError, ValueError):
-            return (1 if value is not None else 2, 0.0, str(value))
-
-    return sorted(set(values), key=key)
-
-
-def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float | None], label: str) -> Series:
-    """`measure` (mean over the jobs that share a value) against one swept parameter's values."""
-    xs = value_order(job.overrides.get(param) for job in jobs)
-    ys = [_mean([v for job in jobs if job.overrides.get(param) == x and (v := measure(job)) is not None])
-          for x in xs]
-    return Series(label, [str(x) for x in xs], ys)
-
-
-def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job], float | None]):
-    """(row values, column values, matrix) of `measure` over two swept parameters; None: no job there.
-
-    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {2: acc}, None, None)
-    ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0)])]
-    >>> param_grid(jobs, "a", "b", mean_accuracy)
-    (['0', '1'], ['1', '2'], [[0.5, 1.0], [0.25, None]])
-    """
-    row_values = value_order(job.overrides.get(rows) for job in jobs)
-    col_values = value_order(job.overrides.get(cols) for job in jobs)
-    matrix = [[_mean([v for job in jobs if job.overrides.get(rows) == r and job.overrides.get(cols) == c
-                      and (v := measure(job)) is not None]) for c in col_values] for r in row_values]
-    return [str(v) for v in row_values], [str(v) for v in col_values], matrix
+    by_step: dict[int, list[tuple[float, int | None]]] = {}
+    for row in rows:
+        step, value = as_number(row.get("global_step")), as_number(row.get("accuracy"))
+        if step is not None and value is not None:
+            by_step.setdefault(int(step), []).append((value, trials(row, "accuracy")))
+    if not by_step:
+        return None
+    steps = sorted(by_step)
+    means = [round(sum(v for v, _ in by_step[s]) / len(by_step[s]), 4) for s in steps]
+    totals = [sum(n for _, n in by_step[s]) if all(n for _, n in by_step[s]) else None for s in steps]
+    low, high = intervals(means, totals)
+    return Series(label, steps, means, low, high)

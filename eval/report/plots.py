@@ -1,22 +1,25 @@
-"""The report's figures: series from `eval.report_series` -> PNG files.
+"""The report's figures: series from `eval.report.series` -> PNG files.
 
 Figures are built with the object API (`matplotlib.figure.Figure` on an Agg canvas), never pyplot:
-no display is needed, and no figure lives on in pyplot's global registry after it is saved.
+no display is needed, and no figure lives on in pyplot's global registry after it is saved. Labels
+come from run folders (stage names, parameter values): mathtext is off, so "$x^{$" is drawn as
+text instead of failing the report.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from matplotlib import colormaps
+from matplotlib import colormaps, rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eval.report_adaptive import PROMOTION, Event
-from eval.report_series import Boundary, Series, StageGrid
+from eval.report.adaptive import PROMOTION, Event
+from eval.report.series import Boundary, Series, StageGrid, intervals
 
 # Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
 # colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink
@@ -48,6 +51,29 @@ def ppl_style(label: str) -> dict:
     color, marker = PPL_STYLE.get(ppl, ("black", "o"))
     return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (ppl - 2)),
             "markeredgecolor": "black", "markeredgewidth": 0.5}
+
+
+def literal_text(draw):
+    """Run a plot function with mathtext off: text from a run folder is drawn as written, never parsed."""
+    @functools.wraps(draw)
+    def without_mathtext(*args, **kwargs):
+        with rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+
+    return without_mathtext
+
+
+def error_bars(values: Sequence[float], low: Sequence | None, high: Sequence | None) -> list | None:
+    """matplotlib's `yerr` (distances below and above each value) from interval bounds; 0 where unknown.
+
+    >>> error_bars([0.5, 0.2], [0.15, None], [0.85, None])
+    [[0.35, 0.0], [0.35, 0.0]]
+    """
+    if low is None or high is None:
+        return None
+    below = [0.0 if lo is None else round(v - lo, 6) for v, lo in zip(values, low, strict=True)]
+    above = [0.0 if hi is None else round(hi - v, 6) for v, hi in zip(values, high, strict=True)]
+    return [below, above]
 
 
 def _figure(rows: int, cols: int = 1, *, width: float = 10.0, height: float = 3.2):
@@ -110,8 +136,8 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
         ax.plot(series.x, series.y, color=f"C{index}", linewidth=1.4, label=series.label,
                 marker="." if len(series.x) < 30 else None)
     for series in panel.markers:
-        ax.plot(series.x, series.y, linestyle="none", label=f"validation {series.label}",
-                **ppl_style(series.label))
+        ax.errorbar(series.x, series.y, yerr=error_bars(series.y, series.low, series.high), linestyle="none",
+                    label=f"validation {series.label}", capsize=3, **ppl_style(series.label))
     if panel.unit_range:
         ax.set_ylim(-0.03, 1.03)
         ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
@@ -125,6 +151,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
     _legend(ax)
 
 
+@literal_text
 def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], title: str, path: Path) -> Path:
     """Stacked panels sharing the global-step axis, each with the stage boundaries marked."""
     fig, axes = _figure(len(panels), height=3.2 if len(panels) < 3 else 2.6)
@@ -136,13 +163,21 @@ def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], ti
     return _save(fig, path)
 
 
+@literal_text
 def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool) -> Path:
     """One line per subset across stages (baseline first), the x axis labelled with stage names."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(grid.stages)))
-    for ppl in grid.ppls:
-        points = [(x, y) for x, y in zip(positions, grid.values[ppl], strict=True) if y is not None]
-        ax.plot([x for x, _ in points], [y for _, y in points], label=f"{ppl}ppl", **ppl_style(str(ppl)))
+    # subsets side by side around each stage's tick, so their 95% interval bars do not hide each other
+    spread = 0.3 / max(1, len(grid.ppls) - 1) if len(grid.ppls) > 1 else 0.0
+    for k, ppl in enumerate(grid.ppls):
+        low, high = intervals(grid.values[ppl], grid.trials.get(ppl) or [None] * len(positions))
+        shift = spread * (k - (len(grid.ppls) - 1) / 2)
+        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, grid.values[ppl], low, high, strict=True)
+                  if y is not None]
+        ys = [p[1] for p in points]
+        ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
+                    label=f"{ppl}ppl", capsize=3, **ppl_style(str(ppl)))
     ax.set_xticks(positions, grid.stages, rotation=30 if len(grid.stages) > 8 else 0)
     ax.set_xlim(-0.3, max(positions, default=0) + 0.3)
     if unit_range:
@@ -155,21 +190,31 @@ def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, uni
     return _save(fig, path)
 
 
-def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
-    """Final accuracy against one swept parameter: the mean in bold black, one line per subset."""
+@literal_text
+def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect: bool = True) -> Path:
+    """Final accuracy against one swept parameter (or runs: `connect` False, categories are not a scale):
+    the mean in bold black, one line per subset, each point with its bar."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(lines[0].x))) if lines else []
-    for series in lines:
-        points = [(x, y) for x, y in zip(positions, series.y, strict=True) if y is not None]
+    spread = 0.25 / max(1, len(lines) - 1)
+    for k, series in enumerate(lines):
+        shift = spread * (k - (len(lines) - 1) / 2) if len(lines) > 1 else 0.0  # bars side by side
+        low, high = series.low or [None] * len(positions), series.high or [None] * len(positions)
+        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, series.y, low, high, strict=True)
+                  if y is not None]
+        ys = [p[1] for p in points]
         is_mean = not series.label.endswith("ppl")
         style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else ppl_style(series.label)
-        ax.plot([x for x, _ in points], [y for _, y in points], label=series.label, **style)
+        if not connect:
+            style["linestyle"] = "none"
+        ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
+                    label=series.label, capsize=3, **style)
     if lines:
         ax.set_xticks(positions, lines[0].x)
         ax.set_xlim(-0.3, len(positions) - 0.7)
     for x in positions:  # a value that was swept but has no finished job (failed or still running)
         if all(series.y[x] is None for series in lines):
-            ax.text(x, 0.5, "no finished job", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
+            ax.text(x, 0.5, "not finished", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel(param)
     ax.set_ylabel("final accuracy (after the last stage)")
@@ -179,21 +224,23 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list]], row_param: str, col_param: str,
+@literal_text
+def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row_param: str, col_param: str,
                         path: Path) -> Path:
-    """One heatmap per (title, row values, column values, matrix) over two parameters, values written in."""
+    """One heatmap per (title, row values, column values, matrix, notes) over two parameters, each value
+    written in with its note (an interval) under it."""
     cols = min(3, len(grids))
     rows = -(-len(grids) // cols)
     fig, axes = _figure(rows, cols, width=4.2 * cols, height=3.6)
-    for ax, (title, row_values, col_values, matrix) in zip(axes, grids, strict=False):
+    for ax, (title, row_values, col_values, matrix, notes) in zip(axes, grids, strict=False):
         masked = [[float("nan") if v is None else v for v in row] for row in matrix]
         image = ax.imshow(masked, vmin=0.0, vmax=1.0, cmap=NO_VALUE_GREY, aspect="auto", origin="lower")
         for r, row in enumerate(matrix):
             for c, value in enumerate(row):
                 # light text on the dark (low) end of viridis, dark text on the light end
                 colour = "black" if value is None or value >= 0.6 else "white"
-                ax.text(c, r, "-" if value is None else f"{value:.2f}", ha="center", va="center", fontsize=9,
-                        color=colour)
+                text = "-" if value is None else f"{value:.2f}\n{notes[r][c]}".rstrip()
+                ax.text(c, r, text, ha="center", va="center", fontsize=8, color=colour)
         ax.set_xticks(range(len(col_values)), col_values)
         ax.set_yticks(range(len(row_values)), row_values)
         ax.set_xlabel(col_param)
@@ -206,9 +253,12 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list]], row_param
     return _save(fig, path)
 
 
-def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path) -> Path:
-    """The jobs of a sweep overlaid: mean validation accuracy after each stage (markers at stage ends)
-    and training mean length per step, one colour per job in both panels, on the global-step axis."""
+@literal_text
+def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path,
+                      title: str = "The sweep's jobs compared") -> Path:
+    """Jobs (or runs) overlaid: mean validation accuracy after each stage (markers at stage ends, a band
+    for its 95% interval) and training mean length per step, one colour per job in both panels, on
+    the global-step axis."""
     panels = [p for p in (("mean validation accuracy after each stage (0 = baseline)", accuracy, True),
                           ("training mean completion length per step (tokens)", length, False)) if p[1]]
     fig, axes = _figure(len(panels), height=3.6)
@@ -216,18 +266,20 @@ def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path
     # colour, dash and marker all differ per job: jobs with equal values (common early on) stay visible
     styles = {label: {"color": f"C{i}", "linestyle": ("-", "--", ":", "-.")[i % 4], "marker": "os^Dv"[i % 5]}
               for i, label in enumerate(labels)}
-    for ax, (title, lines, is_accuracy) in zip(axes, panels, strict=True):
+    for ax, (panel_title, lines, is_accuracy) in zip(axes, panels, strict=True):
         for series in lines:
             style = styles[series.label] if is_accuracy else {**styles[series.label], "marker": None}
             ax.plot(series.x, series.y, label=series.label, linewidth=1.8 if is_accuracy else 1.2,
                     markersize=max(4.0, 9.0 - 1.5 * labels.index(series.label)), **style)
+            if series.low is not None and series.high is not None and None not in series.low + series.high:
+                ax.fill_between(series.x, series.low, series.high, color=style["color"], alpha=0.12, linewidth=0)
         if is_accuracy:
             ax.set_ylim(-0.03, 1.03)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(panel_title, fontsize=10)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         _legend(ax)
         ax.sharex(axes[0])
     axes[-1].set_xlabel(STEP_LABEL)
-    fig.suptitle("The sweep's jobs compared", fontsize=12)
+    fig.suptitle(title, fontsize=12)
     return _save(fig, path)

@@ -1,111 +1,38 @@
-"""Beyond a fixed ladder: promotion by skill, why each stage ended, and the collapse guard.
+"""Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`,
+`budget`): promotion by skill, the collapse guard and the stop on non-finite weights.
 
-Promotion by skill, and why each stage ended (`threshold`, `guard` or `budget`) for run.json.
+Promotion: `promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.in_stage`):
+the stage's own ppl, `eval.n` held-out puzzles each, greedy, on the live model. When the guard may
+stop a stage and the stage validates inside itself, the best-validated weights are kept in memory
+and put back before the stage's final is published, so a collapse is not handed to the next stage.
 
-`promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.in_stage`): the
-stage's own ppl, `eval.n` held-out puzzles each, greedy, on the live model. When the guard may stop
-a stage and the stage validates inside itself, the best-validated weights are kept in memory and
-put back before the stage's final is published, so a collapse is not handed to the next stage.
+The collapse guard: per-step signals of collapse (TRL's `completions/mean_length` and
+`frac_reward_zero_std`, and `completions/distinct_share`, logged by `train/grpo_stage.py`), watched
+over a window, acted on (warn or stop).
 
-The collapse guard: per-step signals of collapse, watched over a window, acted on (warn or stop).
-
-Signals, per logged step: TRL's `completions/mean_length` and `frac_reward_zero_std`, and
-`completions/distinct_share` (the share of distinct completions in a group: near-identical
-rollouts are the collapse people saw). TRL never shows a callback the completions, so that one
-is measured where they are: `DistinctShare` wraps the first reward function, which sees the whole
-generation batch, and reports through TRL's `log_metric` (averaged into the step's log line).
+Divergence: a loss or weights that become NaN or inf stop the stage with an error before the
+trainer saves them; the last good checkpoint stays.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import re
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
-from omegaconf import DictConfig
+import torch
 from transformers import TrainerCallback
-from trl.trainer.utils import is_async_callable
 
-from core.rundir import METRICS, read_jsonl, stage_path
+from core.checks import is_number
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
-from eval.grader import completion_text
 from eval.in_stage import InStageValidation
-from train.stage_run import last_complete_checkpoint
+from eval.settings import ValidationSettings
+from train.manifest import Manifest
+from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)
-
-DISTINCT_KEY = "completions/distinct_share"
-_SPACE = re.compile(r"\s+")
-
-
-def distinct_share(completions: Sequence, group_size: int) -> float:
-    """Mean over groups (consecutive runs of `group_size` completions of one prompt) of distinct/size.
-
-    Whitespace differences do not count as distinct.
-
-    >>> distinct_share(["a", "a ", "b", "c"], 2)  # group 1: one distinct of two; group 2: two of two
-    0.75
-    >>> distinct_share([[{"role": "assistant", "content": "x"}]] * 4, 4)
-    0.25
-    """
-    if group_size < 1 or len(completions) % group_size:
-        raise ValueError(f"distinct_share: {len(completions)} completions do not split into groups of {group_size}")
-    texts = [_SPACE.sub(" ", completion_text(c)).strip() for c in completions]
-    groups = [texts[i:i + group_size] for i in range(0, len(texts), group_size)]
-    return sum(len(set(group)) / group_size for group in groups) / len(groups)
-
-
-class DistinctShare:
-    """A reward function that also logs `distinct_share` of the batch; TRL sees the wrapped one's name.
-
-    >>> def score(completions, **kwargs):
-    ...     return [1.0] * len(completions)
-    >>> logged = {}
-    >>> wrapped = DistinctShare(score, group_size=2)
-    >>> wrapped(completions=["a", "a", "a", "b"], log_metric=logged.__setitem__), wrapped.__name__, logged
-    ([1.0, 1.0, 1.0, 1.0], 'score', {'completions/distinct_share': 0.75})
-    """
-
-    def __init__(self, func: Callable, group_size: int):
-        self.func, self.group_size = func, group_size
-        self.__name__ = func.__name__
-        self.warned = False
-
-    def __call__(self, *, completions, log_metric=None, **kwargs):
-        self._log(completions, log_metric)
-        return self.func(completions=completions, log_metric=log_metric, **kwargs)
-
-    def _log(self, completions, log_metric) -> None:
-        if log_metric is None:
-            return
-        if len(completions) % self.group_size:
-            # Groups split across processes (multi-GPU): a metric must never stop training; say so once.
-            if not self.warned:
-                log.warning("distinct share not logged: %d completions are not whole groups of %d",
-                            len(completions), self.group_size)
-                self.warned = True
-            return
-        log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
-
-
-class AsyncDistinctShare(DistinctShare):
-    """The same around an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
-
-    async def __call__(self, *, completions, log_metric=None, **kwargs):
-        self._log(completions, log_metric)
-        return await self.func(completions=completions, log_metric=log_metric, **kwargs)
-
-
-def with_distinct_share(funcs: Sequence[Callable], group_size: int) -> list[Callable]:
-    """The reward functions with the first one logging the distinct share (once per batch, not per function)."""
-    if not funcs:
-        return []
-    wrapper = AsyncDistinctShare if is_async_callable(funcs[0]) else DistinctShare
-    return [wrapper(funcs[0], group_size), *funcs[1:]]
 
 
 class CollapseWatch:
@@ -128,7 +55,7 @@ class CollapseWatch:
         for name, key in GUARD_SIGNALS:
             threshold = getattr(self.guard, name)
             value = row.get(key)
-            if threshold is None or not isinstance(value, (int, float)) or isinstance(value, bool):
+            if threshold is None or not is_number(value):
                 continue
             self.values[key].append(float(value))
             if len(self.values[key]) < self.guard.window:
@@ -183,9 +110,6 @@ class CollapseGuard(TrainerCallback):
                 control.should_training_stop = True
 
 
-log = logging.getLogger(__name__)
-
-
 def stage_accuracy(rows: Sequence[Mapping], weights: Mapping[int, float]) -> dict:
     """Accuracy over a stage's own subsets, weighted by its ppl mix; `n` counts the completions graded.
 
@@ -204,9 +128,9 @@ class SkillCheck(InStageValidation):
     validation measures it.
     """
 
-    def __init__(self, cfg: DictConfig, pools: dict[int, list[dict]], writer, tracker, *, stage: Stage,
+    def __init__(self, validation: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *, stage: Stage,
                  step_offset: int, keep_best: bool):
-        super().__init__(cfg, pools, writer, tracker, stage_index=stage.index, stage_name=stage.name,
+        super().__init__(validation, pools, writer, tracker, stage_index=stage.index, stage_name=stage.name,
                          step_offset=step_offset)
         self.promote, self.weights, self.keep_best = stage.promote, stage.ppl_weights, keep_best
         self.checks: list[dict] = []  # {stage_step, global_step, accuracy, n} of every validation in the stage
@@ -242,6 +166,40 @@ class SkillCheck(InStageValidation):
         log.warning("stage %s: keeping the best-validated weights of step %d (accuracy %.3f, n=%d)",
                     self.tags["stage_name"], check["stage_step"], check["accuracy"], check["n"])
         return check
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or the weights became NaN or inf; the stage stops and its last good checkpoint stays."""
+
+
+class DivergenceStop(TrainerCallback):
+    """Stops the stage with `NonFiniteLossError` at a non-finite loss (in a log line) or weights (after a step)."""
+
+    def __init__(self, stage_name: str):
+        self.stage_name = stage_name
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        loss = (logs or {}).get("loss")
+        if isinstance(loss, float) and not math.isfinite(loss):
+            self._stop(f"the loss ({loss})", state.global_step)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        # Checked after each optimizer step and before the trainer saves it: diverged weights would
+        # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
+        if model is not None and not _all_finite(model):
+            self._stop("the weights", state.global_step)
+
+    def _stop(self, what: str, step: int) -> None:
+        raise NonFiniteLossError(
+            f"stage {self.stage_name}: {what} became non-finite (nan/inf) at step {step}; the stage stops before "
+            "saving it, and the last good checkpoint is kept (lower the learning rate or check the reward)"
+        )
+
+
+def _all_finite(model) -> bool:
+    """One device sync for the whole model, not one per tensor (this runs after every step)."""
+    with torch.no_grad():
+        return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 class StageEnd(TrainerCallback):
@@ -292,63 +250,25 @@ class StageEnd(TrainerCallback):
         return end
 
 
-def stage_callbacks(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]], writers: Mapping, tracker,
-                    manifest, step_offset: int) -> tuple[list, StageEnd]:
-    """The stage's skill check (eval.every or promote), its guard, and the StageEnd that reads both.
+def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: ValidationSettings,
+                        held_out: Mapping[int, list[dict]], logs: RunLogs, manifest: Manifest,
+                        history: Sequence[Mapping]) -> tuple[list, StageEnd]:
+    """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
 
-    `writers`: {"steps": validation_steps.jsonl, "metrics": metrics.jsonl}. Guard events go to
-    run.json as they happen, so a stage that fails later still shows them.
+    `validation`: what in-stage validation reads; `history`: the stage's step rows
+    logged before a resume (the guard's window carries over). Guard events go to run.json as they
+    happen, so a stage that fails later still shows them.
     """
     guard = None
     if stage.guard is not None:
-        guard = CollapseGuard(stage.guard, writers["metrics"], tracker, _event_recorder(manifest, stage.index),
-                              stage_index=stage.index, stage_name=stage.name, step_offset=step_offset,
-                              history=logged_before_resume(manifest.path.parent, stage))
+        guard = CollapseGuard(stage.guard, logs.metrics, logs.tracker,
+                              record=lambda event: manifest.guard_event(stage.index, event), stage_index=stage.index,
+                              stage_name=stage.name, step_offset=step_offset, history=history)
     skill = None
-    if int(cfg.eval.every) > 0 or stage.promote is not None:
-        pools = {ppl: held_out[ppl][: int(cfg.eval.n)] for ppl in stage.ppl_weights}
-        skill = SkillCheck(cfg, pools, writers["steps"], tracker, stage=stage, step_offset=step_offset,
+    if validation.every > 0 or stage.promote is not None:
+        pools = {ppl: held_out[ppl][: validation.n] for ppl in stage.ppl_weights}
+        skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
                            keep_best=guard is not None and guard.action == "stop")
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
-                   record_stop=lambda record: manifest.update_stage(stage.index, end=record))
-    return [c for c in (skill, guard, end) if c is not None], end
-
-
-def resume_budget(stage: Stage, entry: Mapping) -> Stage:
-    """The stage with its budget cut to an early stop that run.json recorded before a kill (so the resume
-    publishes the checkpoint saved at that stop, or trains up to it), else the stage as planned.
-
-    A stage sent back to `pending` (a damaged final retrained) starts over with its whole budget.
-
-    >>> stage = Stage(1, "a", "grpo", {2: 1.0}, steps=10, pool=8)
-    >>> resume_budget(stage, {"status": "running", "end": {"reason": "threshold", "stage_step": 4}}).steps
-    4
-    >>> resume_budget(stage, {"status": "pending", "end": {"reason": "guard", "stage_step": 4}}).steps
-    10
-    """
-    end = entry.get("end") or {}
-    if entry.get("status") in ("running", "failed", "trained") and end.get("reason") in ("threshold", "guard"):
-        return dataclasses.replace(stage, steps=int(end["stage_step"]))
-    return stage
-
-
-def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
-    """The stage's step rows up to the trainer checkpoint a resume continues from ([] on a fresh start):
-    later rows are logged again by the resumed steps."""
-    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer")
-    if checkpoint is None:
-        return []
-    resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))
-    return [row for row in read_jsonl(run_dir / METRICS)
-            if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
-
-
-def _event_recorder(manifest, index: int):
-    """Append a guard event to the stage's `guard_events` in run.json, once (a resumed stage may redo steps)."""
-    def record(event: dict) -> None:
-        events = manifest.record(index).guard_events
-        if any((e["stage_step"], e["signal"]) == (event["stage_step"], event["signal"]) for e in events):
-            return
-        manifest.update_stage(index, guard_events=[*events, event])
-
-    return record
+                   record_stop=lambda record: manifest.stage_ended(stage.index, record))
+    return [c for c in (DivergenceStop(stage.name), skill, guard, end) if c is not None], end

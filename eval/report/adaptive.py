@@ -1,9 +1,9 @@
 """What the report shows of adaptive stages and of a sweep's curricula, as plain data (no matplotlib).
 
 From run.json: where stages were promoted on skill and where the collapse guard fired (each stage's
-`end` and `guard_events`, written by the stage loop). From a sweep's jobs: each job's mean
-validation accuracy after each stage and its training length per step, on the global-step axis, so
-curricula with different stage counts (a 5-stage ladder, a 1-stage mix) overlay on one plot.
+`end` and `guard_events`, written by the stage loop). From a sweep's jobs: each job's training
+length per step and its label, so curricula with different stage counts (a 5-stage ladder, a
+1-stage mix) overlay on one plot (their accuracy: `eval.report.series.accuracy_curve`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.rundir import stage_records
-from eval.report_series import Series, as_number, step_series
+from core.stats import rate_text
+from eval.report.series import Series, as_number, step_series
 
 PROMOTION, GUARD = "promotion", "guard"
 
@@ -27,8 +28,9 @@ class Event:
 
 
 def _accuracy_text(end: dict) -> str:
-    accuracy = as_number(end.get("accuracy"))
-    return "-" if accuracy is None else f"{accuracy:.3f} (n={end.get('n')})"
+    """The deciding accuracy with its 95% interval and n (the completions of the stage's own subsets)."""
+    n = end.get("n")
+    return rate_text(as_number(end.get("accuracy")), n if isinstance(n, int) and not isinstance(n, bool) else None)
 
 
 def promotion_points(manifest: dict) -> list[Event]:
@@ -37,7 +39,7 @@ def promotion_points(manifest: dict) -> list[Event]:
     >>> stages = [{"name": "2ppl", "global_step_end": 6, "end": {"reason": "threshold", "accuracy": 0.8,
     ...            "n": 100, "threshold": 0.75}}, {"name": "3ppl", "end": {"reason": "budget"}}]
     >>> promotion_points({"stages": stages})
-    [Event(step=6, label='2ppl promoted: 0.800 (n=100) >= 0.75', kind='promotion')]
+    [Event(step=6, label='2ppl promoted: 0.800 [0.71, 0.87] n=100 >= 0.75', kind='promotion')]
     """
     return [Event(s.global_step_end, f"{s.name} promoted: {_accuracy_text(s.end)} >= {s.end.get('threshold')}",
                   PROMOTION)
@@ -63,7 +65,7 @@ def stage_end_rows(manifest: dict) -> list[list[str]]:
 
     >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
     ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
-    [['2ppl', 'threshold', '5/10', '0.900 (n=100)', '0.8', '-']]
+    [['2ppl', 'threshold', '5/10', '0.900 [0.83, 0.94] n=100', '0.8', '-']]
     """
     rows = []
     for stage in stage_records(manifest):
@@ -86,30 +88,6 @@ def guard_rows(manifest: dict) -> list[list[str]]:
 
 
 # --- a sweep's curricula overlaid ---------------------------------------------------------------------
-
-
-def _mean_accuracy(metrics: dict) -> float | None:
-    values = [as_number(v.get("accuracy")) for v in (metrics or {}).values() if isinstance(v, dict)]
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
-def accuracy_curve(manifest: dict, label: str) -> Series | None:
-    """Mean validation accuracy (over subsets) at 0 (baseline) and at each validated stage's last step.
-
-    >>> manifest = {"baseline": {"2ppl": {"accuracy": 0.1}, "3ppl": {"accuracy": 0.0}},
-    ...             "stages": [{"global_step_end": 10, "final_metrics": {"2ppl": {"accuracy": 0.5},
-    ...                                                                 "3ppl": {"accuracy": 0.3}}},
-    ...                        {"global_step_end": 30, "final_metrics": {}}]}
-    >>> accuracy_curve(manifest, "kk_ladder")
-    Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4])
-    """
-    points = [(0, _mean_accuracy(manifest.get("baseline") or {}))]
-    points += [(s.global_step_end, _mean_accuracy(s.final_metrics)) for s in stage_records(manifest)]
-    points = [(int(x), round(y, 4)) for x, y in points if as_number(x) is not None and y is not None]
-    if not points:
-        return None
-    return Series(label, [x for x, _ in points], [y for _, y in points])
 
 
 def length_curve(steps: Sequence[dict], label: str) -> Series | None:

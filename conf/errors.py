@@ -1,0 +1,183 @@
+"""How a bad config is refused: one `config error:` line that names the key, before a run directory exists.
+
+Hydra refuses unknown keys and wrong types while it composes onto the root schema (conf/schema.py),
+except keys added with `+key=value` (Hydra adds those even to typed nodes). `check_schema` merges
+the composed config onto a fresh schema once more, which refuses them too; `SchemaCheck`, a Hydra
+callback (conf/hydra/default.yaml), runs it before Hydra creates the run directory. `run_app` runs
+an entry point, and `exit_on_config_error` ends its task function, so that every config error (ours,
+Hydra's or OmegaConf's) ends the process as one line, while any other error shows its whole traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+import traceback
+from collections.abc import Callable
+
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import (
+    ConfigAttributeError,
+    ConfigKeyError,
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
+
+from conf import run_dir
+from conf.schema import typed_blocks
+from core.checks import ConfigError
+
+# Hydra's loader; an error raised while it runs comes from the command line or a YAML file
+_COMPOSING = os.path.join("hydra", "_internal", "config_loader_impl.py")
+
+
+def check_schema(cfg: DictConfig) -> None:
+    """Raise ConfigError for the first key of `cfg` that the schema refuses: unknown (also one added with
+    `+`), of the wrong type, or missing (`???`). The `hydra` node is Hydra's own and left out.
+
+    The composed config is merged as plain data: merged as a typed config it would carry its extra keys along.
+    """
+    config = OmegaConf.to_container(cfg, resolve=False)
+    config.pop("hydra", None)
+    for key, data, record in typed_blocks(config):
+        _merge_onto(record, data, key)
+
+
+def _merge_onto(record: type, data, key: str) -> None:
+    """ConfigError naming the first value of `data` (found at `key`) that `record` refuses."""
+    if not isinstance(data, dict):
+        fields = ", ".join(field.name for field in dataclasses.fields(record))
+        raise ConfigError(f"{key}: {data!r} is not a block of {fields}")
+    try:
+        OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(record), data), throw_on_missing=True)
+    except OmegaConfBaseException as err:
+        raise ConfigError(_omegaconf_line(err, prefix=key)) from None
+
+
+class SchemaCheck(Callback):
+    """`check_schema`, and for a run the `resume=` check, before Hydra creates (or enters) the run directory.
+
+    `resume=` is checked here too, not only by the run directory's resolver, because an explicit
+    `hydra.run.dir=` replaces that resolver: a mistyped resume would start a fresh run there. Hydra
+    turns an exception in a callback into a warning and goes on, so a refusal ends the process here.
+    """
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+        try:
+            run_dir(config.resume, fresh="")
+        except ConfigError as err:
+            exit_on_config_error(err)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self._check(config)
+
+    def on_job_start(self, config: DictConfig, **kwargs) -> None:
+        if config.hydra.mode == RunMode.MULTIRUN:  # a sweep job: its swept values are not in the sweep's config
+            self._check(config)
+
+    @staticmethod
+    def _check(config: DictConfig) -> None:
+        try:
+            check_schema(config)
+        except ConfigError as err:
+            exit_on_config_error(err)
+
+
+def config_error_line(err: BaseException) -> str | None:
+    """The one line (without `config error: `) for a config error, or None for any other error.
+
+    A config error is a ConfigError, a resolver that refused a value, or anything raised while Hydra
+    composes the config from the command line and the YAML files.
+    """
+    if isinstance(err, ConfigError):
+        return str(err)
+    if isinstance(err, InterpolationResolutionError):  # a resolver refused a value (resume=): its message says it
+        first = str(err).splitlines()[0]
+        return first.partition("while resolving interpolation: ")[2] or f"{err.full_key}: {first}"
+    if not _composing(err):
+        return None
+    cause = err if isinstance(err, OmegaConfBaseException) else err.__cause__ or err.__context__
+    override = _override_being_applied(err)
+    if isinstance(cause, OmegaConfBaseException):
+        line, source = _omegaconf_line(cause), re.match(r"In '([^']+)':", str(err))
+        if source:  # a YAML file of conf/ holds the bad value
+            return f"{line} (in conf/{source[1]}.yaml)"
+        if override and line.split(".")[0].split(":")[0] != override.key_or_group.split(".")[0]:
+            return f"{line} (in {override.input_line})"  # OmegaConf named it from inside a list of records
+        return line
+    if isinstance(err, MissingConfigException) and err.options:
+        return f"{str(err).splitlines()[0]}; options: {', '.join(err.options)}"
+    if isinstance(err, AssertionError) and "root: NoneType" in str(err) and override:
+        # OmegaConf 2.3 cannot set a key inside a typed block that is null; curriculum is the one such block
+        return f"{override.input_line}: sets a key of a block that is null here; choose a curriculum first " \
+               "(+curriculum=kk_ladder)"
+    return " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+
+
+def exit_on_config_error(err: BaseException) -> None:
+    """End the process with one `config error:` line if `err` is a config error; else return (to re-raise it).
+
+    For a task function too: Hydra prints "Error executing job with overrides: [...]" before any exception
+    a task function raises, but lets SystemExit pass.
+    """
+    line = config_error_line(err)
+    if line is not None:
+        raise SystemExit(f"config error: {line}") from None
+
+
+def run_app(main: Callable[[], object]) -> None:
+    """Run a `@hydra.main` function; a config error ends the process as one `config error:` line.
+
+    Hydra prints an error itself (a trimmed traceback, a note about HYDRA_FULL_ERROR, and sometimes "An
+    error occurred during Hydra's exception formatting") unless HYDRA_FULL_ERROR is 1; with it every
+    error reaches this function, which prints a config error as one line and lets any other raise.
+    """
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except Exception as err:
+        exit_on_config_error(err)
+        raise
+
+
+def _composing(err: BaseException) -> bool:
+    if isinstance(err, (ConfigCompositionException, OverrideParseException)):
+        return True
+    return any(frame.f_code.co_filename.endswith(_COMPOSING) for frame, _ in traceback.walk_tb(err.__traceback__))
+
+
+def _override_being_applied(err: BaseException):
+    """The command-line override (Hydra's Override) that its loader was applying when `err` was raised."""
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        override = frame.f_locals.get("override") if frame.f_code.co_filename.endswith(_COMPOSING) else None
+        if getattr(override, "input_line", None) and getattr(override, "key_or_group", None):
+            return override
+    return None
+
+
+def _omegaconf_line(err: OmegaConfBaseException, prefix: str = "") -> str:
+    """`<key>: <what is wrong>` (the key under `prefix`), with the closest real key for an unknown one."""
+    key = ".".join(part for part in (prefix, err.full_key or str(err.key or "")) if part)
+    if isinstance(err, MissingMandatoryValue):
+        return f"{key}: missing; give it a value ({key}=...)"
+    if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and err.key is not None:
+        return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}"
+    return f"{key}: {err.msg.splitlines()[0]}" if key else err.msg.splitlines()[0]
+
+
+def _closest(name: str, key: str, record: type | None) -> str:
+    """'did you mean <key>?' from the record's fields (difflib), else how to add a key to an open group."""
+    if record is None or not dataclasses.is_dataclass(record):
+        return f"to add a key to an open group, write +{key}=..."
+    fields = [field.name for field in dataclasses.fields(record)]
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return f"did you mean {key[: len(key) - len(name)]}{close[0]}?"
+    return f"known: {', '.join(fields)}"

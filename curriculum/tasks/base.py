@@ -1,0 +1,267 @@
+"""The task interface: what the runner, validation and report need from a task, and nothing else.
+
+A task (K&K, GSM8K, a reasoning-gym dataset) names its **levels**, easiest first: the stage keys of
+a curriculum and the validation subsets ("2ppl".."8ppl", "2steps".."6+steps"). Per level and
+split it gives **records** (:class:`TaskRecord`), loaded or generated from its sources,
+deterministic by seed, train disjoint from test. It **renders** a record's prompt from a prompt
+config (conf/prompt/*.yaml), **grades** a completion against a record's reference columns (a
+:class:`Grade`: right, formatted, reasons) and offers **reward functions** in TRL's form: pure,
+batched, ``f(completions, **columns) -> list[float]``, named by component, with **presets** of
+weights over them (conf/reward/*.yaml).
+
+Columns are the reference a grader reads (K&K: names, solution; GSM8K: answer). They become dataset
+columns that TRL hands to every reward function, so no column may hold a dict: `datasets` would
+union a dict column's keys across rows (every name in every row, as None).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from core.checks import ConfigError
+from curriculum.prompts import render_prompt
+
+SPLITS = ("train", "test")
+#: A level key is a stage name and a file name (`samples/<stage>/<level>.jsonl`): no '/', no spaces.
+LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+#: Row keys every task's rows carry besides its columns; a column must not take one of these names.
+ROW_KEYS = ("prompt", "completion", "id", "level")
+
+RewardFunc = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One problem of a task, in the form the runner, validation and report read.
+
+    id: unique and stable within a task's split ("2ppl-17", "gsm8k-test-41").
+    level: the level key the record belongs to.
+    question: the text a prompt template puts where it says ``{quiz}``.
+    columns: the reference a grader and the rewards read (TRL passes them as keyword arguments).
+    source: the source's own record (K&K's published fields), for task-specific consumers (SFT).
+    """
+
+    id: str
+    level: str
+    question: str
+    columns: dict[str, Any]
+    source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self):
+        for name, value in self.columns.items():
+            if name in ROW_KEYS:
+                raise ValueError(f"record {self.id}: column {name!r} would overwrite the row's own {name!r}")
+            if isinstance(value, Mapping):
+                raise ValueError(f"record {self.id}: column {name!r} is a mapping; datasets would union its keys "
+                                 "across rows (store it as lists or as a JSON string)")
+
+
+@runtime_checkable
+class Grade(Protocol):
+    """The verdict on one completion, as validation and the report read it.
+
+    `eval.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
+    has them for tasks whose answer is one value.
+    """
+
+    @property
+    def correct(self) -> bool: ...  # the answer is right (format not required)
+
+    @property
+    def format_ok(self) -> bool: ...  # the prompt's output format was followed
+
+    @property
+    def answered(self) -> bool: ...  # an answer block was found
+
+    @property
+    def reasons(self) -> tuple[str, ...]: ...  # why anything is not right or not formatted
+
+
+@dataclass(frozen=True)
+class AnswerGrade:
+    """A :class:`Grade` for a task whose answer is one value (a number, a string).
+
+    answer: what was read from the final answer block (normalised by the task), None if nothing.
+    score: the task's answer score in [0, 1]: 1.0 when right; partial credit where the task gives it.
+    """
+
+    correct: bool
+    format_ok: bool
+    answered: bool
+    answer: str | None
+    score: float
+    reasons: tuple[str, ...]
+
+
+def completion_text(completion) -> str:
+    """The text of a completion: a str, or TRL's conversational `[{"role": "assistant", ...}]`.
+
+    A message whose think block TRL's `parse_response` split off into `reasoning_content` (or
+    `thinking`) gets it back inside <think> tags, so the format check sees what the model wrote.
+
+    >>> completion_text([{"role": "assistant", "content": "<answer>x</answer>"}])
+    '<answer>x</answer>'
+    >>> completion_text([{"role": "assistant", "reasoning_content": "hm", "content": "<answer>x</answer>"}])
+    '<think>\\nhm\\n</think>\\n<answer>x</answer>'
+    """
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        completion = [completion]
+    parts = []
+    for message in completion:
+        if not isinstance(message, dict):
+            parts.append(str(message))
+            continue
+        thinking = message.get("reasoning_content") or message.get("thinking")
+        if thinking:
+            parts.append(f"<think>\n{thinking}\n</think>\n")
+        content = message.get("content")
+        if isinstance(content, list):  # multimodal parts: [{"type": "text", "text": ...}]
+            content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+        parts.append("" if content is None else str(content))
+    return "".join(parts)
+
+
+def task_row(record: TaskRecord, prompt: str) -> dict[str, Any]:
+    """The dataset row TRL trains on: the rendered prompt text, the record's id and level, its columns.
+
+    >>> task_row(TaskRecord("gsm8k-train-3", "2steps", "Q?", {"answer": "5"}), "<prompt>")
+    {'prompt': '<prompt>', 'id': 'gsm8k-train-3', 'level': '2steps', 'answer': '5'}
+    """
+    return {"prompt": prompt, "id": record.id, "level": record.level, **record.columns}
+
+
+def final_answer_block(text: str, tag: str = "answer") -> str | None:
+    """The text inside the last closed ``<tag>...</tag>`` block, None when there is none (two scans, no regex).
+
+    >>> final_answer_block("<answer>1</answer> then <answer>2</answer>"), final_answer_block("<answer>3")
+    ('2', None)
+    """
+    close = text.rfind(f"</{tag}>")
+    if close < 0:
+        return None
+    opened = text.rfind(f"<{tag}>", 0, close)
+    return None if opened < 0 else text[opened + len(tag) + 2:close]
+
+
+def normalized_question(text: str) -> str:
+    """A question reduced to what decontamination compares: compatible Unicode, case-folded, every run
+    of non-alphanumerics one space.
+
+    >>> normalized_question("Tom has  3 apples.\\nHow many?") == normalized_question("tom has 3 APPLES, how many")
+    True
+    """
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in folded).split())
+
+
+def disjoint(train: Sequence[TaskRecord], held_out: Sequence[TaskRecord],
+             key: Callable[[TaskRecord], Hashable]) -> tuple[list[TaskRecord], int]:
+    """The training records whose `key` no held-out record shares, in order, and how many were dropped.
+
+    >>> rec, by_question = lambda i, q: TaskRecord(f"r{i}", "x", q, {}), lambda r: normalized_question(r.question)
+    >>> kept, dropped = disjoint([rec(1, "A b?"), rec(2, "c")], [rec(3, "a B")], by_question)
+    >>> [r.id for r in kept], dropped
+    (['r2'], 1)
+    """
+    seen = {key(record) for record in held_out}
+    kept = [record for record in train if key(record) not in seen]
+    return kept, len(train) - len(kept)
+
+
+def check_level_key(level, key: str) -> str:
+    """`level` when it is a usable level key; ConfigError naming `key` otherwise.
+
+    >>> check_level_key("6+steps", "task.levels")
+    '6+steps'
+    """
+    if not isinstance(level, str) or not LEVEL_KEY.fullmatch(level):
+        raise ConfigError(f"{key}: {level!r} is not a level key (letters, digits and _ . + -, no '/' or spaces)")
+    return level
+
+
+class Task(ABC):
+    """A task: levels, records per level and split, prompts, grades and reward functions.
+
+    Subclasses set `name` and implement the abstract members; `render` and `content_key` have
+    defaults that fit a task whose record is a question (override `content_key` when two differently
+    worded records can be the same problem, as K&K's renamed puzzles are).
+    """
+
+    name: str = ""
+
+    @property
+    @abstractmethod
+    def levels(self) -> tuple[str, ...]:
+        """The level keys, easiest first."""
+
+    @abstractmethod
+    def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
+        """The first `n` records (None: all) of `level` in `split` ("train"/"test"), the same for the same seed."""
+
+    @abstractmethod
+    def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
+        """Grade one completion (a str or TRL's conversational form) against a record's columns."""
+
+    @abstractmethod
+    def reward_functions(self) -> dict[str, RewardFunc]:
+        """Component name -> reward function, ``f(completions, **columns) -> list[float]``."""
+
+    def reward_presets(self) -> dict[str, dict[str, float]]:
+        """Preset name -> weight per component (a recipe's reward); conf/reward/<preset>.yaml holds the same."""
+        return {}
+
+    def content_key(self, record: TaskRecord) -> Hashable:
+        """What makes two records the same problem (decontamination compares these)."""
+        return normalized_question(record.question)
+
+    def render(self, record: TaskRecord, prompt_cfg: Mapping, *, chat: bool) -> list[dict[str, str]] | str:
+        """The prompt of `record`: chat messages, or plain text for a base model (`curriculum.prompts`)."""
+        return render_prompt(record.question, prompt_cfg, chat=chat)
+
+    def check_level(self, level, key: str = "level") -> str:
+        """`level` when this task has it; ConfigError naming `key` and the levels otherwise."""
+        if level not in self.levels:
+            raise ConfigError(f"{key}: {level!r} is not a level of task {self.name}; levels: {', '.join(self.levels)}")
+        return level
+
+
+def check_split(split: str) -> str:
+    """`split` when it is "train" or "test"; ValueError otherwise."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return split
+
+
+def weighted_rewards(functions: Mapping[str, RewardFunc], weights: Mapping,
+                     key: str = "reward.weights") -> tuple[list[RewardFunc], list[float]]:
+    """The functions with a non-zero weight and their weights, in `functions`' order (TRL's reward_weights).
+
+    Every weight must name a component, be a finite number and be >= 0; a missing weight is 0, and
+    at least one must be positive (else every advantage is 0). ConfigError names the bad key.
+
+    >>> funcs, w = weighted_rewards({"a": len, "b": abs}, {"b": 0.5})
+    >>> [f.__name__ for f in funcs], w
+    (['abs'], [0.5])
+    >>> weighted_rewards({"a": len}, {"c": 1})
+    Traceback (most recent call last):
+    core.checks.ConfigError: reward.weights.c: unknown component; known: a
+    """
+    for name, value in weights.items():
+        if name not in functions:
+            raise ConfigError(f"{key}.{name}: unknown component; known: {', '.join(functions)}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{key}.{name}: {value!r} is not a finite number >= 0")
+    kept = [(functions[name], float(weights.get(name, 0))) for name in functions if weights.get(name, 0)]
+    if not kept:
+        raise ConfigError(f"{key}: every weight is 0, so every advantage would be 0")
+    return [f for f, _ in kept], [w for _, w in kept]

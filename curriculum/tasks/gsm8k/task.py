@@ -1,0 +1,188 @@
+"""GSM8K as a task: sources, levels by solution steps, decontaminated pools.
+
+A record is ``{"question": ..., "answer": "<steps, one a line>\\n#### <number>"}`` (the published
+format). Its level is the number of non-empty lines before ``####`` (the solution's steps): 2, 3,
+4, 5 or 6 and more; a solution of one step has no level and is left out (counted in
+`LoadedSplit.unleveled`). Sources:
+
+- ``hub``: ``datasets.load_dataset(hub_id, hub_config, split=...)``, openai/gsm8k ``main`` (needs
+  the network);
+- ``local``: a folder with ``train.jsonl`` and ``test.jsonl`` in the published format;
+- ``sample``: ``local`` on the offline sample shipped in this package (`curriculum/tasks/gsm8k/data`,
+  made from reasoning-gym's gsm_symbolic by ``python -m curriculum.tasks.gsm8k.sample``).
+
+The training split is decontaminated against the whole test split: a training record whose
+question, normalised (`curriculum.tasks.base.normalized_question`), is a test question is dropped.
+A level's records are its split's records in a seeded shuffle, so ``n=5`` is the first five of ``n=10``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.checks import ConfigError
+from curriculum.sources import RecordError
+from curriculum.tasks.base import AnswerGrade, Task, TaskRecord, check_split, disjoint
+from curriculum.tasks.gsm8k.grader import grade, reference_answer
+from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
+
+SOURCES = ("hub", "local", "sample")
+LEVELS = ("2steps", "3steps", "4steps", "5steps", "6+steps")
+SAMPLE_DIR = Path(__file__).resolve().parent / "data"
+
+
+def solution_steps(solution: str) -> int:
+    """The non-empty lines of a reference solution before ``####``.
+
+    >>> solution_steps("Half of 48 is 24.\\n\\n24 + 48 = 72.\\n#### 72")
+    2
+    """
+    body, _, _ = solution.rpartition("####")
+    return sum(1 for line in body.splitlines() if line.strip())
+
+
+def step_level(steps: int) -> str | None:
+    """The level of a solution of `steps` steps: "2steps".."5steps", "6+steps", None below 2.
+
+    >>> [step_level(s) for s in (1, 2, 5, 6, 9)]
+    [None, '2steps', '5steps', '6+steps', '6+steps']
+    """
+    if steps < 2:
+        return None
+    return "6+steps" if steps >= 6 else f"{steps}steps"
+
+
+def gsm8k_record(raw, where: str, split: str, index: int) -> TaskRecord | None:
+    """One published row as a TaskRecord (None when its solution has under two steps).
+
+    RecordError names `where` when the row is not ``{"question": str, "answer": str}`` with a number after ``####``.
+    """
+    if not isinstance(raw, Mapping):
+        raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    for name in ("question", "answer"):
+        if not isinstance(raw.get(name), str) or not raw[name].strip():
+            raise RecordError(f"{where}: field {name!r} must be a non-empty string")
+    number = reference_answer(raw["answer"])
+    if number is None:
+        raise RecordError(f"{where}: field 'answer' must end with '#### <number>' (the published format)")
+    level = step_level(solution_steps(raw["answer"]))
+    if level is None:
+        return None
+    return TaskRecord(id=f"gsm8k-{split}-{index}", level=level, question=raw["question"].strip(),
+                      columns={"answer": number.text},
+                      source={"question": raw["question"], "answer": raw["answer"]})
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file; source=local needs path= a folder with train.jsonl and "
+                                'test.jsonl, one {"question": ..., "answer": "...\\n#### <number>"} a line')
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                where = f"{path}:{number}"
+                try:
+                    yield where, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RecordError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
+
+
+def _hub_rows(hub_id: str, hub_config: str, split: str) -> Iterator[tuple[str, Any]]:
+    try:
+        import datasets
+
+        rows = datasets.load_dataset(hub_id, hub_config, split=split)
+    except Exception as exc:  # offline, unreachable, renamed: datasets raises many types
+        raise ConnectionError(
+            f"task.source=hub needs the Hugging Face hub to load {hub_id} ({hub_config}, {split}), and that failed "
+            f"({type(exc).__name__}: {exc}). Offline, use task.source=sample, or task.source=local with task.path= "
+            "a folder of train.jsonl and test.jsonl."
+        ) from exc
+    for index, row in enumerate(rows):
+        yield f"{hub_id}/{hub_config}/{split}, row {index}", row
+
+
+@dataclass(frozen=True)
+class LoadedSplit:
+    """A split's leveled records, with what loading left out (short solutions, test questions in train)."""
+
+    records: list[TaskRecord]
+    unleveled: int
+    decontaminated: int = 0
+
+
+class GSM8KTask(Task):
+    """GSM8K: levels 2steps..6+steps, the recipe's grader and five rewards (module docstring)."""
+
+    name = "gsm8k"
+
+    def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
+                 hub_config: str = "main"):
+        if source not in SOURCES:
+            raise ConfigError(f"task.source: {source!r} is not one of {', '.join(SOURCES)}")
+        if source == "local" and not path:
+            raise ConfigError("task.path: source=local needs a folder with train.jsonl and test.jsonl")
+        self.source, self.hub_id, self.hub_config = source, hub_id, hub_config
+        self.path = SAMPLE_DIR if source == "sample" else (Path(path) if path else None)
+        self._splits: dict[str, LoadedSplit] = {}
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return LEVELS
+
+    def _rows(self, split: str) -> Iterator[tuple[str, Any]]:
+        if self.source == "hub":
+            return _hub_rows(self.hub_id, self.hub_config, split)
+        return _jsonl_rows(self.path / f"{split}.jsonl")
+
+    def _read(self, split: str) -> tuple[list[TaskRecord], int]:
+        records, unleveled = [], 0
+        for index, (where, raw) in enumerate(self._rows(split)):
+            record = gsm8k_record(raw, where, split, index)
+            if record is None:
+                unleveled += 1
+            else:
+                records.append(record)
+        if not records and not unleveled:
+            raise RecordError(f"{self.source} {split} split: no records")
+        return records, unleveled
+
+    def split(self, split: str) -> LoadedSplit:
+        """Every leveled record of `split`, in source order; train decontaminated against all of test."""
+        check_split(split)
+        if split not in self._splits:
+            records, unleveled = self._read(split)
+            removed = 0
+            if split == "train":
+                records, removed = disjoint(records, self.split("test").records, self.content_key)
+            self._splits[split] = LoadedSplit(records, unleveled, removed)
+        return self._splits[split]
+
+    def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
+        """The first `n` records of `level` in `split` (None: all), in a shuffle seeded by `seed`.
+
+        >>> task = GSM8KTask(source="sample")
+        >>> [r.id for r in task.records("3steps", "test", n=3, seed=1)] == [
+        ...     r.id for r in task.records("3steps", "test", n=5, seed=1)[:3]]
+        True
+        """
+        self.check_level(level)
+        if n is not None and n < 0:
+            raise ValueError(f"n must be None or non-negative, got {n}")
+        pool = [record for record in self.split(split).records if record.level == level]
+        random.Random(f"gsm8k:{split}:{seed}").shuffle(pool)
+        return pool if n is None else pool[:n]
+
+    def grade(self, completion, columns: Mapping[str, Any]) -> AnswerGrade:
+        return grade(completion, columns["answer"])
+
+    def reward_functions(self) -> dict:
+        return dict(REWARD_FUNCTIONS)
+
+    def reward_presets(self) -> dict[str, dict[str, float]]:
+        return {"gsm8k_stack": dict(RECIPE_WEIGHTS)}

@@ -1,0 +1,96 @@
+"""Knights and Knaves as a task: the project's own puzzles, behind the task interface, unchanged.
+
+Levels are "2ppl".."8ppl" (people per puzzle); records come from `curriculum.sources.load_records`
+(generated, hub or local, with its seeds), the prompt from `curriculum.prompts.render_prompt` on the
+quiz, and a record's columns are the rows' of `curriculum.data.to_rows` (names, solution, ppl), so
+the runner's rows and validation's puzzles stay what they are. Two puzzles are the same problem
+when their `canonical_key` is (renamed or reordered people).
+
+The grader is handed in: `eval.grader.grade` lives above this layer today, so whoever builds the
+task passes it (``build_task(cfg.task, grader=functools.partial(eval.grader.grade, fmt=cfg.prompt.fmt))``).
+When the grader moves below eval/, it becomes this class's default and the argument goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from core.checks import ConfigError
+from curriculum.kk import canonical_key
+from curriculum.sources import HUB_ID, SOURCES, load_records
+from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
+
+LEVELS = tuple(f"{ppl}ppl" for ppl in range(2, 9))
+
+KKGrader = Callable[[Any, Sequence[str], Sequence[bool]], Grade]
+
+
+def ppl_of_level(level: str) -> int:
+    """3 for "3ppl".
+
+    >>> ppl_of_level("3ppl")
+    3
+    """
+    return int(level.removesuffix("ppl"))
+
+
+def kk_record(record: Mapping) -> TaskRecord:
+    """A published K&K record as a TaskRecord: id "<n>ppl-<index>", the quiz, names/solution/ppl columns."""
+    ppl = len(record["names"])
+    return TaskRecord(id=f"{ppl}ppl-{record['index']}", level=f"{ppl}ppl", question=record["quiz"],
+                      columns={"names": list(record["names"]), "solution": [bool(x) for x in record["solution"]],
+                               "ppl": ppl},
+                      source=dict(record))
+
+
+class KKTask(Task):
+    """K&K puzzles of 2..8 people (module docstring); `grader` grades a completion against names and solution."""
+
+    name = "kk"
+
+    def __init__(self, source: str = "generated", path: str | None = None, hub_id: str = HUB_ID,
+                 grader: KKGrader | None = None):
+        if source not in SOURCES:
+            raise ConfigError(f"task.source: {source!r} is not one of {', '.join(SOURCES)}")
+        self.source, self.path, self.hub_id, self.grader = source, path, hub_id, grader
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return LEVELS
+
+    def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
+        """`load_records` for the level's ppl, as TaskRecords.
+
+        >>> [r.id for r in KKTask().records("3ppl", "test", n=2, seed=1)]
+        ['3ppl-0', '3ppl-1']
+        """
+        self.check_level(level)
+        loaded = load_records(self.source, ppl_of_level(level), check_split(split), n=n, seed=seed,
+                              path=self.path, hub_id=self.hub_id)
+        return [kk_record(record) for record in loaded]
+
+    def content_key(self, record: TaskRecord) -> Hashable:
+        return canonical_key(record.source)
+
+    def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
+        if self.grader is None:
+            raise RuntimeError("KKTask.grade needs the K&K grader: build_task(cfg.task, grader=...) "
+                               "(eval.grader.grade with the prompt's fmt)")
+        return self.grader(completion, columns["names"], columns["solution"])
+
+    def reward_functions(self) -> dict[str, RewardFunc]:
+        """The two components that need only a grade: answer (correct) and format (format_ok).
+
+        The rest of K&K's components (think, partial, overlong, tiered) and their presets stay in
+        train/rewards.py until the grader moves below eval/.
+        """
+        return {"answer": self.answer_reward, "format": self.format_reward}
+
+    def answer_reward(self, completions, names, solution, **kwargs) -> list[float]:
+        return [float(self.grade(c, {"names": n, "solution": s}).correct)
+                for c, n, s in zip(completions, names, solution, strict=True)]
+
+    def format_reward(self, completions, names, solution, **kwargs) -> list[float]:
+        return [float(self.grade(c, {"names": n, "solution": s}).format_ok)
+                for c, n, s in zip(completions, names, solution, strict=True)]

@@ -1,0 +1,175 @@
+"""reasoning-gym datasets as tasks (``task=reasoning_gym task.dataset=<name>``), generated offline.
+
+reasoning-gym (PyPI ``reasoning-gym``, the ``rgym`` extra) generates ~100 reasoning tasks, each an
+entry ``{"question", "answer", "metadata"}`` with a ``score_answer(answer, entry)`` in [0, 1].
+
+Levels are the dataset's difficulty settings:
+
+- ``levels: {key: settings}`` names them (e.g. ``{3ppl: {n_people: 3}}`` for knights_knaves);
+- without it, a dataset with a reasoning-gym curriculum gets one level per global curriculum level,
+  "level0".."level<k>" (`reasoning_gym.factory.create_curriculum`; ``set_global_level(k)``, each
+  attribute capped at its top); a dataset without one (gsm_symbolic) has one level, "default".
+
+``settings`` apply to every level (a level's own win). Records are entries of
+``create_dataset(dataset, seed=..., size=n, **level settings)``, so the same seed gives the same
+records: train draws from ``seed``, test from ``seed + 2**31`` (reasoning-gym seeds entry ``i``
+with ``seed + i``, so nearby seeds would share entries), and a repeated question is kept once.
+
+The answer is the last closed ``<answer>`` block, scored by reasoning-gym's own scorer
+(``get_score_answer_fn``): correct when the score is 1. The entry travels as a JSON string column
+(TRL's rows take no dicts); a dataset whose scorer changes its verdict on the JSON copy of an
+entry (arc_agi and rearc compare tuples) is refused when the task is built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from core.checks import ConfigError
+from curriculum.tasks.base import (
+    AnswerGrade,
+    RewardFunc,
+    Task,
+    TaskRecord,
+    check_level_key,
+    check_split,
+    completion_text,
+    final_answer_block,
+)
+
+TEST_SEED_OFFSET = 2**31
+
+
+def _reasoning_gym():
+    try:
+        import reasoning_gym
+        import reasoning_gym.factory
+    except ImportError as exc:
+        raise ImportError("task=reasoning_gym needs reasoning-gym, an optional extra: pip install -e '.[rgym]'") \
+            from exc
+    return reasoning_gym
+
+
+def curriculum_levels(dataset: str) -> dict[str, dict[str, Any]]:
+    """"level<k>" -> the dataset's settings at reasoning-gym global curriculum level k ("default" without one)."""
+    factory = _reasoning_gym().factory
+    if not factory.has_curriculum(dataset):
+        return {"default": {}}
+    curriculum = factory.create_curriculum(dataset)
+    top = max(len(attribute.levels) for attribute in curriculum.attributes.values()) - 1
+    levels = {}
+    for k in range(top + 1):
+        curriculum.set_global_level(k)
+        config = curriculum.generate_configuration({"seed": 0, "size": 1})
+        levels[f"level{k}"] = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                               if f.name not in ("seed", "size")}
+    return levels
+
+
+def format_ok(text: str) -> bool:
+    """One ``<answer>`` block, closed, with only whitespace after it.
+
+    >>> format_ok("I think 4.\\n<answer>4</answer>\\n"), format_ok("<answer>4</answer> or <answer>5</answer>")
+    (True, False)
+    """
+    opened, closed = text.find("<answer>"), text.find("</answer>")
+    return (text.count("<answer>") == 1 and text.count("</answer>") == 1 and opened < closed
+            and not text[closed + len("</answer>"):].strip())
+
+
+class ReasoningGymTask(Task):
+    """One reasoning-gym dataset, its levels from `levels` or its curriculum (module docstring)."""
+
+    name = "reasoning_gym"
+
+    def __init__(self, dataset: str, levels: Mapping[str, Mapping] | None = None,
+                 settings: Mapping[str, Any] | None = None):
+        factory = _reasoning_gym().factory
+        if dataset not in factory.DATASETS or dataset == "composite":
+            known = ", ".join(sorted(name for name in factory.DATASETS if name != "composite"))
+            raise ConfigError(f"task.dataset: {dataset!r} is not a reasoning-gym dataset; known: {known}")
+        self.dataset = dataset
+        chosen = curriculum_levels(dataset) if levels is None else levels
+        if not isinstance(chosen, Mapping) or not chosen:
+            raise ConfigError(f"task.levels: must be a non-empty mapping of level -> settings (got {levels!r})")
+        base = dict(settings or {})
+        self.level_settings = {check_level_key(key, "task.levels"): {**base, **dict(value or {})}
+                               for key, value in chosen.items()}
+        self._score = factory.get_score_answer_fn(dataset)
+        for key in self.level_settings:  # reasoning-gym checks each config (and the JSON copy) now, not mid-run
+            self.records(key, "train", n=1)
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        return tuple(self.level_settings)
+
+    def _dataset(self, level: str, *, seed: int, size: int | None):
+        merged = self.level_settings[level]
+        sized = {} if size is None else {"size": size}
+        try:
+            return _reasoning_gym().create_dataset(self.dataset, seed=seed, **sized, **merged)
+        except (TypeError, ValueError, AssertionError) as exc:
+            raise ConfigError(f"task.levels.{level}: reasoning-gym refused {self.dataset} with {merged} "
+                              f"({type(exc).__name__}: {exc})") from exc
+
+    def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
+        """The distinct entries among the first `n` of the level's dataset (None: its default size)."""
+        self.check_level(level)
+        base = seed + (TEST_SEED_OFFSET if check_split(split) == "test" else 0)
+        found, seen = [], set()
+        for index, entry in enumerate(self._dataset(level, seed=base, size=n)):
+            record = self._record(level, split, index, entry)
+            if self.content_key(record) not in seen:
+                seen.add(self.content_key(record))
+                found.append(record)
+        return found
+
+    def _record(self, level: str, split: str, index: int, entry: Mapping) -> TaskRecord:
+        try:
+            carried = json.dumps(entry)
+        except TypeError as exc:
+            raise ConfigError(f"task.dataset: {self.dataset} entry {index} does not serialise to JSON ({exc}); "
+                              "its reference cannot travel in a dataset row") from exc
+        answer = entry.get("answer")
+        oracle = None if answer is None else str(answer)
+        if self._safe_score(oracle, entry) != self._safe_score(oracle, json.loads(carried)):
+            raise ConfigError(f"task.dataset: {self.dataset}'s score_answer grades its own answer differently on the "
+                              "JSON copy of an entry (it compares tuples or objects); this dataset is not supported")
+        return TaskRecord(id=f"{level}-{split}-{index}", level=level, question=str(entry["question"]),
+                          columns={"answer": oracle or "", "entry": carried}, source=dict(entry))
+
+    def _safe_score(self, answer: str | None, entry: Mapping) -> float:
+        try:
+            return float(self._score(answer, entry))
+        except Exception:  # noqa: BLE001 - a scorer that raises on a model's text must not stop training
+            return 0.0
+
+    def grade(self, completion, columns: Mapping[str, Any]) -> AnswerGrade:
+        text = completion_text(completion)
+        formatted = format_ok(text)
+        reasons = [] if formatted else ["format: want one <answer>...</answer> block, last"]
+        block = final_answer_block(text)
+        if block is None:
+            return AnswerGrade(False, formatted, False, None, 0.0, (*reasons, "no <answer> block"))
+        answer = block.strip()
+        score = self._safe_score(answer, json.loads(columns["entry"]))
+        if score < 1.0:
+            reasons.append(f"score_answer gave {score:g}")
+        return AnswerGrade(score >= 1.0, formatted, True, answer, score, tuple(reasons))
+
+    def reward_functions(self) -> dict[str, RewardFunc]:
+        """answer: reasoning-gym's score of the final answer block (partial credit where it gives it);
+        format: 1 for one answer block, last."""
+        return {"answer": self.answer_reward, "format": self.format_reward}
+
+    def reward_presets(self) -> dict[str, dict[str, float]]:
+        return {"score_answer": {"answer": 1.0}}
+
+    def answer_reward(self, completions, entry, **kwargs) -> list[float]:
+        return [self.grade(c, {"entry": e}).score for c, e in zip(completions, entry, strict=True)]
+
+    def format_reward(self, completions, **kwargs) -> list[float]:
+        return [float(format_ok(completion_text(c))) for c in completions]

@@ -1,0 +1,195 @@
+"""The blocks a report is made of (heading, text, table, image, completion), its cell format, its rendering.
+
+A list of blocks is rendered once, as Markdown that points at the PNGs; the HTML page is that
+Markdown rendered by markdown-it-py with the PNGs embedded, so report.md and report.html never disagree.
+
+Everything read from a run folder is untrusted (a stage name, a config value, a completion may hold
+Markdown or HTML): headings, table cells, captions and completions are plain text, escaped here;
+a `Text` block is Markdown, so its author escapes what it interpolates (`md_escape`, `code`). The
+HTML page escapes raw HTML, and embeds only the images this report wrote into its own folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+
+@dataclass(frozen=True)
+class Heading:
+    text: str  # plain text
+    level: int = 2
+
+
+@dataclass(frozen=True)
+class Text:
+    text: str
+    note: bool = False  # something missing or skipped, shown in italics
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: list[str]
+    rows: list[list[str]]
+
+
+@dataclass(frozen=True)
+class Image:
+    path: Path  # a PNG the report drew into its own folder
+    caption: str  # plain text
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A model's text shown verbatim: a code block in Markdown, folded in the HTML when long."""
+
+    text: str
+
+
+# A completion longer than this (lines or characters) is folded in the HTML page.
+FOLD_LINES, FOLD_CHARS = 12, 1200
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A table cell: '-' for missing, numbers rounded, anything else as text.
+
+    >>> fmt(None), fmt(0.12345), fmt(16.0, 1), fmt(3), fmt("done")
+    ('-', '0.123', '16.0', '3', 'done')
+    """
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+# Markdown that untrusted text could start anywhere in a line: emphasis, code spans, raw HTML and
+# autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
+# inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
+_INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
+_BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
+
+
+def md_escape(text, *, line_start: bool = True) -> str:
+    r"""Text from a run folder (a name, a config value, an error), made inert in Markdown: one line,
+    and no link, image, emphasis, code, raw HTML or table cell break can start from it; nor a
+    heading or list when it starts a line (`line_start`).
+
+    A link or image needs `](`, `][` or `]:`; escaping that `]` (and one that ends the text, which
+    could meet a "(" of the text around it) is enough, so an interval such as "[0.20, 0.90]" stays
+    readable in report.md.
+
+    >>> md_escape("![x](/etc/passwd) <script>*a* b_c_d</script> | `x`")
+    '![x\\](/etc/passwd) \\<script\\>\\*a\\* b_c_d\\</script\\> \\| \\`x\\`'
+    >>> md_escape("# heading\n1. item"), md_escape("1. item"), md_escape("0.5"), md_escape("-")
+    ('\\# heading 1. item', '1\\. item', '0.5', '-')
+    """
+    text = _INLINE.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
+    if not line_start:
+        return text
+    # escape the marker's punctuation: a backslash before a digit would show as a backslash
+    return _BLOCK_START.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1] if m.group(1) else "\\" + m.group(),
+                            text)
+
+
+def _cell(text) -> str:
+    """A table cell: inline, so what only starts a block (a heading, a list) needs no escape there."""
+    return md_escape(text, line_start=False)
+
+
+def code(text) -> str:
+    """`text` as an inline code span, whatever backticks it holds (the fence is longer than any run of them).
+
+    >>> code("a`b"), code("run")
+    ('``a`b``', '`run`')
+    """
+    text = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def fenced(text: str, info: str = "") -> list[str]:
+    r"""`text` as a fenced code block whose fence no backtick run inside it can close.
+
+    >>> fenced("a\n```\nb", "completion")
+    ['````completion', 'a', '```', 'b', '````']
+    """
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * (longest + 1)
+    return [fence + info, *text.splitlines(), fence]
+
+
+def to_markdown(title: str, blocks: Sequence) -> str:
+    """Markdown with images linked relative to the report directory."""
+    out = [f"# {md_escape(title)}", ""]
+    for block in blocks:
+        if isinstance(block, Heading):
+            out += [f"{'#' * block.level} {md_escape(block.text)}", ""]
+        elif isinstance(block, Text):
+            out += [f"_{block.text}_" if block.note else block.text, ""]
+        elif isinstance(block, Table):
+            out += ["| " + " | ".join(map(_cell, block.headers)) + " |",
+                    "|" + "---|" * len(block.headers),
+                    *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
+        elif isinstance(block, Image):
+            # the caption again as text under the image, so both pages show it (alt text is hidden)
+            caption = md_escape(block.caption)
+            out += [f"![{caption}]({block.path.name})", f"Figure: {caption}.", ""]
+        elif isinstance(block, Completion):
+            out += [*fenced(block.text, "completion"), ""]
+    return "\n".join(out)
+
+
+# A note is a paragraph that is all emphasis (`_..._` in the Markdown).
+STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f2f2f2}td:first-child{text-align:left}p>em:only-child{color:#8a5a00}
+img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
+pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}summary{cursor:pointer;color:#555}"""
+
+
+def _embedded_image(self, tokens, idx, options, env) -> str:
+    """An image the report wrote, as a base64 data URI from its folder (the page needs no other file);
+    any other image reference (from text a run folder supplied) is shown as text, never read."""
+    token = tokens[idx]
+    caption = self.renderInlineAsText(token.children, options, env)
+    src = token.attrGet("src") or ""
+    if src not in env["images"]:
+        return html.escape(f"[image not embedded: {caption} ({src})]")
+    data = base64.b64encode((env["image_dir"] / src).read_bytes()).decode("ascii")
+    caption = html.escape(caption, quote=True)
+    return f"<img alt='{caption}' title='{caption}' src='data:image/png;base64,{data}'>"
+
+
+def _folded_completion(self, tokens, idx, options, env) -> str:
+    """A completion block: escaped, and inside <details> when long, so the page stays readable."""
+    token = tokens[idx]
+    if token.info.strip() != "completion":
+        return self.fence(tokens, idx, options, env)
+    text = token.content
+    body = f"<pre>{html.escape(text)}</pre>"
+    lines = text.count("\n")
+    if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return body + "\n"
+    return f"<details><summary>the completion: {lines} lines, {len(text)} characters</summary>{body}</details>\n"
+
+
+def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = ()) -> str:
+    """One self-contained page from the report's Markdown: inline CSS, raw HTML escaped, long completions
+    folded, and embedded only the `images` (file names) the report drew into `image_dir`."""
+    renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
+    renderer.add_render_rule("image", _embedded_image)
+    renderer.add_render_rule("fence", _folded_completion)
+    own = {name for name in images if Path(name).name == name and (image_dir / name).is_file()}
+    body = renderer.render(markdown, {"image_dir": image_dir, "images": own})
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")

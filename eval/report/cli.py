@@ -1,0 +1,155 @@
+"""`python -m eval.report [DIR ...] [--outputs ROOT] [--out OUT]`: plots, report.md and report.html.
+
+DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
+modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
+`python -m train` writes). Everything goes to `DIR/report/`. Several run directories are laid side
+by side in one report (`eval.report.compare`), written to OUT (default ROOT/compare/<time>/).
+A report is a list of blocks (heading, text, table, image) rendered as Markdown that points at the
+PNGs; report.html is that Markdown rendered by markdown-it-py with the PNGs embedded, so the two
+never disagree. Data that is missing (a run in progress, a failed sweep job, a key not logged)
+becomes a note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from rich.console import Console
+from rich.markup import escape
+
+from conf import CONF_DIR
+from core.rundir import RUN_JSON
+from eval.report.blocks import Image, to_html, to_markdown
+from eval.report.compare import compare_report
+from eval.report.run import run_report
+from eval.report.sweep import sweep_report
+
+REPORT_DIR = "report"
+
+
+def is_sweep(path: Path) -> bool:
+    """A multirun directory: Hydra's multirun.yaml, or numbered job folders and no run.json of its own."""
+    if (path / "multirun.yaml").exists():
+        return True
+    return not (path / RUN_JSON).exists() and any(p.is_dir() and p.name.isdigit() for p in path.iterdir())
+
+
+def _last_modified(path: Path) -> float:
+    """Newest mtime of what a run or sweep holds, two levels deep (a directory's own mtime misses files
+    rewritten in place). The report folder is left out, and so is the directory's own mtime, which
+    creating that folder bumps: reporting on an old run must not make it the latest."""
+    times = []
+    for child in path.iterdir():
+        if child.name != REPORT_DIR:
+            times.append(child.stat().st_mtime)
+            if child.is_dir():
+                times += [grand.stat().st_mtime for grand in child.iterdir() if grand.name != REPORT_DIR]
+    return max(times, default=path.stat().st_mtime)
+
+
+def latest_output(outputs: Path) -> Path | None:
+    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None.
+
+    A run counts once it has a run.json: a directory left by a config error (Hydra's files and
+    error.txt only) has nothing to report.
+    """
+    candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
+                  for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / RUN_JSON).exists())]
+    return max(candidates, key=_last_modified, default=None)
+
+
+def prepare_dir(out_dir: Path) -> None:
+    """A real report folder, emptied of PNGs: a figure skipped this time must not linger from an earlier
+    report, and a symlink planted in a run folder must not send the report's files elsewhere."""
+    if out_dir.is_symlink():
+        out_dir.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.png"):
+        stale.unlink()
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write through a temporary file and rename over `path`: a symlink there is replaced, never followed."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_document(out_dir: Path, title: str, blocks: list) -> None:
+    """report.md and report.html of `blocks`; the page embeds only the PNGs these blocks drew."""
+    markdown = to_markdown(title, blocks)
+    _replace_text(out_dir / "report.md", markdown)
+    images = [block.path.name for block in blocks if isinstance(block, Image)]
+    _replace_text(out_dir / "report.html", to_html(title, markdown, out_dir, images))
+
+
+def write_report(target: Path) -> Path:
+    """Write `target`/report/ (report.md, report.html, PNGs) for a run or a sweep; returns that folder."""
+    out_dir = target / REPORT_DIR
+    prepare_dir(out_dir)
+    title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
+    write_document(out_dir, title, blocks)
+    return out_dir
+
+
+def configured_output_dir() -> Path:
+    """`paths.output_dir` of the composed config: where `python -m train` puts runs and sweeps."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return Path(compose("config").paths.output_dir)
+
+
+def compare_dir(outputs: Path) -> Path:
+    """Where a comparison goes by default: `<outputs>/compare/<time>/`, inside none of the compared runs."""
+    return outputs / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def write_comparison(targets: Sequence[Path], out_dir: Path) -> Path:
+    """Write the side-by-side report of `targets` (run folders) into `out_dir`; returns it."""
+    sweeps = [t for t in targets if is_sweep(t)]
+    if sweeps:
+        raise SystemExit(f"{sweeps[0]}: a sweep; compare runs (a sweep's jobs are <sweep>/<n>), or report "
+                         "the sweep alone")
+    prepare_dir(out_dir)
+    title, blocks = compare_report(targets, out_dir)
+    write_document(out_dir, title, blocks)
+    return out_dir
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(prog="python -m eval.report", description=__doc__.split("\n")[0])
+    parser.add_argument("dirs", nargs="*", type=Path, metavar="DIR",
+                        help="a run or sweep directory (default: the latest); several runs: side by side")
+    parser.add_argument("--outputs", type=Path, default=None,
+                        help="output root searched for the latest run or sweep (default: paths.output_dir)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where a comparison of several runs goes (default: <outputs>/compare/<time>)")
+    args = parser.parse_args(argv)
+    targets = list(dict.fromkeys(args.dirs))
+    if not targets:
+        outputs = args.outputs or configured_output_dir()
+        latest = latest_output(outputs)
+        if latest is None:
+            raise SystemExit(f"no run or sweep under {outputs}/runs or {outputs}/multirun; pass a directory")
+        targets = [latest]
+    for target in targets:
+        if not target.is_dir():
+            raise SystemExit(f"{target}: not a directory")
+    if len(targets) == 1:
+        out_dir, what = write_report(targets[0]), f"report for {escape(str(targets[0]))}"
+    else:
+        out_dir = write_comparison(targets, args.out or compare_dir(args.outputs or configured_output_dir()))
+        what = f"comparison of {len(targets)} runs"
+    images = sorted(p.name for p in out_dir.glob("*.png"))
+    console = Console()
+    # soft_wrap: a path must stay on one line to be copied; escape: a path may hold "[...]" (rich markup)
+    console.print(f"[bold green]{what}[/] written to:", soft_wrap=True)
+    for name in ("report.md", "report.html"):
+        console.print(f"  {escape(str(out_dir / name))}", soft_wrap=True)
+    console.print(f"  {len(images)} image(s): {', '.join(images) or 'none'}", soft_wrap=True)
+    return out_dir

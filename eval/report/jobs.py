@@ -1,0 +1,200 @@
+"""A Hydra multirun's job folders -> plain records and tables for the sweep report (no matplotlib here).
+
+A job may have failed before writing anything but `error.txt`, or still be running: every field
+it could not read is None or empty, never an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.rundir import (
+    CONFIG,
+    RUN_JSON,
+    VALIDATION,
+    Status,
+    final_accuracy,
+    load_file,
+    objective,
+    read_mapping,
+    scan_jsonl,
+    stage_records,
+)
+from core.stats import wilson_interval
+from eval.metrics import trials
+from eval.report.series import Series, as_number
+
+
+@dataclass
+class Job:
+    """One job of a Hydra multirun: its overrides, how far it got, and its final validation."""
+
+    name: str
+    path: Path
+    overrides: dict[str, str]
+    status: str
+    stages_done: int
+    stages_total: int
+    final_accuracy: dict[int, float]
+    objective: float | None
+    error: str | None
+    final_trials: dict[int, int] = field(default_factory=dict)  # puzzles behind each final accuracy
+
+
+def error_line(text: str) -> str:
+    """The exception line of a traceback (error.txt), or the first non-empty line of other text.
+
+    >>> error_line("Traceback (most recent call last):\\n  File \\"x.py\\"\\n    f()\\nValueError: bad\\n")
+    'ValueError: bad'
+    >>> error_line("\\nconfig error: eval.n must be > 0\\n")
+    'config error: eval.n must be > 0'
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    last_traceback = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
+    if last_traceback is None:
+        return lines[0].strip() if lines else ""
+    # the frames are indented; the first unindented line after them is "<Type>: <message>"
+    after = [line for line in lines[last_traceback + 1:] if not line[0].isspace()]
+    return after[0].strip() if after else lines[-1].strip()
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    """Hydra override strings -> {key: value}, with the +/++/~ prefixes dropped from the keys.
+
+    >>> parse_overrides(["+curriculum=kk_ladder", "reward.weights.format=0.5"])
+    {'curriculum': 'kk_ladder', 'reward.weights.format': '0.5'}
+    """
+    pairs = (str(item).partition("=") for item in items)
+    return {key.lstrip("+~"): value for key, eq, value in pairs if eq}
+
+
+def load_job(job_dir: Path) -> Job:
+    """Read one job directory; a failed job (error.txt) may lack every other file."""
+    manifest = read_mapping(job_dir / RUN_JSON)
+    overrides_list = load_file(job_dir / ".hydra" / "overrides.yaml")
+    overrides = parse_overrides(overrides_list if isinstance(overrides_list, list) else [])
+    error_file = job_dir / "error.txt"
+    error = error_line(error_file.read_text(errors="replace")) if error_file.exists() else None
+    status = "failed" if error is not None else manifest.get("status", "not started")
+    stages = stage_records(manifest)
+    accuracy = final_accuracy(manifest)
+    objective_name = str(read_mapping(job_dir / CONFIG).get("objective", "mean_final_accuracy"))
+    # run.json records the objective the job returned; older runs did not, so compute it then
+    recorded = as_number(manifest.get("objective"))
+    value = (objective(objective_name, accuracy) if recorded is None else recorded) if status == Status.DONE else None
+    return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
+               error, final_trials(scan_jsonl(job_dir / VALIDATION).rows, stages[-1].index if stages else None))
+
+
+def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[int, int]:
+    """The puzzles behind each subset's accuracy after the last stage (run.json does not record them).
+
+    >>> final_trials([{"stage": 0, "ppl": 2, "n": 4}, {"stage": 2, "ppl": 2, "n": 8, "puzzles": 4}], 2)
+    {2: 4}
+    """
+    found = {}
+    for row in rows:
+        if row.get("stage") == last_stage and isinstance(row.get("ppl"), int):
+            n = trials(row, "accuracy")
+            if n is not None:
+                found[row["ppl"]] = n
+    return found
+
+
+def load_sweep(sweep_dir: Path) -> list[Job]:
+    """Every job directory (`<sweep>/<job num>/`) of a multirun, in job order."""
+    dirs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    return [load_job(d) for d in sorted(dirs, key=lambda d: int(d.name))]
+
+
+def swept_params(jobs: Sequence[Job]) -> list[str]:
+    """The override keys whose value differs between jobs (fixed command-line overrides are not swept).
+
+    >>> a = Job("0", Path("0"), {"x": "1", "y": "a"}, "done", 1, 1, {}, None, None)
+    >>> b = Job("1", Path("1"), {"x": "2", "y": "a"}, "done", 1, 1, {}, None, None)
+    >>> swept_params([a, b])
+    ['x']
+    """
+    keys = dict.fromkeys(k for job in jobs for k in job.overrides)
+    return [k for k in keys if len({job.overrides.get(k) for job in jobs}) > 1]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def mean_accuracy(job: Job) -> float | None:
+    """Mean final accuracy over the validated subsets, or None before the last stage is validated."""
+    return _mean(list(job.final_accuracy.values()))
+
+
+def mean_trials(job: Job) -> int | None:
+    """The puzzles behind `mean_accuracy`: all the subsets' together (its interval is then exact when
+    the subsets are of one size, as with the default pools), None when a subset's count is unknown."""
+    counts = [job.final_trials.get(ppl) for ppl in job.final_accuracy]
+    return sum(counts) if counts and all(counts) else None
+
+
+def subset_measure(ppl: int) -> tuple[Callable[[Job], float | None], Callable[[Job], int | None]]:
+    """(job -> final accuracy of subset `ppl`, job -> its puzzles)."""
+    return (lambda job: job.final_accuracy.get(ppl)), (lambda job: job.final_trials.get(ppl))
+
+
+def value_order(values: Iterable[str | None]) -> list[str | None]:
+    """Parameter values sorted numerically where they are numbers (so "10" comes after "2").
+
+    >>> value_order(["10", "2", "b", None, "2"])
+    ['2', '10', 'b', None]
+    """
+    def key(value):
+        try:
+            return (0, float(value), "")
+        except (TypeError, ValueError):
+            return (1 if value is not None else 2, 0.0, str(value))
+
+    return sorted(set(values), key=key)
+
+
+def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float | None], label: str,
+               n_of: Callable[[Job], int | None] = lambda job: None) -> Series:
+    """`measure` (mean over the jobs that share a value) against one swept parameter's values, with
+    bars: a lone job's 95% Wilson interval (over `n_of` puzzles), or the min..max of several jobs
+    (seeds: their spread is the noise that matters).
+
+    >>> jobs = [Job(str(i), Path("."), {"w": w}, "done", 1, 1, {2: acc}, None, None, {2: 100})
+    ...         for i, (w, acc) in enumerate([("0", 0.5), ("1", 0.2), ("1", 0.4)])]
+    >>> accuracy, puzzles = subset_measure(2)
+    >>> line = param_line(jobs, "w", accuracy, "2ppl", puzzles)
+    >>> line.x, [round(y, 2) for y in line.y], line.low, line.high  # w=0: one job (Wilson); w=1: two (spread)
+    (['0', '1'], [0.5, 0.3], [0.4038, 0.2], [0.5962, 0.4])
+    """
+    xs = value_order(job.overrides.get(param) for job in jobs)
+    ys, lows, highs = [], [], []
+    for x in xs:
+        points = [(v, n_of(job)) for job in jobs if job.overrides.get(param) == x and (v := measure(job)) is not None]
+        values = [v for v, _ in points]
+        ys.append(_mean(values))
+        if len(points) == 1 and points[0][1]:
+            low, high = (round(b, 4) for b in wilson_interval(*points[0]))
+        else:
+            low, high = (min(values), max(values)) if len(points) > 1 else (None, None)
+        lows.append(low)
+        highs.append(high)
+    return Series(label, [str(x) for x in xs], ys, lows, highs)
+
+
+def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job], float | None]):
+    """(row values, column values, matrix) of `measure` over two swept parameters; None: no job there.
+
+    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {2: acc}, None, None)
+    ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0)])]
+    >>> param_grid(jobs, "a", "b", mean_accuracy)
+    (['0', '1'], ['1', '2'], [[0.5, 1.0], [0.25, None]])
+    """
+    row_values = value_order(job.overrides.get(rows) for job in jobs)
+    col_values = value_order(job.overrides.get(cols) for job in jobs)
+    matrix = [[_mean([v for job in jobs if job.overrides.get(rows) == r and job.overrides.get(cols) == c
+                      and (v := measure(job)) is not None]) for c in col_values] for r in row_values]
+    return [str(v) for v in row_values], [str(v) for v in col_values], matrix

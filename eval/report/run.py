@@ -1,0 +1,204 @@
+"""One run's report: its stages, how they ended, validation per subset, length, reward, format, collapse.
+
+A report is a list of blocks (`eval.report.blocks`); this module only chooses and orders them, from
+the series `eval.report.series` reads and the figures `eval.report.plots` draws.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from core.rundir import Status, stage_records
+from eval.report import adaptive as ra
+from eval.report import series as rs
+from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
+from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
+from eval.report.samples import samples_blocks
+from eval.report.tables import CHANGE_NOTE, grid_table, pool_sizes
+
+# (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
+# A share is drawn on a fixed 0..1 axis.
+COLLAPSE_KEYS = (
+    ("entropy", "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
+    ("completions/clipped_ratio", "truncated: hit max_completion_length", "share", "not logged"),
+    ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
+    ("completions/distinct_share", "distinct completions per group: near-identical rollouts", "share",
+     "logged by runs since the collapse guard"),
+    ("kl", "KL to the reference", "KL", "logged only when grpo.beta > 0"),
+)
+
+
+def _stage_table(manifest: dict, steps: list[dict]) -> Table:
+    """One row per planned stage; a running stage's steps are counted from metrics.jsonl, since
+    run.json records `steps_done` only when a stage ends."""
+    logged: dict = {}
+    for row in steps:
+        stage_step = int(rs.as_number(row.get("stage_step")) or 0)
+        logged[row.get("stage")] = max(logged.get(row.get("stage"), 0), stage_step)
+    rows = []
+    for s in stage_records(manifest):
+        done = logged.get(s.index) if s.status == Status.RUNNING else s.steps_done
+        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.ppl_label), fmt(s.status),
+                     f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
+                     fmt(s.wall_seconds, 1)])
+    return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
+
+
+def _config_facts(config: dict) -> str:
+    """The settings a reader compares runs by, from config.yaml: model, reward weights, GRPO's key knobs
+    (escaped: a config.yaml from elsewhere may hold Markdown)."""
+    def section(name: str) -> dict:
+        return config.get(name) if isinstance(config.get(name), dict) else {}
+
+    weights = section("reward").get("weights") or {}
+    grpo = section("grpo")
+    nonzero = ", ".join(f"{k} {v}" for k, v in (weights.items() if isinstance(weights, dict) else ()) if v) or "-"
+    knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
+                                                  "max_completion_length", "loss_type") if k in grpo)
+    return (f"**model** {md_escape(fmt(section('model').get('name')))} · **reward weights** {md_escape(nonzero)} · "
+            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {md_escape(fmt(section('eval').get('subsets')))}")
+
+
+def _summary(run: rs.RunData) -> list:
+    m = run.manifest
+    stages = stage_records(m)
+    done = sum(s.done for s in stages)
+    facts = [f"**status** {md_escape(fmt(m.get('status')))}", f"**curriculum** {md_escape(fmt(m.get('curriculum')))}",
+             f"**stages done** {done}/{len(stages)}", f"**base model** {code(fmt(m.get('base_model')))}",
+             f"**created** {md_escape(fmt(m.get('created')))}", f"**training steps logged** {len(run.steps)}"]
+    blocks = [Text(" · ".join(facts))]
+    if run.config:
+        blocks.append(Text(_config_facts(run.config)))
+    blocks += [Text(note, note=True) for note in run.notes]
+    blocks += [Text(md_escape(f"stage {s.name} failed: {s.error}"), True) for s in stages if s.error]
+    if stages:
+        blocks += [Heading("Stages"), _stage_table(m, run.steps)]
+    return blocks
+
+
+# Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
+REASONING_GRIDS = (
+    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions with reasoning)"),
+    ("correct_but_disagrees", "Right answers whose reasoning says otherwise (share of all completions)"),
+    ("invented_name_rate", "Completions naming a person not in the puzzle (share of all completions)"),
+)
+
+
+def _validation(run: rs.RunData, out_dir: Path) -> list:
+    blocks: list = [Heading("Validation accuracy per subset")]
+    if not run.validation:
+        return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
+    planned = rs.planned_stages(run.manifest)
+    plotted = rs.stage_grid(run.validation, "accuracy")
+    image = plot_stage_grid(plotted, "accuracy (exact: every person right)",
+                            "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True)
+    blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
+    blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals"),
+               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE),
+               Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
+               grid_table(rs.stage_grid(run.validation, "lenient_accuracy", planned)),
+               Text("Strict accuracy above is the reward's verdict and the headline. The lenient one reads "
+                    "an answer given without tags by its last lines (after any reasoning block), with the same "
+                    "refusals of hedges, both roles and invented people: an instruct model that answers in prose "
+                    "scores here, not above."),
+               Heading("Validation format rate (answers in the required tags)"),
+               grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
+               Heading("Validation mean response length (tokens)"),
+               grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
+    for key, title in REASONING_GRIDS:
+        blocks += [Heading(title), grid_table(rs.stage_grid(run.validation, key, planned))]
+    return blocks
+
+
+def _stage_ends(run: rs.RunData) -> list:
+    """Why each stage ended (promotion by skill, the collapse guard, or its step budget) and the guard's events."""
+    ends, events = ra.stage_end_rows(run.manifest), ra.guard_rows(run.manifest)
+    blocks: list = []
+    if ends:
+        headers = ["stage", "ended by", "step/budget", "held-out accuracy", "threshold", "weights kept from step"]
+        blocks += [Heading("How each stage ended"), Table(headers, ends)]
+    if events:
+        blocks += [Heading("Collapse guard events"),
+                   Table(["stage", "stage step", "global step", "signal", "value", "threshold", "window", "action"],
+                         events)]
+    return blocks
+
+
+def _length(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
+    mean = rs.step_series(run.steps, "completions/mean_length", "mean length")
+    markers = rs.validation_points(run.validation, "mean_tokens")
+    if mean is None and not markers:
+        return [Text("no completion lengths in metrics.jsonl, no validation yet: length plot skipped", True)]
+    panel = Panel("training mean length per step (band: min..max), validation mean after each stage",
+                  "tokens", [mean] if mean else [], markers,
+                  rs.step_band(run.steps, "completions/min_length", "completions/max_length"), events=events)
+    image = plot_step_panels([panel], boundaries, "Response length", out_dir / "length.png")
+    return [Image(image, "response length over training; dashed lines: stage starts; "
+                         "triangles: promoted on skill; crosses: collapse guard events")]
+
+
+def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    series = rs.reward_series(run.steps)
+    if not series:
+        return [Text("no reward columns in metrics.jsonl yet: reward plot skipped", True)]
+    total = [s for s in series if s.label == "total"]
+    panels = [Panel("total reward (weighted sum)", "reward", total)] if total else []
+    components = [s for s in series if s.label != "total"]
+    if components:
+        panels.append(Panel("each component's mean (unweighted)", "reward", components))
+    image = plot_step_panels(panels, boundaries, "Reward per step", out_dir / "reward.png")
+    return [Image(image, "reward total and components per step")]
+
+
+def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
+    train = rs.step_series(run.steps, "rewards/format_reward/mean", "format_reward (training)")
+    markers = rs.validation_points(run.validation, "format_rate")
+    blocks = [] if train else [Text("no rewards/format_reward/mean in metrics.jsonl (format weight 0?): "
+                                    "only the validation format rate is drawn", True)]
+    if not train and not markers:
+        return [Text("no format reward and no validation format rate yet: format plot skipped", True)]
+    panel = Panel("format reward per step, validation format rate after each stage (markers)", "rate",
+                  [train] if train else [], markers, unit_range=True)
+    image = plot_step_panels([panel], boundaries, "Format", out_dir / "format.png")
+    return [*blocks, Image(image, "share of completions in the required format")]
+
+
+def _collapse(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
+    panels, notes = [], []
+    for key, title, ylabel, why in COLLAPSE_KEYS:
+        series = rs.step_series(run.steps, key)
+        if series is None:
+            notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
+        else:
+            panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share", events=events))
+    notes += _ratio_clipping_note(run.steps)
+    if not panels:
+        return notes
+    image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
+    return [Image(image, "entropy, truncation, zero-variance groups and KL per step"), *notes]
+
+
+def _ratio_clipping_note(steps: list[dict]) -> list:
+    """Say when PPO-style ratio clipping (epsilon, clip-higher's epsilon_high) never acted, and why."""
+    clipped = [r["clip_ratio/region_mean"] for r in steps if isinstance(r.get("clip_ratio/region_mean"), int | float)]
+    if not clipped or any(clipped):
+        return []
+    return [Text("`clip_ratio/region_mean` is 0 at every step: with one optimizer step per generation batch and "
+                 "num_iterations 1 the importance ratio is exactly 1, so epsilon / epsilon_high (clip-higher) never "
+                 "acted. They act only when num_iterations > 1 or steps_per_generation > "
+                 "gradient_accumulation_steps. (The truncation panel's `completions/clipped_ratio` is another "
+                 "thing: completions cut at max_completion_length.)", True)]
+
+
+def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
+    """The title and blocks of one run's report; draws its PNGs into `out_dir`."""
+    run = rs.load_run(run_dir)
+    boundaries = rs.stage_boundaries(run.manifest, run.steps)
+    events = [*ra.promotion_points(run.manifest), *ra.guard_events(run.manifest)]
+    blocks = [*_summary(run), *_stage_ends(run), *_validation(run, out_dir),
+              Heading("Response length"), *_length(run, boundaries, out_dir, events),
+              Heading("Reward"), *_rewards(run, boundaries, out_dir),
+              Heading("Format"), *_format(run, boundaries, out_dir),
+              Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
+              *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)))]
+    return f"Run report: {run_dir.name}", blocks

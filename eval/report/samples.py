@@ -1,0 +1,159 @@
+"""The report's Samples section: a few graded completions per stage and subset, chosen to teach.
+
+From `samples/<k>-<name>/<n>ppl.jsonl` (every validation completion with its grade): the first
+right and the first wrong, the longest and the shortest, one whose reasoning disagrees with its
+answer and one naming a person not in the puzzle (when such exist). A completion picked for two
+reasons is shown once, with both. The folders are listed, never built from run.json's names, and
+only those inside the run's `samples/` are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from core.rundir import BASELINE, SAMPLES, ppl_of_key, scan_jsonl
+from eval.report.blocks import Completion, Heading, Text, code, md_escape
+from eval.report.series import as_number
+
+# A samples file larger than this is not read (a validation of 100 puzzles at 4k tokens is ~2 MB).
+MAX_SAMPLES_BYTES = 64 * 2**20
+# A completion is shown up to this many characters; the rest is in its samples file.
+SHOWN_CHARS = 6000
+
+
+def _tokens(row: dict) -> float:
+    return as_number(row.get("tokens")) or 0.0
+
+
+def _disagrees(row: dict) -> bool:
+    return bool(row.get("has_reasoning")) and bool(row.get("answered")) and not row.get("reasoning_agrees")
+
+
+# (label, picker over the rows): each picks one row or None.
+PICKS: tuple[tuple[str, Callable[[list[dict]], dict | None]], ...] = (
+    ("first right", lambda rows: next((r for r in rows if r.get("correct") is True), None)),
+    ("first wrong", lambda rows: next((r for r in rows if r.get("correct") is False), None)),
+    ("longest", lambda rows: max(rows, key=_tokens, default=None)),
+    ("shortest", lambda rows: min(rows, key=_tokens, default=None)),
+    ("reasoning disagrees with its answer", lambda rows: next((r for r in rows if _disagrees(r)), None)),
+    ("names an invented person", lambda rows: next((r for r in rows if r.get("invented")), None)),
+)
+
+
+def pick(rows: list[dict]) -> list[tuple[list[str], dict]]:
+    """The teaching picks of one subset's rows, in first-chosen order: (labels, row), each row once.
+
+    >>> rows = [{"correct": False, "tokens": 9}, {"correct": True, "tokens": 3, "invented": ["liam"]}]
+    >>> [(labels, row["tokens"]) for labels, row in pick(rows)]
+    [(['first right', 'shortest', 'names an invented person'], 3), (['first wrong', 'longest'], 9)]
+    """
+    chosen: dict[int, tuple[list[str], dict]] = {}
+    for label, picker in PICKS:
+        row = picker(rows)
+        if row is not None:
+            chosen.setdefault(id(row), ([], row))[0].append(label)
+    return list(chosen.values())
+
+
+def _roles(names, roles) -> str:
+    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None)."""
+    words = {True: "knight", False: "knave", None: "?"}
+    return ", ".join(f"{name} {words.get(role, '?')}" for name, role in zip(names, roles, strict=False))
+
+
+def describe(labels: Sequence[str], row: dict) -> str:
+    """One Markdown line: why it was picked, its grade, tokens, solution, answer and reasons (all escaped)."""
+    names = row.get("names") if isinstance(row.get("names"), list) else []
+    solution = row.get("solution") if isinstance(row.get("solution"), list) else []
+    assignment = row.get("assignment") if isinstance(row.get("assignment"), dict) else {}
+    grade = "right" if row.get("correct") is True else "wrong"
+    facts = [f"**{' · '.join(labels)}**", f"puzzle {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
+             f"**{grade}** ({md_escape(row.get('n_right'))}/{md_escape(row.get('n_people'))} people)",
+             "format ok" if row.get("format_ok") else "format broken"]
+    if "lenient_correct" in row:
+        why = f" ({md_escape(row['lenient_reason'])})" if row.get("lenient_reason") else ""
+        facts.append("lenient: right" if row["lenient_correct"] else f"lenient: wrong{why}")
+    facts.append(f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else ""))
+    facts.append(f"solution: {md_escape(_roles(names, solution))}")
+    answer = _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else "none"
+    facts.append(f"answer: {md_escape(answer)}")
+    if row.get("invented"):
+        facts.append(f"invented: {md_escape(', '.join(map(str, row['invented'])))}")
+    reasons = row.get("reasons") if isinstance(row.get("reasons"), list) else []
+    if reasons:
+        facts.append(f"reasons: {md_escape('; '.join(map(str, reasons)))}")
+    return " · ".join(facts)
+
+
+def _shown(text) -> str:
+    r"""The completion as shown: cut at SHOWN_CHARS; one of only whitespace spelled out (else it looks empty).
+
+    >>> _shown("\n\n"), _shown("x" * (SHOWN_CHARS + 5))[-50:]
+    ("(only whitespace: '\\n\\n')", 'xxxxxxxx\n… (5 more characters in the samples file)')
+    """
+    text = str(text or "")
+    if not text.strip():
+        return f"(only whitespace: {text!r})"
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[:SHOWN_CHARS]}\n… ({len(text) - SHOWN_CHARS} more characters in the samples file)"
+
+
+def stage_folders(run_dir: Path) -> list[tuple[int, Path]]:
+    """(stage index, folder) of every `samples/<k>-<name>/` that really lies inside the run, by index."""
+    root = run_dir / SAMPLES
+    if not root.is_dir() or root.is_symlink():
+        return []
+    inside = root.resolve()
+    found = []
+    for folder in root.iterdir():
+        index = folder.name.partition("-")[0]
+        if index.isdigit() and folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == inside:
+            found.append((int(index), folder))
+    return sorted(found, key=lambda item: (item[0], item[1].name))
+
+
+def subset_files(folder: Path) -> list[tuple[int, Path]]:
+    """(ppl, file) of the regular `<n>ppl.jsonl` files of one stage's folder, by ppl."""
+    found = [(ppl_of_key(f.name.removesuffix(".jsonl")), f) for f in folder.glob("*ppl.jsonl")
+             if f.is_file() and not f.is_symlink()]
+    return sorted((ppl, f) for ppl, f in found if ppl is not None)
+
+
+def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
+    """The Samples section: per stage (baseline first) and subset, the picks with their grades."""
+    blocks: list = [Heading("Samples"),
+                    Text("A few graded validation completions per stage and subset, chosen to teach: the first "
+                         "right and the first wrong, the longest and the shortest, one whose reasoning "
+                         "disagrees with its answer, one naming a person not in the puzzle (when such exist). "
+                         f"Every completion: {code('samples/<k>-<name>/<n>ppl.jsonl')}.")]
+    folders = stage_folders(run_dir)
+    if not folders:
+        return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
+    for index, folder in folders:
+        name = stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
+        files = subset_files(folder)
+        if not files:
+            blocks.append(Text(f"{md_escape(name)}: no subset files in {code(folder.name)}", True))
+        for ppl, path in files:
+            blocks += [Heading(f"after {name}: {ppl}ppl" if index else f"{name}: {ppl}ppl", level=3),
+                       *_subset_blocks(path)]
+    return blocks
+
+
+def _subset_blocks(path: Path) -> list:
+    if path.stat().st_size > MAX_SAMPLES_BYTES:
+        return [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
+    scan = scan_jsonl(path)
+    rows = scan.rows
+    blocks: list = []
+    if scan.damaged:
+        blocks.append(Text(f"{code(path.name)}: skipped {len(scan.damaged)} unreadable line(s)", True))
+    if not rows:
+        return [*blocks, Text("no graded completions in this file", True)]
+    right = sum(r.get("correct") is True for r in rows)
+    blocks.append(Text(f"{len(rows)} completions, {right} right"))
+    for labels, row in pick(rows):
+        blocks += [Text(describe(labels, row)), Completion(_shown(row.get("completion")))]
+    return blocks

@@ -1,0 +1,117 @@
+"""A Hydra multirun's report: final accuracy against the swept parameters, the jobs' curves, every job.
+
+A swept seed is averaged over, never plotted against (`eval.report.seeds`): the plots and the
+ranking use the other swept parameters, and jobs that differ only in their seed are summarised
+as mean and spread per stage and subset.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from core.stats import rate_text, wilson_interval
+from eval.report import adaptive as ra
+from eval.report import jobs as js
+from eval.report import series as rs
+from eval.report.blocks import Heading, Image, Table, Text, code, fmt
+from eval.report.plots import plot_sweep_curves, plot_sweep_heatmaps, plot_sweep_lines
+from eval.report.seeds import SEED_KEYS, seed_blocks, seed_param
+
+Measure = tuple[str, Callable[[js.Job], float | None], Callable[[js.Job], int | None]]
+
+
+def _accuracy_measures(jobs: Sequence[js.Job]) -> list[Measure]:
+    """(label, job -> value, job -> its puzzles): the mean final accuracy, then each subset's."""
+    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
+    return [("mean", js.mean_accuracy, js.mean_trials), *((f"{ppl}ppl", *js.subset_measure(ppl)) for ppl in ppls)]
+
+
+def _jobs_table(jobs: Sequence[js.Job], params: list[str], ranked: bool = False) -> Table:
+    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
+    if ranked:  # best first; unfinished jobs last
+        jobs = sorted(jobs, key=lambda j: (js.mean_accuracy(j) is None, -(js.mean_accuracy(j) or 0.0)))
+    rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
+             f"{job.stages_done}/{job.stages_total}", fmt(job.objective),
+             rate_text(js.mean_accuracy(job), js.mean_trials(job)),
+             *(rate_text(job.final_accuracy.get(ppl), job.final_trials.get(ppl)) for ppl in ppls), fmt(job.error)]
+            for job in jobs]
+    return Table(["job", *params, "status", "stages", "objective", "mean acc", *(f"{p}ppl" for p in ppls),
+                  "error"], rows)
+
+
+def _heatmap(jobs: Sequence[js.Job], rows: str, cols: str, measure: Measure) -> tuple:
+    """(title, row values, column values, values, notes) of one measure over two parameters; a cell's
+    note: a lone job's 95% Wilson interval, or how many jobs (seeds) its mean is over."""
+    label, value, trials = measure
+    row_values, col_values, matrix = js.param_grid(jobs, rows, cols, value)
+    notes = [[_cell_note([job for job in jobs if value(job) is not None and str(job.overrides.get(rows)) == r
+                          and str(job.overrides.get(cols)) == c], value, trials) for c in col_values]
+             for r in row_values]
+    return f"{label} final accuracy", row_values, col_values, matrix, notes
+
+
+def _cell_note(cell: Sequence[js.Job], value, trials) -> str:
+    if len(cell) > 1:
+        return f"mean of {len(cell)}"
+    if not cell or not trials(cell[0]):
+        return ""
+    low, high = wilson_interval(value(cell[0]), trials(cell[0]))
+    return f"[{low:.2f}, {high:.2f}]"
+
+
+def _sweep_accuracy(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
+    measures = _accuracy_measures(jobs)
+    if not any(js.mean_accuracy(job) is not None for job in jobs):
+        return [Text("no job has finished its last stage: nothing to plot yet", True)]
+    if len(params) == 1:
+        lines = [js.param_line(jobs, params[0], value, label, trials) for label, value, trials in measures]
+        return [Image(plot_sweep_lines(lines, params[0], out_dir / "sweep_accuracy.png"),
+                      f"final accuracy vs {params[0]}; bars: a lone job's 95% Wilson interval, "
+                      "or min..max over the jobs sharing the value (seeds)")]
+    if len(params) == 2:
+        grids = [_heatmap(jobs, params[0], params[1], measure) for measure in measures]
+        image = plot_sweep_heatmaps(grids, params[0], params[1], out_dir / "sweep_accuracy.png")
+        return [Image(image, f"final accuracy over {params[0]} x {params[1]}, with a lone job's 95% Wilson "
+                             "interval under its value")]
+    if not params:
+        return [Text("no swept parameter to plot against but the seed: see the seeds table below", True)]
+    return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy instead of a plot"),
+            _jobs_table(jobs, params, ranked=True)]
+
+
+def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
+    """Every job's accuracy-after-each-stage and length curves overlaid on the global-step axis."""
+    accuracy, length = [], []
+    for job in jobs:
+        label = ra.job_label(job.overrides, params, job.name)
+        run = rs.load_run(job.path)
+        accuracy.append(rs.accuracy_curve(run.validation, label))
+        length.append(ra.length_curve(run.steps, label))
+    accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
+    if not accuracy and not length:
+        return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
+    image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
+    return [Image(image, "one colour per job: mean accuracy after each stage (band: its 95% interval), "
+                         "and mean length per step")]
+
+
+def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
+    """The title and blocks of a multirun's report; draws its PNG into `out_dir`."""
+    jobs = js.load_sweep(sweep_dir)
+    if not jobs:
+        return f"Sweep report: {sweep_dir.name}", [Text("no job directories (<sweep>/<n>/) yet", True)]
+    params = js.swept_params(jobs)
+    plotted = [p for p in params if p not in SEED_KEYS]  # a seed is averaged over, not plotted against
+    counts = Counter(job.status for job in jobs)
+    seed = seed_param(params)
+    summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
+               f" · **swept** {', '.join(code(p) for p in params) or 'nothing'}"
+               + (f" · **averaged over** {code(seed)}" if seed else ""))
+    blocks = [Text(summary), Heading("Final accuracy against the swept parameters"),
+              *_sweep_accuracy(jobs, plotted, out_dir), *seed_blocks(jobs, params),
+              Heading("The jobs compared: accuracy after each stage and response length"),
+              *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
+              Text(f"one job's curves: {code(f'python -m eval.report {sweep_dir}/<job>')}")]
+    return f"Sweep report: {sweep_dir.name}", blocks

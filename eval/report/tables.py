@@ -1,0 +1,71 @@
+"""Validation tables: stage rows x subset columns, each rate with its 95% interval and n, and the
+changes between stages that chance does not explain marked (how: `CHANGE_NOTE`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.stats import change, rate_text
+from eval.report.blocks import Table, Text, fmt
+from eval.report.series import StageGrid
+
+UP, DOWN = "▲", "▼"
+CHANGE_NOTE = (
+    "Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct puzzles it counts "
+    "(validation pools hold no two puzzles equal up to renaming the people). "
+    f"{UP} / {DOWN}: up / down from the last validated stage above it, beyond chance: Newcombe's 95% "
+    "interval for the difference (built from the two Wilson intervals) excludes 0. An unmarked change "
+    "is within noise. Every stage is validated on the same puzzles, so a paired test would be sharper: "
+    "this one marks less rather than more."
+)
+
+
+def change_marks(values: Sequence[float | None], ns: Sequence[int | None]) -> list[str]:
+    """"▲" / "▼" / "" per stage: a change from the last stage above that has a value, beyond chance.
+
+    >>> change_marks([0.1, None, 0.6, 0.55], [100, None, 100, 100])
+    ['', '', '▲', '']
+    """
+    marks, last = [], None
+    for value, n in zip(values, ns, strict=True):
+        step = change(*last, value, n) if last is not None else 0
+        marks.append({1: UP, -1: DOWN}.get(step, ""))
+        if value is not None:
+            last = (value, n)
+    return marks
+
+
+def rate_cells(grid: StageGrid, ppl: int) -> list[str]:
+    """One subset's column: each stage's rate with its interval and n, and its change mark."""
+    values = grid.values[ppl]
+    ns = grid.trials.get(ppl) or [None] * len(values)
+    return [f"{rate_text(v, n)} {mark}".rstrip() if v is not None else "-"
+            for v, n, mark in zip(values, ns, change_marks(values, ns), strict=True)]
+
+
+def grid_table(grid: StageGrid, *, rate: bool = True, digits: int = 1, first: str = "after stage") -> Table:
+    """Stage rows x subset columns (the transpose of the plot: one row per stage reads better)."""
+    columns = {ppl: rate_cells(grid, ppl) if rate else [fmt(v, digits) for v in grid.values[ppl]]
+               for ppl in grid.ppls}
+    rows = [[stage, *(columns[ppl][i] for ppl in grid.ppls)] for i, stage in enumerate(grid.stages)]
+    return Table([first, *(f"{ppl}ppl" for ppl in grid.ppls)], rows)
+
+
+def pool_sizes(rows: Sequence[dict]) -> Text | None:
+    """What the accuracies count: the distinct puzzles of each subset and the samples per puzzle.
+
+    >>> pool_sizes([{"ppl": 2, "n": 63, "puzzles": 63}, {"ppl": 3, "n": 200, "puzzles": 100}]).text
+    '**validation pools** (distinct puzzles up to renaming): 2ppl 63 · 3ppl 100 (2 samples each)'
+    """
+    latest: dict[int, dict] = {}
+    for row in rows:
+        if isinstance(row.get("ppl"), int):
+            latest[row["ppl"]] = row
+    if not latest:
+        return None
+    parts = []
+    for ppl, row in sorted(latest.items()):
+        puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
+        samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
+        parts.append(f"{ppl}ppl {fmt(puzzles)}{samples}")
+    return Text("**validation pools** (distinct puzzles up to renaming): " + " · ".join(parts))

@@ -1,0 +1,70 @@
+"""What validation reads from the config, as one frozen record built once (`validation_settings`).
+
+`validate` and the in-stage validation take this record, not the whole config: what they can see
+is what is listed here (the `eval` group, the prompt template and its grader format, the model's
+chat settings), and a caller can build one by hand for a checkpoint from anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from omegaconf import DictConfig, OmegaConf
+
+from curriculum.prompts import render_prompt
+
+# The template keys `curriculum.prompts.render_prompt` reads.
+PROMPT_KEYS = ("system", "user", "prefill", "plain")
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How validation generates and grades: one subset's puzzles -> prompts -> completions -> grades."""
+
+    subsets: tuple[int, ...]  # ppl of the held-out subsets
+    n: int  # puzzles asked per subset (the pool keeps the distinct ones among them)
+    max_new_tokens: int
+    batch_size: int  # prompts per generate() call
+    temperature: float  # 0 = greedy
+    samples: int  # completions per puzzle
+    seed: int  # seeds generation (and, in curriculum.data, the pools)
+    backend: str  # hf | vllm
+    vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
+    subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
+    every: int  # in-stage validation every this many steps (0 = off)
+    fmt: str  # the grader's format (eval.grader.FORMATS)
+    chat: bool  # prompts are chat messages rendered by the tokenizer's template
+    prompt: Mapping[str, str] = field(default_factory=dict)  # system, user, prefill, plain
+    chat_kwargs: Mapping = field(default_factory=dict)  # extra apply_chat_template arguments
+
+    def prompts(self, records: list[dict]) -> list:
+        """Each record's prompt, rendered as training renders it."""
+        return [render_prompt(r["quiz"], self.prompt, chat=self.chat) for r in records]
+
+
+def validation_settings(cfg: DictConfig) -> ValidationSettings:
+    """The record from a composed config (`eval`, `prompt` and `model` groups).
+
+    >>> from omegaconf import OmegaConf
+    >>> cfg = OmegaConf.create({"eval": {"subsets": [2, 3], "n": 4, "max_new_tokens": 64, "batch_size": 8,
+    ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0},
+    ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},
+    ...     "model": {"chat": True, "chat_template_kwargs": {"enable_thinking": False}}})
+    >>> s = validation_settings(cfg)
+    >>> s.subsets, s.n, s.fmt, dict(s.chat_kwargs), s.prompts([{"quiz": "Q?"}])[0][1]
+    ((2, 3), 4, 'think_answer', {'enable_thinking': False}, {'role': 'user', 'content': 'Q?'})
+    """
+    ev, prompt, model = cfg.eval, cfg.prompt, cfg.model
+    chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
+    return ValidationSettings(
+        subsets=tuple(int(p) for p in ev.subsets), n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
+        batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
+        seed=int(ev.seed), backend=str(ev.backend),
+        vllm_gpu_memory_utilization=float(ev.get("vllm_gpu_memory_utilization", 0.3)),
+        subsets_after_stage=str(ev.get("subsets_after_stage", "all")), every=int(ev.get("every") or 0),
+        fmt=str(prompt.fmt),
+        chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
+        chat_kwargs=MappingProxyType(dict(chat_kwargs)),
+    )

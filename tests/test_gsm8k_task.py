@@ -1,0 +1,133 @@
+"""GSM8K as a task: levels from solution steps, the local and sample sources, decontaminated pools,
+records deterministic by seed, bad files named by line, and the shipped sample reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from curriculum.sources import RecordError
+from curriculum.tasks.base import normalized_question, task_row
+from curriculum.tasks.gsm8k import LEVELS, GSM8KTask
+from curriculum.tasks.gsm8k.task import SAMPLE_DIR, solution_steps, step_level
+
+
+def _write(folder: Path, split: str, rows: list) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{split}.jsonl").write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+
+
+def _solution(steps: int, answer: str = "5") -> str:
+    return "\n".join(f"step {i} = {i}" for i in range(steps)) + f"\n#### {answer}"
+
+
+@pytest.mark.parametrize(("solution", "steps", "level"), [
+    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n#### 72", 2, "2steps"),
+    (_solution(3), 3, "3steps"),
+    (_solution(5), 5, "5steps"),
+    (_solution(6), 6, "6+steps"),  # six and more share the top level
+    (_solution(11), 11, "6+steps"),
+    ("a\n\n  \nb\n#### 1", 2, "2steps"),  # blank lines are not steps
+    ("It is 5.\n#### 5", 1, None),  # one step: below the lowest level
+    ("#### 5", 0, None),
+])
+def test_levels_count_the_lines_before_the_answer(solution, steps, level):
+    assert (solution_steps(solution), step_level(steps)) == (steps, level)
+
+
+def test_the_sample_has_every_level_in_both_splits():
+    task = GSM8KTask(source="sample")
+    assert task.levels == LEVELS == ("2steps", "3steps", "4steps", "5steps", "6+steps")
+    counts = {split: [len(task.records(level, split)) for level in LEVELS] for split in ("train", "test")}
+    assert counts == {"train": [40] * 5, "test": [12] * 5}
+    record = task.records("6+steps", "test", n=1)[0]
+    assert solution_steps(record.source["answer"]) >= 6 and record.columns["answer"].lstrip("-").replace(".", "")
+
+
+def test_records_are_deterministic_by_seed_and_a_prefix_of_larger_asks():
+    task = GSM8KTask(source="sample")
+    ids = [r.id for r in task.records("3steps", "train", n=10, seed=7)]
+    assert ids == [r.id for r in GSM8KTask(source="sample").records("3steps", "train", n=10, seed=7)]
+    assert ids[:4] == [r.id for r in task.records("3steps", "train", n=4, seed=7)]
+    assert ids != [r.id for r in task.records("3steps", "train", n=10, seed=8)]  # another seed, another order
+    assert len(set(ids)) == 10
+
+
+def test_the_training_pool_holds_no_test_question(tmp_path):
+    question = "Tom has 3 apples and buys 2. How many apples does Tom have?"
+    _write(tmp_path, "test", [{"question": question, "answer": _solution(2)}])
+    _write(tmp_path, "train", [
+        {"question": question.upper().replace("  ", " "), "answer": _solution(2)},  # the test question, shouted
+        {"question": question.replace("?", " now?"), "answer": _solution(2)},  # a different question
+        {"question": "  " + question + "\n", "answer": _solution(3)},  # the test question, padded, another level
+    ])
+    task = GSM8KTask(source="local", path=str(tmp_path))
+    train = task.split("train")
+    assert [r.question for r in train.records] == [question.replace("?", " now?")] and train.decontaminated == 2
+    test_keys = {normalized_question(r.question) for r in task.split("test").records}
+    sample = GSM8KTask(source="sample")
+    shipped = [r for level in LEVELS for r in sample.records(level, "train")]
+    assert not test_keys & {normalized_question(r.question) for r in shipped}
+
+
+def test_one_step_solutions_are_left_out_and_counted(tmp_path):
+    _write(tmp_path, "test", [{"question": "q1", "answer": _solution(1)}, {"question": "q2", "answer": _solution(2)}])
+    _write(tmp_path, "train", [{"question": "q3", "answer": _solution(4)}])
+    task = GSM8KTask(source="local", path=str(tmp_path))
+    assert task.split("test").unleveled == 1 and [r.question for r in task.split("test").records] == ["q2"]
+
+
+NO_MARKER = r"test.jsonl:2: field 'answer' must end with '#### <number>'"
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("{not json", r"test.jsonl:2: malformed JSON"),
+    ('["a", "b"]', r"test.jsonl:2: expected a JSON object, got list"),
+    ('{"question": "q"}', r"test.jsonl:2: field 'answer' must be a non-empty string"),
+    ('{"question": "", "answer": "a\\nb\\n#### 5"}', r"test.jsonl:2: field 'question' must be a non-empty string"),
+    ('{"question": "q", "answer": "a\\nb\\nThe answer is 5"}', NO_MARKER),  # no #### line
+    ('{"question": "q", "answer": "a\\nb\\n#### five"}', NO_MARKER),  # #### but not a number
+])
+def test_a_bad_line_is_named_by_file_and_line(tmp_path, line, error):
+    _write(tmp_path, "test", [{"question": "fine", "answer": _solution(2)}, line])
+    with pytest.raises(RecordError, match=error):
+        GSM8KTask(source="local", path=str(tmp_path)).records("2steps", "test")
+
+
+def test_a_missing_file_and_an_empty_file_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"train.jsonl: no such file; source=local needs path="):
+        GSM8KTask(source="local", path=str(tmp_path)).records("2steps", "train")
+    _write(tmp_path, "test", [])
+    with pytest.raises(RecordError, match="local test split: no records"):
+        GSM8KTask(source="local", path=str(tmp_path)).records("2steps", "test")
+
+
+def test_the_hub_source_offline_says_what_to_use_instead(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(ConnectionError, match=r"task.source=hub needs the Hugging Face hub to load "
+                                              r"openai/gsm8k-not-cached \(main, test\).*task.source=sample"):
+        GSM8KTask(source="hub", hub_id="openai/gsm8k-not-cached").records("2steps", "test")
+
+
+def test_a_level_outside_the_task_is_named():
+    with pytest.raises(ValueError, match=r"level: '7steps' is not a level of task gsm8k; levels: 2steps, "):
+        GSM8KTask(source="sample").records("7steps", "train")
+
+
+def test_a_row_carries_the_reference_for_the_rewards():
+    record = GSM8KTask(source="sample").records("2steps", "test", n=1)[0]
+    row = task_row(record, "prompt text")
+    assert set(row) == {"prompt", "id", "level", "answer"} and row["level"] == "2steps"
+    assert row["id"].startswith("gsm8k-test-")
+
+
+def test_the_shipped_sample_is_what_its_generator_writes(tmp_path):
+    pytest.importorskip("reasoning_gym", reason="the sample is generated by reasoning-gym (pip install -e '.[rgym]')")
+    from curriculum.tasks.gsm8k.sample import write_sample
+
+    assert write_sample(tmp_path) == {"train": 200, "test": 60}
+    for split in ("train", "test"):
+        assert (tmp_path / f"{split}.jsonl").read_bytes() == (SAMPLE_DIR / f"{split}.jsonl").read_bytes(), split

@@ -1,0 +1,69 @@
+"""`make gpu-check` (`python -m train.gpu_check [overrides]`): the first command on a new GPU machine.
+
+In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs:
+1. the machine: CUDA, bf16, vLLM, bitsandbytes (an 8-bit AdamW step on the card);
+2. our path: the runner on kk_ladder's first stage cut to 2 GRPO steps under single_gpu, on the
+   configured model (or `model.id=<local path>`, `make gpu-check MODEL=<path>`), validating subsets 2
+   and 3 through vLLM before and after the stage (a fresh engine each) and once inside it through the
+   trainer's own engine (`eval.every=1`);
+3. bare TRL: the same two steps with GRPOTrainer alone (the same GRPOConfig, rewards and rows), for
+   the overhead ratio of everything this project wraps around it;
+4. peak GPU memory (the device's used memory, sampled: everything in the process, vLLM included;
+   torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
+   cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
+
+vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set to the card's size), so
+the peaks compare with the 24 GB arithmetic in the README. Without CUDA it stops at once: one line on
+stderr, exit status 2. `--cuda-only` does just that check (the Makefile runs it before installing vLLM).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+class GpuCheckError(RuntimeError):
+    """A missing piece of the machine; the message is one line starting with `gpu-check:`."""
+
+
+def require_cuda(available: bool) -> None:
+    if not available:
+        raise GpuCheckError("gpu-check: no CUDA device (torch.cuda.is_available() is False); run it on a machine "
+                            "with an NVIDIA GPU, its driver and the CUDA build of torch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """0 when every phase ran; 2 without CUDA (before anything heavy is imported); 1 on any other failure."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        require_cuda(torch.cuda.is_available())
+    except GpuCheckError as err:
+        print(err, file=sys.stderr)
+        return 2
+    if argv == ["--cuda-only"]:
+        return 0
+    from core.models import quiet_libraries
+    from train.gpu_measure import gpu_check_cfg, run_check
+
+    quiet_libraries()
+    cfg = gpu_check_cfg(argv)
+    out = Path(cfg.paths.output_dir) / "gpu_check.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        report = run_check(cfg, argv, out)
+    except Exception as err:  # say what failed in the file too
+        out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}, indent=2))
+        print(f"gpu-check failed: {type(err).__name__}: {err} (see {out})", file=sys.stderr)
+        return 1
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps({k: report[k] for k in ("memory", "speed", "overhead", "validation_plan_projection")}, indent=2))
+    print(f"written: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""What only a resume does: the run-level checks and repairs a fresh run never needs.
+
+A resumed run takes the fresh run's path (`train/runner.py`) and asks here at four points:
+- `needs_training`: a done stage is skipped, unless its final is missing or damaged while a later
+  stage still has to start from it (`on_damaged_checkpoint`: stop, or train it again);
+- `adopted_final`: a final published before run.json knew (a kill between the two) is taken as the
+  stage's result, if this run trained it;
+- `resume_budget`: a stage stopped early (promotion, guard) and killed before it was published
+  resumes to that stop, not to its whole budget;
+- `logged_before_resume`: the collapse guard's window carries over the steps logged before a kill.
+Inside a stage, the trainer continues from its last complete checkpoint (`train.stage_run.resume_and_train`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+from core.rundir import METRICS, StageRecord, final_checkpoint, read_jsonl, stage_path
+from curriculum.plan import Stage
+from train.manifest import Manifest
+from train.stage_run import StageResult, final_info, last_complete_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def needs_training(run_dir: Path, manifest: Manifest, stage: Stage, *, last: bool, on_damaged: str) -> bool:
+    """Whether `stage` is still to train: not done, or done with its final missing or damaged while a
+    later stage still has to start from it (`last`: no stage comes after it). A damaged final either
+    stops the run (`on_damaged: error`) or sends the stage back to be trained again (`retrain`)."""
+    record = manifest.record(stage.index)
+    if not record.done:
+        return True
+    needed = last or not manifest.record(stage.index + 1).done
+    if not needed or final_info(run_dir / record.checkpoint) is not None:
+        return False
+    problem = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged"
+    if on_damaged != "retrain":
+        raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
+                           "again from the previous complete checkpoint")
+    log.warning("%s; training it again from the previous stage's checkpoint", problem)
+    manifest.stage_reset(stage.index)
+    return True
+
+
+def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult | None:
+    """The result held by a complete final of `stage` that run.json does not know of yet (a kill after
+    publishing it), None when there is none. A final that this run did not train is refused: with
+    run.json lost, a run with another config would otherwise adopt the old run's weights."""
+    final = run_dir / final_checkpoint(stage.dirname)
+    info = final_info(final)
+    if info is None:
+        return None
+    found = (info.get("stage"), info.get("config_hash"))
+    if found != (stage.name, config_hash):
+        raise RuntimeError(
+            f"{final}: trained as stage {found[0]!r} with config {found[1]}, not as stage {stage.name!r} of "
+            f"this run (config {config_hash}), so it is not adopted; move it away to train the stage here, or "
+            "resume with the config it was trained with"
+        )
+    log.info("stage %s: adopting %s, published before run.json recorded it", stage.name, final)
+    return StageResult.from_marker(str(final_checkpoint(stage.dirname)), info)
+
+
+def resume_budget(stage: Stage, record: StageRecord) -> Stage:
+    """The stage with its budget cut to an early stop that run.json recorded before a kill (so the resume
+    publishes the checkpoint saved at that stop, or trains up to it), else the stage as planned.
+
+    A stage sent back to `pending` (a damaged final retrained) starts over with its whole budget.
+
+    >>> stage = Stage(1, "a", "grpo", {2: 1.0}, steps=10, pool=8)
+    >>> resume_budget(stage, StageRecord(status="running", end={"reason": "threshold", "stage_step": 4})).steps
+    4
+    >>> resume_budget(stage, StageRecord(status="pending", end={"reason": "guard", "stage_step": 4})).steps
+    10
+    """
+    end = record.end or {}
+    if record.status in ("running", "failed", "trained") and end.get("reason") in ("threshold", "guard"):
+        return dataclasses.replace(stage, steps=int(end["stage_step"]))
+    return stage
+
+
+def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
+    """The stage's step rows up to the trainer checkpoint a resume continues from ([] on a fresh start):
+    later rows are logged again by the resumed steps."""
+    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer")
+    if checkpoint is None:
+        return []
+    resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))
+    return [row for row in read_jsonl(run_dir / METRICS)
+            if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
