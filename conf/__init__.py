@@ -1,5 +1,12 @@
-"""The Hydra config root (also importable, so tests and other apps compose the same files)."""
+"""The Hydra config root (also importable, so tests and other apps compose the same files).
 
+Importing it registers the config's resolvers, wherever the config is composed or resolved: the apps,
+the tests, and a job Hydra's submitit launcher runs on a cluster node (its callbacks import `conf`).
+"""
+
+import time
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
@@ -46,9 +53,28 @@ def share(part, whole) -> float:
     return round(float(part) / float(whole), 3)
 
 
-def register_resolvers() -> None:
-    """Resolvers the configs use: `kk_run_dir` (the run directory), `kk_hydra_subdir` (Hydra's record)
-    and `kk_share` (a ratio)."""
+def launch_time(pattern: str, launched: float | None = None) -> str:
+    """The launch's start time (`launched`, seconds since the epoch; None: now) formatted by `pattern`.
+
+    >>> launch_time("%Y", launched=0.0) in ("1969", "1970")
+    True
+    """
+    return datetime.fromtimestamp(time.time() if launched is None else launched).strftime(pattern)
+
+
+def register_resolvers(launched: float | None = None) -> None:
+    """Resolvers the configs use: `kk_run_dir` (the run directory), `kk_hydra_subdir` (Hydra's record),
+    `kk_share` (a ratio) and `kk_now` (the time a run's and a sweep's folders are named by).
+
+    `kk_now` stands in for Hydra's `now`: with many processes every rank is handed the main process's
+    launch time (`launched`), so all of them name the same folder. Hydra registers its own `now` again
+    inside every run, so overriding `now` would not hold. Cached per config, as Hydra caches `now`: a
+    sweep's jobs (also on a cluster node) resolve the time their sweep was launched at.
+    """
     OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
     OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)
     OmegaConf.register_new_resolver("kk_share", share, replace=True)
+    OmegaConf.register_new_resolver("kk_now", partial(launch_time, launched=launched), replace=True, use_cache=True)
+
+
+register_resolvers()

@@ -100,6 +100,13 @@ class StageKindName(Choice):
     sft = "sft"
 
 
+class Launcher(Choice):
+    """`launch.launcher`: what a Hydra job starts its processes with (null: this process trains)."""
+
+    accelerate = "accelerate"
+    torchrun = "torchrun"
+
+
 class GuardAction(Choice):
     warn = "warn"
     stop = "stop"
@@ -208,6 +215,15 @@ class LimitsConfig:
 
 
 @dataclass
+class LaunchConfig:
+    """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch.py."""
+
+    launcher: Launcher | None = None
+    processes: int = 1
+    accelerate_config: str = "ddp"  # a launch file under conf/accelerate/
+
+
+@dataclass
 class GpuConfig:
     """experiment=single_gpu: the card's memory and vLLM's share of it, in GB."""
 
@@ -269,6 +285,7 @@ class KKConfig:
     eval: EvalConfig = MISSING
     logger: LoggerConfig = MISSING
     paths: PathsConfig = MISSING
+    launch: LaunchConfig = MISSING
     curriculum: CurriculumConfig | None = None  # +curriculum=<name>
     seed: int = MISSING
     reference: Reference = MISSING

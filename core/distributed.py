@@ -4,29 +4,40 @@
 from the top. They share one run directory, which only the main process writes; the others run
 the same plan (training needs every rank for its collectives) and wait at barriers. Everything here
 is accelerate's (`PartialState`, its object collectives), the engine TRL itself runs on: no process
-group code of our own. A single process (no launcher) never starts a process group at all.
+group code of our own. A single process (no launcher) never starts a process group, and never
+imports torch here: `python -m train` refuses a bad config before torch loads.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
-import torch
+T = TypeVar("T")
 
-# How long a rank waits at a collective for the others. Long enough for the main process to
-# publish a final or write a report alone; a dead rank is noticed by the launcher long before.
-COLLECTIVE_TIMEOUT = timedelta(hours=2)
+# How long a rank waits at a collective for the others before it fails (and the launcher stops the
+# rest): transformers' own default (TrainingArguments.ddp_timeout, 1800 s), which TRL would set. Long
+# enough for the main process to publish a final alone; a dead rank is noticed by the launcher long
+# before. KK_COLLECTIVE_TIMEOUT_S changes it (the process group starts before the config is read).
+COLLECTIVE_TIMEOUT_ENV = "KK_COLLECTIVE_TIMEOUT_S"
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
 class Processes:
-    """This process's place in the launch: its rank, how many there are, and whether it writes the run."""
+    """This process's place in the launch: its rank, how many there are, and whether it writes the run.
+
+    `sharded_by` names what shards the weights across ranks (DeepSpeed ZeRO-3, FSDP), None when every
+    rank holds the whole model (one process, DDP, ZeRO-1/2).
+    """
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    sharded_by: str | None = None
 
     @property
     def is_main(self) -> bool:
@@ -44,32 +55,86 @@ class Processes:
         """
         return f"rank {self.rank} of {self.world_size}" if self.many else ""
 
+    def device(self) -> str:
+        """Where this process generates outside the trainer: its own GPU (`cuda:<local rank>`), never
+        another rank's, or the CPU."""
+        import torch
+
+        return f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
+
 
 SINGLE = Processes()
 
 
-def launched_world_size() -> int:
-    """The number of processes a launcher (torchrun, accelerate launch, SLURM via accelerate) started.
+def launched_world_size(env: Mapping[str, str] = os.environ) -> int:
+    """The number of processes a launcher (torchrun, accelerate launch) started: its WORLD_SIZE.
 
-    >>> launched_world_size() >= 1
+    >>> launched_world_size({}), launched_world_size({"WORLD_SIZE": "4"})
+    (1, 4)
+    """
+    return int(env.get("WORLD_SIZE", "1") or 1)
+
+
+def weight_sharding(env: Mapping[str, str] = os.environ) -> str | None:
+    """What shards the weights across ranks, as `accelerate launch` tells its processes (its env).
+
+    >>> weight_sharding({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"})
+    'DeepSpeed ZeRO-3'
+    >>> weight_sharding({"ACCELERATE_USE_FSDP": "true"}), weight_sharding({"ACCELERATE_USE_DEEPSPEED": "true"})
+    ('FSDP', None)
+    """
+    if env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return "FSDP"
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true" and env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE") == "3":
+        return "DeepSpeed ZeRO-3"
+    return None
+
+
+def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
+    """Why the trainer would not save a stage's final as one whole checkpoint under this launch, or None.
+
+    The next stage and validation load the final with `from_pretrained`: ZeRO-3 must gather 16-bit
+    weights at save (else transformers writes DeepSpeed shards), FSDP must save a full state dict.
+
+    >>> whole_final_problem({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+    ...                      "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "false"})[:40]
+    'accelerate config: zero3_save_16bit_mode'
+    >>> whole_final_problem({"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}) is None
     True
     """
-    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+    sharding = weight_sharding(env)
+    if sharding == "DeepSpeed ZeRO-3" and env.get("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", "").lower() != "true":
+        return ("accelerate config: zero3_save_16bit_model must be true under ZeRO-3, so that a stage's final is "
+                "one whole checkpoint the next stage loads (conf/accelerate/zero3.yaml sets it)")
+    if sharding == "FSDP" and env.get("FSDP_STATE_DICT_TYPE", "SHARDED_STATE_DICT") != "FULL_STATE_DICT":
+        return ("accelerate config: fsdp_state_dict_type must be FULL_STATE_DICT, so that a stage's final is one "
+                "whole checkpoint the next stage loads (conf/accelerate/fsdp.yaml sets it)")
+    return None
+
+
+def collective_timeout(env: Mapping[str, str] = os.environ) -> timedelta:
+    """How long a collective waits (KK_COLLECTIVE_TIMEOUT_S, else transformers' 1800 s).
+
+    >>> collective_timeout({}).total_seconds(), collective_timeout({COLLECTIVE_TIMEOUT_ENV: "5"}).total_seconds()
+    (1800.0, 5.0)
+    """
+    return timedelta(seconds=float(env.get(COLLECTIVE_TIMEOUT_ENV) or DEFAULT_COLLECTIVE_TIMEOUT_S))
 
 
 def start_processes() -> Processes:
     """Join the launch's process group (accelerate's PartialState) when there are many processes.
 
     On a machine without CUDA the group runs on gloo (accelerate's MULTI_CPU), as the trainer will
-    with `use_cpu=True`: PartialState is a singleton, so the first to create it decides, and this
-    must agree with what TRL's TrainingArguments would ask for.
+    with `use_cpu=True`. PartialState is shared: the trainer's TrainingArguments re-create it later
+    over the same process group, which keeps this timeout. Called again, it returns the same record.
     """
     if launched_world_size() <= 1:
         return SINGLE
+    import torch
     from accelerate import PartialState
 
-    state = PartialState(cpu=not torch.cuda.is_available(), timeout=COLLECTIVE_TIMEOUT)
-    return Processes(state.process_index, state.num_processes, state.local_process_index)
+    state = PartialState(cpu=not torch.cuda.is_available(), timeout=collective_timeout())
+    return Processes(state.process_index, state.num_processes, state.local_process_index, weight_sharding())
 
 
 def barrier(processes: Processes) -> None:
@@ -80,7 +145,7 @@ def barrier(processes: Processes) -> None:
         PartialState().wait_for_everyone()
 
 
-def broadcast(value, processes: Processes):
+def broadcast(value: T, processes: Processes) -> T:
     """The main process's `value`, on every rank (any picklable object)."""
     if not processes.many:
         return value
@@ -91,10 +156,28 @@ def broadcast(value, processes: Processes):
     return box[0]
 
 
-def gather(value, processes: Processes) -> list:
+def gather(value: T, processes: Processes) -> list[T]:
     """Every rank's `value`, in rank order, on every rank."""
     if not processes.many:
         return [value]
     from accelerate.utils import gather_object
 
     return gather_object([value])  # accelerate flattens the per-rank lists: one value per rank
+
+
+def on_main(work: Callable[[], T], processes: Processes) -> T:
+    """`work()` done by the main process alone; every rank gets its result, or raises its error.
+
+    For what reads or writes the run directory (the lock, run.json): the others never race the main
+    process for a file, and every rank takes the same path afterwards.
+    """
+    result, error = None, None
+    if processes.is_main:
+        try:
+            result = work()
+        except Exception as err:  # handed to every rank, raised by each below
+            error = err
+    result, error = broadcast((result, error), processes)
+    if error is not None:
+        raise error
+    return result

@@ -35,7 +35,7 @@ from core.tiny_model import build_tiny_checkpoint
 
 __all__ = [
     "ModelUnavailableError", "configure_cpu_threads", "device_settings", "load_for_inference", "lora_config",
-    "merge_lora_and_save", "resolve_model",
+    "merge_lora_and_save", "merged_lora", "resolve_model",
 ]
 
 # Bump when build_tiny_checkpoint changes what it writes, so that old cache entries are not reused.
@@ -203,6 +203,11 @@ def lora_config(model_cfg: Mapping):
     )
 
 
+def merged_lora(model):
+    """A LoRA model's adapters merged into its base (in place: train no further with it); any other model as it is."""
+    return model.merge_and_unload() if is_peft_model(model) else model
+
+
 def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
     """Save full weights to `out_dir`: a LoRA model is merged into its base first, others as they are.
 
@@ -210,8 +215,7 @@ def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
     handoff never depends on PEFT. Merging modifies `model`'s base in place: train no further with it.
     """
     out_dir = Path(out_dir)
-    if is_peft_model(model):
-        model = model.merge_and_unload()
+    model = merged_lora(model)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir

@@ -172,6 +172,14 @@ class JsonlWriter:
         self.seen.update(self._key(r) for r in fresh)
 
 
+class NullWriter:
+    """A JsonlWriter's stand-in where a process must not write the run directory (a rank other than the
+    main one): the rows are dropped, and the file is neither read nor repaired."""
+
+    def write(self, rows: Iterable[dict]) -> None:
+        pass
+
+
 def _json_default(value):
     return value.item() if hasattr(value, "item") else str(value)
 
@@ -259,6 +267,7 @@ class StageRecord:
     global_step_end: int | None = None
     wall_seconds: float | None = None
     checkpoint: str | None = None  # its final, relative to the run directory
+    final_fingerprints: list | None = None  # of the weights it ended with, on each process in rank order (equal)
     end: dict | None = None  # why it ended: threshold | guard | budget
     guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
     error: str | None = None

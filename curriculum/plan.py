@@ -55,8 +55,9 @@ class Stage:
         return str(ppls[0]) if len(ppls) == 1 else f"{ppls[0]}-{ppls[-1]}"
 
 
-def build_plan(cfg: DictConfig) -> list[Stage]:
-    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied.
+def build_plan(cfg: DictConfig, world_size: int = 1) -> list[Stage]:
+    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied; `world_size` processes
+    train each step (a stage given in `epochs` takes fewer steps with more of them).
 
     A stage's keys and their types are the schema's (conf/schema.py StageConfig); what is checked here
     is what a type cannot say: ranges, rules across keys, names that must exist.
@@ -75,7 +76,7 @@ def build_plan(cfg: DictConfig) -> list[Stage]:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
     limits = cfg.get("limits") or {}
     _check_limits(limits)
-    plan = [_build_stage(i, plain(s), cfg, limits) for i, s in enumerate(stages_cfg, start=1)]
+    plan = [_build_stage(i, plain(s), cfg, limits, world_size) for i, s in enumerate(stages_cfg, start=1)]
     plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1]) for stage in plan]
     names = [s.name for s in plan]
     for name in names:
@@ -116,7 +117,7 @@ def _check_limits(limits: Mapping) -> None:
             whole_number(limits[name], f"limits.{name}")
 
 
-def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping) -> Stage:
+def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping, world_size: int) -> Stage:
     key = f"curriculum.stages[{index - 1}]"
     name, kind = block["name"], block["kind"]
     if not name or "/" in name:
@@ -124,7 +125,7 @@ def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping) -> S
     ppl_weights = parse_ppl(block["ppl"], f"{key}.ppl")
     pool = whole_number(block["pool"], f"{key}.pool")
     overrides = {**(block["overrides"] or {}), **_named_overrides(cfg).get(name, {})}  # by stage name, win
-    steps = _stage_steps(block, key, pool, cfg, overrides)
+    steps = _stage_steps(block, key, pool, cfg, overrides, world_size)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
     cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
@@ -181,7 +182,7 @@ def _ppl(value, key: str) -> int:
     return ppl
 
 
-def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: Mapping) -> int:
+def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: Mapping, world_size: int) -> int:
     """Steps from `steps`, or from `epochs` over the pool at the stage's prompts per step."""
     if block["steps"] is not None:
         if block["epochs"] is not None:
@@ -189,7 +190,7 @@ def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: M
         return whole_number(block["steps"], f"{key}.steps")
     if block["epochs"] is None or block["epochs"] <= 0:
         raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
-    return max(1, math.ceil(block["epochs"] * pool / prompts_per_step(cfg, overrides)))
+    return max(1, math.ceil(block["epochs"] * pool / prompts_per_step(cfg, overrides, world_size)))
 
 
 def validation_subsets(mode: str, subsets: Sequence[int], plan: Sequence[Stage], index: int) -> list[int]:
@@ -226,24 +227,27 @@ def validation_completions(mode: str, subsets: Sequence[int], plan: Sequence[Sta
     return n * sum(len(validation_subsets(mode, subsets, plan, i)) for i in range(len(plan) + 1))
 
 
-def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None) -> float:
-    """Distinct prompts one optimizer step consumes, from `cfg.grpo` and a stage's overrides.
+def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None, world_size: int = 1) -> float:
+    """Distinct prompts one optimizer step consumes, from `cfg.grpo`, a stage's overrides and the processes.
 
-    >>> prompts_per_step(OmegaConf.create({"grpo": {"per_device_train_batch_size": 8,
-    ...                                             "gradient_accumulation_steps": 8, "num_generations": 8}}))
-    8.0
+    >>> cfg = OmegaConf.create({"grpo": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
+    ...                                  "num_generations": 8}})
+    >>> prompts_per_step(cfg), prompts_per_step(cfg, world_size=4)
+    (8.0, 32.0)
     """
     grpo = {**OmegaConf.to_container(cfg.get("grpo") or OmegaConf.create({}), resolve=True), **(overrides or {})}
-    return grpo_batch(grpo, "grpo").prompts_per_step
+    return grpo_batch(grpo, "grpo", world_size).prompts_per_step
 
 
 @dataclass(frozen=True)
 class GrpoBatch:
-    """TRL 1.16's batch arithmetic (one process). The per-device batch counts completions.
+    """TRL 1.16's batch arithmetic (GRPOConfig.__post_init__). The per-device batch counts completions.
 
     A generation batch of `generation_batch` completions (`prompts_per_generation` prompts x
-    `num_generations`) is generated once and used for `steps_per_generation x num_iterations`
-    micro-batches; an optimizer step takes `gradient_accumulation_steps` micro-batches.
+    `num_generations`, over all `processes`) is generated once and used for `steps_per_generation x
+    num_iterations` micro-batches per process; an optimizer step takes `gradient_accumulation_steps`
+    micro-batches on every process. So one step consumes per-device batch x gradient accumulation x
+    processes / num_generations prompts (with num_iterations 1 and steps_per_generation at its default).
     """
 
     generation_batch: int
@@ -251,6 +255,7 @@ class GrpoBatch:
     num_iterations: int
     gradient_accumulation_steps: int
     num_generations: int
+    processes: int = 1
 
     @property
     def prompts_per_generation(self) -> int:
@@ -268,13 +273,16 @@ class GrpoBatch:
         return self.num_iterations == 1 and self.steps_per_generation == self.gradient_accumulation_steps
 
 
-def grpo_batch(grpo: Mapping, key: str) -> GrpoBatch:
-    """The batch arithmetic of GRPOConfig fields; ConfigError (naming `key`.<field>) when TRL would refuse them.
+def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
+    """The batch arithmetic of GRPOConfig fields on `world_size` processes; ConfigError (naming
+    `key`.<field>) when TRL would refuse them.
 
     >>> b = grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
     ...                 "num_generations": 8, "num_iterations": 2}, "grpo")
     >>> b.prompts_per_generation, b.prompts_per_step, b.ratio_is_one
     (8, 4.0, False)
+    >>> grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}, "grpo", 4).prompts_per_step
+    8.0
     """
     def count(name: str, default: int | None, least: int = 1) -> int | None:  # null is TRL's default
         value = default if grpo.get(name) is None else grpo[name]
@@ -286,14 +294,16 @@ def grpo_batch(grpo: Mapping, key: str) -> GrpoBatch:
     explicit_batch, explicit_steps = count("generation_batch_size", None), count("steps_per_generation", None)
     if explicit_batch is not None and explicit_steps is not None:
         raise ConfigError(f"{key}.generation_batch_size: give it or steps_per_generation, not both (TRL)")
-    if explicit_batch is not None and explicit_batch % micro:
+    per_round = micro * world_size  # one micro-batch on every process
+    if explicit_batch is not None and explicit_batch % per_round:
         raise ConfigError(f"{key}.generation_batch_size: {explicit_batch} is not a multiple of "
-                          f"per_device_train_batch_size {micro}")
-    steps = explicit_steps or (explicit_batch // micro if explicit_batch else accumulation)
-    batch = micro * steps
+                          f"per_device_train_batch_size {micro} x {world_size} process(es)")
+    steps = explicit_steps or (explicit_batch // per_round if explicit_batch else accumulation)
+    batch = per_round * steps
     if batch % generations:
         raise ConfigError(
             f"{key}.num_generations: {generations} does not divide the generation batch {batch} "
-            "(per_device_train_batch_size x steps_per_generation, which defaults to gradient_accumulation_steps)"
+            f"(per_device_train_batch_size x {world_size} process(es) x steps_per_generation, which defaults to "
+            "gradient_accumulation_steps)"
         )
-    return GrpoBatch(batch, steps, iterations, accumulation, generations)
+    return GrpoBatch(batch, steps, iterations, accumulation, generations, world_size)

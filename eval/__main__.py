@@ -20,7 +20,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from conf import CONF_DIR, register_resolvers
+from conf import CONF_DIR
 from conf.errors import run_app
 from conf.schema import ModelConfig
 from core.checks import ConfigError
@@ -32,8 +32,6 @@ from eval.config_check import check_data_config, check_eval_config
 from eval.metrics import trials
 from eval.settings import validation_settings
 from eval.validation import validate
-
-register_resolvers()
 
 # `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -119,6 +117,6 @@ def main(cfg: DictConfig) -> float:
 if __name__ == "__main__":
     args = split_checkpoint_arg(sys.argv[1:])
     if not any(a.startswith("hydra.run.dir=") for a in args):
-        args.append("hydra.run.dir=${paths.output_dir}/eval/${now:%Y-%m-%d_%H-%M-%S}")
+        args.append("hydra.run.dir=${paths.output_dir}/eval/${kk_now:%Y-%m-%d_%H-%M-%S}")
     sys.argv = [sys.argv[0], *args]
     run_app(main)

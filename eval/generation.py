@@ -4,6 +4,11 @@ Prompts are sorted by token length so that each batch pads little; results come 
 caller's order. Greedy when temperature is 0, with no repetition penalty whatever the model's own
 generation config says (Qwen2.5-Instruct's asks 1.05): TRL's rollouts and vLLM validation use none.
 `HfEngine` gives a loaded model the interface of `eval.vllm_backend.VllmEngine`.
+
+With many processes the batches are shared out: every rank builds exactly the batches one process
+would, generates every world_size-th of them on its own device, and the completions are gathered
+back into prompt order on every rank. Each batch is seeded by its own number, so a batch comes out
+the same whichever rank generates it: the completions equal one process's (greedy, or sampled).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from core.distributed import SINGLE, Processes, gather
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
 
@@ -32,27 +38,40 @@ def _eos_ids(model, tokenizer) -> set[int]:
     return ids
 
 
+def my_batches(n_batches: int, processes: Processes) -> range:
+    """The batch numbers this process generates: every world_size-th, from its rank.
+
+    >>> list(my_batches(5, Processes(1, 2))), list(my_batches(5, Processes()))
+    ([1, 3], [0, 1, 2, 3, 4])
+    """
+    return range(processes.rank, n_batches, processes.world_size)
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperature: float = 0.0,
              samples: int = 1, batch_size: int = 32, chat_kwargs: dict | None = None, seed: int = 0,
-             label: str = "generating") -> list[list[Completion]]:
-    """`samples` completions for each prompt, in prompt order."""
+             label: str = "generating", processes: Processes = SINGLE) -> list[list[Completion]]:
+    """`samples` completions for each prompt, in prompt order (with many `processes`: on every rank)."""
     texts = [prompt_text(p, tokenizer, chat_kwargs) for p in prompts]
     lengths = [len(prompt_ids(t, tokenizer)) for t in texts]
     order = sorted(range(len(texts)), key=lengths.__getitem__)
-    results: list[list[Completion]] = [[] for _ in texts]
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    mine = my_batches(len(batches), processes)
     eos_ids = _eos_ids(model, tokenizer)
-    torch.manual_seed(seed)
+    done: dict[int, list[Completion]] = {}  # batch number -> its completions, `samples` per prompt
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True) as progress:
-        task = progress.add_task(label, total=len(texts))
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            outputs = _generate_batch(model, tokenizer, [texts[i] for i in batch], max_new_tokens,
+    with Progress(*columns, transient=True, disable=not processes.is_main) as progress:
+        task = progress.add_task(label, total=sum(len(batches[b]) for b in mine))
+        for b in mine:
+            torch.manual_seed(seed + b)
+            done[b] = _generate_batch(model, tokenizer, [texts[i] for i in batches[b]], max_new_tokens,
                                       temperature, samples, eos_ids)
-            for j, i in enumerate(batch):
+            progress.advance(task, len(batches[b]))
+    results: list[list[Completion]] = [[] for _ in texts]
+    for part in gather(done, processes):
+        for b, outputs in part.items():
+            for j, i in enumerate(batches[b]):
                 results[i] = outputs[j * samples : (j + 1) * samples]
-            progress.advance(task, len(batch))
     return results
 
 
@@ -61,15 +80,18 @@ class HfEngine:
 
     backend = "hf"
 
-    def __init__(self, model, tokenizer, *, batch_size: int, setup_seconds: float = 0.0):
+    def __init__(self, model, tokenizer, *, batch_size: int, setup_seconds: float = 0.0,
+                 processes: Processes = SINGLE):
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
         self.setup_seconds = setup_seconds  # loading the model: counted on the first subset, then 0
+        self.processes = processes  # the batches are shared out over them
 
     def generate(self, prompts: list, *, label: str = "generating", **settings) -> tuple[list, GenerationCost]:
         setup, self.setup_seconds = self.setup_seconds, 0.0
         return timed_generation(
             self.backend,
-            lambda: generate(self.model, self.tokenizer, prompts, batch_size=self.batch_size, label=label, **settings),
+            lambda: generate(self.model, self.tokenizer, prompts, batch_size=self.batch_size, label=label,
+                             processes=self.processes, **settings),
             setup_seconds=setup,
         )
 

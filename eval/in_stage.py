@@ -4,7 +4,10 @@ Light on purpose: the stage's own subsets only, greedy, no saved samples; rows g
 `validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, ppl, metrics, cost}) and the
 tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
 (`colocated`, set by the stage with `eval.backend=vllm`), else through HF `generate` on the live
-model: a second vLLM engine beside a training model would compete with it for the card.
+model: a second vLLM engine beside a training model would compete with it for the card. With many
+processes every rank is called at the same step and generates its share of the batches on its own
+copy of the live model (data parallelism: every rank holds the whole model; ZeRO-3 and FSDP, which
+shard it, are refused in-stage validation by the config check); every rank gets every row.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from contextlib import nullcontext
 import torch
 from transformers import TrainerCallback
 
+from core.distributed import SINGLE, Processes
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, subset_metrics
 from eval.settings import ValidationSettings
@@ -24,8 +28,9 @@ class InStageValidation(TrainerCallback):
     """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
 
     def __init__(self, settings: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *,
-                 stage_index: int, stage_name: str, step_offset: int):
+                 stage_index: int, stage_name: str, step_offset: int, processes: Processes = SINGLE):
         self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
+        self.processes = processes
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset
         self.colocated = None  # an eval.vllm_backend.ColocatedEngine, lent by the stage's trainer
@@ -45,7 +50,7 @@ class InStageValidation(TrainerCallback):
         # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
         cuda = [model.device.index or 0] if model.device.type == "cuda" else []
         engine = self.colocated.lend(tokenizer) if self.colocated is not None else nullcontext(
-            HfEngine(model, tokenizer, batch_size=self.settings.batch_size))
+            HfEngine(model, tokenizer, batch_size=self.settings.batch_size, processes=self.processes))
         try:
             with torch.random.fork_rng(devices=cuda), engine as generator:
                 rows = [self._subset_row(generator, ppl, records, step) for ppl, records in sorted(self.pools.items())]

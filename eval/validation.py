@@ -5,6 +5,11 @@ cost}), every completion with its grade to `samples/<stage>/<ppl>ppl.jsonl` (so 
 what the model wrote, and a recount can check the metrics), and prints a rich table. One generator
 serves all the subsets: the model loaded once (hf), or one vLLM engine started once and released
 after (vllm); `cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
+
+With many processes every rank loads the checkpoint on its own device and generates its share of
+the batches (`eval.generation`); every rank grades all the gathered completions (the same rows
+everywhere, so every rank decides alike), and the main process alone writes rows, samples, the
+tracker and the table. vLLM validates on one GPU: many processes validate through HF.
 """
 
 from __future__ import annotations
@@ -15,12 +20,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-import torch
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from transformers import AutoTokenizer
 
+from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import samples_file
 from core.stats import percent_text
@@ -59,22 +64,31 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
 
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, list[dict]], *, tag: dict,
-             out_dir: Path, writer=None, tracker=None, console: Console | None = None) -> list[dict]:
+             out_dir: Path, writer=None, tracker=None, console: Console | None = None,
+             processes: Processes = SINGLE) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
 
     `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
-    when given. Returns the rows.
+    when given. Returns the rows (on every rank of many `processes`; the main process records them).
     """
     s, rows = settings, []
     generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
                   "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
-    with validation_engine(s, model_path) as engine:
+    with validation_engine(s, model_path, processes) as engine:
         for ppl, records in sorted(pools.items()):
             label = f"validating {tag.get('stage_name')} {ppl}ppl"
             completions, cost = engine.generate(s.prompts(records), label=label, **generation)
             scored, samples = grade_subset(records, completions, s.fmt)
-            _write_samples(samples_file(out_dir, ppl), samples)
+            if processes.is_main:
+                _write_samples(samples_file(out_dir, ppl), samples)
             rows.append({**tag, "ppl": ppl, **subset_metrics(scored), "cost": cost.as_dict()})
+    if processes.is_main:
+        _record(rows, tag, writer, tracker, console)
+    return rows
+
+
+def _record(rows: list[dict], tag: dict, writer, tracker, console: Console | None) -> None:
+    """Rows to `writer`, their metrics to `tracker`, and the table to the console."""
     if writer is not None:
         writer.write(rows)
     if tracker is not None:
@@ -82,20 +96,21 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
             tracker.log({f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
                         step=int(tag.get("global_step", 0)))
     (console or Console()).print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
-    return rows
 
 
 @contextmanager
-def validation_engine(settings: ValidationSettings, model_path: str) -> Iterator:
-    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`), else the model loaded for HF."""
+def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE) -> Iterator:
+    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`, one process), else the
+    model loaded for HF on this process's own device."""
     if settings.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
         with fresh_engine(model_path, AutoTokenizer.from_pretrained(model_path), seed=settings.seed,
                           gpu_memory_utilization=settings.vllm_gpu_memory_utilization) as engine:
             yield engine
         return
     began = time.perf_counter()
-    model, tokenizer = load_for_inference(model_path, "cuda" if torch.cuda.is_available() else "cpu")
-    yield HfEngine(model, tokenizer, batch_size=settings.batch_size, setup_seconds=time.perf_counter() - began)
+    model, tokenizer = load_for_inference(model_path, processes.device())
+    yield HfEngine(model, tokenizer, batch_size=settings.batch_size, setup_seconds=time.perf_counter() - began,
+                   processes=processes)
 
 
 def _write_samples(path: Path, samples: list[dict]) -> None:

@@ -17,7 +17,6 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from conf import register_resolvers
 from conf.errors import check_schema, config_error_line
 from core.checks import ConfigError
 
@@ -28,9 +27,6 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-# The resolvers `python -m train` registers, for configs composed in process.
-register_resolvers()
-
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:

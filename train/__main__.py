@@ -5,24 +5,39 @@ error, from Hydra's composition or from our checks, ends it as one `config error
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
 by the run lock writes nothing: the directory belongs to the live run.
+
+Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
+the ranks join their process group and take the main process's launch time, so that every time-named
+folder (the run's, a sweep's) is the same on all of them; the other ranks are told to keep Hydra's
+record and log out of the run directory and their console quiet. With `launch.launcher` set, the job
+starts its ranks itself (train/launch.py: a SLURM job of many GPUs).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
+import time
 import traceback
 from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from conf import register_resolvers
 from conf.errors import exit_on_config_error, run_app
+from core.checks import ConfigError
+from core.distributed import Processes, broadcast, start_processes
 from core.rundir import ERROR, RunLockedError
 
 log = logging.getLogger("train")
-register_resolvers()
+
+# What a rank other than the main one adds to its command line: no Hydra record in the run directory
+# (`.hydra/`, its job log), and a console that shows warnings and errors only.
+QUIET_RANK = ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job_logging.root.level=WARNING",
+              "hydra/hydra_logging=disabled"]
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -32,23 +47,63 @@ def main(cfg: DictConfig) -> float:
     from train.runner import run_curriculum
 
     quiet_libraries()
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    multirun = HydraConfig.get().mode.name == "MULTIRUN"
-    error_file = run_dir / ERROR  # the one write into the run directory outside run_curriculum
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
+    processes = start_processes()
     try:
-        value = run_curriculum(cfg, run_dir)
+        if cfg.launch.launcher is not None:
+            value = _relaunch(cfg, list(hydra_cfg.overrides.task), run_dir, processes)
+        else:
+            value = run_curriculum(cfg, run_dir, processes=processes)
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except Exception as err:
-        error_file.write_text(traceback.format_exc())
+        record_error(run_dir / ERROR, traceback.format_exc(), processes)
         if not multirun:
             exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
-        log.error("job %s failed (%s); see %s", run_dir.name, err, error_file)
+        log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / ERROR)
         return float("nan")  # a sweeper records the trial as failed and goes on
-    error_file.unlink(missing_ok=True)  # a failed job, resumed to the end, is no longer failed
     return value
 
 
+def _relaunch(cfg: DictConfig, overrides: list[str], run_dir: Path, processes: Processes) -> float:
+    """The job starts its ranks (`launch.launcher`); refused inside a launch, whose ranks would each start more."""
+    from train.launch import relaunch
+
+    if processes.many:
+        raise ConfigError(f"launch.launcher: this process is already one of {processes.world_size} ranks; "
+                          "drop launch= when starting python -m train with accelerate launch or torchrun")
+    return relaunch(OmegaConf.to_container(cfg.launch, resolve=True), overrides, run_dir)
+
+
+def record_error(path: Path, text: str, processes: Processes) -> None:
+    """Write a failure's traceback to error.txt, unless this attempt's first failure already did.
+
+    The file is created exclusively: with many processes the first rank to fail writes it, naming itself
+    ("rank 1 of 2: ..."), and the errors the others meet after it (a peer gone, a collective broken) follow
+    from that one and do not replace it; nor does a job that started the ranks (train/launch.py) replace
+    theirs. The failing rank writes it itself: the main process may not outlive it. A failed attempt's file
+    is removed once the next attempt holds the run lock (train/runner.py run_lock).
+    """
+    head = f"{processes.label()}: {text.strip().splitlines()[-1]}\n\n" if processes.many else ""
+    try:
+        with open(path, "x") as fh:
+            fh.write(head + text)
+    except FileExistsError:
+        pass
+
+
+def _start() -> None:
+    """Join the launch (many processes), share the main process's launch time, quiet the other ranks."""
+    processes = start_processes()
+    register_resolvers(launched=broadcast(time.time(), processes))
+    if not processes.is_main:
+        sys.argv.extend(QUIET_RANK)
+        os.environ.setdefault("WANDB_SILENT", "true")
+
+
 if __name__ == "__main__":
+    _start()
     run_app(main)

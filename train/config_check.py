@@ -9,6 +9,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError, is_int, is_number, plain
+from core.distributed import SINGLE, Processes, whole_final_problem
 from core.models import LORA_KEYS
 from core.rundir import objective
 from curriculum.plan import Stage
@@ -19,16 +20,18 @@ from train.stage_kinds import stage_kinds
 from train.stage_run import StageKind
 
 
-def check_config(cfg: DictConfig, plan: list[Stage]) -> None:
+def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE) -> None:
     """Raise ConfigError for the first bad value found, naming its key.
 
     Keys and types are the schema's (conf/schema.py, checked while Hydra composes); these are the rules a
     type cannot say: ranges, rules across keys, names that must exist, what this machine has (first: a
-    GPU setting on a machine without CUDA is named before anything that setting would also change).
+    GPU setting on a machine without CUDA is named before anything that setting would also change) and
+    what the launch's `processes` allow.
     """
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
-    check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
-    _check_stage_overrides(stage_kinds(cfg), cfg, plan)
+    _check_processes(cfg, plan, processes)
+    check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
+    _check_stage_overrides(stage_kinds(cfg, processes.world_size), cfg, plan)
     check_eval_config(cfg.eval)
     _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
     check_data_config(cfg.data)
@@ -85,12 +88,34 @@ def _check_reference(reference: str, lora) -> None:
 def _check_device(device: str, grpo: dict) -> None:
     """Refuse a GPU-only setting on a machine without CUDA before anything loads."""
     if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: cuda, but this machine has no CUDA GPU (experiment=single_gpu is for one "
-                          "NVIDIA card; on a CPU drop it, or use experiment=smoke / cpu_demo)")
+        raise ConfigError("device: cuda, but this machine has no CUDA GPU (experiment=single_gpu and multi_gpu "
+                          "are for NVIDIA cards; on a CPU drop them, or use experiment=smoke / cpu_demo)")
     if grpo.get("use_vllm") and (not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None):
         raise ConfigError("grpo.use_vllm: vLLM rollouts need CUDA and the vllm extra (pip install -e '.[vllm]')")
     if grpo.get("optim") in ("adamw_8bit", "adamw_bnb_8bit") and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
+
+
+def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -> None:
+    """What many processes cannot do: validate through one vLLM engine, and with weights sharded across
+    ranks (ZeRO-3, FSDP) validate the live model inside a stage, merge LoRA adapters, or save a final that
+    is not whole."""
+    if processes.many and cfg.eval.backend == "vllm":
+        raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
+                          "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
+    if processes.sharded_by is None:
+        return
+    problem = whole_final_problem()
+    if problem:
+        raise ConfigError(problem)
+    if cfg.eval.every > 0 or any(stage.promote is not None for stage in plan):
+        key = "eval.every" if cfg.eval.every > 0 else "promote"
+        raise ConfigError(f"{key}: in-stage validation generates with the live model, whose weights "
+                          f"{processes.sharded_by} shards across the ranks; validate after each stage only "
+                          "(eval.every=0, no promote), or launch with DDP or ZeRO-2 (conf/accelerate/)")
+    if cfg.model.lora:
+        raise ConfigError(f"model.lora: adapters are merged into full weights on the main process, which "
+                          f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
 
 
 def _check_objective(name: str, subsets: list[int]) -> None:

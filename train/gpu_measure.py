@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
-from conf import CONF_DIR, register_resolvers
+from conf import CONF_DIR
 from core.models import resolve_model
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.data import to_rows, training_pool, validation_pool
@@ -39,7 +39,6 @@ PLAN_SUBSETS, PLAN_N = [2, 3, 4, 5, 6, 7], 100
 
 
 def _compose(overrides: list[str]) -> DictConfig:
-    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
 

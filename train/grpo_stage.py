@@ -116,12 +116,13 @@ def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lor
     return GRPOConfig(**fields, remove_unused_columns=False)
 
 
-def check_grpo_fields(fields: Mapping, key: str) -> None:
-    """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL would accept and that train."""
+def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
+    """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL would accept on
+    `world_size` processes and that train."""
     check_trainer_fields(fields, GRPOConfig, key)  # names and plain types, against TRL's dataclass
     if fields.get("beta", 0.0) < 0:
         raise ConfigError(f"{key}.beta: must be >= 0 (got {fields['beta']})")
-    grpo_batch(fields, key)
+    grpo_batch(fields, key, world_size)
     if fields.get("learning_rate", 1e-6) <= 0:
         raise ConfigError(f"{key}.learning_rate: must be > 0 (a stage at learning rate 0 never updates the policy)")
     if fields.get("max_completion_length") is not None and fields["max_completion_length"] <= 0:
@@ -143,7 +144,7 @@ class GrpoStage:
                        chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        check_grpo_fields({**self.grpo, **stage.overrides}, key)
+        check_grpo_fields({**self.grpo, **stage.overrides}, key, self.shared.world_size)
         if not self.has_reference(stage):
             log.warning("stage %s: beta is 0, so TRL loads no reference model and there is no KL term "
                         "(run.json records reference: null); set grpo.beta > 0 to keep one", stage.name)

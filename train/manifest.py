@@ -3,6 +3,8 @@
 `run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
 kill at any moment leaves either the old or the new manifest, never half of one. A stage's entry
 is a `core.rundir.StageRecord`, changed only through the steps of a stage's life named here.
+With many processes every rank keeps the same manifest in memory and takes the same steps; only
+the main process's is `writes` (saves run.json): the others' saves do nothing.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ from curriculum.plan import Stage
 if TYPE_CHECKING:
     from train.stage_run import StageResult
 
-# Keys that may differ between a run and its resume without changing what is trained.
+# Keys that may differ between a run and its resume without changing what is trained (how many
+# processes train is checked on its own: run.json's world_size).
 RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads",
+    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch",
     "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend",
 )
 
@@ -56,14 +59,15 @@ class Manifest:
     """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
     the named steps of a stage's life below (each checked against the contract's statuses)."""
 
-    def __init__(self, path: Path, data: Mapping):
-        self.path = path
+    def __init__(self, path: Path, data: Mapping, *, writes: bool = True):
+        self.path, self.writes = path, writes
         self.fields = {k: v for k, v in data.items() if k != "stages"}
         self.stages = stage_records(data)
 
     @classmethod
-    def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage]) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed.
+    def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage], world_size: int = 1) -> Manifest:
+        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed, or a
+        number of processes (`world_size`) other than the run's: each step's batch counts them.
 
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
@@ -79,6 +83,13 @@ class Manifest:
                     f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
                     f"resume with the values in {run_dir / CONFIG}, or start a new run"
                 )
+            trained_on = data.get("world_size", 1)  # run.json written before many processes: one
+            if trained_on != world_size:
+                raise RuntimeError(
+                    f"resume={run_dir}: the run trains on {trained_on} process(es), this launch has {world_size}; "
+                    f"every step's batch counts the processes (per-device batch x {trained_on}): resume it with "
+                    f"{trained_on}, or start a new run"
+                )
             manifest = cls(path, data)
         else:
             manifest = cls(path, {
@@ -89,6 +100,7 @@ class Manifest:
                 "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
                 "base_model": None,
                 "reference": str(cfg.reference),
+                "world_size": world_size,
                 "baseline": None,
                 "stages": [_planned(s).to_json() for s in plan],
             })
@@ -104,7 +116,8 @@ class Manifest:
         return {**self.fields, "stages": [s.to_json() for s in self.stages]}
 
     def save(self) -> None:
-        write_json_atomic(self.path, self.data)
+        if self.writes:
+            write_json_atomic(self.path, self.data)
 
     @property
     def config_hash(self) -> str:
@@ -168,7 +181,7 @@ class Manifest:
             global_step_start=start, global_step_end=start + result.steps_done,
             policy_fingerprint=result.policy_fingerprint, reference=result.reference,
             reference_fingerprint=result.reference_fingerprint, resumed_from=result.resumed_from,
-            wall_seconds=result.wall_seconds,
+            wall_seconds=result.wall_seconds, final_fingerprints=result.final_fingerprints,
         )
 
     def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:

@@ -9,22 +9,34 @@ final, validate it. `run.json` records each step. A resume takes the same path, 
 Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
 config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
 trainer's own checkpoints, validation's samples, and `train/__main__.py`'s error.txt. With many
-processes only the main one may write the run directory: that gate belongs in these, not at call sites.
+processes only the main one may write the run directory, and the gate is in each of them, not at
+call sites: the main process holds the lock (`run_lock`) and opens run.json (the others are handed
+its contents: `open_manifest`); the others' Manifest saves nothing, their RunLogs drop rows and
+their tracker is a NullTracker; `publish_stage` and validation write from the main process; the
+trainer saves from it (transformers' `should_save`); error.txt is created once, by the first rank
+that fails. Every rank keeps the same state and takes the same path: what it decides on comes from
+the plan, from results gathered from all ranks, or from files read before any of this run's writes.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 
+from core.distributed import SINGLE, Processes, broadcast, on_main
 from core.models import configure_cpu_threads, resolve_model
 from core.rundir import (
     BASELINE,
+    ERROR,
+    RUN_JSON,
     RunLock,
+    RunLockedError,
     Status,
     final_accuracy,
     objective,
@@ -48,32 +60,34 @@ from train.tracking import RunLogs, make_tracker
 log = logging.getLogger(__name__)
 
 
-def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> float:
-    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective.
+def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE) -> float:
+    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective (on every rank).
 
-    `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer.
+    `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer; `processes` is the
+    launch this process is part of (every rank calls this with the same config and run directory).
     """
-    plan = build_plan(cfg)
-    check_config(cfg, plan)
-    kinds = stage_kinds(cfg)
+    plan = build_plan(cfg, processes.world_size)
+    check_config(cfg, plan, processes)
+    kinds = stage_kinds(cfg, processes.world_size)
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
-    with RunLock(run_dir):
+    with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(cfg, plan)
         base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
-        manifest = Manifest.open(run_dir, cfg, plan)
+        manifest = open_manifest(run_dir, cfg, plan, processes)
         manifest.pools_drawn(pools.removed)
         manifest.update(base_model=base, status=Status.RUNNING)
         tracker = make_tracker(cfg.logger, run_dir, f"{run_dir.name}-{manifest.config_hash}",
-                               config=OmegaConf.to_container(cfg, resolve=True))
+                               config=OmegaConf.to_container(cfg, resolve=True), writes=processes.is_main)
         try:
             CurriculumRun(
                 run_dir=run_dir, plan=plan, kinds=kinds, rows=rows, base=base, held_out=pools.held_out,
-                manifest=manifest, logs=RunLogs.open(run_dir, tracker),
+                manifest=manifest, logs=RunLogs.open(run_dir, tracker, writes=processes.is_main),
                 validation=validation_settings(cfg), reference=str(cfg.reference),
                 on_damaged=str(cfg.on_damaged_checkpoint),
                 keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
+                processes=processes,
             ).run()
         except BaseException:
             manifest.update(status=Status.FAILED)
@@ -83,6 +97,38 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = ()) -> flo
         value = _objective(str(cfg.objective), manifest)
         manifest.update(status=Status.DONE, objective=value)
     return value
+
+
+@contextmanager
+def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
+    """The run directory's lock, held by the main process for the run; the other ranks wait until it has
+    it, or leave with its refusal (RunLockedError on every rank: nothing is written).
+
+    Once it holds the lock, the main process removes a failed attempt's error.txt (this attempt records
+    its own), before any other rank can fail and create one.
+    """
+    lock = RunLock(run_dir)
+    refusal = None
+    if processes.is_main:
+        try:
+            lock.__enter__()
+            (run_dir / ERROR).unlink(missing_ok=True)
+        except RunLockedError as err:
+            refusal = str(err)
+    refusal = broadcast(refusal, processes)
+    if refusal is not None:
+        raise RunLockedError(refusal)
+    try:
+        yield
+    finally:
+        if processes.is_main:
+            lock.__exit__()
+
+
+def open_manifest(run_dir: Path, cfg: DictConfig, plan: list[Stage], processes: Processes) -> Manifest:
+    """run.json opened (or started) by the main process; the others get its contents and save nothing."""
+    data = on_main(lambda: Manifest.open(run_dir, cfg, plan, processes.world_size).data, processes)
+    return Manifest(run_dir / RUN_JSON, data, writes=processes.is_main)
 
 
 def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[dict]], tokenizer) -> dict:
@@ -112,6 +158,7 @@ class CurriculumRun:
     on_damaged: str  # on resume, a done stage's final missing or damaged: error | retrain
     keep_trainer_checkpoints: bool
     callbacks: list  # extra TrainerCallbacks for every stage
+    processes: Processes = SINGLE  # every rank runs the loop; the main one writes
 
     def run(self) -> None:
         """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
@@ -149,11 +196,12 @@ class CurriculumRun:
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
         watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.validation,
                                           held_out=self.held_out, logs=self.logs, manifest=self.manifest,
-                                          history=resume.logged_before_resume(self.run_dir, stage))
+                                          history=resume.logged_before_resume(self.run_dir, stage),
+                                          processes=self.processes)
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
                                self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
-                               [*self.callbacks, *watch])
+                               self.processes, [*self.callbacks, *watch])
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
@@ -173,7 +221,7 @@ class CurriculumRun:
         chosen = validation_subsets(self.validation.subsets_after_stage, self.validation.subsets, self.plan, index)
         rows = validate(self.validation, str(model_path), {ppl: self.held_out[ppl] for ppl in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
-                        writer=self.logs.validation, tracker=self.logs.tracker)
+                        writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
         return validation_summary(rows), validation_cost(rows)
 
 

@@ -25,6 +25,7 @@ import torch
 from transformers import TrainerCallback
 
 from core.checks import is_number
+from core.distributed import Processes
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
@@ -129,9 +130,9 @@ class SkillCheck(InStageValidation):
     """
 
     def __init__(self, validation: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *, stage: Stage,
-                 step_offset: int, keep_best: bool):
+                 step_offset: int, keep_best: bool, processes: Processes):
         super().__init__(validation, pools, writer, tracker, stage_index=stage.index, stage_name=stage.name,
-                         step_offset=step_offset)
+                         step_offset=step_offset, processes=processes)
         self.promote, self.weights, self.keep_best = stage.promote, stage.ppl_weights, keep_best
         self.checks: list[dict] = []  # {stage_step, global_step, accuracy, n} of every validation in the stage
         self.promoted: dict | None = None  # the check that reached the threshold
@@ -252,7 +253,7 @@ class StageEnd(TrainerCallback):
 
 def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: ValidationSettings,
                         held_out: Mapping[int, list[dict]], logs: RunLogs, manifest: Manifest,
-                        history: Sequence[Mapping]) -> tuple[list, StageEnd]:
+                        history: Sequence[Mapping], processes: Processes) -> tuple[list, StageEnd]:
     """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
 
     `validation`: what in-stage validation reads; `history`: the stage's step rows
@@ -268,7 +269,7 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
     if validation.every > 0 or stage.promote is not None:
         pools = {ppl: held_out[ppl][: validation.n] for ppl in stage.ppl_weights}
         skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
-                           keep_best=guard is not None and guard.action == "stop")
+                           keep_best=guard is not None and guard.action == "stop", processes=processes)
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
                    record_stop=lambda record: manifest.stage_ended(stage.index, record))
     return [c for c in (DivergenceStop(stage.name), skill, guard, end) if c is not None], end

@@ -15,10 +15,12 @@ from train.stage_run import KindSettings, StageKind
 STAGE_KINDS: dict[str, type[StageKind]] = {kind.name: kind for kind in (GrpoStage, SftStage)}
 
 
-def stage_kinds(cfg: DictConfig) -> dict[str, StageKind]:
-    """Every kind, built from its own config group (`cfg.<kind name>`) and the groups all kinds read."""
+def stage_kinds(cfg: DictConfig, world_size: int = 1) -> dict[str, StageKind]:
+    """Every kind, built from its own config group (`cfg.<kind name>`), the groups all kinds read and the
+    number of processes that train each step."""
     def plain(group: str) -> dict:
         return OmegaConf.to_container(cfg[group], resolve=True)
 
-    shared = KindSettings(prompt=plain("prompt"), model=plain("model"), reward=plain("reward"), seed=int(cfg.seed))
+    shared = KindSettings(prompt=plain("prompt"), model=plain("model"), reward=plain("reward"), seed=int(cfg.seed),
+                          world_size=world_size)
     return {name: kind(plain(name), shared) for name, kind in STAGE_KINDS.items()}

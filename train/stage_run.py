@@ -5,6 +5,11 @@ A kind (GRPO in `train/grpo_stage.py`, SFT in `train/sft_stage.py`, looked up by
 does the rest the same way for each: fingerprint the start, train (resuming a killed run's last
 complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`.
 
+With many processes every rank runs all of it: the trainer needs them all, and its `save_model`
+gathers full weights where ZeRO-3 or FSDP shard them. The weights each rank ends with are
+fingerprinted and compared (data parallelism keeps them equal); the main process alone writes the
+final and its `stage.json`, and every rank waits until the final is in place.
+
 Checkpoints on disk (the second half of the file): a trainer checkpoint counts only once
 `trainer_state.json` (written last by transformers) parses; a stage's final is written to a
 temporary folder and renamed, with `stage.json` inside, so a kill during either save never leaves
@@ -29,10 +34,11 @@ from typing import Protocol
 
 import torch
 from transformers import Trainer, TrainerState
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from core.checks import ConfigError, is_int, is_number
-from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
+from core.distributed import Processes, barrier, gather
+from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
@@ -52,6 +58,7 @@ class KindSettings:
     model: Mapping  # chat, chat_template_kwargs, context_length, lora
     reward: Mapping  # the reward group (GRPO's reward functions)
     seed: int  # each stage's trainer is seeded with seed + its index
+    world_size: int = 1  # processes training each step: TRL's batch arithmetic counts them
 
 
 @dataclass
@@ -66,6 +73,7 @@ class StageContext:
     keep_trainer_checkpoints: bool
     metrics: JsonlWriter
     tracker: object
+    processes: Processes  # every rank trains the stage; the main process writes its final
     callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
 
 
@@ -80,18 +88,19 @@ class StageResult:
     reference_fingerprint: str | None
     resumed_from: str | None = None  # the trainer checkpoint it continued from
     wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
+    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (None: ranks hold shards)
 
     def marker(self, stage_name: str, config_hash: str, init: str) -> dict:
         """The final's `stage.json`: which stage of which config it is, where it started, and this result."""
         return {"stage": stage_name, "config_hash": config_hash, "steps_done": self.steps_done, "init": init,
                 "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
-                "reference_fingerprint": self.reference_fingerprint}
+                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints}
 
     @classmethod
     def from_marker(cls, checkpoint: str, info: Mapping) -> StageResult:
         """The result a published final's `stage.json` holds (nothing of how long it took)."""
         return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
-                   info.get("reference_fingerprint"))
+                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"))
 
 
 class StageKind(Protocol):
@@ -129,16 +138,28 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
+    whole = ctx.processes.sharded_by is None  # ZeRO-3 / FSDP: no rank holds weights worth a fingerprint
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
-    start = fingerprint(trainer.model)
-    reference = kind.reference_fingerprint(trainer)
+    start = fingerprint(trainer.model) if whole else None
+    reference = kind.reference_fingerprint(trainer) if whole else None
     resumed_from = resume_and_train(trainer, stage_dir, stage.name)
+    model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
+    ends = rank_fingerprints(model, stage.name, ctx.processes) if whole else None
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
-                         reference, resumed_from)
-    publish_stage(trainer.model, trainer.processing_class, stage_dir,
-                  result.marker(stage.name, ctx.config_hash, ctx.init_model),
-                  keep_trainer_checkpoints=ctx.keep_trainer_checkpoints)
+                         reference, resumed_from, final_fingerprints=ends)
+    publish_stage(trainer, model, stage_dir, result.marker(stage.name, ctx.config_hash, ctx.init_model),
+                  keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2))
+
+
+def rank_fingerprints(model, stage_name: str, processes: Processes) -> list[str]:
+    """The weights' fingerprint on every rank, in rank order; an error if they differ (data parallelism
+    keeps every rank's copy equal: a difference means the ranks trained apart, and no final is published)."""
+    prints = gather(fingerprint(model), processes)
+    if len(set(prints)) > 1:
+        raise RuntimeError(f"stage {stage_name}: the ranks end with different weights (fingerprints {prints}); "
+                           "no final is published")
+    return prints
 
 
 def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None) -> dict:
@@ -232,14 +253,29 @@ def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
     return str(resume_from)
 
 
-def publish_stage(model, tokenizer, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool) -> None:
-    """Save full weights (LoRA merged) to `final.tmp`, publish it as `final`, prune trainer checkpoints."""
+def publish_stage(trainer: Trainer, model, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool,
+                  processes: Processes) -> None:
+    """Save `model` (the trainer's, LoRA merged) to `final.tmp`, publish it as `final`, prune trainer checkpoints.
+
+    Saved through the trainer (`save_model`, on every rank: it writes from the main process and gathers
+    ZeRO-3's or FSDP's shards); a merged LoRA model, whole on every rank, is saved by the main process.
+    """
     tmp = stage_dir / "final.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    merge_lora_and_save(model, tokenizer, tmp)
-    publish_final(tmp, stage_dir / "final", info)
-    if not keep_trainer_checkpoints:
-        shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
+    if processes.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    barrier(processes)
+    if model is trainer.model:
+        trainer.save_model(str(tmp))
+    elif processes.is_main:
+        model.save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
+    barrier(processes)  # the main process has every file of the final
+    if processes.is_main:
+        (tmp / TRAINING_ARGS_NAME).unlink(missing_ok=True)  # a pickle of the trainer's arguments: nothing reads it
+        publish_final(tmp, stage_dir / "final", info)
+        if not keep_trainer_checkpoints:
+            shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
+    barrier(processes)  # the final is in place for every rank (the next stage, validation)
 
 
 FINAL_MARKER = "stage.json"

@@ -16,7 +16,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from core.checks import is_number
-from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS, JsonlWriter
+from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS, JsonlWriter, NullWriter
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +61,14 @@ class WandbTracker:
         self.run.finish()
 
 
-def make_tracker(logger: Mapping, run_dir: Path, run_id: str, config: dict):
-    """The tracker `logger` (the logger group) names; `config` (the resolved config) is the wandb run's config."""
+def make_tracker(logger: Mapping, run_dir: Path, run_id: str, config: dict, *, writes: bool = True):
+    """The tracker `logger` (the logger group) names; `config` (the resolved config) is the wandb run's config.
+    A process that does not write the run directory (`writes` false: a rank other than the main one) gets a
+    NullTracker: one wandb run per curriculum run, whatever the number of processes."""
     backend = logger.get("backend", "none")
-    if backend == "wandb":
+    if backend == "wandb" and writes:
         return WandbTracker(logger, run_dir, run_id, config)
-    if backend == "none":
+    if backend in ("none", "wandb"):
         return NullTracker()
     raise ValueError(f"logger.backend: {backend!r} is not one of wandb, none")
 
@@ -75,15 +77,18 @@ def make_tracker(logger: Mapping, run_dir: Path, run_id: str, config: dict):
 class RunLogs:
     """Where a run's numbers go, each file through one writer: every trainer log line (`metrics.jsonl`),
     validation after each stage (`validation.jsonl`) and inside one (`validation_steps.jsonl`), and
-    the tracker. A resumed run redoes steps after its last checkpoint: the keys keep each row once."""
+    the tracker. A resumed run redoes steps after its last checkpoint: the keys keep each row once.
+    A process that does not write the run directory (`writes` false) drops every row."""
 
-    metrics: JsonlWriter
-    validation: JsonlWriter
-    validation_steps: JsonlWriter
+    metrics: JsonlWriter | NullWriter
+    validation: JsonlWriter | NullWriter
+    validation_steps: JsonlWriter | NullWriter
     tracker: object
 
     @classmethod
-    def open(cls, run_dir: Path, tracker) -> RunLogs:
+    def open(cls, run_dir: Path, tracker, *, writes: bool = True) -> RunLogs:
+        if not writes:
+            return cls(NullWriter(), NullWriter(), NullWriter(), tracker)
         return cls(JsonlWriter(run_dir / METRICS, key=("stage", "stage_step", "kind")),
                    JsonlWriter(run_dir / VALIDATION, key=("stage", "ppl")),
                    JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "ppl")),

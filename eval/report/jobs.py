@@ -6,6 +6,7 @@ it could not read is None or empty, never an error.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ from core.stats import wilson_interval
 from eval.metrics import trials
 from eval.report.series import Series, as_number
 
+# error.txt of a run of many processes starts with the failing rank (train/__main__.py record_error)
+RANK_HEAD = re.compile(r"rank \d+ of \d+: ")
+
 
 @dataclass
 class Job:
@@ -44,14 +48,19 @@ class Job:
 
 
 def error_line(text: str) -> str:
-    """The exception line of a traceback (error.txt), or the first non-empty line of other text.
+    """The exception line of a traceback (error.txt), or the first non-empty line of other text; a run of many
+    processes heads its error.txt with the failing rank and its exception line, which is taken as it is.
 
     >>> error_line("Traceback (most recent call last):\\n  File \\"x.py\\"\\n    f()\\nValueError: bad\\n")
     'ValueError: bad'
     >>> error_line("\\nconfig error: eval.n must be > 0\\n")
     'config error: eval.n must be > 0'
+    >>> error_line("rank 1 of 2: ValueError: bad\\n\\nTraceback (most recent call last):\\n  f()\\nValueError: bad\\n")
+    'rank 1 of 2: ValueError: bad'
     """
     lines = [line for line in text.splitlines() if line.strip()]
+    if lines and RANK_HEAD.match(lines[0]):
+        return lines[0].strip()
     last_traceback = max((i for i, line in enumerate(lines) if line.startswith("Traceback")), default=None)
     if last_traceback is None:
         return lines[0].strip() if lines else ""
