@@ -81,10 +81,10 @@ def resume_budget(stage: Stage, record: StageRecord) -> Stage:
     return stage
 
 
-def logged_before_resume(run_dir: Path, stage: Stage) -> list[dict]:
-    """The stage's step rows up to the trainer checkpoint a resume continues from ([] on a fresh start):
-    later rows are logged again by the resumed steps."""
-    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer")
+def logged_before_resume(run_dir: Path, stage: Stage, world_size: int = 1) -> list[dict]:
+    """The stage's step rows up to the trainer checkpoint a resume (of `world_size` processes) continues from
+    ([] on a fresh start): later rows are logged again by the resumed steps."""
+    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer", world_size)
     if checkpoint is None:
         return []
     resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))

@@ -73,7 +73,9 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
     with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(cfg, plan)
-        base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
+        # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
+        # from rank 0 only, so a cache entry another rank built would hold no weights
+        base = on_main(lambda: resolve_model(cfg.model, Path(cfg.paths.cache_dir)), processes)
         rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
         manifest = open_manifest(run_dir, cfg, plan, processes)
         manifest.pools_drawn(pools.removed)
@@ -196,7 +198,8 @@ class CurriculumRun:
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
         watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.validation,
                                           held_out=self.held_out, logs=self.logs, manifest=self.manifest,
-                                          history=resume.logged_before_resume(self.run_dir, stage),
+                                          history=resume.logged_before_resume(self.run_dir, stage,
+                                                                              self.processes.world_size),
                                           processes=self.processes)
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,

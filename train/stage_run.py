@@ -27,6 +27,7 @@ import re
 import shutil
 import time
 import typing
+import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,7 +239,7 @@ def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
     A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
     on: training it again would run a step past `max_steps` and shift every later global step.
     """
-    resume_from = last_complete_checkpoint(stage_dir / "trainer")
+    resume_from = last_complete_checkpoint(stage_dir / "trainer", trainer.args.world_size)
     if resume_from is None:
         trainer.train()
         return None
@@ -286,8 +287,11 @@ def _has_weights(path: Path) -> bool:
     return any((path / name).exists() for name in WEIGHT_FILES)
 
 
-def last_complete_checkpoint(trainer_dir: Path) -> Path | None:
-    """The newest `checkpoint-N` whose trainer state parses and whose weights exist, else None."""
+def last_complete_checkpoint(trainer_dir: Path, world_size: int = 1) -> Path | None:
+    """The newest `checkpoint-N` whose trainer state parses and whose weights exist, else None; trained by
+    `world_size` processes, also every rank's RNG state (each rank writes its own, `rng_state_<rank>.pth`,
+    while the main process writes the trainer state: a rank killed then leaves the checkpoint without it,
+    and a resume without it would not repeat the run)."""
     if not trainer_dir.is_dir():
         return None
     steps = []
@@ -300,9 +304,15 @@ def last_complete_checkpoint(trainer_dir: Path) -> Path | None:
             json.loads((child / "trainer_state.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if _has_weights(child):
+        if _has_weights(child) and _rng_states_whole(child, world_size):
             return child
     return None
+
+
+def _rng_states_whole(checkpoint: Path, world_size: int) -> bool:
+    """Every rank's RNG state file is whole: torch.save writes a zip archive, whose directory comes last."""
+    files = [checkpoint / f"rng_state_{rank}.pth" for rank in range(world_size)]
+    return world_size == 1 or all(zipfile.is_zipfile(path) for path in files)
 
 
 def final_info(final_dir: Path) -> dict | None:

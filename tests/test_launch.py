@@ -1,0 +1,144 @@
+"""What a launch of many processes is allowed, checked before anything loads, and what it starts.
+
+The launches themselves run in tests/test_distributed.py; here the rules: the batch a step takes counts
+the processes, what sharded weights cannot do, the multi-GPU preset refused on this CPU, the SLURM launcher
+config, and the command a job starts its ranks with.
+"""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from conf import CONF_DIR
+from conf.schema import StageConfig
+from core.checks import ConfigError
+from core.distributed import Processes
+from curriculum.plan import build_plan, grpo_batch, prompts_per_step
+from train.config_check import check_config
+from train.launch import check_launch, launch_command
+
+ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
+             "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"}
+
+
+@pytest.mark.parametrize(("processes", "prompts", "steps"), [
+    # Logic-RL's 8 x 8 completions per device on one process: 8 prompts a step, 900 puzzles -> 113 steps
+    (1, 8, 113),
+    # each process takes its own 64 completions: 2 processes consume 16 prompts a step, half the steps
+    (2, 16, 57),
+    (4, 32, 29),
+    (8, 64, 15),
+])
+def test_epochs_become_steps_by_the_processes_that_train_each_step(make_cfg, processes, prompts, steps):
+    cfg = make_cfg("+curriculum=kk_logicrl")
+    cfg.curriculum.stages = [StageConfig(name=f"{p}ppl", ppl=p, epochs=1, pool=900) for p in range(3, 8)]
+    assert prompts_per_step(cfg, world_size=processes) == prompts
+    assert {s.steps for s in build_plan(cfg, world_size=processes)} == {steps}
+
+
+@pytest.mark.parametrize(("per_device", "accumulation", "processes", "prompts"), [
+    (8, 8, 1, 8),  # the default on one GPU: 8 prompts x 8 completions
+    (8, 8, 4, 32),  # the same settings on 4 GPUs: four times the prompts per step
+    (8, 2, 4, 8),  # README, "Many GPUs": 8 prompts x 8 completions per step on 4 GPUs
+    (4, 4, 4, 8),  # the same with half the memory per device
+    (2, 1, 8, 2),  # 8 GPUs of 2 completions: 16 completions, 2 prompts of 8
+])
+def test_prompts_per_step_is_per_device_x_accumulation_x_processes_over_generations(
+        per_device, accumulation, processes, prompts):
+    fields = {"per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation,
+              "num_generations": 8}
+    batch = grpo_batch(fields, "grpo", processes)
+    assert batch.prompts_per_step == prompts == per_device * accumulation * processes / 8
+    assert batch.ratio_is_one, "one optimizer step per generation batch, whatever the processes"
+
+
+@pytest.mark.parametrize(("fields", "processes", "refused"), [
+    # 2 completions a device cannot hold a group of 8 on one process (TRL refuses it) ...
+    ({"per_device_train_batch_size": 2, "num_generations": 8}, 1, "grpo.num_generations"),
+    # ... but 4 processes of 2 make a generation batch of 8: one group, as TRL accepts
+    ({"per_device_train_batch_size": 2, "num_generations": 8}, 4, None),
+    # a generation batch must be a whole number of rounds over every process (TRL's rule)
+    ({"per_device_train_batch_size": 8, "generation_batch_size": 24}, 2, "grpo.generation_batch_size"),
+    ({"per_device_train_batch_size": 8, "generation_batch_size": 32}, 2, None),
+])
+def test_trls_batch_rules_count_the_processes(fields, processes, refused):
+    if refused is None:
+        grpo_batch(fields, "grpo", processes)
+    else:
+        with pytest.raises(ConfigError, match=refused):
+            grpo_batch(fields, "grpo", processes)
+
+
+@pytest.mark.parametrize(("overrides", "processes", "env", "refused"), [
+    # vLLM validation is one engine on one GPU: many processes validate through HF, sharded
+    (["eval.backend=vllm"], Processes(0, 2), {}, "eval.backend: vllm validates on one GPU"),
+    # ZeRO-3 shards the live weights: in-stage validation on them is refused, by the key that asks for it
+    (["eval.every=5"], Processes(0, 2, sharded_by="DeepSpeed ZeRO-3"), ZERO3_ENV, "eval.every: in-stage"),
+    (["+curriculum.stages.0.promote={accuracy: 0.8}"], Processes(0, 2, sharded_by="FSDP"),
+     {"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}, "promote: in-stage"),
+    # LoRA is merged on the main process, which holds a shard only
+    (["+model.lora={r: 8}"], Processes(0, 2, sharded_by="DeepSpeed ZeRO-3"), ZERO3_ENV, "model.lora:"),
+    # a ZeRO-3 launch that would save DeepSpeed shards, not a whole final the next stage loads
+    ([], Processes(0, 2, sharded_by="DeepSpeed ZeRO-3"), {**ZERO3_ENV, "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL":
+                                                           "false"}, "zero3_save_16bit_model"),
+    # DDP on 2 processes with everything else as configured: accepted
+    (["eval.every=5"], Processes(0, 2), {}, None),
+])
+def test_what_many_processes_cannot_do_is_refused_naming_the_key(make_cfg, monkeypatch, overrides, processes, env,
+                                                                 refused):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", *overrides)
+    if refused is None:
+        check_config(cfg, build_plan(cfg, processes.world_size), processes)
+        return
+    with pytest.raises(ConfigError, match=refused):
+        check_config(cfg, build_plan(cfg, processes.world_size), processes)
+
+
+def test_multi_gpu_is_refused_on_a_machine_without_cuda(make_cfg):
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=multi_gpu")
+    with pytest.raises(ConfigError, match="^device: cuda, but this machine has no CUDA GPU"):
+        check_config(cfg, build_plan(cfg, 4), Processes(0, 4))
+
+
+def test_the_slurm_launcher_asks_for_a_gpu_per_process_and_requeues(make_cfg):
+    cfg = make_cfg("+curriculum=kk_ladder", "hydra/launcher=submitit_slurm_multi_gpu", "launch=accelerate",
+                   "launch.processes=4", hydra_config=True)
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert (launcher["gpus_per_node"], launcher["tasks_per_node"], launcher["nodes"]) == (4, 1, 1)
+    assert launcher["max_num_timeout"] > 0, "a preempted job is requeued"
+    assert launcher["_target_"].endswith("SlurmLauncher")
+
+
+def test_a_job_starts_its_ranks_through_accelerate_with_the_launch_file(tmp_path):
+    launch = {"launcher": "accelerate", "processes": 4, "accelerate_config": "zero3"}
+    command = launch_command(launch, ["+curriculum=kk_ladder", "seed=3"], tmp_path)
+    start = command.index("accelerate.commands.launch")
+    assert command[start:] == [
+        "accelerate.commands.launch", "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes",
+        "4", "-m", "train", "+curriculum=kk_ladder", "seed=3",
+        "launch.launcher=null",  # the ranks train; they start no ranks of their own
+        f"hydra.run.dir={tmp_path}",  # the job's directory: a requeued job's ranks find its run.json there
+        "hydra.output_subdir=null",  # the job keeps its own Hydra record there
+    ]
+    assert (CONF_DIR / "accelerate" / "zero3.yaml").is_file()
+
+
+def test_a_launch_file_that_does_not_exist_is_refused_by_name():
+    with pytest.raises(ConfigError, match="launch.accelerate_config: 'zero4' is not a launch file"):
+        check_launch({"launcher": "accelerate", "processes": 4, "accelerate_config": "zero4"})
+
+
+def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(make_cfg, tmp_path):
+    """TRL's client keeps a stage's weight-sync group open on its port until the process exits: the next
+    stage's trainer (same process) needs another port; the server takes whichever the client names."""
+    from train.grpo_stage import grpo_config
+
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "+grpo.use_vllm=true", "+grpo.vllm_mode=server")
+    grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
+    ports = [grpo_config(grpo, stage, tmp_path, seed=0, lora=None).vllm_group_port for stage in build_plan(cfg)]
+    assert ports == [51216, 51217, 51218, 51219, 51220], "TRL's default port, then one more per stage"
+    colocated = {**grpo, "vllm_mode": "colocate"}
+    assert grpo_config(colocated, build_plan(cfg)[2], tmp_path, seed=0, lora=None).vllm_group_port == 51216
