@@ -10,6 +10,12 @@ dir. Both sides run in their own process and time, per stage, the same work: tok
 and reference loading + trainer construction + training (with the config's per-step trainer
 checkpoints) + final save. The runner's validation, manifest writes and imports are outside
 both. Rounds interleave the two sides (order alternating) and the figure is the median ratio.
+
+Many processes: the same two ladders under torchrun with `--processes` processes (2; on this CPU
+`accelerate launch` starts one process, torchrun's run on gloo as accelerate's MULTI_CPU), giving the
+overhead of ours against bare TRL under the same launcher, and completions per second of ours on
+`--processes` processes against ours on one (each process takes its own per-device batch, so a step
+generates that many times the completions).
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ from pathlib import Path
 
 import torch
 import transformers
+from omegaconf import OmegaConf
 from rich import progress as rp
 from rich.console import Console
 from rich.table import Table
 
 from core.models import resolve_model
+from curriculum.plan import grpo_batch
 from tests.bench_parts import (
     bare_ladder_process,
     canonical_key_seconds,
@@ -67,6 +75,11 @@ AIMS = {
     "validation_batched_speedup": (">=", 2.0),
     "validation_verdict_agreement": (">=", 0.95),
     "peak_rss_vs_bare": ("<=", 1.10),
+    # the issue's budget for the runner's collectives (fingerprints gathered, barriers around each final)
+    "orchestration_overhead_torchrun": ("<=", 1.05),
+    # two processes on two cores: the second core's generation and backward, less gloo's all-reduce of a
+    # 60k-parameter model and the runner's gathers, should bring at least a third more completions per second
+    "processes_speedup": (">=", 1.33),
 }
 VALIDATION_PPL = 3
 TIMED = ("per stage, both sides: tokenizer + policy and reference load + GRPOTrainer + train "
@@ -82,6 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, help="keep run dirs and logs here (default: a temp dir)")
     parser.add_argument("--steps", type=int, default=8, help="GRPO steps per stage for the overhead runs")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of ours + bare")
+    parser.add_argument("--processes", type=int, default=2, help="processes of the torchrun rounds (0: none)")
     parser.add_argument("--handoff-repeats", type=int, default=3)
     parser.add_argument("--generator-n", type=int, default=1000, help="puzzles per size")
     parser.add_argument("--grader-n", type=int, default=2000, help="completions per grader run")
@@ -120,7 +134,18 @@ def jobs(args: argparse.Namespace, work_dir: Path) -> list[tuple[str, str, objec
         for side, run in sides if r % 2 == 0 else sides[::-1]:  # alternate who goes first: drift hits both
             label = f"round {r + 1}/{args.repeats}: {side} ladder, {args.steps} steps/stage"
             out.append((f"{side}:{r}", label, partial(run, work_dir / f"{side}-{r}", ladder)))
+        for side, run in (sides if r % 2 == 0 else sides[::-1]) if args.processes > 1 else []:
+            label = f"round {r + 1}/{args.repeats}: {side} ladder, {args.processes} processes (torchrun)"
+            out.append((f"ddp-{side}:{r}", label,
+                        partial(run, work_dir / f"ddp-{side}-{r}", ladder, processes=args.processes)))
     return out
+
+
+def completions_per_device_step(cache_dir: str) -> int:
+    """Completions one process generates and trains on per optimizer step in the ladder rounds (smoke's batch)."""
+    cfg = compose_cfg(None, "+curriculum=kk_ladder", "experiment=smoke", f"paths.cache_dir={cache_dir}")
+    batch = grpo_batch(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo")
+    return int(batch.prompts_per_step * batch.num_generations)
 
 
 def _generator(n: int) -> dict[str, float]:
@@ -157,7 +182,10 @@ def assemble(raw: dict, settings: dict) -> dict:
     overhead = overhead_summary(ours, bare)
     validation = {k.split(":", 1)[1]: v for k, v in raw.items() if k.startswith("validation:")}
     peaks = {"ours": [r["peak_rss_mb"] for r in ours], "bare": [r["peak_rss_mb"] for r in bare]}
+    many = many_processes(raw, rounds, ours, settings)
     return {
+        **({"orchestration_overhead_torchrun": many["overhead"]["ratio"],
+            "processes_speedup": many["speedup"]} if many else {}),
         "orchestration_overhead": overhead["ratio"],
         "handoff_seconds": raw["handoff"]["seconds"],
         "generator_puzzles_per_s": raw["generator"],
@@ -180,9 +208,35 @@ def assemble(raw: dict, settings: dict) -> dict:
             "validation": validation,
             "peak_rss_mb": {**peaks, "vs_bare": round(max(peaks["ours"]) / max(peaks["bare"]), 3)},
             "runs": {"ours": ours, "bare": bare},
+            **({"many_processes": many} if many else {}),
         },
         "settings": settings,
     }
+
+
+def many_processes(raw: dict, rounds: list[int], ours: list[dict], settings: dict) -> dict | None:
+    """The torchrun rounds: ours against bare under torchrun, and ours' completions per second on
+    `settings["processes"]` processes against one (each round's pair); None when they did not run."""
+    if f"ddp-ours:{rounds[0]}" not in raw:
+        return None
+    processes, per_device = settings["processes"], settings["completions_per_device_step"]
+    ours_many = [raw[f"ddp-ours:{r}"] for r in rounds]
+    overhead = overhead_summary(ours_many, [raw[f"ddp-bare:{r}"] for r in rounds])
+    rates = {"one": [completions_per_second(run, per_device) for run in ours],
+             "many": [completions_per_second(run, per_device * processes) for run in ours_many]}
+    speedups = [many / one for one, many in zip(rates["one"], rates["many"], strict=True)]
+    return {"processes": processes, "overhead": overhead, "speedup": round(statistics.median(speedups), 3),
+            "speedups": [round(s, 3) for s in speedups], "completions_per_s": rates,
+            "runs": {"ours": ours_many, "bare": [raw[f"ddp-bare:{r}"] for r in rounds]}}
+
+
+def completions_per_second(run: dict, completions_per_step: int) -> float:
+    """Completions generated and trained on per second of the stages' time (build, train, save).
+
+    >>> completions_per_second({"steps": [8, 8], "stage_s": [4.0, 4.0]}, 4)
+    8.0
+    """
+    return round(sum(run["steps"]) * completions_per_step / sum(run["stage_s"]), 2)
 
 
 def figures_table(bench: dict) -> Table:
@@ -244,11 +298,30 @@ def _rows(bench: dict) -> list[tuple[str, str, str, str, float | dict]]:
              f"{v['verdict_agreement']:.3f} ({v['text_agreement']:.3f}; {v['ended_share']:.2f})",
              "validation_verdict_agreement", "", v["verdict_agreement"]),
         ]
+    rows += _many_process_rows(bench)
     bare_peak = max(peaks["bare"])
     rows.append(("peak RSS, smoke ladder (ours, max of runs)",
                  f"{bench['peak_rss_mb']:,.0f} MB (bare {bare_peak:,.0f} MB, {peaks['vs_bare']:.2f}×)",
                  "peak_rss_vs_bare", "× bare", peaks["vs_bare"]))
     return rows
+
+
+def _many_process_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
+    """The torchrun rounds' overhead and speedup, when they ran."""
+    many = bench["details"].get("many_processes")
+    if many is None:
+        return []
+    o, n = many["overhead"], many["processes"]
+    one, several = (statistics.median(many["completions_per_s"][k]) for k in ("one", "many"))
+    return [
+        (f"orchestration overhead under torchrun, {n} processes, ours / bare TRL (median of {o['rounds']})",
+         f"{o['ratio']:.3f}× ({o['ours_s']:.1f} s / {o['bare_s']:.1f} s; rounds {min(o['ratios']):.2f}–"
+         f"{max(o['ratios']):.2f}; {'same' if o['same_weights'] else 'DIFFERENT'} weights)",
+         "orchestration_overhead_torchrun", "×", o["ratio"]),
+        (f"completions/s, {n} processes (torchrun) / 1, smoke ladder (median of {len(many['speedups'])})",
+         f"{many['speedup']:.2f}× ({several:.1f}/s vs {one:.1f}/s)",
+         "processes_speedup", "×", many["speedup"]),
+    ]
 
 
 def _scaling_rows(scaling: dict, canonical: dict) -> list[tuple[str, str, str, str, float]]:
@@ -301,6 +374,7 @@ def main(argv: list[str] | None = None) -> dict:
                 progress.advance(task)
     settings = {
         "steps_per_stage": args.steps, "repeats": args.repeats, "cache_dir": args.cache_dir,
+        "processes": args.processes, "completions_per_device_step": completions_per_device_step(args.cache_dir),
         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "python": platform.python_version(),
         "torch": torch.__version__, "load_avg_start": round(load_start, 2),
         "load_avg_end": round(os.getloadavg()[0], 2), "total_s": round(time.perf_counter() - began, 1),

@@ -2,7 +2,9 @@
 
 The bare GRPO ladder (the yardstick for orchestration overhead) runs in its own process, as
 `python -m tests.bench_parts RUN_DIR OVERRIDE...`, so that it pays the same imports, warm-up and
-memory as `python -m train` and its peak RSS can be read the same way.
+memory as `python -m train` and its peak RSS can be read the same way. Both ladders also run as
+many processes under torchrun (`processes`), the bare one saving each final from the main process
+and waiting for it on every rank, as TRL users do.
 """
 
 from __future__ import annotations
@@ -170,9 +172,22 @@ def run_measured(module_args: Sequence[str], log_path: Path) -> dict:
             "peak_rss_mb": round(max_rss_kib / 1024, 1)}
 
 
-def ours_ladder(run_dir: Path, overrides: Sequence[str]) -> dict:
-    """`python -m train` in a subprocess; per-stage training seconds as run.json records them."""
-    process = run_measured(["train", *overrides, f"hydra.run.dir={run_dir}"], run_dir.with_suffix(".log"))
+def launched(module: str, processes: int) -> list[str]:
+    """`python -m` arguments that run `module` as `processes` processes: torchrun for more than one (on a CPU,
+    `accelerate launch` starts one process only; torchrun's are what accelerate runs on gloo).
+
+    >>> launched("train", 1), launched("train", 2)[-4:]
+    (['train'], ['--nproc_per_node', '2', '-m', 'train'])
+    """
+    if processes == 1:
+        return [module]
+    return ["torch.distributed.run", "--standalone", "--nproc_per_node", str(processes), "-m", module]
+
+
+def ours_ladder(run_dir: Path, overrides: Sequence[str], processes: int = 1) -> dict:
+    """`python -m train` in a subprocess (`processes` of them); per-stage training seconds as run.json records them."""
+    process = run_measured([*launched("train", processes), *overrides, f"hydra.run.dir={run_dir}"],
+                           run_dir.with_suffix(".log"))
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
     finals = [run_dir / s["checkpoint"] for s in stages]  # relative to the run dir, or absolute
     return {**stage_seconds(stages), **process, "weights": fingerprints(finals)}
@@ -184,10 +199,11 @@ def stage_seconds(stages: list[dict]) -> dict:
             "steps": [int(s["steps_done"]) for s in stages]}
 
 
-def bare_ladder_process(run_dir: Path, overrides: Sequence[str]) -> dict:
-    """`python -m tests.bench_parts` in a subprocess: the bare ladder, in the format of `ours_ladder`."""
+def bare_ladder_process(run_dir: Path, overrides: Sequence[str], processes: int = 1) -> dict:
+    """`python -m tests.bench_parts` in a subprocess (`processes` of them): the bare ladder, reported as ours is."""
     run_dir.mkdir(parents=True)
-    process = run_measured(["tests.bench_parts", str(run_dir), *overrides], run_dir.with_suffix(".log"))
+    process = run_measured([*launched("tests.bench_parts", processes), str(run_dir), *overrides],
+                           run_dir.with_suffix(".log"))
     stages = json.loads((run_dir / "bare.json").read_text())
     return {
         "stage_s": [s["seconds"] for s in stages], "steps": [s["steps"] for s in stages],
@@ -249,7 +265,8 @@ def _bare_stage(cfg: DictConfig, stage: Stage, init: str, rows, stage_dir: Path)
     built = time.perf_counter()
     trainer.train()
     trained = time.perf_counter()
-    trainer.save_model(str(stage_dir / "final"))
+    trainer.save_model(str(stage_dir / "final"))  # from the main process; the next stage loads it on every rank
+    trainer.accelerator.wait_for_everyone()
     done = time.perf_counter()
     return {"stage": stage.name, "final": f"{stage.dirname}/final", "steps": trainer.state.global_step,
             "seconds": round(done - began, 2),
@@ -358,7 +375,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     """`python -m tests.bench_parts RUN_DIR OVERRIDE...`: the bare ladder; writes RUN_DIR/bare.json."""
     run_dir, *overrides = sys.argv[1:] if argv is None else argv
     stages = bare_ladder(compose_cfg(None, *overrides), Path(run_dir))
-    (Path(run_dir) / "bare.json").write_text(json.dumps(stages, indent=2))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, the main process writes
+        (Path(run_dir) / "bare.json").write_text(json.dumps(stages, indent=2))
 
 
 if __name__ == "__main__":
