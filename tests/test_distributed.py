@@ -120,6 +120,21 @@ def _wait_for(path: Path, launcher: subprocess.Popen, timeout: float = 300) -> N
         time.sleep(0.02)
 
 
+def test_a_sweep_under_two_processes_runs_each_job_once_in_one_sweep_folder(tmp_path, cache_dir):
+    """`-m` under torchrun: both ranks name the sweep's folder by the main process's launch time, and run
+    each job together into its own directory."""
+    one_stage = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"
+    done = torchrun("-m", "train", "-m", *SMOKE, one_stage, "seed=1,2", f"paths.cache_dir={cache_dir}",
+                    f"paths.output_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (sweep,) = (tmp_path / "multirun").iterdir()
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]
+    for job, seed in (("0", 1), ("1", 2)):
+        manifest = json.loads((sweep / job / "run.json").read_text())
+        assert (manifest["status"], manifest["world_size"], manifest["stages"][0]["status"]) == ("done", 2, "done")
+        assert f"seed: {seed}\n" in (sweep / job / "config.yaml").read_text()
+
+
 def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_processes, tmp_path, cache_dir):
     _, _, (reference,) = two_processes
     run_dir = tmp_path / "killed"

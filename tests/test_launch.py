@@ -142,3 +142,12 @@ def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(mak
     assert ports == [51216, 51217, 51218, 51219, 51220], "TRL's default port, then one more per stage"
     colocated = {**grpo, "vllm_mode": "colocate"}
     assert grpo_config(colocated, build_plan(cfg)[2], tmp_path, seed=0, lora=None).vllm_group_port == 51216
+
+
+def test_only_the_main_process_opens_a_wandb_run(tmp_path):
+    """One wandb run per curriculum run: a rank other than the main one gets a tracker that sends nothing."""
+    from train.tracking import NullTracker, make_tracker
+
+    logger = {"backend": "wandb", "project": "kk", "mode": "offline"}
+    assert isinstance(make_tracker(logger, tmp_path, "run-1", {}, writes=False), NullTracker)
+    assert not (tmp_path / "wandb").exists(), "nothing written by the other rank"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,22 +109,18 @@ def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
     Once it holds the lock, the main process removes a failed attempt's error.txt (this attempt records
     its own), before any other rank can fail and create one.
     """
-    lock = RunLock(run_dir)
-    refusal = None
-    if processes.is_main:
-        try:
-            lock.__enter__()
-            (run_dir / ERROR).unlink(missing_ok=True)
-        except RunLockedError as err:
-            refusal = str(err)
-    refusal = broadcast(refusal, processes)
-    if refusal is not None:
-        raise RunLockedError(refusal)
-    try:
-        yield
-    finally:
+    with ExitStack() as held:
+        refusal = None
         if processes.is_main:
-            lock.__exit__()
+            try:
+                held.enter_context(RunLock(run_dir))
+                (run_dir / ERROR).unlink(missing_ok=True)
+            except RunLockedError as err:
+                refusal = str(err)
+        refusal = broadcast(refusal, processes)
+        if refusal is not None:
+            raise RunLockedError(refusal)
+        yield
 
 
 def open_manifest(run_dir: Path, cfg: DictConfig, plan: list[Stage], processes: Processes) -> Manifest:

@@ -257,8 +257,9 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
     """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
 
     `validation`: what in-stage validation reads; `history`: the stage's step rows
-    logged before a resume (the guard's window carries over). Guard events go to run.json as they
-    happen, so a stage that fails later still shows them.
+    logged before a resume (the guard's window carries over); `processes`: the launch, over whose ranks
+    in-stage validation shares its batches (each rank decides alike on the gathered rows). Guard events go
+    to run.json as they happen, so a stage that fails later still shows them.
     """
     guard = None
     if stage.guard is not None:
