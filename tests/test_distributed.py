@@ -122,9 +122,10 @@ def _wait_for(path: Path, launcher: subprocess.Popen, timeout: float = 300) -> N
 
 def test_a_sweep_under_two_processes_runs_each_job_once_in_one_sweep_folder(tmp_path, cache_dir):
     """`-m` under torchrun: both ranks name the sweep's folder by the main process's launch time, and run
-    each job together into its own directory."""
-    one_stage = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"
-    done = torchrun("-m", "train", "-m", *SMOKE, one_stage, "seed=1,2", f"paths.cache_dir={cache_dir}",
+    each job together into its own directory; the stage validates inside itself after step 1 (eval.every),
+    on both ranks' live models, and the main process writes that row once."""
+    one_stage = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]"
+    done = torchrun("-m", "train", "-m", *SMOKE, one_stage, "eval.every=1", "seed=1,2", f"paths.cache_dir={cache_dir}",
                     f"paths.output_dir={tmp_path}")
     assert done.returncode == 0, done.stderr[-3000:]
     (sweep,) = (tmp_path / "multirun").iterdir()
@@ -133,6 +134,8 @@ def test_a_sweep_under_two_processes_runs_each_job_once_in_one_sweep_folder(tmp_
         manifest = json.loads((sweep / job / "run.json").read_text())
         assert (manifest["status"], manifest["world_size"], manifest["stages"][0]["status"]) == ("done", 2, "done")
         assert f"seed: {seed}\n" in (sweep / job / "config.yaml").read_text()
+        in_stage = [(r["stage_step"], r["ppl"]) for r in read_jsonl(sweep / job / "validation_steps.jsonl")]
+        assert in_stage == [(1, 2)]
 
 
 def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_processes, tmp_path, cache_dir):

@@ -151,3 +151,46 @@ def test_only_the_main_process_opens_a_wandb_run(tmp_path):
     logger = {"backend": "wandb", "project": "kk", "mode": "offline"}
     assert isinstance(make_tracker(logger, tmp_path, "run-1", {}, writes=False), NullTracker)
     assert not (tmp_path / "wandb").exists(), "nothing written by the other rank"
+
+
+def _launch_env(name: str) -> dict:
+    """The environment `accelerate launch --config_file conf/accelerate/<name>.yaml` gives its processes,
+    prepared by accelerate's own launch code (which runs on a CPU; only starting the processes needs GPUs)."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(["--config_file", str(CONF_DIR / "accelerate" / f"{name}.yaml"),
+                                               "-m", "train"])
+    args, defaults, _ = _validate_launch_command(args)
+    if not args.use_deepspeed:
+        return prepare_multi_gpu_env(args)
+    args.deepspeed_fields_from_accelerate_config = ",".join(defaults.deepspeed_config)  # as launch_command sets it
+    return prepare_deepspeed_cmd_env(args)[1]
+
+
+@pytest.mark.parametrize(("name", "sharded_by"), [
+    ("ddp", None), ("zero2", None),  # every rank holds the whole model
+    ("zero3", "DeepSpeed ZeRO-3"), ("fsdp", "FSDP"),  # the ranks hold shards
+])
+def test_the_launch_files_shard_as_named_and_save_whole_finals(name, sharded_by):
+    """What the runner reads of a launch (core.distributed) from the env accelerate itself prepares for each file."""
+    from core.distributed import weight_sharding, whole_final_problem
+
+    env = _launch_env(name)
+    assert weight_sharding(env) == sharded_by
+    assert whole_final_problem(env) is None, "a stage's final is one whole checkpoint under every shipped file"
+
+
+def test_a_zero3_launch_that_would_save_shards_is_named():
+    from core.distributed import whole_final_problem
+
+    env = {**_launch_env("zero3"), "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "false"}
+    assert whole_final_problem(env).startswith("accelerate config: zero3_save_16bit_model must be true")
+
+
+def test_one_process_starts_no_process_group():
+    import torch.distributed
+
+    from core.distributed import SINGLE, start_processes
+
+    assert start_processes() == SINGLE and not torch.distributed.is_initialized()
