@@ -127,9 +127,10 @@ def start_processes() -> Processes:
     On a machine without CUDA the group runs on gloo (accelerate's MULTI_CPU), as the trainer will
     with `use_cpu=True`. PartialState is shared: the trainer's TrainingArguments re-create it later
     over the same process group, which keeps this timeout. Called again, it returns the same record.
+    One process under `accelerate launch` with ZeRO-3 (for its offloading) still has sharded weights.
     """
     if launched_world_size() <= 1:
-        return SINGLE
+        return Processes(sharded_by=weight_sharding())
     import torch
     from accelerate import PartialState
 
