@@ -5,10 +5,11 @@ A kind (GRPO in `train/grpo_stage.py`, SFT in `train/sft_stage.py`, looked up by
 does the rest the same way for each: fingerprint the start, train (resuming a killed run's last
 complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`.
 
-Checkpoints on disk (the second half of the file): a trainer checkpoint counts only once
-`trainer_state.json` (written last by transformers) parses; a stage's final is written to a
-temporary folder and renamed, with `stage.json` inside, so a kill during either save never leaves
-a half checkpoint that a resume would pick up.
+Checkpoints on disk (the second half of the file, and `train/checkpoints.py`): a trainer checkpoint
+counts only once it is complete and its files match the digests recorded after its save; a stage's
+final is written to a temporary folder and renamed, with `stage.json` (holding its files' digests)
+inside, so a kill during either save never leaves a half checkpoint that a resume would pick up, and
+a damaged one is never used.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import typing
@@ -36,6 +36,7 @@ from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
+from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
 from train.tracking import MetricsCallback
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
@@ -67,6 +68,7 @@ class StageContext:
     metrics: JsonlWriter
     tracker: object
     callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
+    resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,11 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
-    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
+    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, CheckpointDigests(), *ctx.callbacks])
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model)
     reference = kind.reference_fingerprint(trainer)
-    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
+    resumed_from = resume_and_train(trainer, ctx.resume_from, stage.name)
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
                          reference, resumed_from)
     publish_stage(trainer.model, trainer.processing_class, stage_dir,
@@ -211,13 +213,12 @@ def token_counts(texts: list[str], tokenizer) -> list[int]:
     return [len(prompt_ids(text, tokenizer)) for text in texts]
 
 
-def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
-    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one.
+def resume_and_train(trainer, resume_from: Path | None, stage_name: str) -> str | None:
+    """Train, continuing from `resume_from` (the stage's last complete, intact trainer checkpoint) if given.
 
     A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
     on: training it again would run a step past `max_steps` and shift every later global step.
     """
-    resume_from = last_complete_checkpoint(stage_dir / "trainer")
     if resume_from is None:
         trainer.train()
         return None
@@ -242,46 +243,10 @@ def publish_stage(model, tokenizer, stage_dir: Path, info: dict, *, keep_trainer
         shutil.rmtree(stage_dir / "trainer", ignore_errors=True)
 
 
-FINAL_MARKER = "stage.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
-def _has_weights(path: Path) -> bool:
-    return any((path / name).exists() for name in WEIGHT_FILES)
-
-
-def last_complete_checkpoint(trainer_dir: Path) -> Path | None:
-    """The newest `checkpoint-N` whose trainer state parses and whose weights exist, else None."""
-    if not trainer_dir.is_dir():
-        return None
-    steps = []
-    for child in trainer_dir.iterdir():
-        match = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if match and child.is_dir():
-            steps.append((int(match.group(1)), child))
-    for _, child in sorted(steps, reverse=True):
-        try:
-            json.loads((child / "trainer_state.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if _has_weights(child):
-            return child
-    return None
-
-
-def final_info(final_dir: Path) -> dict | None:
-    """The `stage.json` of a complete final checkpoint, or None when it is missing or damaged."""
-    try:
-        info = json.loads((final_dir / FINAL_MARKER).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return info if _has_weights(final_dir) else None
-
-
 def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
-    """Mark `tmp_dir` complete and move it to `final_dir` in one rename."""
-    (tmp_dir / FINAL_MARKER).write_text(json.dumps(info, indent=2))
-    if final_dir.exists():  # a damaged earlier final (no marker): it was never handed off
+    """Mark `tmp_dir` complete (its files' digests in the marker) and move it to `final_dir` in one rename."""
+    (tmp_dir / FINAL_MARKER).write_text(json.dumps({**info, "files": final_digests(tmp_dir)}, indent=2))
+    if final_dir.exists():  # an earlier final without a marker, or damaged: never handed off
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
 
