@@ -325,6 +325,7 @@ class StageRecord:
     checkpoint: str | None = None  # its final, relative to the run directory
     end: dict | None = None  # why it ended: threshold | guard | budget
     guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
+    warnings: list = field(default_factory=list)  # what the run saw that the stage's numbers hide (a reward unscored)
     error: str | None = None
     # the validation after it
     final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}

@@ -13,9 +13,9 @@ from transformers import TrainerCallback
 from core.checks import ConfigError
 from core.rundir import JsonlWriter, read_jsonl
 from tests.conftest import compose_cfg
+from train.checkpoints import final_info, last_complete_checkpoint
 from train.runner import run_curriculum
 from train.stage_end import DivergenceStop, NonFiniteLossError
-from train.checkpoints import final_info, last_complete_checkpoint
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
         "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]

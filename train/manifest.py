@@ -167,6 +167,13 @@ class Manifest:
         if fresh:
             self.update_stage(index, skipped_checkpoints=[*known, *fresh])
 
+    def stage_warning(self, index: int, event: dict) -> None:
+        """Add a warning about the stage (a reward that scored a whole batch with nothing), once per reward and
+        kind: a resumed stage may see it again."""
+        warnings = self.record(index).warnings
+        if all((w.get("reward"), w.get("warning")) != (event.get("reward"), event.get("warning")) for w in warnings):
+            self.update_stage(index, warnings=[*warnings, event])
+
     def stage_ended(self, index: int, end: dict) -> None:
         """Why the stage ended (threshold | guard | budget), with the check that decided it."""
         self.update_stage(index, end=end)

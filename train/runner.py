@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -159,7 +160,8 @@ class CurriculumRun:
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
                                self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
-                               [*self.callbacks, *watch], resume_from=checkpoint)
+                               [*self.callbacks, *watch], resume_from=checkpoint,
+                               reward_warning=partial(self.manifest.stage_warning, stage.index))
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)

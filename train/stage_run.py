@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -69,6 +69,7 @@ class StageContext:
     tracker: object
     callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
     resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
+    reward_warning: Callable[[dict], None] | None = None  # records a reward's warning in run.json (reward_checks)
 
 
 @dataclass(frozen=True)
