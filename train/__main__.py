@@ -4,7 +4,8 @@ Thin on purpose: compose the config, find the run directory, hand over to `run_c
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run.
+by the run lock writes nothing: the directory belongs to the live run. A fresh run refused by a
+config error leaves no folder (conf/claim.py).
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from conf import register_resolvers
+from conf.claim import discard_refused_run
 from conf.errors import exit_on_config_error, run_app
-from core.rundir import ERROR, RunLockedError
+from core.rundir import ERROR, RunLockedError, write_text_regular
 
 log = logging.getLogger("train")
 register_resolvers()
@@ -40,7 +42,8 @@ def main(cfg: DictConfig) -> float:
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except Exception as err:
-        error_file.write_text(traceback.format_exc())
+        if multirun or not discard_refused_run(run_dir, err, f"{HydraConfig.get().job.name}.log"):
+            write_text_regular(error_file, traceback.format_exc())
         if not multirun:
             exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
