@@ -24,7 +24,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from conf.errors import config_error_line
-from core.rundir import RUN_JSON, OutsideRunError, RunLock, RunLockedError
+from core.confined import OutsideRunError
+from core.rundir import RUN_JSON, RunLock, RunLockedError
 
 
 class ClaimRunDirectory(Callback):

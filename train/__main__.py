@@ -21,7 +21,8 @@ from omegaconf import DictConfig
 from conf import register_resolvers
 from conf.claim import discard_refused_run
 from conf.errors import exit_on_config_error, run_app
-from core.rundir import ERROR, RunLockedError, write_text_regular
+from core.confined import write_text_regular
+from core.rundir import ERROR, RunLockedError
 
 log = logging.getLogger("train")
 register_resolvers()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
+from core.confined import write_text_regular
 from core.rundir import (
     CONFIG,
     RUN_JSON,
@@ -29,7 +30,6 @@ from core.rundir import (
     stage_records,
     stage_transition,
     write_json_atomic,
-    write_text_regular,
 )
 from curriculum.plan import Stage
 

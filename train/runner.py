@@ -188,7 +188,7 @@ class CurriculumRun:
 def intact(run_dir: Path, *checkpoints: str | None) -> None:
     """Refuse to train from, or measure KL against, a stage's final of this run that is damaged since it was
     published (its files differ from the digests its marker recorded); a base model is not the run's to check."""
-    for checkpoint in checkpoints:
+    for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
         if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:
             problem = final_problem(Path(checkpoint))
             if problem is not None:
