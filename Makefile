@@ -9,9 +9,11 @@ EXTRAS ?= dev,sweeps,peft,rgym
 RUN ?=
 ARGS ?=
 MODEL ?=
+KILLS ?= 20
+SEED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-full demo gpu-check train sweep report bench lint clean
+.PHONY: help install test test-full drill demo gpu-check train sweep report bench lint clean
 
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -30,6 +32,9 @@ test: install  ## Run the test suite (fast; the tiny-model ladder runs end to en
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
 	$(PY) -m pytest -q
+
+drill: install  ## Kill drill: a smoke run SIGKILLed at KILLS moments drawn over its work (+2 in start-up), each resumed to identical finals (~15 min); outputs/drill/drill.json
+	$(PY) -m tests.kill_drill --kills $(KILLS) --seed $(SEED)
 
 demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start then the 2->6 ladder, then the report
 	$(PY) -m train +curriculum=kk_r1 experiment=cpu_demo $(ARGS)

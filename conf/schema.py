@@ -173,6 +173,9 @@ class RewardConfig:
     overlong: OverlongConfig = MISSING
     tiered: TieredConfig = MISSING
     custom: dict[str, Any] = field(default_factory=dict)
+    # seconds one reward call may take before the stage stops naming it (null: no limit, TRL's behaviour);
+    # conf/reward/default.yaml says why 600
+    timeout_s: float | None = 600.0
 
 
 @dataclass

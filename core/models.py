@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import time
 import warnings
 from collections.abc import Mapping
@@ -47,6 +48,9 @@ TINY_KEYS = (
 LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "learning_rate")
 # Adapters need a larger rate than full weights (TRL's PEFT docs: about 10x, e.g. 1e-5 for GRPO).
 LORA_LEARNING_RATE = 1.0e-5
+# `org/name` or `name`: what the hub accepts as a model id; anything else (a leading "/", "." or "~", more
+# parts) is a path
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 OFFLINE_CHOICES = (
     "Offline choices: model=smollm2-135m (SmolLM2-135M-Instruct, converted from a PyPI wheel) or "
     "model=tiny (a random-init model for tests)."
@@ -91,6 +95,9 @@ def resolve_hub_model(model_id: str) -> str:
     local = Path(model_id).expanduser()
     if local.is_dir():
         return str(local)
+    if not HUB_ID.fullmatch(model_id):  # a path, never looked up on the hub
+        raise ConfigError(f"model.id: {model_id} is not a directory here (a checkpoint path; a hub id is "
+                          "<org>/<name>)")
     offline = _hub_offline()
     try:
         hf_hub_download(model_id, "config.json", local_files_only=offline)

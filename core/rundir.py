@@ -10,6 +10,11 @@ it to one writing process at a time.
 Its files are written so that a kill never leaves half a record (`write_json_atomic`, `JsonlWriter`),
 and read by the run that owns them (`read_jsonl`: strict, repairing a torn tail) and by a report of
 a run still writing (`scan_jsonl`: lenient, counting damage) through one parser, `parse_jsonl`.
+
+A run folder may come from someone else, so the run writes and truncates only regular files inside
+its directory: a holder of the run lock first refuses a directory with a symbolic link that leads out
+of it, every writer here opens its file without following a link (both in `core/confined.py`), and a
+path read from run.json is used only where the contract puts it (`stage_final`, `entry_problem`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from pathlib import Path
 import yaml
 from filelock import FileLock, Timeout
 
-from core.checks import is_number
+from core.checks import is_int, is_number
+from core.confined import OutsideRunError, check_links, inside_run, open_regular, refuse_link, write_text_regular
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -83,7 +89,7 @@ def samples_dir(run_dir: Path, dirname: str) -> Path:
 def write_json_atomic(path: Path, payload) -> None:
     """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
+    with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
         json.dump(payload, fh, indent=2, default=str)
         fh.flush()
         os.fsync(fh.fileno())
@@ -137,7 +143,7 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
     if scan.damaged and scan.damaged[0] != scan.last_line:
         raise ValueError(f"{path}:{scan.damaged[0]}: not valid JSON")
     if repair and scan.damaged:
-        with open(path, "r+b") as fh:
+        with os.fdopen(open_regular(path, os.O_RDWR), "r+b") as fh:
             fh.truncate(scan.intact_bytes)
     return scan.rows
 
@@ -151,6 +157,7 @@ class JsonlWriter:
 
     def __init__(self, path: Path, key: tuple[str, ...]):
         self.path, self.key = path, key
+        refuse_link(path)  # read and repaired below: never through a link
         self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
 
     def _key(self, row: dict):
@@ -162,7 +169,7 @@ class JsonlWriter:
             return
         text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
         try:
-            with open(self.path, "a") as fh:
+            with os.fdopen(open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -262,6 +269,7 @@ class StageRecord:
     policy_fingerprint: str | None = None  # of the weights it started from
     reference_fingerprint: str | None = None
     resumed_from: str | None = None  # the trainer checkpoint a resume continued from
+    skipped_checkpoints: list = field(default_factory=list)  # newer ones a resume passed over: {checkpoint, problem}
     steps_done: int | None = None
     global_step_start: int | None = None
     global_step_end: int | None = None
@@ -270,6 +278,7 @@ class StageRecord:
     final_fingerprints: list | None = None  # of the weights it ended with, on each process in rank order (equal)
     end: dict | None = None  # why it ended: threshold | guard | budget
     guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
+    warnings: list = field(default_factory=list)  # what the run saw that the stage's numbers hide (a reward unscored)
     error: str | None = None
     # the validation after it
     final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
@@ -287,6 +296,46 @@ class StageRecord:
     @property
     def done(self) -> bool:
         return self.status == Status.DONE
+
+
+def entry_problem(record: StageRecord, planned: str) -> str | None:
+    """What is wrong with a stage entry read back from run.json for the planned stage `planned`, or None.
+
+    run.json is rewritten whole by the run, so a wrong value came from outside it (an edit, another
+    tool, another run's file); a resume trusts only entries that could have been written by the run.
+
+    >>> entry_problem(StageRecord(index=1, name="2ppl", status="finished"), "2ppl")
+    "status 'finished' is not one of pending, running, trained, done, failed"
+    >>> entry_problem(StageRecord(index=1, name="2ppl", status="done", checkpoint="/etc"), "2ppl")
+    "checkpoint '/etc' is not stages/1-2ppl/final, where a run publishes a stage's final"
+    """
+    statuses = [s.value for s in Status]
+    expected = final_checkpoint(stage_dirname(record.index, planned)).as_posix() if is_int(record.index) else None
+    if record.name != planned:
+        return f"named {record.name!r}, but the plan's stage there is {planned!r}"
+    if record.status not in statuses:
+        return f"status {record.status!r} is not one of {', '.join(statuses)}"
+    if record.checkpoint is not None and record.checkpoint != expected:
+        return f"checkpoint {record.checkpoint!r} is not {expected}, where a run publishes a stage's final"
+    for name in ("steps_done", "global_step_start", "global_step_end"):
+        value = getattr(record, name)
+        if value is not None and not (is_int(value) and value >= 0):
+            return f"{name} {value!r} is not a whole number >= 0"
+    if record.end is not None and not (isinstance(record.end, Mapping) and is_int(record.end.get("stage_step", 0))):
+        return f"end {record.end!r} is not a record of why the stage ended"
+    return None
+
+
+def stage_final(run_dir: Path, record: StageRecord) -> Path:
+    """Where a recorded stage's final is: `<run>/stages/<k>-<name>/final`, the one place a run publishes it.
+
+    A path read from run.json is never followed: a recorded checkpoint elsewhere is an error naming it.
+    """
+    expected = final_checkpoint(stage_dirname(record.index, record.name))
+    if record.checkpoint != expected.as_posix() or not inside_run(run_dir, expected):
+        raise OutsideRunError(f"{Path(run_dir) / RUN_JSON}: stage {record.name}: checkpoint {record.checkpoint!r} "
+                              f"is not {expected.as_posix()} inside the run; restore run.json, or start a new run")
+    return Path(run_dir) / expected
 
 
 def stage_records(manifest: Mapping) -> list[StageRecord]:
@@ -387,21 +436,35 @@ class RunLockedError(RuntimeError):
 
 
 class RunLock:
-    """Context manager: hold `<run_dir>/run.lock` for the life of the run; refuse at once if it is held."""
+    """Context manager: hold `<run_dir>/run.lock` for the life of the run; refuse at once if it is held.
+
+    Held again by the process that holds it (the app takes it before Hydra writes into the directory,
+    the run takes it once more); the holder checks the directory has no link out of it (`check_links`).
+    """
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / "run.lock"
         self.owner = Path(run_dir) / "run.owner"
-        self._lock = FileLock(self.path, timeout=0)
+        self._lock = FileLock(self.path, timeout=0, is_singleton=True)
 
     def __enter__(self) -> RunLock:
+        return self.hold()
+
+    def hold(self) -> RunLock:
+        """Take the lock (see the class); a context manager's `__enter__`, or for the life of the process."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_link(self.path)  # the lock file is opened (and truncated) by filelock, which follows links
         try:
             self._lock.acquire()
         except Timeout:
             raise RunLockedError(f"{self.path.parent}: already running ({self._holder()} holds {self.path}); "
                                  "wait for it to finish, or stop it, before resuming") from None
-        self.owner.write_text(str(os.getpid()))
+        try:
+            check_links(self.path.parent)
+            write_text_regular(self.owner, str(os.getpid()))
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def _holder(self) -> str:
@@ -411,5 +474,6 @@ class RunLock:
             return "another process"
 
     def __exit__(self, *exc) -> None:
-        self.owner.unlink(missing_ok=True)
+        if self._lock.lock_counter == 1:  # the process lets go of the directory (not a nested hold)
+            self.owner.unlink(missing_ok=True)
         self._lock.release()

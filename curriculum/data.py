@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from core.checks import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
-from curriculum.sources import distinct_puzzles, load_records, split_disjoint
+from curriculum.sources import distinct_puzzles, iter_records, load_records, split_disjoint
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,18 @@ def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dic
         want = max(1, round(stage.pool * share))
         guard = held_out.get(ppl, [])
         # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data): as many
-        # as the validation pool was drawn from (eval.n records, before its repeats were dropped).
-        n = want + (int(cfg.eval.n) if guard else 0) if data.source == "generated" else None
-        pool = load_records(data.source, ppl, "train", n=n, seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
-        kept, dropped = split_disjoint(pool, guard)
+        # as the validation pool was drawn from (eval.n records, before its repeats were dropped). A file
+        # (local, hub) is read only as far as its first `want` puzzles not held out.
+        if data.source == "generated":
+            pool = load_records(data.source, ppl, "train", n=want + (int(cfg.eval.n) if guard else 0),
+                                seed=int(cfg.seed))
+        else:
+            pool = iter_records(data.source, ppl, "train", seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
+        kept, dropped = split_disjoint(pool, guard, limit=None if data.source == "generated" else want)
         removed += dropped
         if not kept:
             raise ConfigError(f"curriculum.stages[{stage.index - 1}] ({stage.name}): no {ppl}ppl training puzzle "
-                              f"left: all {len(pool)} loaded are among the {len(guard)} held out for validation; "
+                              f"left: all {dropped} loaded are among the {len(guard)} held out for validation; "
                               "lower eval.n, or give more training data")
         if len(kept) < want:
             log.warning("stage %s: only %d distinct %dppl training puzzles (asked %d)",

@@ -4,9 +4,14 @@ Every source returns plain-Python records with the published fields (see
 :data:`curriculum.kk.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
 str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
 Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
-(jsonl) or the column (parquet): a record whose `solution` is not the one its statements allow,
-and a file with no records, are refused. Text is normalised to composed Unicode (NFC), so a name
-written decomposed ("Zoe" + combining diaeresis) matches the same name typed composed.
+(jsonl) or the column (parquet): bytes that are not UTF-8, a record whose `solution` is not the one
+its statements allow, and a file with no records, are refused. Text is normalised to composed
+Unicode (NFC), so a name written decomposed ("Zoe" + combining diaeresis) matches the same name
+typed composed.
+
+Local files are read as far as a pool needs them, a record at a time (`iter_records`): a pool of 900
+from a 100,000-record file reads ~900 records, not the whole file (the statement parser takes ~0.2 ms a
+record), and a bad record further on is named when a larger pool reaches it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,8 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 from pathlib import Path
 
 from core.checks import is_int
@@ -112,11 +118,12 @@ def _roles(assignment) -> str:
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict]]:
     found = False
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:
+        for line_number, raw_line in enumerate(lines, start=1):
+            where = f"{path}:{line_number}"
+            line = _utf8(raw_line, where)
             if not line.strip():
                 continue
-            where = f"{path}:{line_number}"
             try:
                 raw = json.loads(line)
             except json.JSONDecodeError as exc:
@@ -127,19 +134,30 @@ def _jsonl_records(path: Path) -> Iterator[tuple[str, dict]]:
         raise RecordError(f"{path}: no records (the file is empty); a puzzle file holds one JSON record a line")
 
 
+def _utf8(raw_line: bytes, where: str) -> str:
+    try:
+        return raw_line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{where}: not UTF-8 (byte 0x{raw_line[exc.start]:02x} at column {exc.start + 1}); a "
+                          "puzzle file holds one UTF-8 JSON record a line") from None
+
+
 def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq
 
-    columns = pq.read_schema(path).names
+    table = pq.ParquetFile(path)
+    columns = table.schema_arrow.names
     missing = [field for field in RECORD_FIELDS if field not in columns]
     if missing:
         raise RecordError(f"{path}: missing column {missing[0]!r} (has {', '.join(columns)})")
-    rows = pq.read_table(path, columns=list(RECORD_FIELDS)).to_pylist()
-    if not rows:
+    if table.metadata.num_rows == 0:
         raise RecordError(f"{path}: no records (the table has no rows)")
-    for row_number, raw in enumerate(rows):
-        where = f"{path}, row {row_number}"
-        yield where, normalize_record(raw, where, kind="column")
+    row_number = 0
+    for batch in table.iter_batches(batch_size=1024, columns=list(RECORD_FIELDS)):
+        for raw in batch.to_pylist():
+            where = f"{path}, row {row_number}"
+            yield where, normalize_record(raw, where, kind="column")
+            row_number += 1
 
 
 def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterator[tuple[str, dict]]:
@@ -179,7 +197,7 @@ def _local_file(root: Path, ppl: int, split: str) -> Path:
     raise RecordError(f"several {split} files for {ppl} people under {root}: {', '.join(map(str, found))}")
 
 
-def _hub_records(hub_id: str, ppl: int, split: str) -> list[tuple[str, dict]]:
+def _hub_records(hub_id: str, ppl: int, split: str) -> Iterator[tuple[str, dict]]:
     data_file = f"{split}/people{ppl}_num{published_count(ppl, split)}.jsonl"
     try:
         import datasets
@@ -191,8 +209,32 @@ def _hub_records(hub_id: str, ppl: int, split: str) -> list[tuple[str, dict]]:
             f"({type(exc).__name__}: {exc}). Offline, use source='generated', or source='local' with "
             f"path= a folder of {{train,test}}/people<n>_num<N>.jsonl or <n>ppl/{{train,test}}.parquet files."
         ) from exc
-    located = [(f"{hub_id}/{data_file}, row {i}", row) for i, row in enumerate(rows)]
-    return [(where, check_solution(normalize_record(row, where), where)) for where, row in located]
+    for i, row in enumerate(rows):
+        where = f"{hub_id}/{data_file}, row {i}"
+        yield where, check_solution(normalize_record(row, where), where)
+
+
+def iter_records(source: str, ppl: int, split: str, *, seed: int = 0, path: str | Path | None = None,
+                 hub_id: str = HUB_ID) -> Iterator[dict]:
+    """The records of ``source`` for ``ppl`` people and ``split``, checked one at a time as they are read
+    (so a caller that needs the first few reads only those); "generated" yields the published file's size."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if source == "generated":
+        yield from generate(ppl, published_count(ppl, split), 2 * seed + SPLITS.index(split))
+        return
+    if source == "hub":
+        located = _hub_records(hub_id, ppl, split)
+    elif source == "local":
+        if path is None:
+            raise ValueError("source='local' needs path= a folder of puzzle files")
+        located = located_records(_local_file(Path(path), ppl, split))
+    else:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    for where, record in located:
+        if len(record["names"]) != ppl:
+            raise RecordError(f"{where}: a {len(record['names'])}-person puzzle, but ppl={ppl} was asked for")
+        yield record
 
 
 def load_records(
@@ -211,46 +253,46 @@ def load_records(
       ``2*seed + 1`` for test, so the splits differ; ``n=None`` means the published file size.
       Small sizes can repeat puzzles across splits (2 people have only 399): see :func:`split_disjoint`.
     - "hub": the published jsonl file from ``hub_id`` (needs the network).
-    - "local": ``path`` holds ``{train,test}/people<ppl>_num<N>.jsonl`` or ``<ppl>ppl/<split>.parquet``.
+    - "local": ``path`` holds ``{train,test}/people<ppl>_num<N>.jsonl`` or ``<ppl>ppl/<split>.parquet``;
+      only the first ``n`` records are read.
 
     >>> [len(load_records("generated", 3, split, n=5)) for split in ("train", "test")]
     [5, 5]
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if n is not None and n < 0:
         raise ValueError(f"n must be None or non-negative, got {n}")
-    if source == "generated":
-        count = published_count(ppl, split) if n is None else n
-        return generate(ppl, count, 2 * seed + SPLITS.index(split))
-    if source == "hub":
-        located = _hub_records(hub_id, ppl, split)
-    elif source == "local":
-        if path is None:
-            raise ValueError("source='local' needs path= a folder of puzzle files")
-        located = list(located_records(_local_file(Path(path), ppl, split)))
-    else:
-        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-    for where, record in located:
-        if len(record["names"]) != ppl:
-            raise RecordError(f"{where}: a {len(record['names'])}-person puzzle, but ppl={ppl} was asked for")
-    records = [record for _, record in located]
-    return records if n is None else records[:n]
+    if source == "generated" and n is not None:
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return generate(ppl, n, 2 * seed + SPLITS.index(split))
+    return list(islice(iter_records(source, ppl, split, seed=seed, path=path, hub_id=hub_id), n))
 
 
-def split_disjoint(train_records: Sequence[dict], val_records: Sequence[dict]) -> tuple[list[dict], int]:
+def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
+                   limit: int | None = None) -> tuple[list[dict], int]:
     """Drop training records whose puzzle (up to renaming/reordering people) is in validation.
 
-    Returns the kept training records, in order, and how many were removed.
+    Returns the kept training records, in order, and how many were removed; with `limit`, it stops
+    reading `train_records` once that many are kept (an iterator is read no further).
 
     >>> train = load_records("generated", 2, "train", n=50)
     >>> kept, removed = split_disjoint(train, train[:10])
     >>> len(kept), removed  # 2 more than the 10 shared: the same puzzles with the people swapped
     (38, 12)
+    >>> kept, removed = split_disjoint(iter(train), train[:10], limit=5)  # reads 15: 10 held out, then 5 kept
+    >>> len(kept), removed
+    (5, 10)
     """
     held_out = {canonical_key(record) for record in val_records}
-    kept = [record for record in train_records if canonical_key(record) not in held_out]
-    return kept, len(train_records) - len(kept)
+    kept, removed = [], 0
+    for record in train_records:
+        if limit is not None and len(kept) >= limit:
+            break
+        if canonical_key(record) in held_out:
+            removed += 1
+        else:
+            kept.append(record)
+    return kept, removed
 
 
 def distinct_puzzles(records: Sequence[dict]) -> list[dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 
 import pytest
@@ -12,9 +13,9 @@ from transformers import TrainerCallback
 from core.checks import ConfigError
 from core.rundir import JsonlWriter, read_jsonl
 from tests.conftest import compose_cfg
+from train.checkpoints import final_info, last_complete_checkpoint
 from train.runner import run_curriculum
 from train.stage_end import DivergenceStop, NonFiniteLossError
-from train.stage_run import final_info, last_complete_checkpoint
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
         "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]
@@ -120,7 +121,7 @@ def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, mo
     writer.write([{"step": i, "loss": 0.5} for i in range(3)])
     before = path.read_bytes()
 
-    real_open = open
+    real_fdopen = os.fdopen
 
     class HalfFull:
         """A file whose write lands half the bytes, then reports ENOSPC."""
@@ -142,7 +143,7 @@ def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, mo
         def __exit__(self, *exc):
             self.fh.close()
 
-    monkeypatch.setattr("builtins.open", lambda *a, **k: HalfFull(real_open(*a, **k)))
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: HalfFull(real_fdopen(*a, **k)))
     with pytest.raises(RuntimeError, match=r"metrics.jsonl: could not write .*No space left"):
         writer.write([{"step": 3, "loss": 0.4}])
     monkeypatch.undo()

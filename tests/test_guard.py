@@ -114,14 +114,11 @@ def test_a_resumed_stage_carries_its_window_over(tmp_path):
     """Steps 1-2 were logged before a kill; the resume continues after the checkpoint at step 2."""
     run_dir, stage = tmp_path, Stage(1, "a", "grpo", {2: 1.0}, steps=9, pool=8)
     checkpoint = run_dir / "stages" / "1-a" / "trainer" / "checkpoint-2"
-    checkpoint.mkdir(parents=True)
-    (checkpoint / "trainer_state.json").write_text("{}")
-    (checkpoint / "model.safetensors").write_bytes(b"")
     writer = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
     # step 3 was logged too, but after the checkpoint: the resumed run logs it again
     writer.write([{"stage": 1, "stage_step": k, "kind": "step", LENGTH: 100.0} for k in (1, 2, 3)]
                  + [{"stage": 2, "stage_step": 1, "kind": "step", LENGTH: 5.0}])
-    history = logged_before_resume(run_dir, stage)
+    history = logged_before_resume(run_dir, stage, checkpoint)
     assert [(r["stage"], r["stage_step"]) for r in history] == [(1, 1), (1, 2)]
     recorded = []
     guard = CollapseGuard(Guard(0.5, None, None, 2, "warn"), writer, NullTracker(), recorded.append,

@@ -96,7 +96,7 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_reproduces_its_scheme(preset, load_preset):
     cfg = load_preset(preset)
-    assert set(cfg) == {"weights", "overlong", "tiered", "custom", "allow_negative_weights"}
+    assert set(cfg) == {"weights", "overlong", "tiered", "custom", "allow_negative_weights", "timeout_s"}
     assert set(cfg.weights) == set(COMPONENTS)
     assert not cfg.tiered.table, "one source for each tier table: the code's (TIERED_SCHEMES)"
     assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]

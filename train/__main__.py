@@ -4,7 +4,8 @@ Thin on purpose: compose the config, find the run directory, hand over to `run_c
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run.
+by the run lock writes nothing: the directory belongs to the live run. A fresh run refused by a
+config error leaves no folder (conf/claim.py).
 
 Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
 the ranks join their process group and take the main process's launch time, so that every time-named
@@ -27,10 +28,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import register_resolvers
-from conf.errors import exit_on_config_error, run_app
+from conf.claim import discard_refused_run
+from conf.errors import config_error_line, exit_on_config_error, run_app
 from core.checks import ConfigError
+from core.confined import open_regular
 from core.distributed import Processes, broadcast, start_processes
-from core.rundir import ERROR, RunLockedError
+from core.rundir import ERROR, RUN_JSON, RunLockedError
 
 log = logging.getLogger("train")
 
@@ -59,7 +62,8 @@ def main(cfg: DictConfig) -> float:
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except Exception as err:
-        record_error(run_dir / ERROR, traceback.format_exc(), processes)
+        if multirun or not _refused_before_run(run_dir, err, processes):
+            record_error(run_dir / ERROR, traceback.format_exc(), processes)
         if not multirun:
             exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
@@ -78,6 +82,14 @@ def _relaunch(cfg: DictConfig, overrides: list[str], run_dir: Path, processes: P
     return relaunch(OmegaConf.to_container(cfg.launch, resolve=True), overrides, run_dir)
 
 
+def _refused_before_run(run_dir: Path, err: BaseException, processes: Processes) -> bool:
+    """A config error refused the run before it began: no error.txt, and the main process removes what
+    Hydra wrote for it (conf/claim.py discard_refused_run)."""
+    if not processes.is_main:
+        return config_error_line(err) is not None and not (run_dir / RUN_JSON).exists()
+    return discard_refused_run(run_dir, err, f"{HydraConfig.get().job.name}.log")
+
+
 def record_error(path: Path, text: str, processes: Processes) -> None:
     """Write a failure's traceback to error.txt, unless this attempt's first failure already did.
 
@@ -89,7 +101,7 @@ def record_error(path: Path, text: str, processes: Processes) -> None:
     """
     head = f"{processes.label()}: {text.strip().splitlines()[-1]}\n\n" if processes.many else ""
     try:
-        with open(path, "x") as fh:
+        with os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as fh:
             fh.write(head + text)
     except FileExistsError:
         pass

@@ -35,6 +35,7 @@ from curriculum.plan import Stage, grpo_batch
 from eval.grader import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine
+from train.reward_checks import check_timeout, checked_rewards
 from train.rewards import build_reward_funcs
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
 
@@ -178,6 +179,8 @@ class GrpoStage:
         funcs, weights = build_reward_funcs(self.shared.reward, fmt=self.shared.prompt["fmt"],
                                             max_completion_length=args.max_completion_length)
         args.reward_weights = weights
+        funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
+                                warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
         trainer = GRPOTrainer(
             model=_policy(ctx, args.model_init_kwargs["dtype"]),

@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
+from core.confined import write_text_regular
 from core.rundir import (
     CONFIG,
     RUN_JSON,
+    RUN_STATUSES,
     STAGES,
     StageRecord,
     Status,
+    entry_problem,
     run_status,
     stage_records,
     stage_transition,
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 # processes train is checked on its own: run.json's world_size).
 RESUME_FREE_KEYS = (
     "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch",
-    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend",
+    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
 )
 
 
@@ -75,7 +78,7 @@ class Manifest:
         resolved = OmegaConf.to_container(cfg, resolve=True)
         digest = config_hash(resolved)
         if path.exists():
-            data = _read_manifest(path)
+            data = _read_manifest(path, [stage.name for stage in plan])
             if data["config_hash"] != digest:
                 changed = changed_keys(run_dir / CONFIG, resolved)
                 raise RuntimeError(
@@ -105,7 +108,7 @@ class Manifest:
                 "stages": [_planned(s).to_json() for s in plan],
             })
         if not (run_dir / CONFIG).exists():
-            (run_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+            write_text_regular(run_dir / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
         if not path.exists():
             manifest.save()
         return manifest
@@ -152,7 +155,8 @@ class Manifest:
         self.stages[index - 1] = dataclasses.replace(record, **fields)
         self.save()
 
-    # A stage's life, in order: pools drawn, started, (guard events), ended, trained, validated; or failed, or reset.
+    # A stage's life, in order: pools drawn, (checkpoints skipped), started, (guard events), ended, trained, validated;
+    # or failed, or reset.
 
     def pools_drawn(self, removed_overlap: Mapping[str, int]) -> None:
         """How many held-out puzzles each stage's training pool dropped, by stage name."""
@@ -168,6 +172,20 @@ class Manifest:
         events = self.record(index).guard_events
         if all((e["stage_step"], e["signal"]) != (event["stage_step"], event["signal"]) for e in events):
             self.update_stage(index, guard_events=[*events, event])
+
+    def checkpoints_skipped(self, index: int, skipped: list[dict]) -> None:
+        """Trainer checkpoints a resume passed over (incomplete or damaged), each once with why."""
+        known = self.record(index).skipped_checkpoints
+        fresh = [s for s in skipped if s not in known]
+        if fresh:
+            self.update_stage(index, skipped_checkpoints=[*known, *fresh])
+
+    def stage_warning(self, index: int, event: dict) -> None:
+        """Add a warning about the stage (a reward that scored a whole batch with nothing), once per reward and
+        kind: a resumed stage may see it again."""
+        warnings = self.record(index).warnings
+        if all((w.get("reward"), w.get("warning")) != (event.get("reward"), event.get("warning")) for w in warnings):
+            self.update_stage(index, warnings=[*warnings, event])
 
     def stage_ended(self, index: int, end: dict) -> None:
         """Why the stage ended (threshold | guard | budget), with the check that decided it."""
@@ -195,8 +213,9 @@ class Manifest:
         self.update_stage(index, status=Status.PENDING, checkpoint=None)
 
 
-def _read_manifest(path: Path) -> dict:
-    """run.json, or an error naming it: it is replaced atomically, so damage came from outside the run."""
+def _read_manifest(path: Path, planned: list[str]) -> dict:
+    """run.json, or an error naming it (and the stage): it is replaced atomically, so damage came from outside
+    the run. `planned`: the plan's stage names, which its entries must follow."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:
@@ -211,6 +230,16 @@ def _read_manifest(path: Path) -> dict:
     stages = data.get("stages")
     if not isinstance(stages, list) or not all(isinstance(s, dict) for s in stages):
         raise RuntimeError(f"{path}: its stages are not a list of stage entries; restore it, or start a new run")
+    if data.get("status") not in {s.value for s in RUN_STATUSES}:
+        raise RuntimeError(f"{path}: status {data.get('status')!r} is not one of running, done, failed (a run's); "
+                           "restore it, or start a new run")
+    if len(stages) != len(planned):
+        raise RuntimeError(f"{path}: {len(stages)} stage entries for a plan of {len(planned)}; restore it, or start "
+                           "a new run")
+    for entry, name in zip(stage_records(data), planned, strict=True):
+        problem = entry_problem(entry, name)
+        if problem:
+            raise RuntimeError(f"{path}: stage {entry.index} ({name}): {problem}; restore it, or start a new run")
     return data
 
 

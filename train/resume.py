@@ -1,14 +1,17 @@
 """What only a resume does: the run-level checks and repairs a fresh run never needs.
 
-A resumed run takes the fresh run's path (`train/runner.py`) and asks here at four points:
-- `needs_training`: a done stage is skipped, unless its final is missing or damaged while a later
-  stage still has to start from it (`on_damaged_checkpoint`: stop, or train it again);
+A resumed run takes the fresh run's path (`train/runner.py`) and asks here at five points:
+- `needs_training`: a done stage is skipped, unless its final is missing or damaged (its files differ
+  from the digests recorded when it was published) while a later stage still has to start from it
+  (`on_damaged_checkpoint`: stop, or train it again);
 - `adopted_final`: a final published before run.json knew (a kill between the two) is taken as the
-  stage's result, if this run trained it;
+  stage's result, if this run trained it and it is intact;
+- `trainer_checkpoint`: a stage killed mid-way continues from its newest complete, intact trainer
+  checkpoint; those passed over (incomplete or damaged) are named in the log and in run.json;
 - `resume_budget`: a stage stopped early (promotion, guard) and killed before it was published
   resumes to that stop, not to its whole budget;
 - `logged_before_resume`: the collapse guard's window carries over the steps logged before a kill.
-Inside a stage, the trainer continues from its last complete checkpoint (`train.stage_run.resume_and_train`).
+Inside a stage, the trainer continues from that checkpoint (`train.stage_run.resume_and_train`).
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from core.rundir import METRICS, StageRecord, final_checkpoint, read_jsonl, stage_path
+from core.rundir import METRICS, StageRecord, final_checkpoint, read_jsonl, stage_final, stage_path
 from curriculum.plan import Stage
+from train.checkpoints import final_info, final_problem, scan_checkpoints
 from train.manifest import Manifest
-from train.stage_run import StageResult, final_info, last_complete_checkpoint
+from train.stage_run import StageResult
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +37,10 @@ def needs_training(run_dir: Path, manifest: Manifest, stage: Stage, *, last: boo
     if not record.done:
         return True
     needed = last or not manifest.record(stage.index + 1).done
-    if not needed or final_info(run_dir / record.checkpoint) is not None:
+    damage = final_problem(stage_final(run_dir, record)) if needed else None
+    if damage is None:
         return False
-    problem = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged"
+    problem = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged ({damage})"
     if on_damaged != "retrain":
         raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
                            "again from the previous complete checkpoint")
@@ -49,9 +54,12 @@ def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult 
     publishing it), None when there is none. A final that this run did not train is refused: with
     run.json lost, a run with another config would otherwise adopt the old run's weights."""
     final = run_dir / final_checkpoint(stage.dirname)
-    info = final_info(final)
-    if info is None:
+    problem = final_problem(final)
+    if problem is not None:
+        if final.exists():  # never handed on: the stage trains (or resumes) and publishes it again
+            log.warning("stage %s: not adopting %s: %s", stage.name, final, problem)
         return None
+    info = final_info(final)
     found = (info.get("stage"), info.get("config_hash"))
     if found != (stage.name, config_hash):
         raise RuntimeError(
@@ -81,10 +89,23 @@ def resume_budget(stage: Stage, record: StageRecord) -> Stage:
     return stage
 
 
-def logged_before_resume(run_dir: Path, stage: Stage, world_size: int = 1) -> list[dict]:
-    """The stage's step rows up to the trainer checkpoint a resume (of `world_size` processes) continues from
-    ([] on a fresh start): later rows are logged again by the resumed steps."""
-    checkpoint = last_complete_checkpoint(stage_path(run_dir, stage.dirname) / "trainer", world_size)
+def trainer_checkpoint(run_dir: Path, manifest: Manifest, stage: Stage, world_size: int = 1) -> Path | None:
+    """The trainer checkpoint a killed stage (trained by `world_size` processes) continues from: its newest
+    complete and intact one (None: the stage's start). Newer ones passed over are named in the log and in
+    run.json (`skipped_checkpoints`)."""
+    scan = scan_checkpoints(stage_path(run_dir, stage.dirname) / "trainer", world_size)
+    for skipped in scan.skipped:
+        log.warning("stage %s: not resuming from %s: %s", stage.name, skipped["checkpoint"], skipped["problem"])
+    if scan.skipped:
+        manifest.checkpoints_skipped(stage.index, scan.skipped)
+    if scan.usable is None and scan.skipped:
+        log.warning("stage %s: no intact trainer checkpoint; training it from its start", stage.name)
+    return scan.usable
+
+
+def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -> list[dict]:
+    """The stage's step rows up to the trainer `checkpoint` a resume continues from ([] on a fresh start):
+    later rows are logged again by the resumed steps."""
     if checkpoint is None:
         return []
     resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))

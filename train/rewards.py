@@ -39,6 +39,7 @@ from core.checks import ConfigError, is_number, plain, whole_number
 from eval.grader import Grade, completion_text, grade
 from eval.logic_rl import logic_rl_scores
 from train.custom_rewards import load_custom_reward
+from train.reward_checks import check_timeout
 
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
@@ -278,6 +279,7 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
     core.checks.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
     """
     cfg = plain(reward_cfg)
+    check_timeout(cfg.get("timeout_s"))
     custom = cfg.get("custom") or {}
     weights = _weights(cfg.get("weights") or {}, custom, allow_negative=cfg.get("allow_negative_weights") is True)
     buffer = whole_number((cfg.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")

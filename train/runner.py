@@ -24,6 +24,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -40,8 +41,10 @@ from core.rundir import (
     Status,
     final_accuracy,
     objective,
+    run_of_final,
     samples_dir,
     stage_dirname,
+    stage_final,
     validation_summary,
 )
 from curriculum.data import draw_pools
@@ -50,6 +53,7 @@ from eval.cost import validation_cost
 from eval.settings import ValidationSettings, validation_settings
 from eval.validation import validate
 from train import resume
+from train.checkpoints import final_problem
 from train.config_check import check_config
 from train.manifest import Manifest
 from train.stage_end import stage_end_callbacks
@@ -170,12 +174,14 @@ class CurriculumRun:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
             last = stage.index == len(self.plan)
             if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=self.on_damaged):
-                self.train(stage, kind, init=previous, reference=self.reference_of(kind, stage, previous, rl_start))
+                reference = self.reference_of(kind, stage, previous, rl_start)
+                intact(self.run_dir, previous, reference)
+                self.train(stage, kind, init=previous, reference=reference)
                 trained = self.manifest.record(stage.index)
-                summary, cost = self.validate_checkpoint(self.run_dir / trained.checkpoint, stage.index, stage.name,
+                summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
                                                          global_step=trained.global_step_end)
                 self.manifest.stage_validated(stage.index, summary, cost)
-            previous = str(self.run_dir / self.manifest.record(stage.index).checkpoint)
+            previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
 
     def train(self, stage: Stage, kind: StageKind, *, init: str, reference: str | None) -> None:
         """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
@@ -192,15 +198,17 @@ class CurriculumRun:
         """The stage's trainer, with the callbacks that may end it early, trained and published."""
         start = self.manifest.global_step_before(stage.index)
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
+        checkpoint = resume.trainer_checkpoint(self.run_dir, self.manifest, stage,  # a kill mid-stage left it
+                                                self.processes.world_size)
         watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.validation,
                                           held_out=self.held_out, logs=self.logs, manifest=self.manifest,
-                                          history=resume.logged_before_resume(self.run_dir, stage,
-                                                                              self.processes.world_size),
+                                          history=resume.logged_before_resume(self.run_dir, stage, checkpoint),
                                           processes=self.processes)
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
                                self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
-                               self.processes, [*self.callbacks, *watch])
+                               self.processes, [*self.callbacks, *watch], resume_from=checkpoint,
+                               reward_warning=partial(self.manifest.stage_warning, stage.index))
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
@@ -222,6 +230,17 @@ class CurriculumRun:
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
         return validation_summary(rows), validation_cost(rows)
+
+
+def intact(run_dir: Path, *checkpoints: str | None) -> None:
+    """Refuse to train from, or measure KL against, a stage's final of this run that is damaged since it was
+    published (its files differ from the digests its marker recorded); a base model is not the run's to check."""
+    for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
+        if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:
+            problem = final_problem(Path(checkpoint))
+            if problem is not None:
+                raise RuntimeError(f"{checkpoint}: damaged since it was published ({problem}); it is not trained "
+                                   "from or used as a reference: restore it, or train its stage again")
 
 
 def _objective(name: str, manifest: Manifest) -> float:

@@ -10,10 +10,11 @@ gathers full weights where ZeRO-3 or FSDP shard them. The weights each rank ends
 fingerprinted and compared (data parallelism keeps them equal); the main process alone writes the
 final and its `stage.json`, and every rank waits until the final is in place.
 
-Checkpoints on disk (the second half of the file): a trainer checkpoint counts only once
-`trainer_state.json` (written last by transformers) parses; a stage's final is written to a
-temporary folder and renamed, with `stage.json` inside, so a kill during either save never leaves
-a half checkpoint that a resume would pick up.
+Checkpoints on disk (the second half of the file, and `train/checkpoints.py`): a trainer checkpoint
+counts only once it is complete and its files match the digests recorded after its save; a stage's
+final is written to a temporary folder and renamed, with `stage.json` (holding its files' digests)
+inside, so a kill during either save never leaves a half checkpoint that a resume would pick up, and
+a damaged one is never used.
 """
 
 from __future__ import annotations
@@ -23,12 +24,10 @@ import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import typing
-import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -43,6 +42,7 @@ from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
+from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
 from train.tracking import MetricsCallback
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
@@ -76,6 +76,8 @@ class StageContext:
     tracker: object
     processes: Processes  # every rank trains the stage; the main process writes its final
     callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
+    resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
+    reward_warning: Callable[[dict], None] | None = None  # records a reward's warning in run.json (reward_checks)
 
 
 @dataclass(frozen=True)
@@ -138,12 +140,13 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
-    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
+    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer",
+                           [metrics, CheckpointDigests(ctx.processes), *ctx.callbacks])
     whole = ctx.processes.sharded_by is None  # ZeRO-3 / FSDP: no rank holds weights worth a fingerprint
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model) if whole else None
     reference = kind.reference_fingerprint(trainer) if whole else None
-    resumed_from = resume_and_train(trainer, stage_dir, stage.name)
+    resumed_from = resume_and_train(trainer, ctx.resume_from, stage.name)
     model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
     ends = rank_fingerprints(model, stage.name, ctx.processes) if whole else None
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
@@ -233,13 +236,12 @@ def token_counts(texts: list[str], tokenizer) -> list[int]:
     return [len(prompt_ids(text, tokenizer)) for text in texts]
 
 
-def resume_and_train(trainer, stage_dir: Path, stage_name: str) -> str | None:
-    """Train, continuing from the stage's last complete trainer checkpoint if a killed run left one.
+def resume_and_train(trainer, resume_from: Path | None, stage_name: str) -> str | None:
+    """Train, continuing from `resume_from` (the stage's last complete, intact trainer checkpoint) if given.
 
     A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
     on: training it again would run a step past `max_steps` and shift every later global step.
     """
-    resume_from = last_complete_checkpoint(stage_dir / "trainer", trainer.args.world_size)
     if resume_from is None:
         trainer.train()
         return None
@@ -279,55 +281,10 @@ def publish_stage(trainer: Trainer, model, stage_dir: Path, info: dict, *, keep_
     barrier(processes)  # the final is in place for every rank (the next stage, validation)
 
 
-FINAL_MARKER = "stage.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-
-
-def _has_weights(path: Path) -> bool:
-    return any((path / name).exists() for name in WEIGHT_FILES)
-
-
-def last_complete_checkpoint(trainer_dir: Path, world_size: int = 1) -> Path | None:
-    """The newest `checkpoint-N` whose trainer state parses and whose weights exist, else None; trained by
-    `world_size` processes, also every rank's RNG state (each rank writes its own, `rng_state_<rank>.pth`,
-    while the main process writes the trainer state: a rank killed then leaves the checkpoint without it,
-    and a resume without it would not repeat the run)."""
-    if not trainer_dir.is_dir():
-        return None
-    steps = []
-    for child in trainer_dir.iterdir():
-        match = re.fullmatch(r"checkpoint-(\d+)", child.name)
-        if match and child.is_dir():
-            steps.append((int(match.group(1)), child))
-    for _, child in sorted(steps, reverse=True):
-        try:
-            json.loads((child / "trainer_state.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if _has_weights(child) and _rng_states_whole(child, world_size):
-            return child
-    return None
-
-
-def _rng_states_whole(checkpoint: Path, world_size: int) -> bool:
-    """Every rank's RNG state file is whole: torch.save writes a zip archive, whose directory comes last."""
-    files = [checkpoint / f"rng_state_{rank}.pth" for rank in range(world_size)]
-    return world_size == 1 or all(zipfile.is_zipfile(path) for path in files)
-
-
-def final_info(final_dir: Path) -> dict | None:
-    """The `stage.json` of a complete final checkpoint, or None when it is missing or damaged."""
-    try:
-        info = json.loads((final_dir / FINAL_MARKER).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return info if _has_weights(final_dir) else None
-
-
 def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
-    """Mark `tmp_dir` complete and move it to `final_dir` in one rename."""
-    (tmp_dir / FINAL_MARKER).write_text(json.dumps(info, indent=2))
-    if final_dir.exists():  # a damaged earlier final (no marker): it was never handed off
+    """Mark `tmp_dir` complete (its files' digests in the marker) and move it to `final_dir` in one rename."""
+    (tmp_dir / FINAL_MARKER).write_text(json.dumps({**info, "files": final_digests(tmp_dir)}, indent=2))
+    if final_dir.exists():  # an earlier final without a marker, or damaged: never handed off
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
 

@@ -1,0 +1,78 @@
+"""The run lock taken before Hydra writes into a run directory that already holds a run (a resume).
+
+Hydra writes into the run directory before the task function runs: it sets up logging to append to
+`__main__.log`, then records the invocation (`.hydra/resume-<time>/` for a resume). A second process
+on a live run, refused only later by the run's own lock, would already have appended to the live
+run's log and left its record there; on a read-only file system Hydra's logging setup fails first,
+burying the cause. `ClaimRunDirectory` (a Hydra callback, conf/hydra/default.yaml) takes the run lock
+at the start, before any of that, and holds it for the life of the process: a refusal, a link out of
+the run, or a directory that cannot be written ends the process in one line naming the cause, having
+written nothing. A fresh run directory (a new time stamp) has no other holder and is locked by the run.
+
+The other way round, a fresh run refused by a config error that only a check after Hydra's start can
+see (`eval.subsets=[2,9]`, a `model.id` path that does not exist) leaves no folder behind:
+`discard_refused_run` removes what Hydra wrote for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from conf.errors import config_error_line
+from core.confined import OutsideRunError
+from core.rundir import RUN_JSON, RunLock, RunLockedError
+
+
+class ClaimRunDirectory(Callback):
+    """Hold the run lock of a run directory being continued (`resume=`, or a `hydra.run.dir` holding run.json)."""
+
+    def __init__(self) -> None:
+        self.lock: RunLock | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        directory = Path(config.hydra.run.dir)
+        if not (config.get("resume") or (directory / RUN_JSON).is_file()):
+            return
+        try:
+            self.lock = RunLock(directory).hold()
+        except (RunLockedError, OutsideRunError) as err:
+            raise SystemExit(str(err)) from None
+        except OSError as err:  # the last line says why: "Read-only file system: <path>"
+            raise SystemExit(f"{directory}: the run directory cannot be written: {err.strerror}: "
+                             f"{err.filename or directory}") from None
+
+    def on_run_end(self, config: DictConfig, **kwargs) -> None:
+        if self.lock is not None:
+            self.lock.__exit__(None, None, None)
+            self.lock = None
+
+
+# What Hydra writes into a new run directory before the task function runs (besides its log)
+_HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
+
+
+def discard_refused_run(run_dir: Path, err: BaseException, log_name: str) -> bool:
+    """Remove a run directory that a config error refused before its run began (no run.json): the record and
+    the log (`log_name`) Hydra wrote for this invocation, the lock file, then the folder if that emptied it.
+
+    True when `err` is such a refusal (the caller then writes no error.txt); False, touching nothing, for
+    any other error, or for a directory holding a run or a `.hydra` of earlier invocations.
+    """
+    hydra = run_dir / ".hydra"
+    if config_error_line(err) is None or (run_dir / RUN_JSON).exists() or hydra.is_symlink():
+        return False
+    if hydra.is_dir():
+        if not {path.name for path in hydra.iterdir()} <= _HYDRA_RECORD:
+            return False
+        shutil.rmtree(hydra)
+    for name in (log_name, "run.lock", "run.owner"):
+        if not (run_dir / name).is_dir():
+            (run_dir / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: it held something else before this run
+        run_dir.rmdir()
+    return True

@@ -1,0 +1,37 @@
+"""Reward functions that break the way users' rewards break, for the reward drills (tests/test_reward_checks.py)."""
+
+from __future__ import annotations
+
+import time
+
+
+def returns_none(completions, **kwargs):
+    return None  # forgot the return value's list
+
+
+def returns_strings(completions, **kwargs):
+    return ["1.0" for _ in completions]  # numbers as text
+
+
+def returns_inf(completions, **kwargs):
+    return [float("inf")] + [0.0] * (len(completions) - 1)  # a log of 0, a division by 0
+
+
+def returns_nan(completions, **kwargs):
+    return [float("nan")] * len(completions)  # scores nothing, every batch
+
+
+def scores_half(completions, **kwargs):
+    return [None if i % 2 else 1.0 for i in range(len(completions))]  # TRL's None: no score for that completion
+
+
+def hangs(completions, **kwargs):
+    time.sleep(3600)  # a remote judge that never answers
+    return [0.0] * len(completions)
+
+
+async def hangs_async(completions, **kwargs):
+    import asyncio
+
+    await asyncio.sleep(3600)
+    return [0.0] * len(completions)

@@ -1,0 +1,73 @@
+"""Reward drills: a user's reward that breaks stops its stage with an error naming it, through a real stage.
+
+TRL 1.16 alone gives a TypeError or ValueError that does not name the reward (None, strings), trains on
+nothing and ends "done" (inf), or waits forever (a hang)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from core.rundir import read_jsonl
+from train.runner import run_curriculum
+
+ONE_STEP = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 4}]",
+            "eval.subsets=[2]"]
+
+
+def _with_reward(make_cfg, target: str, *more: str):
+    return make_cfg(*ONE_STEP, f"+reward.custom.mine={{_target_: tests.broken_rewards.{target}, _partial_: true}}",
+                    *more)
+
+
+@pytest.mark.parametrize("target, message", [
+    ("returns_none", r"reward mine: returned None, not a list of one number \(or None\) per completion \(4 comp"),
+    ("returns_strings", r"reward mine: completion 0 scored str '1.0', not a number \(or None: no score\)"),
+    ("returns_inf", r"reward mine: completion 0 scored inf; a reward must be finite"),
+])
+def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_path, make_cfg, target, message):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match=message):
+        run_curriculum(_with_reward(make_cfg, target), run_dir)
+    stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
+    assert stage["status"] == "failed" and "reward mine" in stage["error"], "run.json names it too"
+
+
+@pytest.mark.parametrize("target", ["hangs", "hangs_async"])
+def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cfg, target):
+    run_dir = tmp_path / "run"
+    with pytest.raises(RuntimeError, match=r"reward mine: no result after 2 s \(reward.timeout_s\)"):
+        run_curriculum(_with_reward(make_cfg, target, "reward.timeout_s=2"), run_dir)
+
+
+def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stage(tmp_path, make_cfg, caplog):
+    run_dir = tmp_path / "run"
+    cfg = _with_reward(make_cfg, "returns_nan", "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]")
+    with caplog.at_level(logging.WARNING, logger="train.reward_checks"):
+        run_curriculum(cfg, run_dir)  # the run goes on: the other rewards still score every completion
+    said = [r.getMessage() for r in caplog.records if "reward mine: scored none" in r.getMessage()]
+    assert len(said) == 1, "said once for the stage's two batches"
+    stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
+    assert [(w["reward"], w["stage_step"]) for w in stage["warnings"]] == [("mine", 1)]
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
+    assert [r["rewards/mine/scored_share"] for r in steps] == [0.0, 0.0]
+
+
+def test_none_for_some_completions_is_trls_no_score_and_passes(tmp_path, make_cfg):
+    run_dir = tmp_path / "run"
+    run_curriculum(_with_reward(make_cfg, "scores_half"), run_dir)
+    stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
+    assert stage["status"] == "done" and stage["warnings"] == []
+    assert [r["rewards/mine/scored_share"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"] \
+        == [0.5]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])  # none is a number of seconds > 0
+def test_a_timeout_that_is_not_seconds_is_a_config_error(tmp_path, make_cfg, value):
+    from core.checks import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^reward.timeout_s: "):
+        run_curriculum(make_cfg(*ONE_STEP, f"reward.timeout_s={value}"), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
