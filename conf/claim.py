@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 
 from conf.errors import config_error_line
 from core.confined import OutsideRunError
+from core.distributed import launched_rank
 from core.rundir import RUN_JSON, RunLock, RunLockedError
 
 
@@ -36,6 +37,8 @@ class ClaimRunDirectory(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         directory = Path(config.hydra.run.dir)
+        if launched_rank() != 0:  # with many processes the main one holds it for all (train/runner.py run_lock)
+            return
         if not (config.get("resume") or (directory / RUN_JSON).is_file()):
             return
         try:
