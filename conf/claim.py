@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from conf.errors import config_error_line
 from core.confined import OutsideRunError
-from core.distributed import launched_rank
+from core.distributed import broadcast, start_processes
 from core.rundir import RUN_JSON, RunLock, RunLockedError
 
 
@@ -36,18 +36,25 @@ class ClaimRunDirectory(Callback):
         self.lock: RunLock | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        directory = Path(config.hydra.run.dir)
-        if launched_rank() != 0:  # with many processes the main one holds it for all (train/runner.py run_lock)
-            return
+        # With many processes the main one claims the directory for all (and holds the run's lock later,
+        # train/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
+        processes = start_processes()
+        refusal = self._claim(Path(config.hydra.run.dir), config) if processes.is_main else None
+        refusal = broadcast(refusal, processes)
+        if refusal is not None:
+            raise SystemExit(refusal)
+
+    def _claim(self, directory: Path, config: DictConfig) -> str | None:
+        """Take the lock of a run being continued; why not, or None (taken, or nothing to continue)."""
         if not (config.get("resume") or (directory / RUN_JSON).is_file()):
-            return
+            return None
         try:
             self.lock = RunLock(directory).hold()
         except (RunLockedError, OutsideRunError) as err:
-            raise SystemExit(str(err)) from None
+            return str(err)
         except OSError as err:  # the last line says why: "Read-only file system: <path>"
-            raise SystemExit(f"{directory}: the run directory cannot be written: {err.strerror}: "
-                             f"{err.filename or directory}") from None
+            return f"{directory}: the run directory cannot be written: {err.strerror}: {err.filename or directory}"
+        return None
 
     def on_run_end(self, config: DictConfig, **kwargs) -> None:
         if self.lock is not None:

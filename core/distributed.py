@@ -75,15 +75,6 @@ def launched_world_size(env: Mapping[str, str] = os.environ) -> int:
     return int(env.get("WORLD_SIZE", "1") or 1)
 
 
-def launched_rank(env: Mapping[str, str] = os.environ) -> int:
-    """This process's rank as its launcher set it (RANK; 0 without a launcher): known before any group starts.
-
-    >>> launched_rank({}), launched_rank({"RANK": "1"})
-    (0, 1)
-    """
-    return int(env.get("RANK", "0") or 0)
-
-
 def weight_sharding(env: Mapping[str, str] = os.environ) -> str | None:
     """What shards the weights across ranks, as `accelerate launch` tells its processes (its env).
 

@@ -63,7 +63,7 @@ def main(cfg: DictConfig) -> float:
         raise SystemExit(str(err)) from None
     except Exception as err:
         if multirun or not _refused_before_run(run_dir, err, processes):
-            record_error(run_dir / ERROR, traceback.format_exc(), processes)
+            record_error(run_dir / ERROR, err, processes)
         if not multirun:
             exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
@@ -90,8 +90,9 @@ def _refused_before_run(run_dir: Path, err: BaseException, processes: Processes)
     return discard_refused_run(run_dir, err, f"{HydraConfig.get().job.name}.log")
 
 
-def record_error(path: Path, text: str, processes: Processes) -> None:
-    """Write a failure's traceback to error.txt, unless this attempt's first failure already did.
+def record_error(path: Path, err: BaseException, processes: Processes) -> None:
+    """Write a failure's traceback to error.txt (called in its `except`), unless this attempt's first failure
+    already did.
 
     The file is created exclusively: with many processes the first rank to fail writes it, naming itself
     ("rank 1 of 2: ..."), and the errors the others meet after it (a peer gone, a collective broken) follow
@@ -99,7 +100,8 @@ def record_error(path: Path, text: str, processes: Processes) -> None:
     theirs. The failing rank writes it itself: the main process may not outlive it. A failed attempt's file
     is removed once the next attempt holds the run lock (train/runner.py run_lock).
     """
-    head = f"{processes.label()}: {text.strip().splitlines()[-1]}\n\n" if processes.many else ""
+    text = "".join(traceback.format_exception(err))
+    head = f"{processes.label()}: {type(err).__name__}: {err}\n\n" if processes.many else ""
     try:
         with os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as fh:
             fh.write(head + text)
