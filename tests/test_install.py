@@ -49,3 +49,12 @@ def test_lora_without_peft_names_the_extra_before_anything_is_written(tmp_path, 
     assert refused.returncode != 0
     assert "config error: model.lora: LoRA needs the peft extra: pip install -e '.[peft]'" in refused.stderr
     assert not (run_dir / "run.json").exists()
+
+
+def test_the_license_is_an_spdx_string_so_setuptools_does_not_warn_on_install():
+    # setuptools >= 77 warns "`project.license` as a TOML table is deprecated" on every build of a table
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert project["build-system"]["requires"] == ["setuptools>=77"]  # the first to read an SPDX string
