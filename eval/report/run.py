@@ -78,7 +78,9 @@ def _summary(run: rs.RunData) -> list:
 
 # Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
 REASONING_GRIDS = (
-    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions with reasoning)"),
+    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions whose reasoning settles "
+                              "at least one person)"),
+    ("reasoning_settles_nobody", "Reasoning that settles nobody (share of completions with reasoning)"),
     ("correct_but_disagrees", "Right answers whose reasoning says otherwise (share of all completions)"),
     ("invented_name_rate", "Completions naming a person not in the puzzle (share of all completions)"),
 )
