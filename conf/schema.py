@@ -208,6 +208,12 @@ class LimitsConfig:
 
 
 @dataclass
+class RolloutsConfig:
+    every: int = MISSING
+    groups: int = MISSING
+
+
+@dataclass
 class GpuConfig:
     """experiment=single_gpu: the card's memory and vLLM's share of it, in GB."""
 
@@ -280,6 +286,7 @@ class KKConfig:
     on_damaged_checkpoint: OnDamagedCheckpoint = MISSING
     cpu_threads: Any = MISSING  # auto or a whole number
     keep_trainer_checkpoints: bool = MISSING
+    rollouts: RolloutsConfig = MISSING
     gpu: Any = None  # GpuConfig for experiment=single_gpu, else null (typed_blocks)
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)

@@ -38,7 +38,7 @@ def test_the_smoke_ladder_runs_without_peft_and_its_console_is_the_run(tmp_path,
     assert done.returncode == 0, done.stderr[-3000:]
     assert [s["status"] for s in json.loads((run_dir / "run.json").read_text())["stages"]] == ["done"] * 5
     console = done.stdout + done.stderr
-    assert "validation after 6ppl" in console and "train_runtime" in console, "the stage tables and progress"
+    assert "validation after 6ppl" in console and "stage 5/5 · 6ppl · 2 steps" in console, "the tables and banners"
     assert [noise for noise in NOISE if noise in console] == []
 
 

@@ -4,12 +4,14 @@ Thin on purpose: compose the config, find the run directory, hand over to `run_c
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run.
+by the run lock writes nothing: the directory belongs to the live run. A single run refused by a config
+error before it wrote anything leaves no folder; a Ctrl-C ends with one line (train/exits.py).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 from pathlib import Path
 
@@ -18,8 +20,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from conf import register_resolvers
-from conf.errors import exit_on_config_error, run_app
+from conf.errors import run_app
 from core.rundir import ERROR, RunLockedError
+from train.exits import interrupted_line, refusal_line, remove_unused_run_dir
+from train.identity import requested_optimizers, run_identity
 
 log = logging.getLogger("train")
 register_resolvers()
@@ -28,21 +32,32 @@ register_resolvers()
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     # imported here, not above: a config error is refused in a second, before torch and TRL load
-    from core.models import quiet_libraries
+    from core.models import defer_bitsandbytes, quiet_libraries
+
+    defer_bitsandbytes(requested_optimizers(cfg))  # before transformers.trainer (-> peft) imports it
     from train.runner import run_curriculum
 
     quiet_libraries()
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    multirun = HydraConfig.get().mode.name == "MULTIRUN"
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    multirun = hydra_cfg.mode.name == "MULTIRUN"
     error_file = run_dir / ERROR  # the one write into the run directory outside run_curriculum
     try:
-        value = run_curriculum(cfg, run_dir)
+        value = run_curriculum(cfg, run_dir, identity=run_identity(hydra_cfg, run_dir))
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
+    except KeyboardInterrupt:
+        print(interrupted_line(run_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for a Ctrl-C
     except Exception as err:
+        refusal = refusal_line(err)
+        if not multirun and refusal is not None:
+            # one line that names the key; a traceback would bury it. A folder Hydra made for a run refused
+            # before it wrote anything goes; a run given to resume= is left exactly as it was (no error.txt)
+            remove_unused_run_dir(run_dir)
+            raise SystemExit(refusal) from None
         error_file.write_text(traceback.format_exc())
         if not multirun:
-            exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
         log.error("job %s failed (%s); see %s", run_dir.name, err, error_file)
         return float("nan")  # a sweeper records the trial as failed and goes on

@@ -36,7 +36,7 @@ from core.models import LORA_LEARNING_RATE, device_settings, merge_lora_and_save
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
-from train.tracking import MetricsCallback
+from train.tracking import MetricsCallback, bind_to_trainer
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
@@ -129,6 +129,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
                               ppl=stage.ppl_label, step_offset=ctx.step_offset)
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer", [metrics, *ctx.callbacks])
+    bind_to_trainer(trainer)  # the run's console and rollout sampler, in place of the trainer's printers
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model)
     reference = kind.reference_fingerprint(trainer)
