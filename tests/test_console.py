@@ -134,3 +134,17 @@ def test_the_default_recipe_on_a_cpu_warns_with_its_size_and_an_unreachable_hub_
     refused = run_cli("eval", "model=qwen2.5-0.5b-instruct", f"hydra.run.dir={tmp_path / 'eval'}", env=env)
     assert refused.stderr.strip().splitlines()[-1].startswith("model unavailable: model.id='Qwen/")
     assert "Traceback" not in refused.stderr
+
+
+def test_wandb_gets_the_rollouts_and_the_graded_validation_samples_as_tables(smoke_console):
+    run_dir, _ = smoke_console
+    tables = run_dir / "wandb" / "latest-run" / "files" / "media" / "table"
+    rollouts = sorted(tables.glob("rollouts/samples_*.table.json"))
+    assert len(rollouts) == 10  # a table per sampled step: 5 stages x (first, last)
+    table = json.loads(rollouts[0].read_text())
+    assert {"prompt", "completion", "rewards", "reward", "advantage"} <= set(table["columns"])
+    assert len(table["data"]) == 4  # one group of 4 completions
+    validation = sorted(tables.glob("val/*ppl/samples_*.table.json"))
+    assert {p.parent.name for p in validation} == {"2ppl", "3ppl"}
+    table = json.loads(validation[0].read_text())
+    assert {"id", "correct", "format_ok", "tokens", "reasoning_agrees", "completion"} <= set(table["columns"])
