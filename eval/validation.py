@@ -10,6 +10,7 @@ after (vllm); `cost` says what each subset's generation took (`eval.cost.validat
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -70,7 +71,7 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
     s, rows = settings, []
     generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
                   "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
-    step, console = int(tag.get("global_step", 0)), console or Console()
+    step, console = int(tag.get("global_step", 0)), console or wide_console()
     with validation_engine(s, model_path) as engine:
         for ppl, records in sorted(pools.items()):
             label = f"validating {tag.get('stage_name')} {ppl}ppl"
@@ -93,6 +94,15 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
     return rows
 
 
+def wide_console() -> Console:
+    """rich's console, 100 columns wide where it is not a terminal (a log file, a pipe: rich would take 80 and
+    wrap the rates under their intervals); a terminal keeps its own width."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, 100)
+    return console
+
+
 def progress_line(rows: list[dict], left: list[int]) -> str:
     """A subset done: its completions and seconds, and the time left at the rate so far (a longer subset,
     more people, writes longer completions: a floor more than a forecast).
@@ -110,7 +120,8 @@ def progress_line(rows: list[dict], left: list[int]) -> str:
     if not left or not done:
         return line
     per_completion = sum(r["cost"]["seconds"] for r in rows) / done
-    return f"{line}; {len(left)} subsets left, ~{per_completion * sum(left):.0f} s at this rate"
+    subsets = f"{len(left)} subset{'s' if len(left) > 1 else ''}"
+    return f"{line}; {subsets} left, ~{per_completion * sum(left):.0f} s at this rate"
 
 
 def sample_cells(tag: Mapping, ppl: int, sample: Mapping) -> dict:
