@@ -207,6 +207,22 @@ class LimitsConfig:
     stage_steps: dict[str, int] = field(default_factory=dict)
 
 
+class FinalsKeep(Choice):
+    all = "all"
+    last = "last"
+
+
+class FinalsDtype(Choice):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class FinalsConfig:
+    keep: FinalsKeep = MISSING
+    dtype: FinalsDtype = MISSING
+
+
 @dataclass
 class RolloutsConfig:
     every: int = MISSING
@@ -287,6 +303,7 @@ class KKConfig:
     cpu_threads: Any = MISSING  # auto or a whole number
     keep_trainer_checkpoints: bool = MISSING
     rollouts: RolloutsConfig = MISSING
+    finals: FinalsConfig = MISSING
     gpu: Any = None  # GpuConfig for experiment=single_gpu, else null (typed_blocks)
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)

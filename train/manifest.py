@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 # Keys that may differ between a run and its resume without changing what is trained.
 RESUME_FREE_KEYS = (
     "resume", "run_name", "logger", "paths", "hydra", "cpu_threads",
-    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "rollouts",
+    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "rollouts", "finals",
 )
 
 

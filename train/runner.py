@@ -41,6 +41,7 @@ from eval.validation import validate
 from train import resume
 from train.config_check import check_config
 from train.console import RunConsole
+from train.finals import FinalsSettings, compact_finals
 from train.identity import RunIdentity
 from train.manifest import Manifest
 from train.preflight import RunSize, cpu_warning, run_size
@@ -87,6 +88,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), *,
                 on_damaged=str(cfg.on_damaged_checkpoint),
                 keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
                 console=console, rollouts=RolloutSettings(**cfg.rollouts), cpu_threads=cfg.cpu_threads,
+                finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
             ).run()
             value = _objective(str(cfg.objective), manifest)
             finals = {f"final/{ppl}ppl/accuracy": acc for ppl, acc in final_accuracy(manifest.data).items()}
@@ -139,6 +141,7 @@ class CurriculumRun:
     console: RunConsole | None = None  # the run's console (None: transformers' own, as in bare TRL)
     rollouts: RolloutSettings = RolloutSettings(every=0, groups=0)  # training rollouts sampled (every 0: none)
     cpu_threads: int | str = "auto"  # measured again before each stage and validation (the load changes)
+    finals: FinalsSettings = FinalsSettings()  # what becomes of a final no stage still to train needs
 
     def run(self) -> None:
         """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
@@ -157,7 +160,17 @@ class CurriculumRun:
                 summary, cost = self.validate_checkpoint(self.run_dir / trained.checkpoint, stage.index, stage.name,
                                                          global_step=trained.global_step_end)
                 self.manifest.stage_validated(stage.index, summary, cost)
+                self.compact_finals()
             previous = str(self.run_dir / self.manifest.record(stage.index).checkpoint)
+
+    def compact_finals(self) -> None:
+        """Apply `finals` to the finals nothing still to train reads (train/finals.py); run.json says which."""
+        first_rl = next((s.index for s in self.plan if self.kinds[s.kind].learns_from_rewards), None)
+        rl_start = first_rl - 1 if self.reference == "rl_start" and first_rl and first_rl > 1 else None
+        before = self.manifest.fields.get("compacted_finals") or {}
+        after = compact_finals(self.run_dir, self.manifest.stages, rl_start, self.finals, before)
+        if after != before:
+            self.manifest.update(compacted_finals=after)
 
     def train(self, stage: Stage, kind: StageKind, *, init: str, reference: str | None) -> None:
         """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
