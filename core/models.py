@@ -189,9 +189,16 @@ def _small_ops_seconds(threads: int, repeats: int = 20) -> float:
     return time.perf_counter() - start
 
 
+# The threads torch starts with on this machine (its cores): what `auto` compares one thread against, every
+# time it measures. Reading torch's current count instead would, once `auto` had picked 1 under load, never
+# try more again when the load fell.
+DEFAULT_CPU_THREADS = torch.get_num_threads()
+
+
 def configure_cpu_threads(setting) -> int:
     """Apply `setting` to torch and return the threads in use: "auto" times a few small ops with the
-    default threads and with one and keeps the faster; a number pins it; on CUDA nothing changes.
+    machine's threads and with one and keeps the faster (measured again at each call: the runner calls it
+    before each stage and validation, as a machine's load changes); a number pins it; on CUDA nothing changes.
 
     >>> configure_cpu_threads(1)
     1
@@ -203,11 +210,11 @@ def configure_cpu_threads(setting) -> int:
     if setting != "auto":
         torch.set_num_threads(setting)
         return torch.get_num_threads()
-    default = torch.get_num_threads()
-    if default <= 1:
-        return default
-    many, one = _small_ops_seconds(default), _small_ops_seconds(1)
-    torch.set_num_threads(1 if one < 0.5 * many else default)
+    if DEFAULT_CPU_THREADS <= 1:
+        torch.set_num_threads(1)
+        return 1
+    many, one = _small_ops_seconds(DEFAULT_CPU_THREADS), _small_ops_seconds(1)
+    torch.set_num_threads(1 if one < 0.5 * many else DEFAULT_CPU_THREADS)
     return torch.get_num_threads()
 
 
