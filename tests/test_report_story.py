@@ -47,10 +47,11 @@ def test_each_stage_says_what_it_trained_step_by_step_and_what_changed(demo_like
     assert first.startswith("**2ppl** (8 GRPO steps of 8): reward 0.580 at step 1, peak 1.500 at step 5, "
                             "0.625 at its last step (8); every one of its 8 steps had signal")
     # 0/4 -> 2/4 puzzles is within noise, and the report says so with the interval
-    assert "2ppl 0.00 → 0.50 (+0.50, 95% interval -0.10 to +0.85, n=4: within noise)" in first
+    assert "validation accuracy: 2ppl 0.00 → 0.50 (+0.50, 95% interval -0.10 to +0.85, n=4: within noise); " \
+           "unchanged: 3ppl 0.00 (n=4)" in first
     # a stage without signal says so, and a validation equal to the one before it says that too
     assert last.startswith("**6ppl** (1 GRPO step of 1): reward 0.300 (one step); no step had signal")
-    assert "validation accuracy unchanged on every subset: 2ppl 0.50 → 0.50" in last
+    assert "validation accuracy unchanged on every subset: 2ppl 0.50 (n=4), 3ppl 0.00 (n=4)" in last
 
 
 def test_a_failed_run_leads_with_its_error(demo_like):

@@ -35,6 +35,10 @@ def curve_words(rows: Sequence[dict], key: str, label: str) -> str | None:
     >>> rows = [{"stage_step": s, "reward": r} for s, r in enumerate([0.58, 1.1, 1.5, 1.22, 0.625], start=1)]
     >>> curve_words(rows, "reward", "reward")
     'reward 0.580 at step 1, peak 1.500 at step 3, 0.625 at its last step (5)'
+    >>> curve_words(rows[2:], "reward", "reward")
+    'reward 1.500 at step 3 (its peak), 0.625 at its last step (5)'
+    >>> curve_words(rows[:3], "reward", "reward")
+    'reward 0.580 at step 1, peak 1.500 at its last step (3)'
     >>> curve_words(rows[:1], "reward", "reward")
     'reward 0.580 (one step)'
     """
@@ -46,6 +50,10 @@ def curve_words(rows: Sequence[dict], key: str, label: str) -> str | None:
         return f"{label} {first:.3f} (one step)"
     best_step, best = (min if key == "loss" else max)(points, key=lambda p: p[1])
     extreme = "lowest" if key == "loss" else "peak"
+    if best_step == first_step:
+        return f"{label} {first:.3f} at step {first_step} (its {extreme}), {last:.3f} at its last step ({last_step})"
+    if best_step == last_step:
+        return f"{label} {first:.3f} at step {first_step}, {extreme} {last:.3f} at its last step ({last_step})"
     return (f"{label} {first:.3f} at step {first_step}, {extreme} {best:.3f} at step {best_step}, "
             f"{last:.3f} at its last step ({last_step})")
 
@@ -93,18 +101,20 @@ def validation_words(validation: Sequence[dict], index: int) -> str | None:
     after = {int(r["ppl"]): r for r in validation if r.get("stage") == index and r.get("ppl") is not None}
     if not after:
         return None
-    parts, same = [], True
+    changes, unchanged = [], []
     for ppl, row in sorted(after.items()):
         earlier = [r for r in validation if r.get("ppl") == ppl and isinstance(r.get("stage"), int)
                    and r["stage"] < index]
-        if not earlier:
-            parts.append(f"{ppl}ppl {as_number(row.get('accuracy'))} (first validation)")
-            continue
-        before = max(earlier, key=lambda r: r["stage"])
-        same = same and before.get("accuracy") == row.get("accuracy")
-        parts.append(f"{ppl}ppl {change_words(before, row)}")
-    prefix = "validation accuracy unchanged on every subset: " if same else "validation accuracy: "
-    return prefix + "; ".join(parts)
+        before = max(earlier, key=lambda r: r["stage"]) if earlier else None
+        if before is not None and before.get("accuracy") == row.get("accuracy"):
+            unchanged.append(f"{ppl}ppl {as_number(row.get('accuracy')):.2f} (n={trials(row, 'accuracy')})")
+        else:
+            changes.append(f"{ppl}ppl " + (change_words(before, row) if before else
+                                           f"{as_number(row.get('accuracy'))} (its first validation)"))
+    if not changes:
+        return "validation accuracy unchanged on every subset: " + ", ".join(unchanged)
+    same = f"; unchanged: {', '.join(unchanged)}" if unchanged else ""
+    return "validation accuracy: " + "; ".join(changes) + same
 
 
 def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[dict]) -> str:
