@@ -50,7 +50,8 @@ class RunSize:
 completions of <= 4096 tokens; at most 21.3M generated tokens'
         """
         sft = f", {self.sft_steps} SFT steps" if self.sft_steps else ""
-        return (f"size: {self.stages} stages; training {self.grpo_steps} GRPO steps{sft}, {self.train_completions} "
+        stages = f"{self.stages} stage{'s' if self.stages != 1 else ''}"
+        return (f"size: {stages}; training {self.grpo_steps} GRPO steps{sft}, {self.train_completions} "
                 f"completions of <= {self.max_completion_length} tokens; validation {self.validation_completions} "
                 f"completions of <= {self.max_new_tokens} tokens; at most {_millions(self.tokens)} generated tokens")
 
