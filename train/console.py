@@ -35,7 +35,6 @@ STEP_FIELDS = (
     ("loss", "loss", "{:.3g}"),  # SFT's signal (GRPO's loss is ~0 by construction and says little)
     ("mean_token_accuracy", "token acc", "{:.2f}"),
 )
-GRPO_ONLY_LOSS = "reward"  # a row with a reward is GRPO's: its loss is left out of the line
 
 
 def step_line(row: Mapping) -> str:
@@ -49,7 +48,7 @@ def step_line(row: Mapping) -> str:
     """
     parts = []
     for key, label, form in STEP_FIELDS:
-        if key == "loss" and GRPO_ONLY_LOSS in row:
+        if key == "loss" and "reward" in row:  # a GRPO step: its loss is left out
             continue
         if is_number(row.get(key), finite=True):
             parts.append(f"{label} {form.format(float(row[key]))}")
