@@ -180,8 +180,9 @@ def test_device_settings_on_cpu_are_accepted_by_grpo_config(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a CUDA machine; the CPU branch is what this test checks")
     assert settings["dtype"] == torch.float32 and settings["use_cpu"] and not settings["bf16"]
+    # activation_checkpointing named: left unset, TRL's default for the old name (gradient_checkpointing) warns
     args = GRPOConfig(output_dir=str(tmp_path), bf16=settings["bf16"], use_cpu=settings["use_cpu"],
-                      optim=settings["optim"], report_to="none")
+                      optim=settings["optim"], report_to="none", activation_checkpointing=True)
     assert args.optim == "adamw_torch"
 
 
