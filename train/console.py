@@ -153,6 +153,8 @@ class StageConsole(TrainerCallback):
         return self.bar.console if self.bar is not None else self.run.console
 
     def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:  # with many processes, one console
+            return
         self.run.console.rule(banner(self.stage, self.stages, state.max_steps, state.global_step))
         self.run.progress.done += state.global_step  # steps a resumed stage had trained before
         if self.run.console.is_terminal:  # a live bar only where it can redraw; a log file gets the lines
@@ -175,7 +177,7 @@ class StageConsole(TrainerCallback):
             self.bar.update(self.bar.task_ids[0], completed=progress.done, eta=f"ETA {progress.eta()}")
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or "train_runtime" in logs:  # the stage's summary line is metrics.jsonl's
+        if not logs or "train_runtime" in logs or not state.is_world_process_zero:  # the summary: metrics.jsonl's
             return
         # the whole run's ETA closes the line (the live bar, in a terminal, shows its steps)
         self.console.print(f"  {escape(self.stage.name)} {state.global_step}/{state.max_steps}  "

@@ -58,7 +58,7 @@ def interrupted_line(run_dir: Path, overrides: Sequence[str]) -> str:
     if not stages:
         return f"interrupted: nothing kept (the run had not started); {run_dir}"
     done = [s for s in stages if s.done]
-    finals = ", ".join(s.name for s in stages if s.checkpoint) or "none"
+    finals = ", ".join(s.name for s in stages if s.checkpoint and (run_dir / s.checkpoint).is_dir()) or "none"
     args = [a for a in overrides if not a.startswith(("resume=", "hydra."))]
     resume = shlex.join(["python", "-m", "train", *args, f"resume={run_dir}"])
     return (f"interrupted: kept {run_dir} ({len(done)}/{len(stages)} stages done; finals: {finals}; "
