@@ -73,7 +73,8 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
     if len(silent) == len(logged):
         return "no step had signal: every group's rewards were equal, so nothing was learned from the reward"
     if not silent:
-        return f"every one of its {len(logged)} steps had signal (some group's rewards differed)"
+        steps = "its one step" if len(logged) == 1 else f"every one of its {len(logged)} steps"
+        return f"{steps} had signal (some group's rewards differed)"
     shown = ", ".join(map(str, silent[:10])) + (", ..." if len(silent) > 10 else "")
     return f"{len(silent)} of {len(logged)} steps without signal (every group's rewards equal: steps {shown})"
 
