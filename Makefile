@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)
 
-test: install  ## Run the test suite (fast; the tiny-model ladder runs end to end)
+test: install  ## Run the test suite but the slow tests (minutes on a CPU; the tiny-model ladder and the CLIs end to end)
 	$(PY) -m pytest -m "not slow" -q
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
@@ -36,7 +36,7 @@ test-full: install  ## Run every test, including the slow ones on the real pretr
 drill: install  ## Kill drill: a smoke run SIGKILLed at KILLS moments drawn over its work (+2 in start-up), each resumed to identical finals (~15 min); outputs/drill/drill.json
 	$(PY) -m tests.kill_drill --kills $(KILLS) --seed $(SEED)
 
-demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline), SFT cold start then the 2->6 ladder, then the report
+demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline after one 89 MB wheel), SFT cold start then the 2->6 ladder, then the report
 	$(PY) -m train +curriculum=kk_r1 experiment=cpu_demo $(ARGS)
 	$(PY) -m eval.report
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from conf.errors import config_error_line
 from core.confined import OutsideRunError
 from core.distributed import broadcast, start_processes
 from core.rundir import RUN_JSON, RunLock, RunLockedError
@@ -66,15 +65,14 @@ class ClaimRunDirectory(Callback):
 _HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
 
-def discard_refused_run(run_dir: Path, err: BaseException, log_name: str) -> bool:
-    """Remove a run directory that a config error refused before its run began (no run.json): the record and
-    the log (`log_name`) Hydra wrote for this invocation, the lock file, then the folder if that emptied it.
-
-    True when `err` is such a refusal (the caller then writes no error.txt); False, touching nothing, for
-    any other error, or for a directory holding a run or a `.hydra` of earlier invocations.
+def discard_refused_run(run_dir: Path, log_name: str) -> bool:
+    """Remove a run directory that a refusal (a config error, a model that cannot be had) ended before its
+    run began (no run.json): the record and the log (`log_name`) Hydra wrote for this invocation, the lock
+    file, then the folder if that emptied it. False, touching nothing, for a directory holding a run or a
+    `.hydra` of earlier invocations (a resume is left as it was).
     """
     hydra = run_dir / ".hydra"
-    if config_error_line(err) is None or (run_dir / RUN_JSON).exists() or hydra.is_symlink():
+    if (run_dir / RUN_JSON).exists() or hydra.is_symlink():
         return False
     if hydra.is_dir():
         if not {path.name for path in hydra.iterdir()} <= _HYDRA_RECORD:

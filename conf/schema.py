@@ -217,6 +217,28 @@ class LimitsConfig:
     stage_steps: dict[str, int] = field(default_factory=dict)
 
 
+class FinalsKeep(Choice):
+    all = "all"
+    last = "last"
+
+
+class FinalsDtype(Choice):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class FinalsConfig:
+    keep: FinalsKeep = MISSING
+    dtype: FinalsDtype = MISSING
+
+
+@dataclass
+class RolloutsConfig:
+    every: int = MISSING
+    groups: int = MISSING
+
+
 @dataclass
 class LaunchConfig:
     """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch.py."""
@@ -300,6 +322,8 @@ class KKConfig:
     on_damaged_checkpoint: OnDamagedCheckpoint = MISSING
     cpu_threads: Any = MISSING  # auto or a whole number
     keep_trainer_checkpoints: bool = MISSING
+    rollouts: RolloutsConfig = MISSING
+    finals: FinalsConfig = MISSING
     gpu: Any = None  # GpuConfig for experiment=single_gpu, else null (typed_blocks)
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)

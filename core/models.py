@@ -12,9 +12,13 @@ with 1), which makes a small model's forward pass ten times slower.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import re
+import socket
+import sys
 import time
+import urllib.parse
 import warnings
 from collections.abc import Mapping
 from functools import partial
@@ -35,9 +39,11 @@ from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
 from core.tiny_model import build_tiny_checkpoint
 
 __all__ = [
-    "ModelUnavailableError", "configure_cpu_threads", "device_settings", "load_for_inference", "lora_config",
-    "merge_lora_and_save", "merged_lora", "resolve_model",
+    "ModelUnavailableError", "configure_cpu_threads", "defer_bitsandbytes", "device_settings", "load_for_inference",
+    "lora_config", "merge_lora_and_save", "merged_lora", "resolve_model",
 ]
+
+log = logging.getLogger(__name__)
 
 # Bump when build_tiny_checkpoint changes what it writes, so that old cache entries are not reused.
 TINY_BUILDER_VERSION = 1
@@ -98,12 +104,13 @@ def resolve_hub_model(model_id: str) -> str:
     if not HUB_ID.fullmatch(model_id):  # a path, never looked up on the hub
         raise ConfigError(f"model.id: {model_id} is not a directory here (a checkpoint path; a hub id is "
                           "<org>/<name>)")
-    offline = _hub_offline()
+    asked_offline = _env_offline()
+    offline = _hub_offline() or not _work_offline_if_unreachable()
     try:
         hf_hub_download(model_id, "config.json", local_files_only=offline)
     except Exception as error:
         if _is_unreachable(error):
-            why = "offline mode is on (HF_HUB_OFFLINE)" if offline else "the Hugging Face hub is unreachable"
+            why = "offline mode is on (HF_HUB_OFFLINE)" if asked_offline else "the Hugging Face hub is unreachable"
             raise ModelUnavailableError(
                 f"model.id={model_id!r}: {why} and the model is not in the local hub cache. {OFFLINE_CHOICES}"
             ) from error
@@ -111,10 +118,35 @@ def resolve_hub_model(model_id: str) -> str:
     return model_id
 
 
+# Seconds to wait for a connection to the hub before treating it as unreachable.
+HUB_PROBE_SECONDS = 5.0
+
+
+def _work_offline_if_unreachable() -> bool:
+    """Whether the hub answers a connection within HUB_PROBE_SECONDS; if not, huggingface_hub is put in offline
+    mode for this process (its `HF_HUB_OFFLINE` constant, which transformers also reads), so every later load
+    reads the local cache at once instead of retrying the network 5 times with backoff (~25 s) per file.
+    Behind a proxy (HTTPS_PROXY and the like) a direct connection proves nothing: assumed reachable."""
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    url = urllib.parse.urlparse(hub_constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=HUB_PROBE_SECONDS).close()
+        return True
+    except OSError:
+        log.info("the Hugging Face hub (%s) is unreachable: reading models from the local cache only", url.hostname)
+        hub_constants.HF_HUB_OFFLINE = True
+        return False
+
+
+def _env_offline() -> bool:
+    """HF_HUB_OFFLINE as the user set it, now (huggingface_hub itself reads it only once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
 def _hub_offline() -> bool:
-    """HF_HUB_OFFLINE as set now (huggingface_hub itself reads it only once, at import)."""
-    flag = os.environ.get("HF_HUB_OFFLINE", "").strip().upper()
-    return flag in {"1", "ON", "YES", "TRUE"} or bool(hub_constants.HF_HUB_OFFLINE)
+    """Offline mode: asked for, or huggingface_hub's (set at import, or here when the hub did not answer)."""
+    return _env_offline() or bool(hub_constants.HF_HUB_OFFLINE)
 
 
 def _is_unreachable(error: BaseException) -> bool:
@@ -163,9 +195,16 @@ def _small_ops_seconds(threads: int, repeats: int = 20) -> float:
     return time.perf_counter() - start
 
 
+# The threads torch starts with on this machine (its cores): what `auto` compares one thread against, every
+# time it measures. Reading torch's current count instead would, once `auto` had picked 1 under load, never
+# try more again when the load fell.
+DEFAULT_CPU_THREADS = torch.get_num_threads()
+
+
 def configure_cpu_threads(setting) -> int:
     """Apply `setting` to torch and return the threads in use: "auto" times a few small ops with the
-    default threads and with one and keeps the faster; a number pins it; on CUDA nothing changes.
+    machine's threads and with one and keeps the faster (measured again at each call: the runner calls it
+    before each stage and validation, as a machine's load changes); a number pins it; on CUDA nothing changes.
 
     >>> configure_cpu_threads(1)
     1
@@ -177,11 +216,11 @@ def configure_cpu_threads(setting) -> int:
     if setting != "auto":
         torch.set_num_threads(setting)
         return torch.get_num_threads()
-    default = torch.get_num_threads()
-    if default <= 1:
-        return default
-    many, one = _small_ops_seconds(default), _small_ops_seconds(1)
-    torch.set_num_threads(1 if one < 0.5 * many else default)
+    if DEFAULT_CPU_THREADS <= 1:
+        torch.set_num_threads(1)
+        return 1
+    many, one = _small_ops_seconds(DEFAULT_CPU_THREADS), _small_ops_seconds(1)
+    torch.set_num_threads(1 if one < 0.5 * many else DEFAULT_CPU_THREADS)
     return torch.get_num_threads()
 
 
@@ -251,3 +290,19 @@ def quiet_libraries() -> None:
     datasets.disable_progress_bars()
     transformers_logging.disable_progress_bar()
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+
+
+def defer_bitsandbytes(optimizers: set[str]) -> bool:
+    """Keep bitsandbytes unloaded on a machine without CUDA unless an optimizer (`optim`) asks for it.
+
+    peft imports it eagerly (peft/helpers.py) and transformers.trainer imports peft, so every CPU start
+    loaded a CUDA kernel library (~1.5 s) and printed bitsandbytes' "Failed to load CPU gemm_4bit_forward
+    from kernels-community". A None in sys.modules makes `import bitsandbytes` fail as if it were not
+    installed, and `importlib.util.find_spec` return None, which is how peft, transformers and accelerate
+    ask. Call it at an entry point, before transformers.trainer is imported; returns whether it deferred.
+    """
+    wants_8bit = any("8bit" in name or "bnb" in name for name in optimizers)
+    if wants_8bit or "bitsandbytes" in sys.modules or torch.cuda.is_available():
+        return False
+    sys.modules["bitsandbytes"] = None
+    return True

@@ -22,10 +22,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conf import CONF_DIR
 from conf.errors import run_app
-from conf.schema import ModelConfig
+from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
-from core.models import configure_cpu_threads, quiet_libraries, resolve_model
-from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, run_of_final
+from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
+from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, read_jsonl, run_of_final
 from core.stats import rate_text
 from curriculum.data import validation_pool
 from eval.config_check import check_data_config, check_eval_config
@@ -72,40 +72,86 @@ def checkpoint_source(value: str) -> str:
     raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
 
 
-def _run_model_config(checkpoint: Path) -> DictConfig | None:
-    """The `model` settings of the run a stage's final belongs to (run/stages/<k>-<name>/final), typed as the
-    schema types them (conf/schema.py ModelConfig): a run folder is untrusted."""
+# The groups a run's final is validated with, as the run had them (conf/schema.py types each).
+RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig}
+
+
+def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dict[str, DictConfig]:
+    """The groups of the run a stage's final belongs to (run/stages/<k>-<name>/final), typed as the schema
+    types them (a run folder is untrusted), with what `overrides` (the command line) sets in them on top;
+    a group chosen on the command line (`prompt=answer_only`) is the composed one. Empty for any other model.
+    """
     run_dir = run_of_final(checkpoint.resolve())
     if run_dir is None or not (run_dir / CONFIG).exists():
-        return None
+        return {}
     try:
-        return OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(run_dir / CONFIG).model)
-    except OmegaConfBaseException as err:
-        raise ConfigError(f"{run_dir / CONFIG}: model: {str(err).splitlines()[0]}") from None
+        saved = OmegaConf.load(run_dir / CONFIG)
+    except Exception as err:
+        raise ConfigError(f"{run_dir / CONFIG}: not a readable config ({str(err).splitlines()[0]})") from None
+    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    groups = {}
+    for name, record in RUN_GROUPS.items():
+        if name in chosen and name != "model" or saved.get(name) is None:
+            continue
+        try:
+            group = OmegaConf.merge(OmegaConf.structured(record), saved[name])
+        except OmegaConfBaseException as err:
+            raise ConfigError(f"{run_dir / CONFIG}: {name}: {str(err).splitlines()[0]}") from None
+        for key in (k.split(".", 1)[1] for k in chosen if k.startswith(f"{name}.")):
+            OmegaConf.update(group, key, OmegaConf.select(cfg, f"{name}.{key}"), merge=False)
+        groups[name] = group
+    return groups
+
+
+def size_line(pools: dict[int, list[dict]], cfg: DictConfig, model: str, out_dir: Path) -> str:
+    """What the validation will generate and where it writes, said before any model loads."""
+    ev = cfg.eval
+    puzzles = sum(len(p) for p in pools.values())
+    completions = puzzles * int(ev.samples)
+    sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
+    return (f"validating {model}: {len(pools)} subsets ({', '.join(f'{p}ppl {len(r)}' for p, r in pools.items())} "
+            f"puzzles), {completions} completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
+            f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
+
+
+def interrupted_line(out_dir: Path) -> str:
+    """The one line a Ctrl-C ends with: the subsets whose rows were written, and where."""
+    path = out_dir / VALIDATION
+    rows = [r for r in read_jsonl(path) if isinstance(r, dict)] if path.exists() else []
+    if not rows:
+        return f"interrupted: no subset finished; nothing kept in {out_dir}"
+    done = ", ".join(f"{r.get('ppl')}ppl" for r in rows)
+    return f"interrupted: kept {done} in {out_dir / VALIDATION} (graded completions in {out_dir / SAMPLES})"
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     quiet_libraries()
+    overrides = list(HydraConfig.get().overrides.task)
     try:
+        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
+        for name, group in (run_settings(Path(checkpoint), cfg, overrides) if checkpoint else {}).items():
+            cfg[name] = group
         check_eval_config(cfg.eval)
         check_data_config(cfg.data)
-        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
-        run_model = _run_model_config(Path(checkpoint)) if checkpoint else None
         pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
         configure_cpu_threads(cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
-    if checkpoint:
-        cfg.model = run_model or cfg.model
-        model_path = checkpoint
-    else:
-        model_path = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "ppl"))
-    tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
-    rows = validate(validation_settings(cfg), model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer)
+    print(size_line(pools, cfg, checkpoint or str(cfg.model.name), out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "ppl"))
+    try:
+        model_path = checkpoint or resolve_model(cfg.model, Path(cfg.paths.cache_dir))
+        tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
+        rows = validate(validation_settings(cfg), model_path, pools, tag=tag, out_dir=out_dir / SAMPLES,
+                        writer=writer)
+    except KeyboardInterrupt:
+        print(interrupted_line(out_dir), file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for a Ctrl-C
+    except ModelUnavailableError as err:  # no network, nothing cached: one line naming the offline choices
+        raise SystemExit(f"model unavailable: {err}") from None
     mean = sum(r["accuracy"] for r in rows) / len(rows)
     # the mean over subsets, with the interval of all their puzzles together (exact when the subsets are of one size)
     puzzles = sum(trials(r, "accuracy") or 0 for r in rows)

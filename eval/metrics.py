@@ -10,11 +10,13 @@ from dataclasses import dataclass
 METRIC_COLUMNS = (
     "accuracy", "lenient_accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "median_tokens",
     "p90_tokens", "truncation_rate", "mean_tokens_correct", "mean_tokens_wrong", "reasoning_agrees_rate",
-    "correct_but_disagrees", "invented_name_rate", "n", "puzzles", "with_reasoning",
+    "reasoning_settles_nobody", "correct_but_disagrees", "invented_name_rate", "n", "puzzles", "with_reasoning",
+    "with_settling_reasoning",
 )
 # Shares of completions (0..1), each shown with a 95% interval over the trials it counts (`trials`).
 RATES = ("accuracy", "lenient_accuracy", "person_accuracy", "format_rate", "answer_rate", "truncation_rate",
-         "reasoning_agrees_rate", "correct_but_disagrees", "invented_name_rate", "pass_at_k")
+         "reasoning_agrees_rate", "reasoning_settles_nobody", "correct_but_disagrees", "invented_name_rate",
+         "pass_at_k")
 
 
 @dataclass(frozen=True)
@@ -30,9 +32,10 @@ class Scored:
     tokens: int
     truncated: bool
     has_reasoning: bool = False  # a non-empty closed <think> block (`eval.reasoning`)
-    reasoning_agrees: bool = False  # ... whose last claim about each person it settles matches the answer
+    reasoning_agrees: bool = False  # ... that settles someone, its last claim about each matching the answer
     invented: bool = False  # names a person not in the puzzle (reasoning or answer)
     lenient_correct: bool = False  # right under the lenient reading of an untagged answer (`eval.lenient`)
+    reasoning_settles: bool = False  # ... whose reasoning settles at least one person
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -56,8 +59,9 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
     With several samples per puzzle, `accuracy` is mean@k and `pass_at_k` the share of puzzles
     with at least one correct sample. `lenient_accuracy` reads an untagged answer's final
     conclusion (`eval.lenient`); `accuracy` (strict) stays the headline. Reasoning:
-    `reasoning_agrees_rate` is over the completions with a reasoning block (None when none has
-    one); `correct_but_disagrees` (right answers whose reasoning says otherwise) and
+    `reasoning_agrees_rate` is over the completions whose reasoning settles at least one person (None
+    when none does), `reasoning_settles_nobody` over those with a reasoning block (None when none has
+    one); `correct_but_disagrees` (right answers whose reasoning settles someone otherwise) and
     `invented_name_rate` are over every completion, like accuracy.
 
     >>> rows = [Scored("a", True, 2, 2, True, True, 10, False), Scored("b", False, 1, 2, True, True, 30, True)]
@@ -85,13 +89,15 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         "truncation_rate": _mean([float(s.truncated) for s in scored]),
         "mean_tokens_correct": _mean([s.tokens for s in scored if s.correct]),
         "mean_tokens_wrong": _mean([s.tokens for s in scored if not s.correct]),
-        "reasoning_agrees_rate": _mean([float(s.reasoning_agrees) for s in scored if s.has_reasoning]),
-        "correct_but_disagrees": _mean([float(s.correct and s.has_reasoning and not s.reasoning_agrees)
+        "reasoning_agrees_rate": _mean([float(s.reasoning_agrees) for s in scored if s.reasoning_settles]),
+        "reasoning_settles_nobody": _mean([float(not s.reasoning_settles) for s in scored if s.has_reasoning]),
+        "correct_but_disagrees": _mean([float(s.correct and s.reasoning_settles and not s.reasoning_agrees)
                                         for s in scored]),
         "invented_name_rate": _mean([float(s.invented) for s in scored]),
         "n": len(scored),
         "puzzles": len(by_puzzle),
         "with_reasoning": sum(s.has_reasoning for s in scored),
+        "with_settling_reasoning": sum(s.reasoning_settles for s in scored),
         "pass_at_k": _mean([float(v) for v in by_puzzle.values()]),
     }
 
@@ -101,22 +107,27 @@ def trials(row: dict, key: str) -> int | None:
 
     Puzzles, not completions: several samples of one puzzle are not independent, so counting them
     would narrow the interval falsely (with one sample a puzzle, the two are equal). The reasoning
-    agreement rate counts only completions with reasoning, in the same puzzle units. None: a row
-    written before these counts were recorded.
+    rates count only completions with reasoning (agreement: only those whose reasoning settles someone),
+    in the same puzzle units. None: a row written before these counts were recorded (a row from before
+    `with_settling_reasoning` counted agreement over every completion with reasoning).
 
-    >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6}
-    >>> trials(row, "accuracy"), trials(row, "reasoning_agrees_rate"), trials({"n": 5}, "accuracy")
-    (4, 3, 5)
-    >>> trials({"n": 5}, "reasoning_agrees_rate") is None
-    True
+    >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6, "with_settling_reasoning": 2}
+    >>> trials(row, "accuracy"), trials(row, "reasoning_agrees_rate"), trials(row, "reasoning_settles_nobody")
+    (4, 1, 3)
+    >>> trials({"n": 5}, "accuracy"), trials({"n": 5}, "reasoning_agrees_rate") is None
+    (5, True)
     """
     n = row.get("n")
     puzzles = row.get("puzzles") or n
     if not isinstance(puzzles, int) or isinstance(puzzles, bool) or puzzles <= 0:
         return None
-    if key != "reasoning_agrees_rate":
+    if key not in REASONING_TRIALS:
         return puzzles
-    with_reasoning = row.get("with_reasoning")
-    if not isinstance(with_reasoning, int) or not isinstance(n, int) or n <= 0:
+    counted = row.get(REASONING_TRIALS[key], row.get("with_reasoning"))
+    if not isinstance(counted, int) or not isinstance(n, int) or n <= 0:
         return None
-    return round(with_reasoning * puzzles / n)
+    return round(counted * puzzles / n)
+
+
+# The completions a reasoning rate counts: the count column of a validation row.
+REASONING_TRIALS = {"reasoning_agrees_rate": "with_settling_reasoning", "reasoning_settles_nobody": "with_reasoning"}

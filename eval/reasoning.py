@@ -41,8 +41,10 @@ class ReasoningCheck:
 
     has_reasoning: a closed <think> block with non-whitespace text.
     settled: name -> the last definite claim about that person in the reasoning (None: never settled).
-    agrees: has reasoning, and every person it settles has that role in the answer (people it never
-        settles do not count against it; an answer that leaves a settled person undecided does).
+    settles: the reasoning settles at least one person (one that settles nobody can neither agree nor
+        disagree: "Let me think about the statements" is no evidence for the answer).
+    agrees: it settles someone, and every person it settles has that role in the answer (people it
+        never settles do not count against it; an answer that leaves a settled person undecided does).
     invented: people not in the puzzle that the reasoning names (a K&K first name) or gives a role.
     """
 
@@ -50,6 +52,7 @@ class ReasoningCheck:
     settled: dict[str, bool | None]
     agrees: bool
     invented: tuple[str, ...]
+    settles: bool = False
 
 
 def check_reasoning(text: str, names: Sequence[str], answer: Mapping[str, bool | None], fmt: str) -> ReasoningCheck:
@@ -58,14 +61,19 @@ def check_reasoning(text: str, names: Sequence[str], answer: Mapping[str, bool |
     >>> names = ["Aiden", "Zoey"]
     >>> r = check_reasoning("<think>Suppose Aiden lies. Then Zoey is a knight. So Aiden is a knave.</think>",
     ...                     names, {"Aiden": True, "Zoey": True}, "think_answer")
-    >>> r.settled, r.agrees
-    ({'Aiden': False, 'Zoey': True}, False)
+    >>> r.settled, r.settles, r.agrees
+    ({'Aiden': False, 'Zoey': True}, True, False)
+    >>> r = check_reasoning("<think>Let me read the statements.</think>", names, {"Aiden": True}, "think_answer")
+    >>> r.has_reasoning, r.settles, r.agrees
+    (True, False, False)
     """
     block = reasoning_block(text, fmt)
     if not block.strip():
         return ReasoningCheck(False, dict.fromkeys(names), False, ())
     claims = read_claims(block, names)
     settled = claims.last()
-    agrees = all(answer.get(name) is role for name, role in settled.items() if role is not None)
+    settles = any(role is not None for role in settled.values())
+    agrees = settles and all(answer.get(name) is role for name, role in settled.items() if role is not None)
     named = [word for word in claims.invented if KIND.get(word) == "stranger"]
-    return ReasoningCheck(True, settled, agrees, tuple(dict.fromkeys([*named, *claims.invented_with_roles()])))
+    return ReasoningCheck(True, settled, agrees, tuple(dict.fromkeys([*named, *claims.invented_with_roles()])),
+                          settles)

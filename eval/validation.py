@@ -15,6 +15,7 @@ tracker and the table. vLLM validates on one GPU: many processes validate throug
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -49,14 +50,16 @@ def grade_subset(records: list[dict], completions, fmt: str) -> tuple[list[Score
             lenient = lenient_grade(out.text, record["names"], record["solution"], g)
             invented = sorted({*r.invented, *g.invented})
             scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok, g.answered,
-                                 out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented), lenient.correct))
+                                 out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented), lenient.correct,
+                                 r.settles))
             samples.append({
                 "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
                 "answered": g.answered, "n_right": g.n_right, "n_people": len(record["names"]),
                 "assignment": g.assignment, "reasons": list(g.reasons),
                 "solution": list(record["solution"]), "names": list(record["names"]),
-                "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_agrees": r.agrees,
+                "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_settles": r.settles,
+                "reasoning_agrees": r.agrees,
                 "invented": invented, "lenient_correct": lenient.correct, "lenient_assignment": lenient.assignment,
                 "lenient_reason": lenient.reason,
             })
@@ -68,34 +71,76 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[int, 
              processes: Processes = SINGLE) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
 
-    `tag` (stage, stage_name, global_step) prefixes every row; rows go to `writer` (a JsonlWriter)
-    when given. Returns the rows (on every rank of many `processes`; the main process records them).
+    `tag` (stage, stage_name, global_step) prefixes every row; each subset's row goes to `writer` (a
+    JsonlWriter) as soon as it is graded, so an interrupt keeps the subsets done. Returns the rows (on every
+    rank of many `processes`; the main process records them: rows, samples, tracker, console).
     """
     s, rows = settings, []
     generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
                   "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
+    step, console = int(tag.get("global_step", 0)), console or wide_console()
+    record = processes.is_main
     with validation_engine(s, model_path, processes) as engine:
         for ppl, records in sorted(pools.items()):
             label = f"validating {tag.get('stage_name')} {ppl}ppl"
             completions, cost = engine.generate(s.prompts(records), label=label, **generation)
             scored, samples = grade_subset(records, completions, s.fmt)
-            if processes.is_main:
+            if record:
                 _write_samples(samples_file(out_dir, ppl), samples)
             rows.append({**tag, "ppl": ppl, **subset_metrics(scored), "cost": cost.as_dict()})
-    if processes.is_main:
-        _record(rows, tag, writer, tracker, console)
+            if not record:
+                continue
+            if writer is not None:
+                writer.write(rows[-1:])
+            if tracker is not None:
+                tracker.table(f"val/{ppl}ppl/samples", [sample_cells(tag, ppl, sample) for sample in samples], step)
+            console.print(progress_line(rows, [len(r) * s.samples for p, r in pools.items() if p > ppl]),
+                          highlight=False)
+    if tracker is not None and record:
+        for row in rows:  # `stage` beside: validation panels are drawn over the stage (train/tracking.py)
+            tracker.log({"stage": tag.get("stage"),
+                         **{f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None}},
+                        step=step)
+    if record:
+        console.print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
     return rows
 
 
-def _record(rows: list[dict], tag: dict, writer, tracker, console: Console | None) -> None:
-    """Rows to `writer`, their metrics to `tracker`, and the table to the console."""
-    if writer is not None:
-        writer.write(rows)
-    if tracker is not None:
-        for row in rows:
-            tracker.log({f"val/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
-                        step=int(tag.get("global_step", 0)))
-    (console or Console()).print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
+def wide_console() -> Console:
+    """rich's console, 100 columns wide where it is not a terminal (a log file, a pipe: rich would take 80 and
+    wrap the rates under their intervals); a terminal keeps its own width."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = max(console.width, 100)
+    return console
+
+
+def progress_line(rows: list[dict], left: list[int]) -> str:
+    """A subset done: its completions and seconds, and the time left at the rate so far (a longer subset,
+    more people, writes longer completions: a floor more than a forecast).
+
+    >>> rows = [{"ppl": 2, "cost": {"seconds": 30.0, "setup_seconds": 5.0, "completions": 60}}]
+    >>> progress_line(rows, [100, 100])
+    '  2ppl validated: 60 completions in 35 s; 2 subsets left, ~100 s at this rate'
+    >>> progress_line(rows, [])
+    '  2ppl validated: 60 completions in 35 s'
+    """
+    cost = rows[-1]["cost"]
+    line = f"  {rows[-1]['ppl']}ppl validated: {cost['completions']} completions in " \
+           f"{cost['seconds'] + cost['setup_seconds']:.0f} s"
+    done = sum(r["cost"]["completions"] for r in rows)
+    if not left or not done:
+        return line
+    per_completion = sum(r["cost"]["seconds"] for r in rows) / done
+    subsets = f"{len(left)} subset{'s' if len(left) > 1 else ''}"
+    return f"{line}; {subsets} left, ~{per_completion * sum(left):.0f} s at this rate"
+
+
+def sample_cells(tag: Mapping, ppl: int, sample: Mapping) -> dict:
+    """One graded completion as a tracker table row: what a person filters on, then the text."""
+    keys = ("id", "correct", "lenient_correct", "format_ok", "tokens", "truncated", "reasoning_agrees", "invented")
+    return {"stage": tag.get("stage_name"), "ppl": ppl, **{k: sample.get(k) for k in keys},
+            "completion": sample.get("completion")}
 
 
 @contextmanager
@@ -123,23 +168,29 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
 # (validation row key, console header): the rates a person reads first, each in % with its interval.
 CONSOLE_RATES = (("accuracy", "accuracy %"), ("lenient_accuracy", "lenient %"), ("format_rate", "format %"),
                  ("truncation_rate", "truncated %"), ("reasoning_agrees_rate", "reasoning\nagrees %"),
+                 ("reasoning_settles_nobody", "settles\nnobody %"),
                  ("invented_name_rate", "invented\nname %"))
 
 
 def results_table(rows: list[dict], title: str) -> Table:
     """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its
-    95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl)."""
+    95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl). The
+    lenient column is left out where it equals strict accuracy in every row (the caption says so)."""
+    lenient_differs = any(row.get("lenient_accuracy") != row.get("accuracy") for row in rows)
+    shown = [(k, header) for k, header in CONSOLE_RATES if k != "lenient_accuracy" or lenient_differs]
+    lenient = "an untagged final answer counts" if lenient_differs else "equal to accuracy here, not shown"
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                   caption="rates in % (95% Wilson interval); n: distinct puzzles; reasoning agrees: "
-                          "of the completions with reasoning; lenient: an untagged final answer counts")
+                          "of those whose reasoning settles someone; settles nobody: of those with reasoning; "
+                          f"lenient: {lenient}")
     # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
     table.add_column("ppl", justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
-    for _, header in CONSOLE_RATES:
+    for _, header in shown:
         table.add_column(header, justify="right", overflow="fold")
     table.add_column("mean\ntokens", justify="right", no_wrap=True)
     for row in rows:
-        rates = (percent_text(row.get(k), trials(row, k)) for k, _ in CONSOLE_RATES)
+        rates = (percent_text(row.get(k), trials(row, k)) for k, _ in shown)
         table.add_row(str(row["ppl"]), str(trials(row, "accuracy") or "-"), *rates, _tokens(row.get("mean_tokens")))
     return table
 

@@ -62,10 +62,13 @@ def make_cfg(cache_dir, tmp_path):
     return partial(compose_cfg, cache_dir, output_dir=tmp_path)
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None, **kwargs):
-    """Run `python -m <args>` as a user would, returning the CompletedProcess (output captured)."""
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, **kwargs)
+def run_cli(*args: str, cwd: Path = ROOT, timeout: int = 600, env: dict | None = None, merged: bool = False,
+            **kwargs):
+    """Run `python -m <args>` as a user would, returning the CompletedProcess (output captured; `merged`:
+    stderr into stdout, in the order a terminal shows them)."""
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if merged else {"capture_output": True}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})}, **streams, **kwargs)
 
 
 @pytest.fixture(scope="session")

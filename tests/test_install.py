@@ -38,7 +38,7 @@ def test_the_smoke_ladder_runs_without_peft_and_its_console_is_the_run(tmp_path,
     assert done.returncode == 0, done.stderr[-3000:]
     assert [s["status"] for s in json.loads((run_dir / "run.json").read_text())["stages"]] == ["done"] * 5
     console = done.stdout + done.stderr
-    assert "validation after 6ppl" in console and "train_runtime" in console, "the stage tables and progress"
+    assert "validation after 6ppl" in console and "stage 5/5 · 6ppl · 2 steps" in console, "the tables and banners"
     assert [noise for noise in NOISE if noise in console] == []
 
 
@@ -49,3 +49,12 @@ def test_lora_without_peft_names_the_extra_before_anything_is_written(tmp_path, 
     assert refused.returncode != 0
     assert "config error: model.lora: LoRA needs the peft extra: pip install -e '.[peft]'" in refused.stderr
     assert not (run_dir / "run.json").exists()
+
+
+def test_the_license_is_an_spdx_string_so_setuptools_does_not_warn_on_install():
+    # setuptools >= 77 warns "`project.license` as a TOML table is deprecated" on every build of a table
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert project["build-system"]["requires"] == ["setuptools>=77"]  # the first to read an SPDX string

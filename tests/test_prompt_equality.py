@@ -31,8 +31,10 @@ def tiny(cache_dir):
 
 
 def _grpo_ids(rows, path, tokenizer, model, tmp_path) -> list[int]:
+    # activation_checkpointing named: left unset, TRL's default for the old name (gradient_checkpointing) warns
     args = GRPOConfig(output_dir=str(tmp_path / "grpo"), use_cpu=True, bf16=False, report_to="none",
-                      num_generations=2, per_device_train_batch_size=2, max_completion_length=4)
+                      num_generations=2, per_device_train_batch_size=2, max_completion_length=4,
+                      activation_checkpointing=False)
     trainer = GRPOTrainer(model=model, reward_funcs=[lambda completions, **kw: [0.0] * len(completions)],
                           args=args, train_dataset=rows, processing_class=tokenizer)
     prompt_ids_by_trl, _, _ = trainer._tokenize_prompts([rows[0]["prompt"]])
@@ -41,7 +43,7 @@ def _grpo_ids(rows, path, tokenizer, model, tmp_path) -> list[int]:
 
 def _sft_prompt_ids(rows, tokenizer, model, tmp_path) -> list[int]:
     args = SFTConfig(output_dir=str(tmp_path / "sft"), use_cpu=True, bf16=False, report_to="none",
-                     completion_only_loss=True, max_length=2048)
+                     completion_only_loss=True, max_length=2048, activation_checkpointing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
     example = trainer.train_dataset[0]
     in_loss = [label != -100 for label in example["labels"]]  # completion-only loss: the prompt is masked

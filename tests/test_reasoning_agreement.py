@@ -52,35 +52,38 @@ def think(reasoning: str, answer: str = RIGHT) -> str:
 
 
 CHECKS = [
-    # (completion, fmt, has reasoning, agrees, invented); the answer is the grader's
+    # (completion, fmt, has reasoning, settles someone, agrees, invented); the answer is the grader's
     # the reasoning concludes what the answer says
-    (think("So Aiden is a knave and Zoey is a knight."), "think_answer", True, True, ()),
+    (think("So Aiden is a knave and Zoey is a knight."), "think_answer", True, True, True, ()),
     # the reasoning concludes the opposite about Aiden: a right answer by wrong reasoning
-    (think("Therefore Aiden is a knight. Zoey is a knight."), "think_answer", True, False, ()),
-    # people the reasoning never settles do not count against it
-    (think("Zoey tells the truth."), "think_answer", True, True, ()),
+    (think("Therefore Aiden is a knight. Zoey is a knight."), "think_answer", True, True, False, ()),
+    # people the reasoning never settles do not count against it, once it settles someone ("tells the truth")
+    (think("Zoey tells the truth."), "think_answer", True, True, True, ()),
+    # a reasoning that settles nobody is no evidence for the answer: it neither agrees nor disagrees
+    (think("Aiden's statement mentions Zoey."), "think_answer", True, False, False, ()),
+    (think("Let me think about the statements one by one."), "think_answer", True, False, False, ()),
     # an answer that leaves a settled person undecided does not agree
     (think("Aiden is a knave; Zoey is a knight.", "<answer>Zoey is a knight.</answer>"), "think_answer", True,
-     False, ()),
+     True, False, ()),
     # no reasoning block: an empty one, an unclosed one, the answer_only format
-    (think("   "), "think_answer", False, False, ()),
-    ("<think>Aiden is a knave" + RIGHT, "think_answer", False, False, ()),
-    (RIGHT, "answer_only", False, False, ()),
+    (think("   "), "think_answer", False, False, False, ()),
+    ("<think>Aiden is a knave" + RIGHT, "think_answer", False, False, False, ()),
+    (RIGHT, "answer_only", False, False, False, ()),
     # logic_rl: the reasoning is the text before </think>
-    ("Aiden lies, so Zoey is a knight.</think>" + RIGHT, "logic_rl", True, True, ()),
+    ("Aiden lies, so Zoey is a knight.</think>" + RIGHT, "logic_rl", True, True, True, ()),
     # a K&K name from outside the puzzle, mentioned or given a role
-    (think("Like Oliver in the example, Aiden is a knave; Zoey is a knight."), "think_answer", True, True,
+    (think("Like Oliver in the example, Aiden is a knave; Zoey is a knight."), "think_answer", True, True, True,
      ("oliver",)),
-    (think("Aiden is a knave, Zoey is a knight and Quentin is a knave."), "think_answer", True, True,
+    (think("Aiden is a knave, Zoey is a knight and Quentin is a knave."), "think_answer", True, True, True,
      ("quentin",)),
 ]
 
 
-@pytest.mark.parametrize(("completion", "fmt", "has_reasoning", "agrees", "invented"), CHECKS)
-def test_check_reasoning(completion, fmt, has_reasoning, agrees, invented):
+@pytest.mark.parametrize(("completion", "fmt", "has_reasoning", "settles", "agrees", "invented"), CHECKS)
+def test_check_reasoning(completion, fmt, has_reasoning, settles, agrees, invented):
     g = grade(completion, NAMES, SOLUTION, fmt=fmt)
     r = check_reasoning(completion, NAMES, g.assignment, fmt)
-    assert (r.has_reasoning, r.agrees, r.invented) == (has_reasoning, agrees, invented), r
+    assert (r.has_reasoning, r.settles, r.agrees, r.invented) == (has_reasoning, settles, agrees, invented), r
 
 
 def test_the_published_chains_of_thought_agree_with_their_solutions():
@@ -109,14 +112,17 @@ def test_metric_arithmetic_on_known_completions():
         RIGHT,  # right, no reasoning
         think("Aiden is a knave and Zoey is a knight, unlike Liam.",  # right, agrees, invents Liam
               "<answer>Aiden is a knave; Zoey is a knight; Liam is a knave.</answer>"),  # ... so wrong
+        think("Let me read the statements again."),  # right, its reasoning settles nobody
     )]
     scored, samples = grade_subset([record], [outs], "think_answer")
     m = subset_metrics(scored)
-    assert [s["correct"] for s in samples] == [True, True, False, True, False]
-    assert m["accuracy"] == 0.6
-    assert m["reasoning_agrees_rate"] == 0.75  # 3 of the 4 with reasoning
-    assert m["correct_but_disagrees"] == 0.2  # 1 of all 5
-    assert m["invented_name_rate"] == 0.2  # 1 of all 5
+    assert [s["correct"] for s in samples] == [True, True, False, True, False, True]
+    assert m["accuracy"] == 0.6667
+    # 3 of the 4 whose reasoning settles someone (the one that settles nobody counted as agreeing before)
+    assert m["reasoning_agrees_rate"] == 0.75 and m["with_settling_reasoning"] == 4
+    assert m["reasoning_settles_nobody"] == 0.2 and m["with_reasoning"] == 5  # 1 of the 5 with reasoning
+    assert m["correct_but_disagrees"] == 0.1667  # 1 of all 6: the one that settles nobody does not disagree
+    assert m["invented_name_rate"] == 0.1667  # 1 of all 6
     assert samples[1]["reasoning_claims"] == {"Aiden": True, "Zoey": True} and not samples[1]["reasoning_agrees"]
     assert samples[4]["invented"] == ["liam"] and samples[3]["has_reasoning"] is False
 
@@ -129,8 +135,10 @@ def test_the_results_table_prints_the_reasoning_metrics():
     console.print(results_table([{"ppl": 2, **subset_metrics(scored)}], title="t"))
     text = console.export_text()
     # short headers at 100 columns: the reasoning rates, each a % with its interval over 1 puzzle
-    assert all(k in text for k in ("reasoning", "agrees %", "invented", "name %"))
-    assert "100 (21-100)" in text and "0 (0-79)" in text  # agrees 1/1; invented 0/1
+    assert all(k in text for k in ("reasoning", "agrees %", "settles", "nobody %", "invented", "name %"))
+    assert "100 (21-100)" in text and "0 (0-79)" in text  # agrees 1/1 ("Aiden lies" settles him); nobody 0/1
+    # a lenient column that repeats accuracy is left out, and the caption says so
+    assert "lenient %" not in text and "lenient: equal to accuracy here" in " ".join(text.split())
     assert max(map(len, text.splitlines())) <= 100
 
 

@@ -67,17 +67,19 @@ def test_the_report_marks_changes_the_intervals_allow_and_only_those(tmp_path):
 
 def test_the_console_table_carries_intervals_and_fits_100_columns():
     rows = [{"ppl": ppl, "accuracy": 0.63, "lenient_accuracy": 0.7, "format_rate": 0.05, "truncation_rate": 1.0,
-             "reasoning_agrees_rate": 0.5, "invented_name_rate": 0.0, "mean_tokens": 1512.3, "n": 100,
-             "puzzles": 100, "with_reasoning": 64} for ppl in range(2, 8)]
+             "reasoning_agrees_rate": 0.5, "reasoning_settles_nobody": 0.25, "invented_name_rate": 0.0,
+             "mean_tokens": 1512.3, "n": 100, "puzzles": 100, "with_reasoning": 64, "with_settling_reasoning": 48}
+            for ppl in range(2, 8)]
     console = Console(width=100, record=True)
     console.print(results_table(rows, "validation after 6ppl"))
     lines = console.export_text().splitlines()
     assert max(map(len, lines)) <= 100
     body = [line for line in lines if re.match(r"\s+[2-7]\s+100\s", line)]
     assert len(body) == 6, "one line per subset at 100 columns"
-    # accuracy, lenient, format, truncated, agrees (over the 64 with reasoning), invented: each with its interval
+    # accuracy, lenient, format, truncated, agrees (over the 48 whose reasoning settles someone), settles nobody
+    # (over the 64 with reasoning), invented: each with its interval
     assert body[0].split()[2:] == ["63", "(53-72)", "70", "(60-78)", "5", "(2-11)", "100", "(96-100)", "50",
-                                   "(38-62)", "0", "(0-4)", "1512.3"]
+                                   "(36-64)", "25", "(16-37)", "0", "(0-4)", "1512.3"]
 
 
 def _seed_job(sweep: Path, num: int, fmt: str, seed: int, accuracies: list[float]) -> None:

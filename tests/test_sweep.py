@@ -47,3 +47,32 @@ def test_optuna_search_space_over_reward_weights(make_cfg):
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
     assert set(sweeper.params) == {"reward.weights.format", "reward.weights.answer", "reward.weights.overlong"}
+
+
+def offline_runs(job) -> dict[str, bytes]:
+    """The wandb offline runs in a job folder, `offline-run-<YYYYMMDD_HHMMSS>-<run id>`: {run id: its record file}."""
+    prefix = len("offline-run-20260101_000000-")
+    runs = (job / "wandb").glob("offline-run-*")
+    return {run.name[prefix:]: next(run.glob("run-*.wandb")).read_bytes() for run in runs}
+
+
+def test_two_sweeps_never_share_a_wandb_run_and_each_job_is_named_and_grouped(tmp_path, cache_dir):
+    # the same sweep twice: job 0 of each used to get the id "0-<config hash>", and online with resume="allow"
+    # the second sweep's jobs were attached to the first sweep's runs
+    ids = {}
+    for sweep in ("a", "b"):
+        sweep_dir = tmp_path / "multirun" / sweep
+        done = run_cli("train", "-m", "+curriculum=kk_mixed", "experiment=smoke", "limits.max_steps=1",
+                       "logger=wandb", f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}", "seed=1,2",
+                       env={"WANDB_MODE": "offline"})
+        assert done.returncode == 0, done.stderr[-3000:]
+        for job, seed in (("0", "1"), ("1", "2")):
+            tracker_id = json.loads((sweep_dir / job / "run.json").read_text())["tracker_id"]
+            runs = offline_runs(sweep_dir / job)
+            assert list(runs) == [tracker_id], "one offline wandb run per job, under the id run.json keeps"
+            record = runs[tracker_id]
+            # name: the job and what its sweep varies; group: the sweep folder; job type: curriculum
+            assert f"{job}: seed={seed}".encode() in record and f"multirun/{sweep}".encode() in record
+            assert b"curriculum" in record and f"multirun/{'b' if sweep == 'a' else 'a'}".encode() not in record
+            ids[(sweep, job)] = tracker_id
+    assert len(set(ids.values())) == 4, ids

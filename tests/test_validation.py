@@ -72,12 +72,13 @@ def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
             g = grade(s["completion"], s["names"], s["solution"], fmt="think_answer")
             r = check_reasoning(s["completion"], s["names"], g.assignment, "think_answer")
             assert g.correct == s["correct"] and g.format_ok == s["format_ok"]
-            assert r.agrees == s["reasoning_agrees"] and sorted({*r.invented, *g.invented}) == s["invented"]
+            assert (r.agrees, r.settles) == (s["reasoning_agrees"], s["reasoning_settles"])
+            assert sorted({*r.invented, *g.invented}) == s["invented"]
             lenient = lenient_grade(s["completion"], s["names"], s["solution"], g)
             assert lenient.correct == s["lenient_correct"]
             regraded.append(Scored(s["id"], g.correct, g.n_right, s["n_people"], g.format_ok, g.answered,
                                    s["tokens"], s["truncated"], r.has_reasoning, r.agrees, bool(s["invented"]),
-                                   lenient.correct))
+                                   lenient.correct, r.settles))
         recount = subset_metrics(regraded)
         assert {k: row[k] for k in METRIC_COLUMNS} == {k: recount[k] for k in METRIC_COLUMNS}
 

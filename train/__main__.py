@@ -4,8 +4,9 @@ Thin on purpose: compose the config, find the run directory, hand over to `run_c
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run. A fresh run refused by a
-config error leaves no folder (conf/claim.py).
+by the run lock writes nothing: the directory belongs to the live run. A run refused by a config error
+(or a model that cannot be had here) before it wrote anything is one line and leaves no folder
+(conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/exits.py).
 
 Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
 the ranks join their process group and take the main process's launch time, so that every time-named
@@ -29,11 +30,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from conf import register_resolvers
 from conf.claim import discard_refused_run
-from conf.errors import config_error_line, exit_on_config_error, run_app
+from conf.errors import run_app
 from core.checks import ConfigError
 from core.confined import open_regular
 from core.distributed import Processes, broadcast, start_processes
-from core.rundir import ERROR, RUN_JSON, RunLockedError
+from core.rundir import ERROR, RunLockedError
+from train.exits import interrupted_line, refusal_line
+from train.identity import requested_optimizers, run_identity
 
 log = logging.getLogger("train")
 
@@ -46,7 +49,9 @@ QUIET_RANK = ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     # imported here, not above: a config error is refused in a second, before torch and TRL load
-    from core.models import quiet_libraries
+    from core.models import defer_bitsandbytes, quiet_libraries
+
+    defer_bitsandbytes(requested_optimizers(cfg))  # before transformers.trainer (-> peft) imports it
     from train.runner import run_curriculum
 
     quiet_libraries()
@@ -58,14 +63,23 @@ def main(cfg: DictConfig) -> float:
         if cfg.launch.launcher is not None:
             value = _relaunch(cfg, list(hydra_cfg.overrides.task), run_dir, processes)
         else:
-            value = run_curriculum(cfg, run_dir, processes=processes)
+            value = run_curriculum(cfg, run_dir, processes=processes, identity=run_identity(hydra_cfg, run_dir))
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
+    except KeyboardInterrupt:
+        if processes.is_main:
+            print(interrupted_line(run_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
+        raise SystemExit(130) from None  # the shell's code for a Ctrl-C
     except Exception as err:
-        if multirun or not _refused_before_run(run_dir, err, processes):
-            record_error(run_dir / ERROR, err, processes)
+        refusal = refusal_line(err)
+        if refusal is not None and not multirun:
+            # one line that names the key; a traceback would bury it. The folder Hydra made for a run refused
+            # before it wrote anything goes; a run given to resume= is left exactly as it was (no error.txt)
+            if processes.is_main:
+                discard_refused_run(run_dir, f"{hydra_cfg.job.name}.log")
+            raise SystemExit(refusal) from None
+        record_error(run_dir / ERROR, err, processes)
         if not multirun:
-            exit_on_config_error(err)  # one line that names the key; a traceback would bury it
             raise
         log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / ERROR)
         return float("nan")  # a sweeper records the trial as failed and goes on
@@ -80,14 +94,6 @@ def _relaunch(cfg: DictConfig, overrides: list[str], run_dir: Path, processes: P
         raise ConfigError(f"launch.launcher: this process is already one of {processes.world_size} ranks; "
                           "drop launch= when starting python -m train with accelerate launch or torchrun")
     return relaunch(OmegaConf.to_container(cfg.launch, resolve=True), overrides, run_dir)
-
-
-def _refused_before_run(run_dir: Path, err: BaseException, processes: Processes) -> bool:
-    """A config error refused the run before it began: no error.txt, and the main process removes what
-    Hydra wrote for it (conf/claim.py discard_refused_run)."""
-    if not processes.is_main:
-        return config_error_line(err) is not None and not (run_dir / RUN_JSON).exists()
-    return discard_refused_run(run_dir, err, f"{HydraConfig.get().job.name}.log")
 
 
 def record_error(path: Path, err: BaseException, processes: Processes) -> None:

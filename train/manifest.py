@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # Keys that may differ between a run and its resume without changing what is trained (how many
 # processes train is checked on its own: run.json's world_size).
 RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch",
+    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
     "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
 )
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 
@@ -55,7 +56,12 @@ from eval.validation import validate
 from train import resume
 from train.checkpoints import final_problem
 from train.config_check import check_config
+from train.console import RunConsole
+from train.finals import FinalsSettings, compact_finals
+from train.identity import RunIdentity
 from train.manifest import Manifest
+from train.preflight import RunSize, cpu_warning, run_size
+from train.rollouts import RolloutSampler
 from train.stage_end import stage_end_callbacks
 from train.stage_kinds import stage_kinds
 from train.stage_run import StageContext, StageKind, StageResult, run_stage
@@ -64,16 +70,21 @@ from train.tracking import RunLogs, make_tracker
 log = logging.getLogger(__name__)
 
 
-def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE) -> float:
+def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
+                   identity: RunIdentity | None = None) -> float:
     """Run (or resume) the curriculum in `run_dir`; returns the sweep objective (on every rank).
 
     `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer; `processes` is the
-    launch this process is part of (every rank calls this with the same config and run directory).
+    launch this process is part of (every rank calls this with the same config and run directory);
+    `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder).
     """
     plan = build_plan(cfg, processes.world_size)
     check_config(cfg, plan, processes)
     kinds = stage_kinds(cfg, processes.world_size)
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
+    console = RunConsole(run_dir, plan)
+    if processes.is_main:
+        say_size(run_size(cfg, plan), str(cfg.model.name))
     with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(cfg, plan)
@@ -83,8 +94,12 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
         rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
         manifest = open_manifest(run_dir, cfg, plan, processes)
         manifest.pools_drawn(pools.removed)
-        manifest.update(base_model=base, status=Status.RUNNING)
-        tracker = make_tracker(cfg.logger, run_dir, f"{run_dir.name}-{manifest.config_hash}",
+        identity = identity or RunIdentity(run_dir.name, None, None)
+        manifest.update(base_model=base, status=Status.RUNNING,
+                        tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash))
+        if processes.is_main:
+            console.started(done_steps=manifest.global_step_before(len(plan) + 1))
+        tracker = make_tracker(cfg.logger, run_dir, identity, manifest.fields["tracker_id"],
                                config=OmegaConf.to_container(cfg, resolve=True), writes=processes.is_main)
         try:
             CurriculumRun(
@@ -93,15 +108,21 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
                 validation=validation_settings(cfg), reference=str(cfg.reference),
                 on_damaged=str(cfg.on_damaged_checkpoint),
                 keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
-                processes=processes,
+                processes=processes, console=console, rollouts=RolloutSettings(**cfg.rollouts),
+                cpu_threads=cfg.cpu_threads,
+                finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
             ).run()
+            value = _objective(str(cfg.objective), manifest)
+            finals = {f"final/{ppl}ppl/accuracy": acc for ppl, acc in final_accuracy(manifest.data).items()}
+            tracker.summary({"objective": value, **finals})
         except BaseException:
             manifest.update(status=Status.FAILED)
             raise
         finally:
             tracker.finish()
-        value = _objective(str(cfg.objective), manifest)
         manifest.update(status=Status.DONE, objective=value)
+    if processes.is_main:
+        console.finished(f"objective {cfg.objective} = {value:.3f}")
     return value
 
 
@@ -143,6 +164,14 @@ def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[s
     return rows
 
 
+@dataclass(frozen=True)
+class RolloutSettings:
+    """`rollouts`: sample training rollouts every `every` steps (0: never), `groups` whole prompt groups each."""
+
+    every: int
+    groups: int
+
+
 @dataclass
 class CurriculumRun:
     """One run's plan, rows and records, and the stage loop over them."""
@@ -161,6 +190,10 @@ class CurriculumRun:
     keep_trainer_checkpoints: bool
     callbacks: list  # extra TrainerCallbacks for every stage
     processes: Processes = SINGLE  # every rank runs the loop; the main one writes
+    console: RunConsole | None = None  # the run's console (None: transformers' own, as in bare TRL)
+    rollouts: RolloutSettings = RolloutSettings(every=0, groups=0)  # training rollouts sampled (every 0: none)
+    cpu_threads: int | str = "auto"  # measured again before each stage and validation (the load changes)
+    finals: FinalsSettings = FinalsSettings()  # what becomes of a final no stage still to train needs
 
     def run(self) -> None:
         """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
@@ -181,7 +214,19 @@ class CurriculumRun:
                 summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
                                                          global_step=trained.global_step_end)
                 self.manifest.stage_validated(stage.index, summary, cost)
+                self.compact_finals()
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
+
+    def compact_finals(self) -> None:
+        """Apply `finals` to the finals nothing still to train reads (train/finals.py); run.json says which."""
+        first_rl = next((s.index for s in self.plan if self.kinds[s.kind].learns_from_rewards), None)
+        rl_start = first_rl - 1 if self.reference == "rl_start" and first_rl and first_rl > 1 else None
+        before = self.manifest.fields.get("compacted_finals") or {}
+        # the main process rewrites the finals; every rank records what it did
+        after = on_main(lambda: compact_finals(self.run_dir, self.manifest.stages, rl_start, self.finals, before),
+                        self.processes)
+        if after != before:
+            self.manifest.update(compacted_finals=after)
 
     def train(self, stage: Stage, kind: StageKind, *, init: str, reference: str | None) -> None:
         """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
@@ -207,13 +252,23 @@ class CurriculumRun:
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
                                self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
-                               self.processes, [*self.callbacks, *watch], resume_from=checkpoint,
-                               reward_warning=partial(self.manifest.stage_warning, stage.index))
+                               self.processes, [*self.callbacks, *watch, *self.printing(stage, start)],
+                               resume_from=checkpoint, reward_warning=partial(self.manifest.stage_warning, stage.index))
+        use_cpu_threads(self.cpu_threads)
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
             self.manifest.stage_ended(stage.index, end)
         return result
+
+    def printing(self, stage: Stage, start: int) -> list:
+        """The stage's console and its sampled rollouts (GRPO), as callbacks."""
+        found = [self.console.stage(stage)] if self.console is not None else []
+        if self.kinds[stage.kind].learns_from_rewards and self.logs.rollouts is not None and self.rollouts.every:
+            found.append(RolloutSampler(self.logs.rollouts, self.logs.tracker, every=self.rollouts.every,
+                                        groups=self.rollouts.groups, stage_index=stage.index, stage_name=stage.name,
+                                        step_offset=start))
+        return found
 
     def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
         """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""
@@ -226,6 +281,7 @@ class CurriculumRun:
         chooses (rows, samples, tracker); returns run.json's summary of it and what it cost."""
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         chosen = validation_subsets(self.validation.subsets_after_stage, self.validation.subsets, self.plan, index)
+        use_cpu_threads(self.cpu_threads)
         rows = validate(self.validation, str(model_path), {ppl: self.held_out[ppl] for ppl in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
@@ -241,6 +297,22 @@ def intact(run_dir: Path, *checkpoints: str | None) -> None:
             if problem is not None:
                 raise RuntimeError(f"{checkpoint}: damaged since it was published ({problem}); it is not trained "
                                    "from or used as a reference: restore it, or train its stage again")
+
+
+def say_size(size: RunSize, model_name: str) -> None:
+    """What the run will generate, before anything loads; a warning when it is GPU-sized on a CPU."""
+    log.info(size.describe())
+    warning = None if torch.cuda.is_available() else cpu_warning(size, model_name)
+    if warning:
+        log.warning(warning)
+
+
+def use_cpu_threads(setting) -> None:
+    """Apply `cpu_threads` again (auto measures now: the machine's load may have changed since the start)."""
+    before = torch.get_num_threads()
+    threads = configure_cpu_threads(setting)
+    if threads != before:
+        log.info("torch CPU threads: %d (was %d)", threads, before)
 
 
 def _objective(name: str, manifest: Manifest) -> float:

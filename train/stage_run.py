@@ -43,7 +43,7 @@ from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
-from train.tracking import MetricsCallback
+from train.tracking import MetricsCallback, bind_to_trainer
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
@@ -143,6 +143,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer",
                            [metrics, CheckpointDigests(ctx.processes), *ctx.callbacks])
     whole = ctx.processes.sharded_by is None  # ZeRO-3 / FSDP: no rank holds weights worth a fingerprint
+    bind_to_trainer(trainer)  # the run's console and rollout sampler, in place of the trainer's printers
     # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
     start = fingerprint(trainer.model) if whole else None
     reference = kind.reference_fingerprint(trainer) if whole else None

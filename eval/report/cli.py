@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from conf import CONF_DIR
-from core.rundir import RUN_JSON
+from core.rundir import ERROR, RUN_JSON
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
 from eval.report.run import run_report
@@ -50,6 +50,32 @@ def _last_modified(path: Path) -> float:
             if child.is_dir():
                 times += [grand.stat().st_mtime for grand in child.iterdir() if grand.name != REPORT_DIR]
     return max(times, default=path.stat().st_mtime)
+
+
+def is_run(path: Path) -> bool:
+    """A run folder: its run.json, or the error.txt of a run that failed before writing one."""
+    return (path / RUN_JSON).is_file() or (path / ERROR).is_file()
+
+
+def runs_under(path: Path, depth: int = 3, limit: int = 10) -> list[Path]:
+    """Runs and sweeps inside `path` (at most `depth` levels down), newest first, at most `limit`."""
+    found, level = [], [path]
+    for _ in range(depth):
+        level = [child for folder in level for child in sorted(folder.iterdir()) if child.is_dir()
+                 and not child.is_symlink() and child.name != REPORT_DIR]
+        found += [p for p in level if is_run(p) or (p / "multirun.yaml").is_file()]
+        level = [p for p in level if p not in found]
+    return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)[:limit]
+
+
+def refuse_non_run(target: Path) -> None:
+    """End with one message when `target` is neither a run nor a sweep, naming the runs it can see inside it."""
+    if is_run(target) or is_sweep(target):
+        return
+    inside = runs_under(target)
+    seen = "; runs and sweeps inside it, newest first: " + ", ".join(map(str, inside)) if inside else \
+        "; no run or sweep inside it either"
+    raise SystemExit(f"{target}: not a run or sweep folder (no {RUN_JSON}, no multirun.yaml){seen}")
 
 
 def latest_output(outputs: Path) -> Path | None:
@@ -140,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> Path:
     for target in targets:
         if not target.is_dir():
             raise SystemExit(f"{target}: not a directory")
+        refuse_non_run(target)
     if len(targets) == 1:
         out_dir, what = write_report(targets[0]), f"report for {escape(str(targets[0]))}"
     else:

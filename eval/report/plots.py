@@ -164,10 +164,15 @@ def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], ti
 
 
 @literal_text
-def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool) -> Path:
-    """One line per subset across stages (baseline first), the x axis labelled with stage names."""
+def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool,
+                    chance: bool = False) -> Path:
+    """One line per subset across stages (baseline first), the x axis labelled with stage names; `chance`: each
+    subset's chance accuracy (a guess of every role: 1/2^n for n people) as a dotted line in its colour."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(grid.stages)))
+    for ppl in grid.ppls if chance else ():
+        ax.axhline(0.5 ** ppl, color=PPL_STYLE.get(ppl, ("black", "o"))[0], linestyle=":", linewidth=1.2,
+                   label=f"chance {ppl}ppl (1/{2 ** ppl})", zorder=0)
     # subsets side by side around each stage's tick, so their 95% interval bars do not hide each other
     spread = 0.3 / max(1, len(grid.ppls) - 1) if len(grid.ppls) > 1 else 0.0
     for k, ppl in enumerate(grid.ppls):

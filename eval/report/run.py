@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.rundir import Status, stage_records
+from core.rundir import ERROR, Status, stage_records
 from eval.report import adaptive as ra
 from eval.report import series as rs
-from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
+from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
 from eval.report.samples import samples_blocks
+from eval.report.story import story_blocks
 from eval.report.tables import CHANGE_NOTE, grid_table, pool_sizes
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
@@ -42,6 +43,25 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
                      f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
                      fmt(s.wall_seconds, 1)])
     return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
+
+
+# The end of a traceback says what failed; a run folder is untrusted, so only this much of it is read.
+ERROR_TAIL_BYTES, ERROR_TAIL_LINES = 16384, 40
+
+
+def failure_blocks(run_dir: Path) -> list:
+    """A failed run leads with its error.txt (the traceback's last lines), before anything it did not finish."""
+    path = run_dir / ERROR
+    if not path.is_file() or path.is_symlink():
+        return []
+    with open(path, "rb") as fh:
+        fh.seek(max(path.stat().st_size - ERROR_TAIL_BYTES, 0))
+        lines = fh.read().decode("utf-8", errors="replace").splitlines()
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    return [Heading("This run failed"),
+            Text(f"{md_escape(last)} (the last lines of {code(ERROR)} below; a resume that finishes the run "
+                 "removes it)"),
+            Completion("\n".join(lines[-ERROR_TAIL_LINES:]))]
 
 
 def _config_facts(config: dict) -> str:
@@ -78,7 +98,9 @@ def _summary(run: rs.RunData) -> list:
 
 # Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
 REASONING_GRIDS = (
-    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions with reasoning)"),
+    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions whose reasoning settles "
+                              "at least one person)"),
+    ("reasoning_settles_nobody", "Reasoning that settles nobody (share of completions with reasoning)"),
     ("correct_but_disagrees", "Right answers whose reasoning says otherwise (share of all completions)"),
     ("invented_name_rate", "Completions naming a person not in the puzzle (share of all completions)"),
 )
@@ -91,9 +113,11 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
     planned = rs.planned_stages(run.manifest)
     plotted = rs.stage_grid(run.validation, "accuracy")
     image = plot_stage_grid(plotted, "accuracy (exact: every person right)",
-                            "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True)
+                            "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True,
+                            chance=True)
     blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
-    blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals"),
+    blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals; dotted: chance "
+                            "for n people, 1/2^n (a guess of every role)"),
                grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE),
                Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
                grid_table(rs.stage_grid(run.validation, "lenient_accuracy", planned)),
@@ -195,7 +219,9 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
     run = rs.load_run(run_dir)
     boundaries = rs.stage_boundaries(run.manifest, run.steps)
     events = [*ra.promotion_points(run.manifest), *ra.guard_events(run.manifest)]
-    blocks = [*_summary(run), *_stage_ends(run), *_validation(run, out_dir),
+    story = story_blocks(run.manifest, run.steps, run.validation)
+    blocks = [*failure_blocks(run_dir), *_summary(run), *([Heading("What each stage did"), *story] if story else []),
+              *_stage_ends(run), *_validation(run, out_dir),
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
               Heading("Reward"), *_rewards(run, boundaries, out_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),

@@ -27,7 +27,9 @@ def _tokens(row: dict) -> float:
 
 
 def _disagrees(row: dict) -> bool:
-    return bool(row.get("has_reasoning")) and bool(row.get("answered")) and not row.get("reasoning_agrees")
+    """Reasoning that settles someone otherwise than the answer (samples from before `reasoning_settles`: any)."""
+    settles = row.get("reasoning_settles", row.get("has_reasoning"))
+    return bool(settles) and bool(row.get("answered")) and not row.get("reasoning_agrees")
 
 
 # (label, picker over the rows): each picks one row or None.

@@ -1,0 +1,142 @@
+"""What each stage did, in words: what it trained (steps; reward at its start, peak and end, read step by
+step; the steps without signal) and what changed in validation after it, with the interval of each
+change, so a reader does not take a fall hidden in a mean, or noise, for learning.
+
+A GRPO step without signal is one where every group's rewards were equal (`frac_reward_zero_std` 1):
+every advantage is 0 and the policy gradient is empty. GRPO's loss is no test of this: with one update
+per batch it is about 0 by construction, signal or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from core.rundir import StageRecord, stage_records
+from core.stats import difference_interval
+from eval.metrics import trials
+from eval.report.blocks import Text, md_escape
+from eval.report.series import as_number
+
+NO_SIGNAL_KEY = "frac_reward_zero_std"
+
+
+def stage_steps(steps: Sequence[dict], index: int) -> list[dict]:
+    """The step rows of stage `index`, by stage step, each step once."""
+    rows = {}
+    for row in steps:
+        if row.get("stage") == index and as_number(row.get("stage_step")) is not None:
+            rows[int(row["stage_step"])] = row
+    return [rows[k] for k in sorted(rows)]
+
+
+def curve_words(rows: Sequence[dict], key: str, label: str) -> str | None:
+    """`key` at a stage's first step, its peak (or low, for a loss) and its last, read step by step.
+
+    >>> rows = [{"stage_step": s, "reward": r} for s, r in enumerate([0.58, 1.1, 1.5, 1.22, 0.625], start=1)]
+    >>> curve_words(rows, "reward", "reward")
+    'reward 0.580 at step 1, peak 1.500 at step 3, 0.625 at its last step (5)'
+    >>> curve_words(rows[2:], "reward", "reward")
+    'reward 1.500 at step 3 (its peak), 0.625 at its last step (5)'
+    >>> curve_words(rows[:3], "reward", "reward")
+    'reward 0.580 at step 1, peak 1.500 at its last step (3)'
+    >>> curve_words(rows[:1], "reward", "reward")
+    'reward 0.580 (one step)'
+    """
+    points = [(int(r["stage_step"]), as_number(r.get(key))) for r in rows if as_number(r.get(key)) is not None]
+    if not points:
+        return None
+    (first_step, first), (last_step, last) = points[0], points[-1]
+    if len(points) == 1:
+        return f"{label} {first:.3f} (one step)"
+    best_step, best = (min if key == "loss" else max)(points, key=lambda p: p[1])
+    extreme = "lowest" if key == "loss" else "peak"
+    if best_step == first_step:
+        return f"{label} {first:.3f} at step {first_step} (its {extreme}), {last:.3f} at its last step ({last_step})"
+    if best_step == last_step:
+        return f"{label} {first:.3f} at step {first_step}, {extreme} {last:.3f} at its last step ({last_step})"
+    return (f"{label} {first:.3f} at step {first_step}, {extreme} {best:.3f} at step {best_step}, "
+            f"{last:.3f} at its last step ({last_step})")
+
+
+def no_signal_words(rows: Sequence[dict]) -> str | None:
+    """How many GRPO steps had no signal (every group's rewards equal), and which.
+
+    >>> print(no_signal_words([{"stage_step": 1, NO_SIGNAL_KEY: 1.0}, {"stage_step": 2, NO_SIGNAL_KEY: 0.5}]))
+    1 of 2 steps without signal (every group's rewards equal: steps 1)
+    >>> print(no_signal_words([{"stage_step": 1, NO_SIGNAL_KEY: 1.0}]))
+    no step had signal: every group's rewards were equal, so nothing was learned from the reward
+    """
+    logged = [r for r in rows if as_number(r.get(NO_SIGNAL_KEY)) is not None]
+    if not logged:
+        return None
+    silent = [int(r["stage_step"]) for r in logged if as_number(r[NO_SIGNAL_KEY]) >= 1.0]
+    if len(silent) == len(logged):
+        return "no step had signal: every group's rewards were equal, so nothing was learned from the reward"
+    if not silent:
+        steps = "its one step" if len(logged) == 1 else f"every one of its {len(logged)} steps"
+        return f"{steps} had signal (some group's rewards differed)"
+    shown = ", ".join(map(str, silent[:10])) + (", ..." if len(silent) > 10 else "")
+    return f"{len(silent)} of {len(logged)} steps without signal (every group's rewards equal: steps {shown})"
+
+
+def change_words(before: dict, after: dict) -> str:
+    """One subset's accuracy from one validation to the next, with Newcombe's 95% interval for the change.
+
+    >>> change_words({"accuracy": 0.25, "n": 4}, {"accuracy": 0.5, "n": 4})
+    '0.25 → 0.50 (+0.25, 95% interval -0.32 to +0.66, n=4: within noise)'
+    >>> change_words({"accuracy": 0.1, "n": 100}, {"accuracy": 0.3, "n": 100})
+    '0.10 → 0.30 (+0.20, 95% interval +0.09 to +0.31, n=100: beyond chance)'
+    """
+    a, b = as_number(before.get("accuracy")), as_number(after.get("accuracy"))
+    n_a, n_b = trials(before, "accuracy"), trials(after, "accuracy")
+    if a is None or b is None or not n_a or not n_b:
+        return f"{a} → {b} (n unknown)"
+    low, high = difference_interval(a, n_a, b, n_b)
+    verdict = "beyond chance" if low > 0 or high < 0 else "within noise"
+    n = f"n={n_b}" if n_a == n_b else f"n={n_a} and {n_b}"
+    return f"{a:.2f} → {b:.2f} ({b - a:+.2f}, 95% interval {low:+.2f} to {high:+.2f}, {n}: {verdict})"
+
+
+def validation_words(validation: Sequence[dict], index: int) -> str | None:
+    """What changed in validation after stage `index`, per subset, from that subset's last validation before."""
+    after = {int(r["ppl"]): r for r in validation if r.get("stage") == index and r.get("ppl") is not None}
+    if not after:
+        return None
+    changes, unchanged = [], []
+    for ppl, row in sorted(after.items()):
+        earlier = [r for r in validation if r.get("ppl") == ppl and isinstance(r.get("stage"), int)
+                   and r["stage"] < index]
+        before = max(earlier, key=lambda r: r["stage"]) if earlier else None
+        if before is not None and before.get("accuracy") == row.get("accuracy"):
+            unchanged.append(f"{ppl}ppl {as_number(row.get('accuracy')):.2f} (n={trials(row, 'accuracy')})")
+        else:
+            changes.append(f"{ppl}ppl " + (change_words(before, row) if before else
+                                           f"{as_number(row.get('accuracy'))} (its first validation)"))
+    if not changes:
+        return "validation accuracy unchanged on every subset: " + ", ".join(unchanged)
+    same = f"; unchanged: {', '.join(unchanged)}" if unchanged else ""
+    return "validation accuracy: " + "; ".join(changes) + same
+
+
+def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[dict]) -> str:
+    rows = stage_steps(steps, stage.index)
+    kind = "SFT" if stage.kind == "sft" else "GRPO"
+    done = stage.steps_done or len(rows)
+    head = f"**{md_escape(stage.name)}** ({done} {kind} step{'s' if done != 1 else ''} of {stage.steps_budget})"
+    words = [curve_words(rows, "loss", "loss") if stage.kind == "sft" else curve_words(rows, "reward", "reward")]
+    if stage.kind != "sft":
+        words.append(no_signal_words(rows))
+    words.append(validation_words(validation, stage.index))
+    said = [w for w in words if w]
+    return head + (": " + "; ".join(md_escape(w, line_start=False) for w in said) if said else ": nothing logged yet")
+
+
+def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dict]) -> list:
+    """One paragraph per stage that trained or is training (a plan's later stages are still to come)."""
+    stages = [s for s in stage_records(manifest)
+              if s.index is not None and (s.steps_done or stage_steps(steps, s.index))]
+    if not stages:
+        return []
+    note = ("Read step by step (metrics.jsonl), not as halves; each change in validation with Newcombe's 95% "
+            "interval for a difference: a change whose interval holds 0 is within noise.")
+    return [Text(note, note=True), *(Text(stage_words(s, steps, validation)) for s in stages)]

@@ -1,0 +1,87 @@
+"""Who a run is to the outside: its tracker name, group and id, from Hydra's record of how it was started.
+
+A sweep's jobs are numbered 0, 1, ... in every sweep, so a tracker id built from the folder name
+collides across sweeps (two sweeps got the same wandb ids, and online with `resume="allow"` the second
+sweep's jobs were attached to the first's runs). The id here holds the time the run first started, its
+job number and its config hash, and is kept in run.json, so a resume continues the same tracker run.
+A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and grouped by its sweep folder.
+
+Imported by `python -m train` before the config is checked: nothing heavy here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+# Overrides that say where or how a run is recorded, not what it trains: left out of its name.
+UNNAMED = ("hydra.", "paths.", "logger.", "logger=", "resume=", "run_name=")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    name: str  # what the tracker shows
+    group: str | None  # the sweep folder (None: a single run)
+    job: str | None  # the job number in its sweep
+    job_type: str = "curriculum"
+
+    def new_id(self, config_hash: str, started: float | None = None) -> str:
+        """A tracker id for a run starting now: unique across sweeps (the start time), jobs (the job number)
+        and configs (the hash); run.json keeps it for a resume.
+
+        >>> RunIdentity("x", "multirun/a", "3").new_id("38b5bc2345f497e0", started=0.0)
+        '19700101-000000-3-38b5bc23'
+        """
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if started is None else started))
+        return f"{stamp}-{self.job or 'run'}-{config_hash[:8]}"
+
+
+def run_identity(hydra_cfg, run_dir: Path) -> RunIdentity:
+    """The identity of the job Hydra is running (`hydra_cfg`: HydraConfig.get())."""
+    overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(UNNAMED)]
+    if hydra_cfg.mode.name != "MULTIRUN":
+        return RunIdentity(" ".join(overrides) or run_dir.name, None, None)
+    sweep_dir = Path(hydra_cfg.sweep.dir)
+    swept = swept_keys(sweep_dir / "multirun.yaml")
+    shown = [o for o in overrides if swept is None or _key(o) in swept]
+    job = str(hydra_cfg.job.num)
+    return RunIdentity(f"{job}: {' '.join(shown)}" if shown else job, f"{sweep_dir.parent.name}/{sweep_dir.name}", job)
+
+
+def swept_keys(multirun_yaml: Path) -> set[str] | None:
+    """The keys a sweep varies: its sweep overrides (`a=1,2`, `range(...)`, ...) and its sweeper's `params`
+    (Optuna); None when Hydra's record of the sweep cannot be read (then every override names the job)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        record = OmegaConf.load(multirun_yaml)
+        parsed = OverridesParser.create().parse_overrides(list(record.hydra.overrides.task))
+    except Exception:  # a folder from elsewhere: untrusted, and only a name depends on it
+        return None
+    keys = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    params = OmegaConf.select(record, "hydra.sweeper.params")
+    return keys | {str(k) for k in (params or {})}
+
+
+def _key(override: str) -> str:
+    """
+    >>> _key("+reward.weights.format=0.5"), _key("~eval.every")
+    ('reward.weights.format', 'eval.every')
+    """
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def requested_optimizers(cfg: DictConfig) -> set[str]:
+    """Every `optim` a config names: the grpo and sft groups, each stage's overrides and `stage_overrides`."""
+    blocks: list = [cfg.get("grpo"), cfg.get("sft")]
+    blocks += [stage.get("overrides") for stage in (OmegaConf.select(cfg, "curriculum.stages") or [])]
+    blocks += list((cfg.get("stage_overrides") or {}).values())
+    return {str(block.get("optim")) for block in _mappings(blocks) if block.get("optim") is not None}
+
+
+def _mappings(blocks: Sequence) -> Iterable:
+    return (b for b in blocks if b is not None and hasattr(b, "get"))
