@@ -26,7 +26,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.rundir import StageRecord
-from train.stage_run import final_info, publish_final
+from train.checkpoints import final_info
+from train.stage_run import publish_final
 
 log = logging.getLogger(__name__)
 
