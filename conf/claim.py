@@ -16,6 +16,7 @@ see (`eval.subsets=[2,9]`, a `model.id` path that does not exist) leaves no fold
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import shutil
 from pathlib import Path
@@ -49,6 +50,7 @@ class ClaimRunDirectory(Callback):
             return None
         try:
             self.lock = RunLock(directory).hold()
+            atexit.register(self._let_go)  # a run refused inside (a config error) never reaches on_run_end
         except (RunLockedError, OutsideRunError) as err:
             return str(err)
         except OSError as err:  # the last line says why: "Read-only file system: <path>"
@@ -56,6 +58,10 @@ class ClaimRunDirectory(Callback):
         return None
 
     def on_run_end(self, config: DictConfig, **kwargs) -> None:
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Release the lock (and its owner file) once, whichever way the process ends."""
         if self.lock is not None:
             self.lock.__exit__(None, None, None)
             self.lock = None

@@ -50,14 +50,20 @@ def inside_run(run_dir: Path, path: Path | str) -> bool:
     return (root / path).resolve().is_relative_to(root)
 
 
+TRACKER_DIR = "wandb"  # wandb.init(dir=<run>) keeps its files here
+
+
 def check_links(run_dir: Path) -> None:
     """Refuse a run directory holding a symbolic link that leads out of it (the run would write through it).
 
-    Links inside that stay inside (wandb's `latest-run`) are left alone; the run's own files are
-    opened without following any link (`open_regular`).
+    Links inside that stay inside are left alone, and so is `wandb/`: the wandb library's own folder, where
+    it links its debug logs to its cache (`logs/debug-core.log`) and the run writes nothing itself. The
+    run's own files are opened without following any link (`open_regular`).
     """
     run_dir = Path(run_dir)
     for folder, dirs, files in os.walk(run_dir):
+        if Path(folder) == run_dir:
+            dirs[:] = [d for d in dirs if d != TRACKER_DIR]
         for name in (*dirs, *files):
             path = Path(folder) / name
             if path.is_symlink() and not inside_run(run_dir, path):
