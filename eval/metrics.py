@@ -26,7 +26,7 @@ class Scored:
     puzzle: str  # puzzle id (several samples may share one)
     correct: bool
     n_right: int  # people whose role was named correctly
-    n_people: int
+    n_people: int  # 0 for a task without people (GSM8K, reasoning-gym): no person accuracy
     format_ok: bool
     answered: bool
     tokens: int
@@ -77,10 +77,11 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
     by_puzzle: dict[str, bool] = {}
     for s in scored:
         by_puzzle[s.puzzle] = by_puzzle.get(s.puzzle, False) or s.correct
+    people = any(s.n_people for s in scored)  # K&K: the reasoning and name checks; none for a one-answer task
     return {
         "accuracy": _mean([float(s.correct) for s in scored]),
         "lenient_accuracy": _mean([float(s.lenient_correct) for s in scored]),
-        "person_accuracy": _mean([s.n_right / s.n_people for s in scored]),
+        "person_accuracy": _mean([s.n_right / s.n_people for s in scored if s.n_people]),
         "format_rate": _mean([float(s.format_ok) for s in scored]),
         "answer_rate": _mean([float(s.answered) for s in scored]),
         "mean_tokens": _mean(tokens),
@@ -92,8 +93,8 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         "reasoning_agrees_rate": _mean([float(s.reasoning_agrees) for s in scored if s.reasoning_settles]),
         "reasoning_settles_nobody": _mean([float(not s.reasoning_settles) for s in scored if s.has_reasoning]),
         "correct_but_disagrees": _mean([float(s.correct and s.reasoning_settles and not s.reasoning_agrees)
-                                        for s in scored]),
-        "invented_name_rate": _mean([float(s.invented) for s in scored]),
+                                        for s in scored if people]),
+        "invented_name_rate": _mean([float(s.invented) for s in scored if people]),
         "n": len(scored),
         "puzzles": len(by_puzzle),
         "with_reasoning": sum(s.has_reasoning for s in scored),

@@ -13,31 +13,49 @@ from core.distributed import SINGLE, Processes, whole_final_problem
 from core.models import LORA_KEYS
 from core.rundir import objective
 from curriculum.plan import Stage
+from curriculum.tasks.base import Task
 from eval.config_check import check_data_config, check_eval_config
+from eval.grader import FORMATS
+from eval.settings import run_task
 from train.grpo_stage import check_grpo_fields
-from train.rewards import build_reward_funcs
+from train.rewards import task_reward_funcs
 from train.stage_kinds import stage_kinds
 from train.stage_run import StageKind
 
 
-def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE) -> None:
-    """Raise ConfigError for the first bad value found, naming its key.
+def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE, task: Task | None = None) -> None:
+    """Raise ConfigError for the first bad value found, naming its key; `task` is the run's (None: the one
+    `cfg.task` names).
 
     Keys and types are the schema's (conf/schema.py, checked while Hydra composes); these are the rules a
     type cannot say: ranges, rules across keys, names that must exist, what this machine has (first: a
     GPU setting on a machine without CUDA is named before anything that setting would also change) and
     what the launch's `processes` allow.
     """
+    task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     _check_processes(cfg, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
-    _check_stage_overrides(stage_kinds(cfg, processes.world_size), cfg, plan)
-    check_eval_config(cfg.eval)
-    _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
+    _check_stage_overrides(stage_kinds(cfg, task, processes.world_size), cfg, plan)
+    check_eval_config(cfg.eval, task)
+    _check_task(task, str(cfg.prompt.fmt), plan)
+    _check_objective(str(cfg.objective), [task.level_of(p, "eval.subsets") for p in cfg.eval.subsets])
     check_data_config(cfg.data)
     _check_lora(cfg.model.lora)
     _check_reference(str(cfg.reference), cfg.model.lora)
-    build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
+    task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                      max_completion_length=int(cfg.grpo.max_completion_length))
+
+
+def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
+    """K&K's grader reads K&K's formats; a supervised stage trains on K&K's worked solutions only."""
+    if task.name == "kk" and fmt not in FORMATS:
+        raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
+                          "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
+    for stage in plan:
+        if stage.kind == "sft" and task.name != "kk":
+            raise ConfigError(f"curriculum.stages[{stage.index - 1}].kind: sft trains on K&K's worked solutions; "
+                              f"task {task.name} has none")
 
 
 def _check_stage_overrides(kinds: dict[str, StageKind], cfg: DictConfig, plan: list[Stage]) -> None:
@@ -118,8 +136,8 @@ def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -
                           f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
 
 
-def _check_objective(name: str, subsets: list[int]) -> None:
+def _check_objective(name: str, subsets: list[str]) -> None:
     """The name must mean something for the validated subsets, as the run directory's `objective` reads it."""
     if objective(name, dict.fromkeys(subsets, 0.0)) is None:
-        allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
+        allowed = ["mean_final_accuracy", *(f"final_accuracy_{level}" for level in subsets)]
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")

@@ -18,10 +18,12 @@ from typing import Any
 
 from core.checks import ConfigError
 from curriculum.kk import canonical_key
-from curriculum.sources import HUB_ID, SOURCES, load_records
+from curriculum.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
 from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
 
-LEVELS = tuple(f"{ppl}ppl" for ppl in range(2, 9))
+# People per puzzle that the grammar and the published data cover.
+KNOWN_PPL = range(2, 9)
+LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
 
 KKGrader = Callable[[Any, Sequence[str], Sequence[bool]], Grade]
 
@@ -72,6 +74,41 @@ class KKTask(Task):
 
     def content_key(self, record: TaskRecord) -> Hashable:
         return canonical_key(record.source)
+
+    def level_of(self, value, key: str) -> str:
+        """A people count (3, "3") or a level key ("3ppl") as the level key.
+
+        >>> KKTask().level_of(3, "ppl"), KKTask().level_of("4ppl", "level")
+        ('3ppl', '4ppl')
+        """
+        text = str(value).removesuffix("ppl") if isinstance(value, str | int) and not isinstance(value, bool) else ""
+        if not text.isdigit():
+            raise ConfigError(f"{key}: {value!r} is not a number of people")
+        if int(text) not in KNOWN_PPL:
+            raise ConfigError(f"{key}: unknown ppl {int(text)}; "
+                              f"puzzles exist for {KNOWN_PPL.start}..{KNOWN_PPL.stop - 1}")
+        return f"{int(text)}ppl"
+
+    def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
+        """Of the first `n` test puzzles, those distinct up to renaming (`curriculum.sources.distinct_puzzles`)."""
+        ppl = ppl_of_level(self.check_level(level))
+        records = load_records(self.source, ppl, "test", n=n, seed=seed, path=self.path, hub_id=self.hub_id)
+        if len(records) < n:
+            raise ConfigError(f"eval.n: {n} validation puzzles asked at {level}, but data.source={self.source} has "
+                              f"only {len(records)} distinct ones; lower eval.n")
+        return [kk_record(record) for record in distinct_puzzles(records)]
+
+    def training_records(self, level: str, want: int, held_out, *, seed: int,
+                         spare: int) -> tuple[list[TaskRecord], int]:
+        """Generated puzzles: `want` plus `spare` asked (the held-out ones dropped); a file (local, hub) is
+        read only as far as its first `want` puzzles not held out."""
+        ppl, guard = ppl_of_level(self.check_level(level)), [record.source for record in held_out]
+        if self.source == "generated":
+            pool = load_records(self.source, ppl, "train", n=want + (spare if guard else 0), seed=seed)
+        else:
+            pool = iter_records(self.source, ppl, "train", seed=seed, path=self.path, hub_id=self.hub_id)
+        kept, dropped = split_disjoint(pool, guard, limit=None if self.source == "generated" else want)
+        return [kk_record(record) for record in kept[:want]], dropped
 
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
         if self.grader is None:

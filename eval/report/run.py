@@ -39,10 +39,10 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
     rows = []
     for s in stage_records(manifest):
         done = logged.get(s.index) if s.status == Status.RUNNING else s.steps_done
-        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.ppl_label), fmt(s.status),
+        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.level_label), fmt(s.status),
                      f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
                      fmt(s.wall_seconds, 1)])
-    return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
+    return Table(["#", "stage", "kind", "level", "status", "steps", "global steps", "wall s"], rows)
 
 
 # The end of a traceback says what failed; a run folder is untrusted, so only this much of it is read.

@@ -1,0 +1,42 @@
+"""Tasks other than K&K through `python -m train`: the GSM8K ladder and a reasoning-gym stage, offline, on the
+tiny model, end to end (plan, pools, the task's rewards in TRL, validation per level, run.json, the report)."""
+
+from __future__ import annotations
+
+import json
+
+from core.rundir import read_jsonl
+from curriculum.tasks.gsm8k import GSM8KTask
+from eval.report import write_report
+from tests.conftest import run_cli
+
+GSM_LEVELS = ["2steps", "3steps", "4steps", "5steps", "6+steps"]
+
+
+def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and_a_report(tmp_path, cache_dir):
+    run_dir = tmp_path / "run"
+    done = run_cli("train", "+curriculum=gsm8k_ladder", "model=tiny", "experiment=smoke",
+                   f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    manifest = json.loads((run_dir / "run.json").read_text())
+    # one stage a level, easiest first, each trained on its own level only (smoke's pool cap: 16)
+    assert [(s["name"], s["levels"], s["pool"]) for s in manifest["stages"]] == [
+        (level, {level: 1.0}, 16) for level in GSM_LEVELS]
+    assert list(manifest["stages"][-1]["final_metrics"]) == GSM_LEVELS
+    rows = read_jsonl(run_dir / "validation.jsonl")
+    # the baseline and the last stage on every level; in between each stage's own level and the next (near)
+    by_stage = {k: [r["level"] for r in rows if r["stage"] == k] for k in range(6)}
+    assert by_stage[0] == by_stage[5] == GSM_LEVELS
+    assert by_stage[1] == ["2steps", "3steps"] and by_stage[4] == ["5steps", "6+steps"]
+    assert all(r["n"] == 4 and "ppl" not in r and r["person_accuracy"] is None for r in rows)  # no people here
+    # TRL ran the recipe's five rewards (and smoke's probe reward), by their names
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step"]
+    names = {k.split("/")[1] for k in steps[0] if k.startswith("rewards/") and k.endswith("/mean")}
+    assert names == {"correctness_reward", "integer_reward", "strict_format_reward", "soft_format_reward",
+                     "xml_count_reward", "low_tokens"}
+    # the graded completions name the reference answer of the shipped sample's test record they were asked
+    samples = read_jsonl(run_dir / "samples" / "0-baseline" / "6+steps.jsonl")
+    references = {r.id: r.columns["answer"] for r in GSM8KTask(source="sample").records("6+steps", "test")}
+    assert len(samples) == 4 and all(s["reference"] == references[s["id"]] for s in samples)
+    report = (write_report(run_dir) / "report.md").read_text()
+    assert "| after stage | 2steps | 3steps | 4steps | 5steps | 6+steps |" in report
