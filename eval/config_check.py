@@ -11,17 +11,16 @@ from omegaconf import DictConfig
 
 from core.checks import ConfigError
 from curriculum.tasks.base import Task
+from eval.settings import subset_levels
 from eval.vllm_backend import vllm_available
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
     """Raise ConfigError for the first bad `eval.*` value (its keys and types are the schema's, conf/schema.py);
     `eval.subsets` must name levels of `task` (K&K: people counts)."""
-    subsets = list(eval_cfg.subsets)
-    if not subsets:
+    if not list(eval_cfg.subsets):
         raise ConfigError("eval.subsets: must list at least one level")
-    for level in subsets:
-        task.level_of(level, "eval.subsets")
+    subset_levels(task, eval_cfg.subsets)
     if eval_cfg.every < 0:
         raise ConfigError(f"eval.every: must be >= 0 steps (0 = only after each stage; got {eval_cfg.every})")
     for name in ("n", "samples", "batch_size", "max_new_tokens"):

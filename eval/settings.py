@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from curriculum.prompts import render_prompt
 from curriculum.tasks import build_task
-from curriculum.tasks.base import Task, TaskRecord
+from curriculum.tasks.base import ALL, Task, TaskRecord
 from eval.grader import grade
 
 # The template keys `curriculum.prompts.render_prompt` reads.
@@ -57,6 +57,17 @@ def run_task(task_cfg, fmt: str) -> Task:
     return build_task(task_cfg)
 
 
+def subset_levels(task: Task, subsets) -> tuple[str, ...]:
+    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
+    it) or `all` (every level); ConfigError naming eval.subsets for any other.
+
+    >>> subset_levels(build_task({"name": "kk"}), [3, "2ppl"]), len(subset_levels(build_task({"name": "kk"}), ["all"]))
+    (('2ppl', '3ppl'), 7)
+    """
+    named = set(task.levels) if ALL in list(subsets) else {task.level_of(p, "eval.subsets") for p in subsets}
+    return tuple(level for level in task.levels if level in named)
+
+
 def validation_settings(cfg: DictConfig, task: Task) -> ValidationSettings:
     """The record from a composed config (`eval`, `prompt` and `model` groups) and the run's task.
 
@@ -71,9 +82,8 @@ def validation_settings(cfg: DictConfig, task: Task) -> ValidationSettings:
     """
     ev, prompt, model = cfg.eval, cfg.prompt, cfg.model
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
-    named = {task.level_of(p, "eval.subsets") for p in ev.subsets}
     return ValidationSettings(
-        subsets=tuple(level for level in task.levels if level in named),
+        subsets=subset_levels(task, ev.subsets),
         n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
         batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
         seed=int(ev.seed), backend=str(ev.backend),

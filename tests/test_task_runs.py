@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from core.rundir import read_jsonl
 from curriculum.tasks.gsm8k import GSM8KTask
 from eval.report import write_report
@@ -40,3 +42,22 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     assert len(samples) == 4 and all(s["reference"] == references[s["id"]] for s in samples)
     report = (write_report(run_dir) / "report.md").read_text()
     assert "| after stage | 2steps | 3steps | 4steps | 5steps | 6+steps |" in report
+
+
+def test_a_reasoning_gym_stage_runs_over_every_level_with_its_own_score(tmp_path, cache_dir):
+    pytest.importorskip("reasoning_gym", reason="reasoning-gym is an optional extra: pip install -e '.[rgym]'")
+    run_dir = tmp_path / "run"
+    done = run_cli("train", "+curriculum=reasoning_gym", "task.dataset=knights_knaves", "experiment=smoke",
+                   f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (stage,) = json.loads((run_dir / "run.json").read_text())["stages"]
+    assert (stage["name"], stage["levels"], stage["status"]) == ("all", {"all": 1.0}, "done")
+    levels = ["level0", "level1", "level2", "level3"]  # knights_knaves' reasoning-gym curriculum: 2..5 people
+    rows = read_jsonl(run_dir / "validation.jsonl")
+    assert [(r["stage"], r["level"]) for r in rows] == [(k, level) for k in (0, 1) for level in levels]
+    # the reward TRL ran is the dataset's score_answer (format is weighted 0, so left out), plus smoke's probe
+    steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step"]
+    assert {k.split("/")[1] for k in steps[0] if k.startswith("rewards/") and k.endswith("/mean")} == {
+        "answer_reward", "low_tokens"}
+    samples = read_jsonl(run_dir / "samples" / "1-all" / "level3.jsonl")
+    assert len(samples) == 4 and all(s["reference"] and s["id"].startswith("level3-test-") for s in samples)

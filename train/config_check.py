@@ -16,7 +16,7 @@ from curriculum.plan import Stage
 from curriculum.tasks.base import Task
 from eval.config_check import check_data_config, check_eval_config
 from eval.grader import FORMATS
-from eval.settings import run_task
+from eval.settings import run_task, subset_levels
 from train.grpo_stage import check_grpo_fields
 from train.rewards import task_reward_funcs
 from train.stage_kinds import stage_kinds
@@ -39,7 +39,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_stage_overrides(stage_kinds(cfg, task, processes.world_size), cfg, plan)
     check_eval_config(cfg.eval, task)
     _check_task(task, str(cfg.prompt.fmt), plan)
-    _check_objective(str(cfg.objective), [task.level_of(p, "eval.subsets") for p in cfg.eval.subsets])
+    _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
     check_data_config(cfg.data)
     _check_lora(cfg.model.lora)
     _check_reference(str(cfg.reference), cfg.model.lora)

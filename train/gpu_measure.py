@@ -24,7 +24,7 @@ from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.data import draw_pools, to_rows
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
-from eval.settings import run_task
+from eval.settings import run_task, subset_levels
 from train.gpu_check import GpuCheckError
 from train.grpo_stage import grpo_config
 from train.rewards import task_reward_funcs
@@ -170,7 +170,7 @@ def run_bare_trl(cfg: DictConfig, out_dir: Path) -> dict:
     stage = build_plan(cfg, task=task)[0]
     base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
     tokenizer = AutoTokenizer.from_pretrained(base, padding_side="left")
-    subsets = [task.level_of(p, "eval.subsets") for p in cfg.eval.subsets]
+    subsets = subset_levels(task, cfg.eval.subsets)
     pools = draw_pools(task, [stage], subsets, n=int(cfg.eval.n), eval_seed=int(cfg.eval.seed), seed=int(cfg.seed))
     rows = to_rows(pools.training[stage.name], cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
                    chat_kwargs=cfg.model.get("chat_template_kwargs"))
