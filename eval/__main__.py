@@ -102,9 +102,8 @@ def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dic
     return groups
 
 
-def size_line(pools: dict[str, list], cfg: DictConfig, model: str, out_dir: Path) -> str:
-    """What the validation will generate and where it writes, said before any model loads."""
-    ev = cfg.eval
+def size_line(pools: dict[str, list], ev: DictConfig, model: str, out_dir: Path) -> str:
+    """What the validation will generate (the `eval` group `ev`) and where it writes, said before any model loads."""
     puzzles = sum(len(p) for p in pools.values())
     completions = puzzles * int(ev.samples)
     sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
@@ -140,7 +139,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    print(size_line(pools, cfg, checkpoint or str(cfg.model.name), out_dir), flush=True)
+    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
     try:

@@ -34,9 +34,10 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     """
     task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
-    _check_processes(cfg, plan, processes)
+    _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
-    _check_stage_overrides(stage_kinds(cfg, task, processes.world_size), cfg, plan)
+    _check_stage_overrides(stage_kinds(cfg, task, processes.world_size), cfg.curriculum.stages,
+                           cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
     _check_task(task, str(cfg.prompt.fmt), plan)
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
@@ -58,14 +59,13 @@ def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
                               f"task {task.name} has none")
 
 
-def _check_stage_overrides(kinds: dict[str, StageKind], cfg: DictConfig, plan: list[Stage]) -> None:
-    """A stage's own `overrides` first, under its curriculum key; then with `stage_overrides.<name>` merged
-    over them (the plan holds the merge), under that key: a bad value is named where it was written."""
-    named = cfg.get("stage_overrides") or {}
+def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan: list[Stage]) -> None:
+    """A stage's own `overrides` (of `curriculum.stages`) first, under its curriculum key; then with
+    `stage_overrides.<name>` (`named`) merged over them (the plan holds the merge), under that key: a bad
+    value is named where it was written."""
     for stage in plan:
         kind = kinds[stage.kind]
-        own = OmegaConf.select(cfg, f"curriculum.stages.{stage.index - 1}.overrides")
-        own = OmegaConf.to_container(own, resolve=True) if own is not None else {}
+        own = plain(stages_cfg[stage.index - 1].get("overrides")) or {}
         kind.check(dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
         if stage.name in named:
             kind.check(stage, f"stage_overrides.{stage.name}")
@@ -114,11 +114,11 @@ def _check_device(device: str, grpo: dict) -> None:
         raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
 
 
-def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -> None:
+def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: Processes) -> None:
     """What many processes cannot do: validate through one vLLM engine, and with weights sharded across
     ranks (ZeRO-3, FSDP) validate the live model inside a stage, merge LoRA adapters, or save a final that
     is not whole."""
-    if processes.many and cfg.eval.backend == "vllm":
+    if processes.many and eval_cfg.backend == "vllm":
         raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
                           "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
     if processes.sharded_by is None:
@@ -126,12 +126,12 @@ def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -
     problem = whole_final_problem()
     if problem:
         raise ConfigError(problem)
-    if cfg.eval.every > 0 or any(stage.promote is not None for stage in plan):
-        key = "eval.every" if cfg.eval.every > 0 else "promote"
+    if eval_cfg.every > 0 or any(stage.promote is not None for stage in plan):
+        key = "eval.every" if eval_cfg.every > 0 else "promote"
         raise ConfigError(f"{key}: in-stage validation generates with the live model, whose weights "
                           f"{processes.sharded_by} shards across the ranks; validate after each stage only "
                           "(eval.every=0, no promote), or launch with DDP or ZeRO-2 (conf/accelerate/)")
-    if cfg.model.lora:
+    if lora:
         raise ConfigError(f"model.lora: adapters are merged into full weights on the main process, which "
                           f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
 
