@@ -27,7 +27,7 @@ from core.checks import ConfigError
 from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, read_jsonl, row_level, run_of_final
 from core.stats import rate_text
-from eval.config_check import check_data_config, check_eval_config
+from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
 from eval.validation import validate
@@ -71,8 +71,9 @@ def checkpoint_source(value: str) -> str:
     raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
 
 
-# The groups a run's final is validated with, as the run had them (conf/schema.py types each).
-RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig}
+# The groups a run's final is validated with, as the run had them (conf/schema.py types each; the task's
+# keys are its own: build_task names an unknown one).
+RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig, "task": None}
 
 
 def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dict[str, DictConfig]:
@@ -93,7 +94,7 @@ def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dic
         if name in chosen and name != "model" or saved.get(name) is None:
             continue
         try:
-            group = OmegaConf.merge(OmegaConf.structured(record), saved[name])
+            group = OmegaConf.merge(OmegaConf.structured(record) if record else {}, saved[name])
         except OmegaConfBaseException as err:
             raise ConfigError(f"{run_dir / CONFIG}: {name}: {str(err).splitlines()[0]}") from None
         for key in (k.split(".", 1)[1] for k in chosen if k.startswith(f"{name}.")):
@@ -131,6 +132,7 @@ def main(cfg: DictConfig) -> float:
         for name, group in (run_settings(Path(checkpoint), cfg, overrides) if checkpoint else {}).items():
             cfg[name] = group
         task = run_task(cfg.task, str(cfg.prompt.fmt))
+        check_task_format(task, str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
         check_data_config(cfg.data)
         settings = validation_settings(cfg, task)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from core.checks import ConfigError
 from curriculum.tasks.base import Task
+from eval.grader import FORMATS
 from eval.settings import subset_levels
 from eval.vllm_backend import vllm_available
 
@@ -36,6 +37,13 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and eval_cfg.samples > 1:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
+
+
+def check_task_format(task: Task, fmt: str) -> None:
+    """K&K's grader reads K&K's answer formats only (a GSM8K or reasoning-gym prompt needs its own task)."""
+    if task.name == "kk" and fmt not in FORMATS:
+        raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
+                          "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
 
 
 def check_data_config(data_cfg: DictConfig) -> None:

@@ -211,9 +211,9 @@ def results_table(rows: list[dict], title: str) -> Table:
              and (by_people or k not in PEOPLE_RATES)]  # a task without people has no reasoning or name checks
     lenient = "an untagged final answer counts" if lenient_differs else "equal to accuracy here, not shown"
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
-                  caption="rates in % (95% Wilson interval); n: distinct puzzles; reasoning agrees: "
-                          "of those whose reasoning settles someone; settles nobody: of those with reasoning; "
-                          f"lenient: {lenient}")
+                  caption="rates in % (95% Wilson interval); " + (
+                      "n: distinct puzzles; reasoning agrees: of those whose reasoning settles someone; settles "
+                      f"nobody: of those with reasoning; lenient: {lenient}" if by_people else "n: distinct problems"))
     # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
     table.add_column("ppl" if by_people else "level", justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)

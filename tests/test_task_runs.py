@@ -7,10 +7,13 @@ import json
 
 import pytest
 
+from core.checks import ConfigError
 from core.rundir import read_jsonl
+from curriculum.plan import build_plan
 from curriculum.tasks.gsm8k import GSM8KTask
 from eval.report import write_report
 from tests.conftest import run_cli
+from train.config_check import check_config
 
 GSM_LEVELS = ["2steps", "3steps", "4steps", "5steps", "6+steps"]
 
@@ -42,6 +45,32 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     assert len(samples) == 4 and all(s["reference"] == references[s["id"]] for s in samples)
     report = (write_report(run_dir) / "report.md").read_text()
     assert "| after stage | 2steps | 3steps | 4steps | 5steps | 6+steps |" in report
+    # `python -m eval` on the run's final validates it with the run's task, prompt and pools: the same rows
+    evaluated = run_cli("eval", f"model={run_dir / 'stages' / '5-6+steps' / 'final'}", f"paths.cache_dir={cache_dir}",
+                        f"hydra.run.dir={tmp_path / 'eval'}")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    again = read_jsonl(tmp_path / "eval" / "validation.jsonl")
+    last = [r for r in rows if r["stage"] == 5]
+    assert [(r["level"], r["accuracy"], r["mean_tokens"]) for r in again] == [
+        (r["level"], r["accuracy"], r["mean_tokens"]) for r in last]
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    # K&K's grader reads K&K's formats: another task's prompt on K&K is refused before anything loads
+    (["+curriculum=kk_ladder", "prompt=gsm8k_reasoning"], "prompt.fmt: reasoning_answer is not a K&K answer format"),
+    # K&K's weights name K&K's components: on GSM8K they would reward nothing GSM8K grades
+    (["+curriculum=gsm8k_ladder", "reward=default"], "reward.task: these weights are kk's components, but the "
+                                                     "task is gsm8k"),
+    # a level GSM8K does not have
+    (["+curriculum=gsm8k_ladder", "eval.subsets=[7]"], "eval.subsets: 7 is not a level of task gsm8k"),
+    # the whole split is a training stage's level only where the task can draw it (K&K cannot)
+    (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, level: all, steps: 1, pool: 8}]"],
+     r"curriculum.stages\[0\].level: 'all' is not a number of people"),
+])
+def test_a_task_and_its_config_must_fit(make_cfg, overrides, message):
+    cfg = make_cfg(*overrides)
+    with pytest.raises(ConfigError, match=message):
+        check_config(cfg, build_plan(cfg))
 
 
 def test_a_reasoning_gym_stage_runs_over_every_level_with_its_own_score(tmp_path, cache_dir):

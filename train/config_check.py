@@ -14,8 +14,7 @@ from core.models import LORA_KEYS
 from core.rundir import objective
 from curriculum.plan import Stage
 from curriculum.tasks.base import Task
-from eval.config_check import check_data_config, check_eval_config
-from eval.grader import FORMATS
+from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.settings import run_task, subset_levels
 from train.grpo_stage import check_grpo_fields
 from train.rewards import task_reward_funcs
@@ -50,9 +49,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
 
 def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
     """K&K's grader reads K&K's formats; a supervised stage trains on K&K's worked solutions only."""
-    if task.name == "kk" and fmt not in FORMATS:
-        raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
-                          "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
+    check_task_format(task, fmt)
     for stage in plan:
         if stage.kind == "sft" and task.name != "kk":
             raise ConfigError(f"curriculum.stages[{stage.index - 1}].kind: sft trains on K&K's worked solutions; "
