@@ -121,7 +121,7 @@ def test_the_trainers_engine_is_lent_with_the_live_weights_and_put_back(vllm_sta
     trainer = _trainer(llm, sleep_mode)
     engine = ColocatedEngine.of(trainer)
     _, tokenizer = load_for_inference(model, "cpu")
-    prompts = [render_prompt(r["quiz"], cfg.prompt, chat=True) for r in pools[2]]
+    prompts = [render_prompt(r.question, cfg.prompt, chat=True) for r in pools["2ppl"]]
     with engine.lend(tokenizer) as lent:
         completions, cost = lent.generate(prompts, max_new_tokens=8)
     assert len(completions) == 4 and cost.backend == "vllm-colocated" and cost.completions == 4

@@ -36,7 +36,7 @@ GIB = 2**30
 CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
                    "eval.every=1", "logger=none"]
 # The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
-PLAN_SUBSETS, PLAN_N = [2, 3, 4, 5, 6, 7], 100
+PLAN_SUBSETS, PLAN_N = [f"{ppl}ppl" for ppl in range(2, 8)], 100
 
 
 def _compose(overrides: list[str]) -> DictConfig:
