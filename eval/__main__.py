@@ -135,7 +135,7 @@ def main(cfg: DictConfig) -> float:
         check_task_format(task, str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
         check_data_config(cfg.data)
-        settings = validation_settings(cfg, task)
+        settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
         pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
         configure_cpu_threads(cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it

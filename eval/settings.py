@@ -68,19 +68,18 @@ def subset_levels(task: Task, subsets) -> tuple[str, ...]:
     return tuple(level for level in task.levels if level in named)
 
 
-def validation_settings(cfg: DictConfig, task: Task) -> ValidationSettings:
-    """The record from a composed config (`eval`, `prompt` and `model` groups) and the run's task.
+def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
 
     >>> from omegaconf import OmegaConf
     >>> cfg = OmegaConf.create({"eval": {"subsets": [2, 3], "n": 4, "max_new_tokens": 64, "batch_size": 8,
     ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0},
     ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},
     ...     "model": {"chat": True, "chat_template_kwargs": {"enable_thinking": False}}})
-    >>> s = validation_settings(cfg, build_task({"name": "kk"}))
+    >>> s = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task({"name": "kk"}))
     >>> s.subsets, s.n, s.fmt, dict(s.chat_kwargs), s.prompts([TaskRecord("q", "2ppl", "Q?", {})])[0][1]
     (('2ppl', '3ppl'), 4, 'think_answer', {'enable_thinking': False}, {'role': 'user', 'content': 'Q?'})
     """
-    ev, prompt, model = cfg.eval, cfg.prompt, cfg.model
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
     return ValidationSettings(
         subsets=subset_levels(task, ev.subsets),

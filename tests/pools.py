@@ -7,12 +7,17 @@ from omegaconf import DictConfig
 from curriculum.data import training_pool
 from curriculum.plan import Stage
 from curriculum.tasks.base import Task, TaskRecord
-from eval.settings import run_task
+from eval.settings import ValidationSettings, run_task, validation_settings
 
 
 def config_task(cfg: DictConfig) -> Task:
     """The run's task, as the runner builds it."""
     return run_task(cfg.task, str(cfg.prompt.fmt))
+
+
+def config_validation(cfg: DictConfig) -> ValidationSettings:
+    """What validation reads, as the runner builds it."""
+    return validation_settings(cfg.eval, cfg.prompt, cfg.model, config_task(cfg))
 
 
 def held_out_pools(cfg: DictConfig, *levels) -> dict[str, list[TaskRecord]]:

@@ -22,11 +22,10 @@ from curriculum.prompts import render_prompt
 from eval.cost import validation_cost
 from eval.in_stage import InStageValidation
 from eval.metrics import METRIC_COLUMNS
-from eval.settings import validation_settings
 from eval.validation import validate
 from eval.vllm_backend import ColocatedEngine
 from tests import fake_vllm
-from tests.pools import config_task, held_out_pools
+from tests.pools import config_validation, held_out_pools
 from train.tracking import NullTracker
 
 TAG = {"stage": 1, "stage_name": "2ppl", "global_step": 2}
@@ -59,9 +58,9 @@ def _samples(out_dir, ppl):
 
 def test_the_vllm_backend_validates_as_the_hf_backend(vllm_stand_in, smoke, tmp_path):
     cfg, model, pools = smoke
-    hf = validate(validation_settings(cfg, config_task(cfg)), model, pools, tag=TAG, out_dir=tmp_path / "hf")
+    hf = validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path / "hf")
     cfg.eval.backend = "vllm"
-    ours = validate(validation_settings(cfg, config_task(cfg)), model, pools, tag=TAG, out_dir=tmp_path / "vllm")
+    ours = validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path / "vllm")
     assert _metrics(ours) == _metrics(hf)
     for ppl in pools:
         assert _samples(tmp_path / "vllm", ppl) == _samples(tmp_path / "hf", ppl)
@@ -91,7 +90,7 @@ def test_the_engine_is_released_when_a_validation_fails(vllm_stand_in, smoke, tm
 
     monkeypatch.setattr(vllm_stand_in.LLM, "generate", fail_second)
     with pytest.raises(RuntimeError, match="pretended"):
-        validate(validation_settings(cfg, config_task(cfg)), model, pools, tag=TAG, out_dir=tmp_path)
+        validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path)
     (engine,) = vllm_stand_in.LLM.started
     assert engine.calls[-1] == ("sleep", 2)
     assert not set(LAUNCH_VARIABLES) & set(os.environ)
@@ -146,7 +145,7 @@ def test_in_stage_validation_generates_through_the_lent_engine(vllm_stand_in, sm
 
     def in_stage(name, colocated):
         writer = JsonlWriter(tmp_path / f"{name}.jsonl", key=("stage_step",))
-        settings = validation_settings(cfg, config_task(cfg))
+        settings = config_validation(cfg)
         check = InStageValidation(settings, {"2ppl": pools["2ppl"]}, writer, NullTracker(), stage_index=1,
                                   stage_name="2ppl", step_offset=0)
         check.colocated = colocated

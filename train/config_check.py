@@ -18,7 +18,7 @@ from eval.config_check import check_data_config, check_eval_config, check_task_f
 from eval.settings import run_task, subset_levels
 from train.grpo_stage import check_grpo_fields
 from train.rewards import task_reward_funcs
-from train.stage_kinds import stage_kinds
+from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageKind
 
 
@@ -35,8 +35,8 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
-    _check_stage_overrides(stage_kinds(cfg, task, processes.world_size), cfg.curriculum.stages,
-                           cfg.get("stage_overrides") or {}, plan)
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
+    _check_stage_overrides(kinds, cfg.curriculum.stages, cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
     _check_task(task, str(cfg.prompt.fmt), plan)
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))

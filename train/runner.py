@@ -64,7 +64,7 @@ from train.manifest import Manifest
 from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
 from train.stage_end import stage_end_callbacks
-from train.stage_kinds import stage_kinds
+from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageContext, StageKind, StageResult, run_stage
 from train.tracking import RunLogs, make_tracker
 
@@ -82,8 +82,8 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
     task = run_task(cfg.task, str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes.world_size, task=task)
     check_config(cfg, plan, processes, task=task)
-    kinds = stage_kinds(cfg, task, processes.world_size)
-    validation = validation_settings(cfg, task)
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
+    validation = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
     console = RunConsole(run_dir, plan)
     if processes.is_main:
