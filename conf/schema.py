@@ -75,8 +75,8 @@ class ValidationPlan(Choice):
 
 
 class PromptFormat(Choice):
-    """The answer formats: K&K's grader's (eval.grader.FORMATS), GSM8K's and reasoning-gym's (train/config_check.py
-    holds a K&K run to K&K's)."""
+    """The answer formats: K&K's grader's (curriculum.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
+    (eval/config_check.py holds a K&K run to K&K's)."""
 
     think_answer = "think_answer"
     answer_only = "answer_only"

@@ -30,12 +30,12 @@ from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import level_fields, row_level, samples_file
 from core.stats import percent_text
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.lenient import lenient_grade
+from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.base import Task, TaskRecord
 from eval.generation import HfEngine
-from eval.grader import grade
-from eval.lenient import lenient_grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
-from eval.reasoning import check_reasoning
 from eval.settings import ValidationSettings
 from eval.vllm_backend import fresh_engine
 

@@ -27,11 +27,11 @@ from trl import GRPOTrainer
 from core.models import load_for_inference, merge_lora_and_save, resolve_model
 from curriculum import kk
 from curriculum.data import to_rows
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.plan import Stage, build_plan
 from curriculum.prompts import render_prompt
 from eval.generation import generate
-from eval.grader import grade
-from eval.reasoning import check_reasoning
 from tests.conftest import compose_cfg
 from tests.pools import held_out_pools, stage_pool
 from train.grpo_stage import grpo_config

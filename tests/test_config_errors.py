@@ -10,7 +10,7 @@ from conf import CONF_DIR
 from conf.errors import run_app
 from conf.schema import PromptFormat
 from core.checks import ConfigError
-from eval.grader import FORMATS
+from curriculum.kk.grading.grader import FORMATS
 from tests.conftest import compose_cfg, run_cli
 
 # (arguments after `python -m train +curriculum=kk_ladder experiment=smoke`, the one line it must print)

@@ -8,12 +8,12 @@ import json
 import pytest
 from rich.console import Console
 
+from curriculum.kk.grading.claims import last_claims
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.kk import KKTask, kk_record
-from eval.claims import last_claims
 from eval.generation import Completion
-from eval.grader import grade
 from eval.metrics import subset_metrics
-from eval.reasoning import check_reasoning
 from eval.report import write_report
 from eval.validation import grade_subset, results_table
 from tests.conftest import SHARED_DATA

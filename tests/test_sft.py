@@ -12,9 +12,9 @@ from transformers import AutoModelForCausalLM
 
 from core.rundir import read_jsonl
 from curriculum.kk import canonical_key, generate
+from curriculum.kk.grading.grader import FORMATS, grade
 from curriculum.plan import build_plan
 from curriculum.sft import reference_response
-from eval.grader import FORMATS, grade
 from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
 from train.runner import run_curriculum

@@ -8,12 +8,12 @@ import re
 import pytest
 
 from core.rundir import read_jsonl
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.lenient import lenient_grade
+from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.kk import KKTask, kk_record
 from eval.generation import Completion
-from eval.grader import grade
-from eval.lenient import lenient_grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
-from eval.reasoning import check_reasoning
 from eval.validation import grade_subset
 from tests.conftest import run_cli
 

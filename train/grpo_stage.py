@@ -31,8 +31,8 @@ from trl.trainer.utils import is_async_callable
 from core.checks import ConfigError
 from core.models import lora_config
 from curriculum.data import to_rows
+from curriculum.kk.grading.grader import completion_text
 from curriculum.plan import Stage, grpo_batch
-from eval.grader import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine
 from train.reward_checks import check_timeout, checked_rewards

@@ -68,7 +68,7 @@ class TaskRecord:
 class Grade(Protocol):
     """The verdict on one completion, as validation and the report read it.
 
-    `eval.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
+    `curriculum.kk.grading.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
     has them for tasks whose answer is one value.
     """
 

@@ -6,9 +6,9 @@ quiz, and a record's columns are the rows' of `curriculum.data.to_rows` (names, 
 the runner's rows and validation's puzzles stay what they are. Two puzzles are the same problem
 when their `canonical_key` is (renamed or reordered people).
 
-The grader is handed in: `eval.grader.grade` lives above this layer today, so whoever builds the
-task passes it (``build_task(cfg.task, grader=functools.partial(eval.grader.grade, fmt=cfg.prompt.fmt))``).
-When the grader moves below eval/, it becomes this class's default and the argument goes.
+The grader is `curriculum.kk.grading.grader.grade` at the prompt's format, which the task does not know:
+whoever builds the task hands it in (`eval.settings.run_task`:
+``build_task(cfg.task, grader=functools.partial(grade, fmt=cfg.prompt.fmt))``).
 """
 
 from __future__ import annotations
@@ -113,14 +113,15 @@ class KKTask(Task):
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
         if self.grader is None:
             raise RuntimeError("KKTask.grade needs the K&K grader: build_task(cfg.task, grader=...) "
-                               "(eval.grader.grade with the prompt's fmt)")
+                               "(curriculum.kk.grading.grader.grade with the prompt's fmt)")
         return self.grader(completion, columns["names"], columns["solution"])
 
     def reward_functions(self) -> dict[str, RewardFunc]:
         """The two components that need only a grade: answer (correct) and format (format_ok).
 
-        The rest of K&K's components (think, partial, overlong, tiered) and their presets stay in
-        train/rewards.py until the grader moves below eval/.
+        The rest of K&K's components (think, partial, overlong, tiered) and their presets are still in
+        train/rewards.py (a run builds K&K's rewards there: `train.rewards.task_reward_funcs`); the grader
+        they read now lives below, in curriculum/kk/grading/, so they can move here next.
         """
         return {"answer": self.answer_reward, "format": self.format_reward}
 
