@@ -45,6 +45,9 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     assert len(samples) == 4 and all(s["reference"] == references[s["id"]] for s in samples)
     report = (write_report(run_dir) / "report.md").read_text()
     assert "| after stage | 2steps | 3steps | 4steps | 5steps | 6+steps |" in report
+    # K&K's people, roles and their chance are not GSM8K's: no chance lines, no reasoning or lenient sections
+    assert "(distinct problems): 2steps 4" in report and "chance for n people" not in report
+    assert "Reasoning that agrees" not in report and "lenient accuracy" not in report
     # `python -m eval` on the run's final validates it with the run's task, prompt and pools: the same rows
     evaluated = run_cli("eval", f"model={run_dir / 'stages' / '5-6+steps' / 'final'}", f"paths.cache_dir={cache_dir}",
                         f"hydra.run.dir={tmp_path / 'eval'}")

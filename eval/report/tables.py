@@ -59,6 +59,7 @@ def pool_sizes(rows: Sequence[dict]) -> Text | None:
     '**validation pools** (distinct puzzles up to renaming): 2ppl 63 · 3ppl 100 (2 samples each)'
     """
     latest: dict[str, dict] = {}
+    people = any(isinstance(row.get("ppl"), int) for row in rows)  # K&K: distinct up to renaming the people
     for row in rows:
         if row_level(row) is not None:
             latest[row_level(row)] = row
@@ -70,4 +71,5 @@ def pool_sizes(rows: Sequence[dict]) -> Text | None:
         puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
         samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
         parts.append(f"{level} {fmt(puzzles)}{samples}")
-    return Text("**validation pools** (distinct puzzles up to renaming): " + " · ".join(parts))
+    distinct = "distinct puzzles up to renaming" if people else "distinct problems"
+    return Text(f"**validation pools** ({distinct}): " + " · ".join(parts))
