@@ -53,6 +53,15 @@ def share(part, whole) -> float:
     return round(float(part) / float(whole), 3)
 
 
+def source_when(offline, offline_source: str, online_source: str) -> str:
+    """A task's source under `offline` (experiment=smoke sets it): the offline one, else the online one.
+
+    >>> source_when(True, "sample", "hub"), source_when(False, "sample", "hub")
+    ('sample', 'hub')
+    """
+    return offline_source if offline else online_source
+
+
 def launch_time(pattern: str, launched: float | None = None) -> str:
     """The launch's start time (`launched`, seconds since the epoch; None: now) formatted by `pattern`.
 
@@ -74,6 +83,7 @@ def register_resolvers(launched: float | None = None) -> None:
     OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
     OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)
     OmegaConf.register_new_resolver("kk_share", share, replace=True)
+    OmegaConf.register_new_resolver("kk_source_when", source_when, replace=True)
     OmegaConf.register_new_resolver("kk_now", partial(launch_time, launched=launched), replace=True, use_cache=True)
 
 

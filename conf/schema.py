@@ -13,7 +13,7 @@ inside a typed block that is null).
 
 Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `ppl` (a number, a list or {ppl: weight}), `model.lora`, `model.chat_template_kwargs` and
+its `level` or `ppl` (a level, a list or {level: weight}), `model.lora`, `model.chat_template_kwargs` and
 `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take those. Ranges (a count
 > 0, a share in [0, 1]) and rules across keys stay hand checks too.
 """
@@ -75,11 +75,14 @@ class ValidationPlan(Choice):
 
 
 class PromptFormat(Choice):
-    """The answer formats the grader knows (eval.grader.FORMATS)."""
+    """The answer formats: K&K's grader's (curriculum.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
+    (eval/config_check.py holds a K&K run to K&K's)."""
 
     think_answer = "think_answer"
     answer_only = "answer_only"
     logic_rl = "logic_rl"
+    reasoning_answer = "reasoning_answer"  # GSM8K's recipe: <reasoning>...</reasoning><answer>...</answer>
+    answer_tag = "answer_tag"  # reasoning-gym's: free reasoning, then one <answer>...</answer>
 
 
 class LoggerBackend(Choice):
@@ -168,10 +171,12 @@ class TieredConfig:
 
 @dataclass
 class RewardConfig:
+    task: str | None = None  # the task whose components `weights` names (null: kk)
     weights: dict[str, float] = MISSING  # built-in components and reward.custom names
     allow_negative_weights: bool = False
-    overlong: OverlongConfig = MISSING
-    tiered: TieredConfig = MISSING
+    # K&K's components' settings (conf/reward/default.yaml); a task's own preset (gsm8k_stack) has none
+    overlong: OverlongConfig | None = None
+    tiered: TieredConfig | None = None
     custom: dict[str, Any] = field(default_factory=dict)
     # seconds one reward call may take before the stage stops naming it (null: no limit, TRL's behaviour);
     # conf/reward/default.yaml says why 600
@@ -180,7 +185,7 @@ class RewardConfig:
 
 @dataclass
 class EvalConfig:
-    subsets: list[int] = MISSING
+    subsets: list[Any] = MISSING  # levels of the task; a number names the level it starts with (2: 2ppl, 2steps)
     n: int = MISSING
     temperature: float = MISSING
     samples: int = MISSING
@@ -279,7 +284,8 @@ class GuardConfig:
 @dataclass
 class StageConfig:
     name: str = MISSING
-    ppl: Any = MISSING  # a number, a list (uniform mix) or {ppl: weight}
+    level: Any = None  # a level of the task, a list (uniform mix), {level: weight}, or all (the whole split)
+    ppl: Any = None  # K&K's people count instead of level: a number, a list or {ppl: weight}
     steps: int | None = None
     epochs: float | None = None  # instead of steps: passes over the pool
     pool: int = MISSING
@@ -328,7 +334,8 @@ class KKConfig:
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)
     stage_overrides: Any = None  # a mapping or null (OmegaConf 2.3 cannot set a key inside a typed null)
-    task: Any = None  # +task=<name>: the task layer (curriculum/tasks), not yet read by the runner
+    task: Any = MISSING  # task=<name> (conf/task): {name, the task's own settings} (curriculum/tasks build_task)
+    offline: bool = False  # tasks read their offline data (experiment=smoke)
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:

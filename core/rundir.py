@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -161,7 +162,8 @@ class JsonlWriter:
         self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
 
     def _key(self, row: dict):
-        return tuple(row.get(k) for k in self.key)
+        # a `level` key reads a K&K row written before levels by its ppl (row_level), so a resume dedupes it
+        return tuple(row_level(row) if k == "level" else row.get(k) for k in self.key)
 
     def write(self, rows: Iterable[dict]) -> None:
         fresh = [r for r in rows if self._key(r) not in self.seen]
@@ -256,9 +258,9 @@ class StageRecord:
     index: int | None = None
     name: str | None = None
     kind: str | None = None  # grpo | sft
-    ppl: dict = field(default_factory=dict)  # "<n>" -> share of the stage's own mix
-    pool_ppl: dict = field(default_factory=dict)  # the pool's mix, with any replay of earlier ppl
-    ppl_label: str | None = None
+    levels: dict = field(default_factory=dict)  # the task's level -> share of the stage's own mix
+    pool_levels: dict = field(default_factory=dict)  # the pool's mix, with any replay of earlier levels
+    level_label: str | None = None  # "3ppl", "2-6ppl" (a mix), "2steps"
     steps_budget: int | None = None
     pool: int | None = None  # training puzzles
     removed_overlap: int | None = None  # training puzzles dropped for being among the held-out ones
@@ -286,7 +288,15 @@ class StageRecord:
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:
-        """The record of a run.json stage entry; keys it does not name are left out."""
+        """The record of a run.json stage entry; keys it does not name are left out. A K&K entry written
+        before levels (`ppl` {"3": 1.0}, `pool_ppl`, `ppl_label` "3") reads as its levels ("3ppl").
+
+        >>> StageRecord.from_json({"ppl": {"2": 0.5, "3": 0.5}, "ppl_label": "2-3"}).levels
+        {'2ppl': 0.5, '3ppl': 0.5}
+        >>> StageRecord.from_json({"ppl_label": "2-3"}).level_label
+        '2-3ppl'
+        """
+        entry = {**_levels_of_ppl(entry), **entry}
         return cls(**{k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None})
 
     def to_json(self) -> dict:
@@ -338,68 +348,112 @@ def stage_final(run_dir: Path, record: StageRecord) -> Path:
     return Path(run_dir) / expected
 
 
+def _levels_of_ppl(entry: Mapping) -> dict:
+    """The level fields of a stage entry written before levels, from its ppl fields (what it lacks left out)."""
+    found = {}
+    for old, new in (("ppl", "levels"), ("pool_ppl", "pool_levels")):
+        if isinstance(entry.get(old), Mapping):
+            found[new] = {level_key(int(k)) if str(k).isdigit() else str(k): v for k, v in entry[old].items()}
+    if isinstance(entry.get("ppl_label"), str):
+        found["level_label"] = f"{entry['ppl_label']}ppl"
+    return found
+
+
 def stage_records(manifest: Mapping) -> list[StageRecord]:
     """The typed stages of a run.json mapping, in its order (entries that are not mappings left out)."""
     return [StageRecord.from_json(s) for s in manifest.get("stages") or [] if isinstance(s, Mapping)]
 
 
-def ppl_key(ppl: int) -> str:
-    """The key of a subset in run.json's summaries (`baseline`, a stage's `final_metrics`): `"<n>ppl"`."""
-    return f"{int(ppl)}ppl"
+def level_key(level) -> str:
+    """The key of a subset (a task's level) in run.json's summaries, file names and rows: a level key stays
+    itself; a whole number is K&K's people count as rows before levels wrote it ("<n>ppl").
 
-
-def ppl_of_key(key) -> int | None:
-    """The ppl a summary key names ("3ppl" -> 3; a bare "3" too), None for any other key.
-
-    >>> ppl_of_key("3ppl"), ppl_of_key(3), ppl_of_key("mean")
-    (3, 3, None)
+    >>> level_key(3), level_key("3ppl"), level_key("6+steps")
+    ('3ppl', '3ppl', '6+steps')
     """
-    digits = str(key).removesuffix("ppl")
-    return int(digits) if digits.isdigit() else None
+    if isinstance(level, int) and not isinstance(level, bool):
+        return f"{level}ppl"
+    return str(level)
 
 
-def samples_file(samples: Path, ppl: int) -> Path:
-    """`<samples dir>/<n>ppl.jsonl`: one subset's graded completions."""
-    return samples / f"{ppl_key(ppl)}.jsonl"
+def row_level(row: Mapping) -> str | None:
+    """The level a validation row is about: its `level`, or a K&K row's `ppl` (older rows have only that).
+
+    >>> row_level({"level": "2steps"}), row_level({"ppl": 3}), row_level({"ppl": None})
+    ('2steps', '3ppl', None)
+    """
+    level = row.get("level")
+    if isinstance(level, str) and level:
+        return level
+    ppl = row.get("ppl")
+    return level_key(ppl) if isinstance(ppl, int) and not isinstance(ppl, bool) else None
+
+
+def level_fields(level: str) -> dict:
+    """A row's level columns: `level`, and for a K&K level its people count `ppl` as rows always had it.
+
+    >>> level_fields("3ppl"), level_fields("2steps")
+    ({'level': '3ppl', 'ppl': 3}, {'level': '2steps'})
+    """
+    match = re.fullmatch(r"(\d+)ppl", level)
+    return {"level": level, "ppl": int(match.group(1))} if match else {"level": level}
+
+
+def level_order(key: str) -> tuple:
+    """A sort key that puts levels in their natural order: by the first number in them, then by text
+    ("2ppl" < "10ppl", "5steps" < "6+steps", "level2" < "level10").
+
+    >>> sorted(["10ppl", "2ppl", "6+steps", "5steps", "level10", "level2", "default"], key=level_order)
+    ['2ppl', '5steps', '6+steps', '10ppl', 'default', 'level2', 'level10']
+    """
+    text = str(key)
+    match = re.search(r"\d+", text)
+    prefix = text[:match.start()] if match else text
+    return (prefix, int(match.group()) if match else -1, text)
+
+
+def samples_file(samples: Path, level) -> Path:
+    """`<samples dir>/<level>.jsonl` (K&K: `<n>ppl.jsonl`): one subset's graded completions."""
+    return samples / f"{level_key(level)}.jsonl"
 
 
 def validation_summary(rows: Iterable[Mapping]) -> dict:
-    """run.json's summary of validation rows: {"<n>ppl": {accuracy, mean_tokens}}.
+    """run.json's summary of validation rows: {level: {accuracy, mean_tokens}}.
 
     >>> validation_summary([{"ppl": 2, "accuracy": 0.5, "mean_tokens": 30.0, "n": 8}])
     {'2ppl': {'accuracy': 0.5, 'mean_tokens': 30.0}}
     """
-    return {ppl_key(r["ppl"]): {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}
+    return {row_level(r): {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}
 
 
-def final_accuracy(manifest: Mapping) -> dict[int, float]:
-    """Accuracy per ppl after the last stage, {} until that stage is validated.
+def final_accuracy(manifest: Mapping) -> dict[str, float]:
+    """Accuracy per level after the last stage, in level order; {} until that stage is validated.
 
     >>> final_accuracy({"stages": [{"final_metrics": {"3ppl": {"accuracy": 0.25}, "2ppl": {"accuracy": 0.5}}}]})
-    {2: 0.5, 3: 0.25}
+    {'2ppl': 0.5, '3ppl': 0.25}
     """
     stages = manifest.get("stages") or []
     final = (stages[-1].get("final_metrics") or {}) if stages else {}
-    found = {ppl_of_key(k): _number(v.get("accuracy")) for k, v in final.items()
-             if ppl_of_key(k) is not None and isinstance(v, dict)}
-    return {ppl: value for ppl, value in sorted(found.items()) if value is not None}
+    if not isinstance(final, Mapping):
+        return {}
+    found = {str(k): _number(v.get("accuracy")) for k, v in final.items() if isinstance(v, Mapping)}
+    return {level: found[level] for level in sorted(found, key=level_order) if found[level] is not None}
 
 
-def objective(name: str, accuracy: Mapping[int, float]) -> float | None:
-    """The sweep objective `name` (mean_final_accuracy | final_accuracy_<n>ppl) of the final accuracies;
+def objective(name: str, accuracy: Mapping[str, float]) -> float | None:
+    """The sweep objective `name` (mean_final_accuracy | final_accuracy_<level>) of the final accuracies;
     None when they do not hold it (nothing validated, or not that subset).
 
-    >>> objective("mean_final_accuracy", {2: 0.5, 3: 0.25})
+    >>> objective("mean_final_accuracy", {"2ppl": 0.5, "3ppl": 0.25})
     0.375
-    >>> objective("final_accuracy_2ppl", {2: 0.5}), objective("final_accuracy_4ppl", {2: 0.5})
+    >>> objective("final_accuracy_2ppl", {"2ppl": 0.5}), objective("final_accuracy_4ppl", {"2ppl": 0.5})
     (0.5, None)
     """
     if not accuracy:
         return None
     if name == "mean_final_accuracy":
         return sum(accuracy.values()) / len(accuracy)
-    subset = name.removeprefix("final_accuracy_").removesuffix("ppl")
-    return accuracy.get(int(subset)) if name.startswith("final_accuracy_") and subset.isdigit() else None
+    return accuracy.get(name.removeprefix("final_accuracy_")) if name.startswith("final_accuracy_") else None
 
 
 def _number(value) -> float | None:

@@ -1,106 +1,83 @@
-"""Training and validation pools, and the rows TRL trains on.
+"""Training and validation pools, and the rows TRL trains on, for any task (`curriculum.tasks`).
 
 A run's validation pools are fixed by `eval.seed` (identical across runs, sweeps and
-`python -m eval`); its training pools never contain a validation puzzle, up to renaming of people.
-Rows keep `names` and `solution` as lists: a dict column would be unioned across rows by
-`datasets` (every name in every row, as None).
+`python -m eval`); its training pools never contain a validation record, up to the task's
+`content_key` (K&K: renaming of people; GSM8K: the normalised question). Rows keep every column
+as the task gives it: a dict column would be unioned across rows by `datasets`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from datasets import Dataset
-from omegaconf import DictConfig
 
 from core.checks import ConfigError
 from curriculum.plan import Stage
 from curriculum.prompts import model_prompt
-from curriculum.sources import distinct_puzzles, iter_records, load_records, split_disjoint
+from curriculum.tasks.base import ALL, Task, TaskRecord, task_row
 
 log = logging.getLogger(__name__)
 
 
-def validation_pool(cfg: DictConfig, ppl: int) -> list[dict]:
-    """The held-out puzzles of one subset, the same for every run: of the first `eval.n` records, those
-    distinct up to renaming (a repeat would count one puzzle twice in the accuracy)."""
-    data, n = cfg.data, int(cfg.eval.n)
-    records = load_records(data.source, ppl, "test", n=n, seed=int(cfg.eval.seed), path=data.path, hub_id=data.hub_id)
-    if len(records) < n:
-        raise ConfigError(f"eval.n: {n} validation puzzles asked at {ppl}ppl, but data.source={data.source} has "
-                          f"only {len(records)} distinct ones; lower eval.n")
-    distinct = distinct_puzzles(records)
-    if len(distinct) < n:
-        log.info("%dppl validation: %d distinct puzzles up to renaming among the %d asked (eval.n)",
-                 ppl, len(distinct), n)
-    return distinct
-
-
-def training_pool(cfg: DictConfig, stage: Stage, held_out: Mapping[int, list[dict]]) -> tuple[list[dict], int]:
-    """A stage's training puzzles, split over its ppl mix, disjoint from `held_out`; and how many were removed."""
-    data, records, removed = cfg.data, [], 0
-    for ppl, share in stage.pool_weights.items():  # its own mix plus any replay of earlier ppl
+def training_pool(task: Task, stage: Stage, held_out: Mapping[str, list[TaskRecord]], *, seed: int,
+                  spare: int) -> tuple[list[TaskRecord], int]:
+    """A stage's training records, split over its level mix, disjoint from `held_out`; and how many were
+    removed. `spare` more records a level are asked for so that the drops still leave the share (the
+    validation pool's size: `eval.n`)."""
+    records, removed = [], 0
+    for level, share in stage.pool_weights.items():  # its own mix plus any replay of earlier levels
         want = max(1, round(stage.pool * share))
-        guard = held_out.get(ppl, [])
-        # Ask for enough extra that removing held-out puzzles still leaves `want` (generated data): as many
-        # as the validation pool was drawn from (eval.n records, before its repeats were dropped). A file
-        # (local, hub) is read only as far as its first `want` puzzles not held out.
-        if data.source == "generated":
-            pool = load_records(data.source, ppl, "train", n=want + (int(cfg.eval.n) if guard else 0),
-                                seed=int(cfg.seed))
-        else:
-            pool = iter_records(data.source, ppl, "train", seed=int(cfg.seed), path=data.path, hub_id=data.hub_id)
-        kept, dropped = split_disjoint(pool, guard, limit=None if data.source == "generated" else want)
+        guard = [r for pool in held_out.values() for r in pool] if level == ALL else held_out.get(level, [])
+        kept, dropped = task.training_records(level, want, guard, seed=seed, spare=spare)
         removed += dropped
         if not kept:
-            raise ConfigError(f"curriculum.stages[{stage.index - 1}] ({stage.name}): no {ppl}ppl training puzzle "
+            raise ConfigError(f"curriculum.stages[{stage.index - 1}] ({stage.name}): no {level} training puzzle "
                               f"left: all {dropped} loaded are among the {len(guard)} held out for validation; "
                               "lower eval.n, or give more training data")
         if len(kept) < want:
-            log.warning("stage %s: only %d distinct %dppl training puzzles (asked %d)",
-                        stage.name, len(kept), ppl, want)
-        records += kept[:want]
-    random.Random(int(cfg.seed) + stage.index).shuffle(records)
+            log.warning("stage %s: only %d distinct %s training records (asked %d)", stage.name, len(kept), level, want)
+        records += kept
+    random.Random(seed + stage.index).shuffle(records)
     return records, removed
 
 
 @dataclass(frozen=True)
 class Pools:
-    """A run's puzzles: the held-out ones by ppl, and each stage's training ones (none of them held out)."""
+    """A run's records: the held-out ones by level, and each stage's training ones (none of them held out)."""
 
-    held_out: dict[int, list[dict]]  # every validated subset and every ppl trained on
-    training: dict[str, list[dict]]  # by stage name
+    held_out: dict[str, list[TaskRecord]]  # every validated subset and every level trained on
+    training: dict[str, list[TaskRecord]]  # by stage name
     removed: dict[str, int]  # by stage name: how many held-out overlaps its training pool dropped
 
 
-def draw_pools(cfg: DictConfig, plan: list[Stage]) -> Pools:
-    """The held-out pools (`eval.subsets` plus every ppl trained on: their held-out puzzles stay out of
-    training too), then each stage's training pool, disjoint from them."""
-    ppls = sorted({int(p) for p in cfg.eval.subsets} | {p for stage in plan for p in stage.ppl_weights})
-    held_out = {ppl: validation_pool(cfg, ppl) for ppl in ppls}
+def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int, eval_seed: int,
+               seed: int) -> Pools:
+    """The held-out pools (`subsets` plus every level trained on: their held-out records stay out of
+    training too; `n` asked each, drawn with `eval_seed`), then each stage's training pool (drawn with
+    `seed`), disjoint from them."""
+    trained = [level for stage in plan for level in stage.level_weights if level != ALL]
+    levels = [level for level in task.levels if level in {*subsets, *trained}]
+    held_out = {level: task.validation_records(level, n, eval_seed) for level in levels}
+    for level in levels:
+        if len(held_out[level]) < n:
+            log.info("%s validation: %d distinct records among the %d asked (eval.n)", level, len(held_out[level]), n)
     training, removed = {}, {}
     for stage in plan:
-        training[stage.name], removed[stage.name] = training_pool(cfg, stage, held_out)
-        log.info("stage %s: %d training puzzles (%d held-out overlaps removed)",
+        training[stage.name], removed[stage.name] = training_pool(task, stage, held_out, seed=seed, spare=n)
+        log.info("stage %s: %d training records (%d held-out overlaps removed)",
                  stage.name, len(training[stage.name]), removed[stage.name])
     return Pools(held_out, training, removed)
 
 
-def to_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,
+def to_rows(records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
             chat_kwargs: Mapping | None = None) -> Dataset:
-    """TRL rows: prompt (rendered text, see `curriculum.prompts`), names (list), solution (list of bools), ppl, id."""
-    return Dataset.from_list(
-        [
-            {
-                "prompt": model_prompt(r["quiz"], prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
-                "names": list(r["names"]),
-                "solution": [bool(x) for x in r["solution"]],
-                "ppl": len(r["names"]),
-                "id": f"{len(r['names'])}ppl-{r['index']}",
-            }
-            for r in records
-        ]
-    )
+    """TRL rows (`curriculum.tasks.base.task_row`): prompt (rendered text, see `curriculum.prompts`), id,
+    level and the task's columns (K&K: names, solution, ppl)."""
+    return Dataset.from_list([
+        task_row(r, model_prompt(r.question, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs))
+        for r in records
+    ])

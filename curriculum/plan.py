@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -16,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir import stage_dirname
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
+from curriculum.tasks import build_task
+from curriculum.tasks.base import ALL, Task
 
-# People per puzzle that the grammar and the published data cover.
-KNOWN_PPL = range(2, 9)
 # `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
 VALIDATION_PLANS = ("all", "near")
 
@@ -30,18 +31,18 @@ class Stage:
     index: int  # 1-based position in the plan
     name: str
     kind: str  # grpo | sft
-    ppl_weights: dict[int, float]  # ppl -> share of the pool (sums to 1)
+    level_weights: dict[str, float]  # the task's level -> share of the pool (sums to 1), easiest first
     steps: int  # optimizer steps
-    pool: int  # training puzzles
+    pool: int  # training records
     overrides: dict = field(default_factory=dict)  # GRPO (or SFT) fields: the stage's own, then stage_overrides.<name>
     promote: Promote | None = None  # end early on held-out accuracy (steps stays the ceiling)
-    replay: dict[int, float] = field(default_factory=dict)  # ppl of earlier stages -> share of the pool
+    replay: dict[str, float] = field(default_factory=dict)  # levels of earlier stages -> share of the pool
     guard: Guard | None = None  # collapse guard (the stage's own, else curriculum.guard)
 
     @property
-    def pool_weights(self) -> dict[int, float]:
-        """ppl -> share of the training pool: the stage's own mix, with the replay shares made room for."""
-        return mixed_weights(self.ppl_weights, self.replay)
+    def pool_weights(self) -> dict[str, float]:
+        """level -> share of the training pool: the stage's own mix, with the replay shares made room for."""
+        return mixed_weights(self.level_weights, self.replay)
 
     @property
     def dirname(self) -> str:
@@ -49,54 +50,95 @@ class Stage:
         return stage_dirname(self.index, self.name)
 
     @property
-    def ppl_label(self) -> str:
-        """'3' for a single ppl, '2-6' for a mix (for plots and tables)."""
-        ppls = sorted(self.ppl_weights)
-        return str(ppls[0]) if len(ppls) == 1 else f"{ppls[0]}-{ppls[-1]}"
+    def level_label(self) -> str:
+        """The level, or a mix's easiest and hardest ("2-6ppl" when both end alike), for plots and tables.
+
+        >>> one, mix = Stage(1, "a", "grpo", {"3ppl": 1.0}, 1, 1), Stage(1, "a", "grpo", {"2ppl": .5, "6ppl": .5}, 1, 1)
+        >>> one.level_label, mix.level_label
+        ('3ppl', '2-6ppl')
+        """
+        levels = list(self.level_weights)
+        return levels[0] if len(levels) == 1 else span_label(levels[0], levels[-1])
 
 
-def build_plan(cfg: DictConfig, world_size: int = 1) -> list[Stage]:
+def span_label(first: str, last: str) -> str:
+    """"2-6ppl" for 2ppl..6ppl (a shared ending written once), "level0-level3" otherwise.
+
+    >>> span_label("2ppl", "6ppl"), span_label("2steps", "6+steps"), span_label("level0", "level2")
+    ('2-6ppl', '2steps-6+steps', 'level0-level2')
+    """
+    head, tail = re.fullmatch(r"(\d+)(\D*)", first), re.fullmatch(r"(\d+)(\D*)", last)
+    if head and tail and head.group(2) == tail.group(2):
+        return f"{head.group(1)}-{tail.group(1)}{head.group(2)}"
+    return f"{first}-{last}"
+
+
+def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -> list[Stage]:
     """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied; `world_size` processes
-    train each step (a stage given in `epochs` takes fewer steps with more of them).
+    train each step (a stage given in `epochs` takes fewer steps with more of them). A stage's levels
+    are `task`'s (None: the one `cfg.task` names).
 
     A stage's keys and their types are the schema's (conf/schema.py StageConfig); what is checked here
     is what a type cannot say: ranges, rules across keys, names that must exist.
 
     >>> from conf.schema import StageConfig
+    >>> from curriculum.tasks.kk import KKTask
     >>> stages = [OmegaConf.structured(StageConfig(name="a", ppl=2, steps=3, pool=9))]
     >>> cfg = OmegaConf.create({"curriculum": {"stages": stages}, "limits": {"max_steps": 2}, "grpo": {}})
-    >>> build_plan(cfg)[0].steps
+    >>> build_plan(cfg, task=KKTask())[0].steps
     2
     """
     if OmegaConf.select(cfg, "curriculum") is None:
         raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder "
-                          "(or kk_adaptive, kk_logicrl, kk_mixed, kk_r1)")
-    stages_cfg = cfg.curriculum.stages
+                          "(or kk_adaptive, kk_logicrl, kk_mixed, kk_r1, gsm8k_grpo, gsm8k_ladder)")
+    task = task if task is not None else build_task(cfg.task)
+    sections = PlanSections(
+        limits=plain(cfg.get("limits")) or {}, grpo=plain(cfg.get("grpo")) or {},
+        named_overrides=_named_overrides(OmegaConf.select(cfg, "stage_overrides")),
+        guard=OmegaConf.select(cfg, "curriculum.guard"), task=task, world_size=world_size)
+    return stages_of(cfg.curriculum.stages, sections)
+
+
+@dataclass(frozen=True)
+class PlanSections:
+    """What a plan reads besides the stages: the caps, the GRPO group (prompts per step), the stages'
+    named overrides, the curriculum-wide guard, the task (its levels) and the processes."""
+
+    limits: Mapping
+    grpo: Mapping
+    named_overrides: Mapping[str, dict]
+    guard: object
+    task: Task
+    world_size: int = 1
+
+
+def stages_of(stages_cfg, sections: PlanSections) -> list[Stage]:
+    """The checked stages of `curriculum.stages` under `sections` (build_plan)."""
     if not stages_cfg:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
-    limits = cfg.get("limits") or {}
+    limits = sections.limits
     _check_limits(limits)
-    plan = [_build_stage(i, plain(s), cfg, limits, world_size) for i, s in enumerate(stages_cfg, start=1)]
-    plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1]) for stage in plan]
+    plan = [_build_stage(i, plain(s), sections) for i, s in enumerate(stages_cfg, start=1)]
+    plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1], sections.task) for stage in plan]
     names = [s.name for s in plan]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
-    for key, named in (("limits.stage_steps", limits.get("stage_steps")), ("stage_overrides", _named_overrides(cfg))):
+    named_maps = (("limits.stage_steps", limits.get("stage_steps")), ("stage_overrides", sections.named_overrides))
+    for key, named in named_maps:
         for name in named or {}:
             if name not in names:
                 raise ConfigError(f"{key}.{name}: no stage of that name; stages: {', '.join(names)}")
     return plan
 
 
-def _named_overrides(cfg: DictConfig) -> dict[str, dict]:
+def _named_overrides(named) -> dict[str, dict]:
     """`stage_overrides`: {stage name: {GRPOConfig or SFTConfig field: value}}, applied over a stage's own.
 
     Keyed by name because a list index (`curriculum.stages.2.overrides...`) is awkward on a command line,
     and Hydra's grammar refuses a key that starts with a digit (`stage_overrides.2ppl.x=1`): give the
     mapping whole, `'stage_overrides={2ppl: {learning_rate: 1e-6}}'` (a sweep: several, comma-separated).
     """
-    named = OmegaConf.select(cfg, "stage_overrides")
     if named is None:
         return {}
     if not isinstance(named, DictConfig):
@@ -117,15 +159,15 @@ def _check_limits(limits: Mapping) -> None:
             whole_number(limits[name], f"limits.{name}")
 
 
-def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping, world_size: int) -> Stage:
-    key = f"curriculum.stages[{index - 1}]"
+def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
+    key, limits = f"curriculum.stages[{index - 1}]", sections.limits
     name, kind = block["name"], block["kind"]
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
-    ppl_weights = parse_ppl(block["ppl"], f"{key}.ppl")
+    level_weights = parse_levels(_stage_level(block, key), key, sections.task)
     pool = whole_number(block["pool"], f"{key}.pool")
-    overrides = {**(block["overrides"] or {}), **_named_overrides(cfg).get(name, {})}  # by stage name, win
-    steps = _stage_steps(block, key, pool, cfg, overrides, world_size)
+    overrides = {**(block["overrides"] or {}), **sections.named_overrides.get(name, {})}  # by stage name, win
+    steps = _stage_steps(block, key, pool, sections, overrides)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
     cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
@@ -140,49 +182,61 @@ def _build_stage(index: int, block: dict, cfg: DictConfig, limits: Mapping, worl
     promote = parse_promote(block["promote"], f"{key}.promote")
     guard = parse_guard(block["guard"], f"{key}.guard")
     if guard is None and kind == "grpo":  # the curriculum-wide guard watches every GRPO stage
-        guard = parse_guard(OmegaConf.select(cfg, "curriculum.guard"), "curriculum.guard")
-    return Stage(index, name, kind, ppl_weights, steps, pool, overrides, promote, guard=guard)
+        guard = parse_guard(sections.guard, "curriculum.guard")
+    return Stage(index, name, kind, level_weights, steps, pool, overrides, promote, guard=guard)
 
 
-def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage]) -> Stage:
-    """Resolve `replay: share` over the ppl of the stages before this one."""
+def _stage_level(block: dict, key: str) -> tuple[object, str]:
+    """(the stage's levels as written, the key that holds them): `level`, or K&K's `ppl`, not both."""
+    level, ppl = block.get("level"), block.get("ppl")
+    if level is not None and ppl is not None:
+        raise ConfigError(f"{key}: give level or ppl (K&K's people count), not both")
+    if level is None and ppl is None:
+        raise ConfigError(f"{key}.level: missing; a level of the task (K&K: ppl: <n> also works)")
+    return (level, f"{key}.level") if level is not None else (ppl, f"{key}.ppl")
+
+
+def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> Stage:
+    """Resolve `replay: share` over the levels of the stages before this one."""
     share = stage_cfg.get("replay")
     if share is None:
         return stage
     key = f"curriculum.stages[{stage.index - 1}].replay"
-    return dataclasses.replace(stage, replay=replay_weights(share, [p for s in earlier for p in s.ppl_weights], key))
+    levels = [level for s in earlier for level in s.level_weights if level != ALL]
+    ordered = sorted(dict.fromkeys(levels), key=task.levels.index)
+    return dataclasses.replace(stage, replay=replay_weights(share, ordered, key))
 
 
-def parse_ppl(value, key: str) -> dict[int, float]:
-    """A stage's `ppl` as normalised weights: 3, [2, 3] (uniform) or {2: 1, 3: 3}.
+def parse_levels(written: tuple[object, str], stage_key: str, task: Task) -> dict[str, float]:
+    """A stage's levels as normalised weights, in the task's order: one level, a list (uniform) or
+    {level: weight}; K&K's `ppl` gives people counts (3, [2, 3], {2: 1, 3: 3}).
 
-    >>> parse_ppl({2: 1, 3: 3}, "ppl")
-    {2: 0.25, 3: 0.75}
+    >>> from curriculum.tasks.kk import KKTask
+    >>> parse_levels(({2: 1, 3: 3}, "ppl"), "stage", KKTask())
+    {'2ppl': 0.25, '3ppl': 0.75}
     """
-    value = plain(value)
+    value, key = plain(written[0]), written[1]
     if isinstance(value, Mapping):
-        raw = {_ppl(k, key): w for k, w in value.items()}
+        raw = {_level(k, key, task): w for k, w in value.items()}
     elif isinstance(value, Sequence) and not isinstance(value, str):
-        raw = {_ppl(k, key): 1.0 for k in value}
+        raw = {_level(k, key, task): 1.0 for k in value}
     else:
-        raw = {_ppl(value, key): 1.0}
+        raw = {_level(value, key, task): 1.0}
     if not raw or not all(is_number(w, finite=True) and w >= 0 for w in raw.values()) or sum(raw.values()) <= 0:
         raise ConfigError(f"{key}: weights must be numbers >= 0 with a positive sum (got {value!r})")
-    total = sum(raw.values())
-    return {p: w / total for p, w in sorted(raw.items()) if w > 0}
+    if ALL in raw and len(raw) > 1:
+        raise ConfigError(f"{key}: {ALL} is the whole split; it mixes with no other level")
+    total, order = sum(raw.values()), (*task.levels, ALL)
+    return {level: raw[level] / total for level in sorted(raw, key=order.index) if raw[level] > 0}
 
 
-def _ppl(value, key: str) -> int:
-    try:
-        ppl = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key}: {value!r} is not a number of people") from None
-    if ppl not in KNOWN_PPL:
-        raise ConfigError(f"{key}: unknown ppl {ppl}; puzzles exist for {KNOWN_PPL.start}..{KNOWN_PPL.stop - 1}")
-    return ppl
+def _level(value, key: str, task: Task) -> str:
+    if value == ALL and task.has_all:
+        return ALL
+    return task.level_of(value, key)
 
 
-def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: Mapping, world_size: int) -> int:
+def _stage_steps(block: dict, key: str, pool: int, sections: PlanSections, overrides: Mapping) -> int:
     """Steps from `steps`, or from `epochs` over the pool at the stage's prompts per step."""
     if block["steps"] is not None:
         if block["epochs"] is not None:
@@ -190,53 +244,55 @@ def _stage_steps(block: dict, key: str, pool: int, cfg: DictConfig, overrides: M
         return whole_number(block["steps"], f"{key}.steps")
     if block["epochs"] is None or block["epochs"] <= 0:
         raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
-    return max(1, math.ceil(block["epochs"] * pool / prompts_per_step(cfg, overrides, world_size)))
+    per_step = prompts_per_step(sections.grpo, overrides, sections.world_size)
+    return max(1, math.ceil(block["epochs"] * pool / per_step))
 
 
-def validation_subsets(mode: str, subsets: Sequence[int], plan: Sequence[Stage], index: int) -> list[int]:
-    """The subsets validated after stage `index` (0: the baseline) under `eval.subsets_after_stage`.
+def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage], index: int) -> list[str]:
+    """The subsets (level keys, in the task's order) validated after stage `index` (0: the baseline) under
+    `eval.subsets_after_stage`.
 
     `all`: every subset, every time. `near`: every subset at the baseline and after the last stage;
-    in between, the stage's own ppl and the next stage's, among `subsets` (a stage near none of
+    in between, the stage's own levels and the next stage's, among `subsets` (a stage near none of
     them is validated on all, never on nothing).
 
-    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
-    >>> [validation_subsets("near", range(2, 8), ladder, i) for i in range(6)]
-    [[2, 3, 4, 5, 6, 7], [2, 3], [3, 4], [4, 5], [5, 6], [2, 3, 4, 5, 6, 7]]
-    >>> validation_subsets("near", [2, 3], ladder, 3), validation_subsets("all", [3, 2], ladder, 2)
-    ([2, 3], [2, 3])
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> every = [f"{p}ppl" for p in range(2, 8)]
+    >>> [validation_subsets("near", every, ladder, i) for i in (0, 1, 2)]
+    [['2ppl', '3ppl', '4ppl', '5ppl', '6ppl', '7ppl'], ['2ppl', '3ppl'], ['3ppl', '4ppl']]
+    >>> validation_subsets("near", ["2ppl", "3ppl"], ladder, 3), validation_subsets("all", ["2ppl", "3ppl"], ladder, 2)
+    (['2ppl', '3ppl'], ['2ppl', '3ppl'])
     """
     if mode not in VALIDATION_PLANS:
         raise ConfigError(f"eval.subsets_after_stage: {mode!r} is not one of {VALIDATION_PLANS}")
-    every = sorted(int(p) for p in subsets)
+    every = list(subsets)
     if mode == "all" or index == 0 or index >= len(plan):
         return every
-    near = {*plan[index - 1].ppl_weights, *plan[index].ppl_weights}
+    near = {*plan[index - 1].level_weights, *plan[index].level_weights}
     return [p for p in every if p in near] or every
 
 
-def validation_completions(mode: str, subsets: Sequence[int], plan: Sequence[Stage], n: int) -> int:
+def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage], n: int) -> int:
     """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
 
     The README's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
 
-    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {p: 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
-    >>> [validation_completions(mode, range(2, 8), ladder, 100) for mode in ("all", "near")]
+    >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
+    >>> [validation_completions(mode, [f"{p}ppl" for p in range(2, 8)], ladder, 100) for mode in ("all", "near")]
     [3600, 2000]
     """
     return n * sum(len(validation_subsets(mode, subsets, plan, i)) for i in range(len(plan) + 1))
 
 
-def prompts_per_step(cfg: DictConfig, overrides: Mapping | None = None, world_size: int = 1) -> float:
-    """Distinct prompts one optimizer step consumes, from `cfg.grpo`, a stage's overrides and the processes.
+def prompts_per_step(grpo: Mapping, overrides: Mapping | None = None, world_size: int = 1) -> float:
+    """Distinct prompts one optimizer step consumes, from the `grpo` group, a stage's overrides and the processes.
 
-    >>> cfg = OmegaConf.create({"grpo": {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
-    ...                                  "num_generations": 8}})
-    >>> prompts_per_step(cfg), prompts_per_step(cfg, world_size=4)
+    >>> grpo = {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8, "num_generations": 8}
+    >>> prompts_per_step(grpo), prompts_per_step(grpo, world_size=4)
     (8.0, 32.0)
     """
-    grpo = {**OmegaConf.to_container(cfg.get("grpo") or OmegaConf.create({}), resolve=True), **(overrides or {})}
-    return grpo_batch(grpo, "grpo", world_size).prompts_per_step
+    merged = {**(plain(grpo) or {}), **(overrides or {})}
+    return grpo_batch(merged, "grpo", world_size).prompts_per_step
 
 
 @dataclass(frozen=True)

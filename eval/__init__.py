@@ -1,1 +1,1 @@
-"""The grader, per-subset validation, `python -m eval` and the run report."""
+"""Per-level validation of any task, `python -m eval` and the run report (K&K's grader: curriculum/kk/grading/)."""

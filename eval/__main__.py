@@ -25,12 +25,11 @@ from conf.errors import run_app
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
-from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, read_jsonl, run_of_final
+from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, read_jsonl, row_level, run_of_final
 from core.stats import rate_text
-from curriculum.data import validation_pool
-from eval.config_check import check_data_config, check_eval_config
+from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.metrics import trials
-from eval.settings import validation_settings
+from eval.settings import run_task, validation_settings
 from eval.validation import validate
 
 # `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
@@ -72,8 +71,9 @@ def checkpoint_source(value: str) -> str:
     raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
 
 
-# The groups a run's final is validated with, as the run had them (conf/schema.py types each).
-RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig}
+# The groups a run's final is validated with, as the run had them (conf/schema.py types each; the task's
+# keys are its own: build_task names an unknown one).
+RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig, "task": None}
 
 
 def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dict[str, DictConfig]:
@@ -94,7 +94,7 @@ def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dic
         if name in chosen and name != "model" or saved.get(name) is None:
             continue
         try:
-            group = OmegaConf.merge(OmegaConf.structured(record), saved[name])
+            group = OmegaConf.merge(OmegaConf.structured(record) if record else {}, saved[name])
         except OmegaConfBaseException as err:
             raise ConfigError(f"{run_dir / CONFIG}: {name}: {str(err).splitlines()[0]}") from None
         for key in (k.split(".", 1)[1] for k in chosen if k.startswith(f"{name}.")):
@@ -103,13 +103,12 @@ def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dic
     return groups
 
 
-def size_line(pools: dict[int, list[dict]], cfg: DictConfig, model: str, out_dir: Path) -> str:
-    """What the validation will generate and where it writes, said before any model loads."""
-    ev = cfg.eval
+def size_line(pools: dict[str, list], ev: DictConfig, model: str, out_dir: Path) -> str:
+    """What the validation will generate (the `eval` group `ev`) and where it writes, said before any model loads."""
     puzzles = sum(len(p) for p in pools.values())
     completions = puzzles * int(ev.samples)
     sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
-    return (f"validating {model}: {len(pools)} subsets ({', '.join(f'{p}ppl {len(r)}' for p, r in pools.items())} "
+    return (f"validating {model}: {len(pools)} subsets ({', '.join(f'{p} {len(r)}' for p, r in pools.items())} "
             f"puzzles), {completions} completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
             f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
 
@@ -120,7 +119,7 @@ def interrupted_line(out_dir: Path) -> str:
     rows = [r for r in read_jsonl(path) if isinstance(r, dict)] if path.exists() else []
     if not rows:
         return f"interrupted: no subset finished; nothing kept in {out_dir}"
-    done = ", ".join(f"{r.get('ppl')}ppl" for r in rows)
+    done = ", ".join(str(row_level(r)) for r in rows)
     return f"interrupted: kept {done} in {out_dir / VALIDATION} (graded completions in {out_dir / SAMPLES})"
 
 
@@ -132,20 +131,23 @@ def main(cfg: DictConfig) -> float:
         checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
         for name, group in (run_settings(Path(checkpoint), cfg, overrides) if checkpoint else {}).items():
             cfg[name] = group
-        check_eval_config(cfg.eval)
+        task = run_task(cfg.task, str(cfg.prompt.fmt))
+        check_task_format(task, str(cfg.prompt.fmt))
+        check_eval_config(cfg.eval, task)
         check_data_config(cfg.data)
-        pools = {int(p): validation_pool(cfg, int(p)) for p in cfg.eval.subsets}
+        settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
+        pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
         configure_cpu_threads(cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    print(size_line(pools, cfg, checkpoint or str(cfg.model.name), out_dir), flush=True)
+    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "ppl"))
+    writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
     try:
         model_path = checkpoint or resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
-        rows = validate(validation_settings(cfg), model_path, pools, tag=tag, out_dir=out_dir / SAMPLES,
+        rows = validate(settings, model_path, pools, tag=tag, out_dir=out_dir / SAMPLES,
                         writer=writer)
     except KeyboardInterrupt:
         print(interrupted_line(out_dir), file=sys.stderr)

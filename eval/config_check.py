@@ -10,18 +10,18 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from core.checks import ConfigError
-from curriculum.plan import KNOWN_PPL
+from curriculum.kk.grading.grader import FORMATS
+from curriculum.tasks.base import Task
+from eval.settings import subset_levels
 from eval.vllm_backend import vllm_available
 
 
-def check_eval_config(eval_cfg: DictConfig) -> None:
-    """Raise ConfigError for the first bad `eval.*` value (its keys and types are the schema's, conf/schema.py)."""
-    subsets = list(eval_cfg.subsets)
-    if not subsets:
-        raise ConfigError("eval.subsets: must list at least one ppl")
-    for ppl in subsets:
-        if ppl not in KNOWN_PPL:
-            raise ConfigError(f"eval.subsets: unknown ppl {ppl}; puzzles exist for 2..8")
+def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
+    """Raise ConfigError for the first bad `eval.*` value (its keys and types are the schema's, conf/schema.py);
+    `eval.subsets` must name levels of `task` (K&K: people counts)."""
+    if not list(eval_cfg.subsets):
+        raise ConfigError("eval.subsets: must list at least one level")
+    subset_levels(task, eval_cfg.subsets)
     if eval_cfg.every < 0:
         raise ConfigError(f"eval.every: must be >= 0 steps (0 = only after each stage; got {eval_cfg.every})")
     for name in ("n", "samples", "batch_size", "max_new_tokens"):
@@ -37,6 +37,13 @@ def check_eval_config(eval_cfg: DictConfig) -> None:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and eval_cfg.samples > 1:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
+
+
+def check_task_format(task: Task, fmt: str) -> None:
+    """K&K's grader reads K&K's answer formats only (a GSM8K or reasoning-gym prompt needs its own task)."""
+    if task.name == "kk" and fmt not in FORMATS:
+        raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
+                          "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
 
 
 def check_data_config(data_cfg: DictConfig) -> None:

@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from core.rundir import row_level
+
 
 @dataclass(frozen=True)
 class GenerationCost:
@@ -45,9 +47,9 @@ def validation_cost(rows: Sequence[Mapping]) -> dict | None:
     ...                             "completions": 100}}]
     >>> cost = validation_cost(rows)
     >>> cost["subsets"], cost["seconds"], cost["setup_seconds"], cost["tokens"], cost["tokens_per_second"]
-    ([2, 3], 28.0, 20.0, 2400, 300.0)
+    (['2ppl', '3ppl'], 28.0, 20.0, 2400, 300.0)
     """
-    costs = [(row["ppl"], row["cost"]) for row in rows if isinstance(row.get("cost"), Mapping)]
+    costs = [(row_level(row), row["cost"]) for row in rows if isinstance(row.get("cost"), Mapping)]
     if not costs:
         return None
     generating = sum(float(c["seconds"]) for _, c in costs)
@@ -55,7 +57,7 @@ def validation_cost(rows: Sequence[Mapping]) -> dict | None:
     tokens = sum(int(c["tokens"]) for _, c in costs)
     backends = sorted({str(c["backend"]) for _, c in costs})
     return {
-        "backend": "+".join(backends), "subsets": [int(p) for p, _ in costs],
+        "backend": "+".join(backends), "subsets": [level for level, _ in costs],
         "seconds": round(generating + setup, 3), "setup_seconds": round(setup, 3), "tokens": tokens,
         "completions": sum(int(c["completions"]) for _, c in costs),
         "tokens_per_second": round(tokens / generating, 1) if generating > 0 else None,

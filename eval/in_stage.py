@@ -1,7 +1,7 @@
-"""`eval.every=N`: validate the current stage's ppl every N steps inside a stage, on the live model.
+"""`eval.every=N`: validate the current stage's levels every N steps inside a stage, on the live model.
 
 Light on purpose: the stage's own subsets only, greedy, no saved samples; rows go to
-`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, ppl, metrics, cost}) and the
+`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, level, K&K's ppl, metrics, cost}) and the
 tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
 (`colocated`, set by the stage with `eval.backend=vllm`), else through HF `generate` on the live
 model: a second vLLM engine beside a training model would compete with it for the card. With many
@@ -18,6 +18,8 @@ import torch
 from transformers import TrainerCallback
 
 from core.distributed import SINGLE, Processes
+from core.rundir import level_fields
+from curriculum.tasks.base import TaskRecord
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, subset_metrics
 from eval.settings import ValidationSettings
@@ -27,7 +29,7 @@ from eval.validation import grade_subset
 class InStageValidation(TrainerCallback):
     """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
 
-    def __init__(self, settings: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *,
+    def __init__(self, settings: ValidationSettings, pools: dict[str, list[TaskRecord]], writer, tracker, *,
                  stage_index: int, stage_name: str, step_offset: int, processes: Processes = SINGLE):
         self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
         self.processes = processes
@@ -53,21 +55,21 @@ class InStageValidation(TrainerCallback):
             HfEngine(model, tokenizer, batch_size=self.settings.batch_size, processes=self.processes))
         try:
             with torch.random.fork_rng(devices=cuda), engine as generator:
-                rows = [self._subset_row(generator, ppl, records, step) for ppl, records in sorted(self.pools.items())]
+                rows = [self._subset_row(generator, level, records, step) for level, records in self.pools.items()]
         finally:
             model.train()
         self.writer.write(rows)
         for row in rows:
-            self.tracker.log({f"val_step/{row['ppl']}ppl/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
+            self.tracker.log({f"val_step/{row['level']}/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
                              step=row["global_step"])
         return rows
 
-    def _subset_row(self, generator, ppl: int, records: list[dict], step: int) -> dict:
+    def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:
         s = self.settings
         completions, cost = generator.generate(
             s.prompts(records), max_new_tokens=s.max_new_tokens, seed=s.seed, chat_kwargs=dict(s.chat_kwargs),
             label=f"validating {self.tags['stage_name']} step {step}",
         )
-        scored, _ = grade_subset(records, completions, s.fmt)
-        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, "ppl": ppl,
+        scored, _ = grade_subset(records, completions, s.fmt, s.task)
+        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, **level_fields(level),
                 **subset_metrics(scored), "cost": cost.as_dict()}

@@ -26,15 +26,15 @@ class Scored:
     puzzle: str  # puzzle id (several samples may share one)
     correct: bool
     n_right: int  # people whose role was named correctly
-    n_people: int
+    n_people: int  # 0 for a task without people (GSM8K, reasoning-gym): no person accuracy
     format_ok: bool
     answered: bool
     tokens: int
     truncated: bool
-    has_reasoning: bool = False  # a non-empty closed <think> block (`eval.reasoning`)
+    has_reasoning: bool = False  # a non-empty closed <think> block (`curriculum.kk.grading.reasoning`)
     reasoning_agrees: bool = False  # ... that settles someone, its last claim about each matching the answer
     invented: bool = False  # names a person not in the puzzle (reasoning or answer)
-    lenient_correct: bool = False  # right under the lenient reading of an untagged answer (`eval.lenient`)
+    lenient_correct: bool = False  # right under the lenient reading of an untagged answer (grading/lenient.py)
     reasoning_settles: bool = False  # ... whose reasoning settles at least one person
 
 
@@ -58,7 +58,7 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
 
     With several samples per puzzle, `accuracy` is mean@k and `pass_at_k` the share of puzzles
     with at least one correct sample. `lenient_accuracy` reads an untagged answer's final
-    conclusion (`eval.lenient`); `accuracy` (strict) stays the headline. Reasoning:
+    conclusion (`curriculum.kk.grading.lenient`); `accuracy` (strict) stays the headline. Reasoning:
     `reasoning_agrees_rate` is over the completions whose reasoning settles at least one person (None
     when none does), `reasoning_settles_nobody` over those with a reasoning block (None when none has
     one); `correct_but_disagrees` (right answers whose reasoning settles someone otherwise) and
@@ -77,10 +77,11 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
     by_puzzle: dict[str, bool] = {}
     for s in scored:
         by_puzzle[s.puzzle] = by_puzzle.get(s.puzzle, False) or s.correct
+    people = any(s.n_people for s in scored)  # K&K: the reasoning and name checks; none for a one-answer task
     return {
         "accuracy": _mean([float(s.correct) for s in scored]),
         "lenient_accuracy": _mean([float(s.lenient_correct) for s in scored]),
-        "person_accuracy": _mean([s.n_right / s.n_people for s in scored]),
+        "person_accuracy": _mean([s.n_right / s.n_people for s in scored if s.n_people]),
         "format_rate": _mean([float(s.format_ok) for s in scored]),
         "answer_rate": _mean([float(s.answered) for s in scored]),
         "mean_tokens": _mean(tokens),
@@ -92,8 +93,8 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
         "reasoning_agrees_rate": _mean([float(s.reasoning_agrees) for s in scored if s.reasoning_settles]),
         "reasoning_settles_nobody": _mean([float(not s.reasoning_settles) for s in scored if s.has_reasoning]),
         "correct_but_disagrees": _mean([float(s.correct and s.reasoning_settles and not s.reasoning_agrees)
-                                        for s in scored]),
-        "invented_name_rate": _mean([float(s.invented) for s in scored]),
+                                        for s in scored if people]),
+        "invented_name_rate": _mean([float(s.invented) for s in scored if people]),
         "n": len(scored),
         "puzzles": len(by_puzzle),
         "with_reasoning": sum(s.has_reasoning for s in scored),

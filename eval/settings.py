@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
 
+from curriculum.kk.grading.grader import grade
 from curriculum.prompts import render_prompt
+from curriculum.tasks import build_task
+from curriculum.tasks.base import ALL, Task, TaskRecord
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
@@ -23,7 +27,7 @@ PROMPT_KEYS = ("system", "user", "prefill", "plain")
 class ValidationSettings:
     """How validation generates and grades: one subset's puzzles -> prompts -> completions -> grades."""
 
-    subsets: tuple[int, ...]  # ppl of the held-out subsets
+    subsets: tuple[str, ...]  # the held-out subsets: levels of the task, in its order
     n: int  # puzzles asked per subset (the pool keeps the distinct ones among them)
     max_new_tokens: int
     batch_size: int  # prompts per generate() call
@@ -34,37 +38,57 @@ class ValidationSettings:
     vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
     subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
     every: int  # in-stage validation every this many steps (0 = off)
-    fmt: str  # the grader's format (eval.grader.FORMATS)
+    fmt: str  # the grader's format (curriculum.kk.grading.grader.FORMATS)
     chat: bool  # prompts are chat messages rendered by the tokenizer's template
     prompt: Mapping[str, str] = field(default_factory=dict)  # system, user, prefill, plain
     chat_kwargs: Mapping = field(default_factory=dict)  # extra apply_chat_template arguments
+    task: Task | None = None  # grades a completion (K&K: with the reward's grader at `fmt`)
 
-    def prompts(self, records: list[dict]) -> list:
+    def prompts(self, records: list[TaskRecord]) -> list:
         """Each record's prompt, rendered as training renders it."""
-        return [render_prompt(r["quiz"], self.prompt, chat=self.chat) for r in records]
+        return [render_prompt(r.question, self.prompt, chat=self.chat) for r in records]
 
 
-def validation_settings(cfg: DictConfig) -> ValidationSettings:
-    """The record from a composed config (`eval`, `prompt` and `model` groups).
+def run_task(task_cfg, fmt: str) -> Task:
+    """The task `task_cfg` names, K&K's with the reward's grader at the prompt's format `fmt`."""
+    name = task_cfg.get("name") if task_cfg is not None else None
+    if name == "kk":
+        return build_task(task_cfg, grader=partial(grade, fmt=fmt))
+    return build_task(task_cfg)
+
+
+def subset_levels(task: Task, subsets) -> tuple[str, ...]:
+    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
+    it) or `all` (every level); ConfigError naming eval.subsets for any other.
+
+    >>> subset_levels(build_task({"name": "kk"}), [3, "2ppl"]), len(subset_levels(build_task({"name": "kk"}), ["all"]))
+    (('2ppl', '3ppl'), 7)
+    """
+    named = set(task.levels) if ALL in list(subsets) else {task.level_of(p, "eval.subsets") for p in subsets}
+    return tuple(level for level in task.levels if level in named)
+
+
+def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
 
     >>> from omegaconf import OmegaConf
     >>> cfg = OmegaConf.create({"eval": {"subsets": [2, 3], "n": 4, "max_new_tokens": 64, "batch_size": 8,
     ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0},
     ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},
     ...     "model": {"chat": True, "chat_template_kwargs": {"enable_thinking": False}}})
-    >>> s = validation_settings(cfg)
-    >>> s.subsets, s.n, s.fmt, dict(s.chat_kwargs), s.prompts([{"quiz": "Q?"}])[0][1]
-    ((2, 3), 4, 'think_answer', {'enable_thinking': False}, {'role': 'user', 'content': 'Q?'})
+    >>> s = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task({"name": "kk"}))
+    >>> s.subsets, s.n, s.fmt, dict(s.chat_kwargs), s.prompts([TaskRecord("q", "2ppl", "Q?", {})])[0][1]
+    (('2ppl', '3ppl'), 4, 'think_answer', {'enable_thinking': False}, {'role': 'user', 'content': 'Q?'})
     """
-    ev, prompt, model = cfg.eval, cfg.prompt, cfg.model
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
     return ValidationSettings(
-        subsets=tuple(int(p) for p in ev.subsets), n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
+        subsets=subset_levels(task, ev.subsets),
+        n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
         batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
         seed=int(ev.seed), backend=str(ev.backend),
         vllm_gpu_memory_utilization=float(ev.get("vllm_gpu_memory_utilization", 0.3)),
         subsets_after_stage=str(ev.get("subsets_after_stage", "all")), every=int(ev.get("every") or 0),
         fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
-        chat_kwargs=MappingProxyType(dict(chat_kwargs)),
+        chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,
     )

@@ -26,13 +26,14 @@ from trl import GRPOTrainer
 
 from core.models import load_for_inference, merge_lora_and_save, resolve_model
 from curriculum import kk
-from curriculum.data import to_rows, training_pool, validation_pool
+from curriculum.data import to_rows
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.plan import Stage, build_plan
 from curriculum.prompts import render_prompt
 from eval.generation import generate
-from eval.grader import grade
-from eval.reasoning import check_reasoning
 from tests.conftest import compose_cfg
+from tests.pools import held_out_pools, stage_pool
 from train.grpo_stage import grpo_config
 from train.rewards import build_reward_funcs
 from train.stage_run import fingerprint, publish_final
@@ -225,12 +226,12 @@ def bare_ladder(cfg: DictConfig, run_dir: Path) -> list[dict]:
     """
     plan = build_plan(cfg)
     base = resolve_model(cfg.model, cfg.paths.cache_dir)
-    held_out = {ppl: validation_pool(cfg, ppl) for stage in plan for ppl in stage.ppl_weights}
+    held_out = held_out_pools(cfg, *{level for stage in plan for level in stage.level_weights})
     _warm_up(base)
     previous, timings = base, []
     tokenizer = AutoTokenizer.from_pretrained(base)
     for stage in plan:
-        records, _ = training_pool(cfg, stage, held_out)
+        records, _ = stage_pool(cfg, stage, held_out)
         rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
         timings.append(_bare_stage(cfg, stage, previous, rows, run_dir / stage.dirname))
         previous = str(run_dir / stage.dirname / "final")
@@ -283,7 +284,7 @@ def handoff_seconds(cfg: DictConfig, work_dir: Path, repeats: int = 3) -> dict:
     first, second = build_plan(cfg)[:2]
     base = resolve_model(cfg.model, cfg.paths.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    rows = {s.name: to_rows(training_pool(cfg, s, {})[0], cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
+    rows = {s.name: to_rows(stage_pool(cfg, s, {})[0], cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
             for s in (first, second)}
     trainer = build_trainer(cfg, first, base, rows[first.name], work_dir / "stage1")
     saves, loads = [], []
@@ -310,8 +311,8 @@ def validation_comparison(cfg: DictConfig, model_path: str, *, ppl: int, batch_s
     if batch_size < 2:
         raise ValueError(f"batch_size: {batch_size} would compare batch size 1 with itself")
     model, tokenizer = load_for_inference(model_path, "cpu")
-    records = validation_pool(cfg, ppl)
-    prompts = [render_prompt(r["quiz"], cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
+    (records,) = held_out_pools(cfg, ppl).values()
+    prompts = [render_prompt(r.question, cfg.prompt, chat=bool(cfg.model.chat)) for r in records]
     chat_kwargs = dict(cfg.model.get("chat_template_kwargs") or {})
     generate(model, tokenizer, prompts[:1], max_new_tokens=4, chat_kwargs=chat_kwargs, label="warm-up")
     runs = {}
@@ -321,7 +322,7 @@ def validation_comparison(cfg: DictConfig, model_path: str, *, ppl: int, batch_s
                         chat_kwargs=chat_kwargs, label=f"generating, batch size {size}")
         runs[size] = (time.perf_counter() - began, [out[0] for out in outs])
     (batched_s, batched), (single_s, single) = runs[batch_size], runs[1]
-    verdicts = [[verdict(c.text, r, cfg.prompt.fmt) for c, r in zip(outs, records, strict=True)]
+    verdicts = [[verdict(c.text, r.source, cfg.prompt.fmt) for c, r in zip(outs, records, strict=True)]
                 for outs in (batched, single)]
     return {
         "speedup": round(single_s / batched_s, 2),

@@ -8,8 +8,8 @@ import pytest
 
 from core.checks import ConfigError
 from curriculum.adaptive import Guard, Promote
-from curriculum.data import training_pool, validation_pool
 from curriculum.plan import build_plan
+from tests.pools import held_out_pools, stage_pool
 from train.manifest import Manifest
 
 
@@ -20,10 +20,11 @@ def _stages(make_cfg, stages: str, *extra: str):
 def test_kk_adaptive_has_the_ladders_stages_and_budget(make_cfg):
     ladder = build_plan(make_cfg("+curriculum=kk_ladder"))
     adaptive = build_plan(make_cfg("+curriculum=kk_adaptive"))
-    assert [(s.name, s.ppl_weights, s.steps) for s in adaptive] == [(s.name, s.ppl_weights, s.steps) for s in ladder]
+    shape = [(s.name, s.level_weights, s.steps) for s in ladder]
+    assert [(s.name, s.level_weights, s.steps) for s in adaptive] == shape
     assert [s.promote is not None for s in adaptive] == [True, True, True, True, False]
-    assert adaptive[0].replay == {} and adaptive[1].pool_weights == {2: 0.2, 3: 0.8}
-    assert adaptive[4].pool_weights == {2: 0.05, 3: 0.05, 4: 0.05, 5: 0.05, 6: 0.8}
+    assert adaptive[0].replay == {} and adaptive[1].pool_weights == {"2ppl": 0.2, "3ppl": 0.8}
+    assert adaptive[4].pool_weights == {"2ppl": 0.05, "3ppl": 0.05, "4ppl": 0.05, "5ppl": 0.05, "6ppl": 0.8}
     assert all(s.guard == Guard(0.5, 0.9, 0.2, 5, "warn") for s in adaptive)
 
 
@@ -40,13 +41,13 @@ def test_replay_pool_holds_earlier_ppl_and_no_held_out_puzzle(make_cfg):
     cfg = make_cfg("+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 10},"
                    " {name: b, ppl: {3: 1, 4: 1}, steps: 1, pool: 20, replay: 0.5}]", "eval.n=5")
     stage = build_plan(cfg)[1]
-    assert stage.pool_weights == {2: 0.5, 3: 0.25, 4: 0.25}
-    held_out = {ppl: validation_pool(cfg, ppl) for ppl in (2, 3, 4)}
-    records, _ = training_pool(cfg, stage, held_out)
-    counts = {ppl: sum(len(r["names"]) == ppl for r in records) for ppl in (2, 3, 4)}
+    assert stage.pool_weights == {"2ppl": 0.5, "3ppl": 0.25, "4ppl": 0.25}
+    held_out = held_out_pools(cfg, 2, 3, 4)
+    records, _ = stage_pool(cfg, stage, held_out)
+    counts = {ppl: sum(len(r.columns["names"]) == ppl for r in records) for ppl in (2, 3, 4)}
     assert counts == {2: 10, 3: 5, 4: 5}
-    held_quizzes = {r["quiz"] for rows in held_out.values() for r in rows}
-    assert not held_quizzes & {r["quiz"] for r in records}
+    held_quizzes = {r.question for rows in held_out.values() for r in rows}
+    assert not held_quizzes & {r.question for r in records}
 
 
 @pytest.mark.parametrize(("stages", "key"), [
@@ -79,7 +80,7 @@ def test_bad_adaptive_keys_are_named(make_cfg, stages, key):
 def test_run_json_records_the_pool_mix_with_replay(make_cfg, tmp_path):
     cfg = make_cfg("+curriculum=kk_adaptive")
     stages = Manifest.open(tmp_path, cfg, build_plan(cfg)).data["stages"]
-    assert (stages[1]["ppl"], stages[1]["pool_ppl"]) == ({"3": 1.0}, {"2": 0.2, "3": 0.8})
+    assert (stages[1]["levels"], stages[1]["pool_levels"]) == ({"3ppl": 1.0}, {"2ppl": 0.2, "3ppl": 0.8})
 
 
 def test_curriculum_guard_skips_sft_stages(make_cfg):

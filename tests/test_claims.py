@@ -103,6 +103,7 @@ def test_a_sweep_job_resumes_as_a_plain_run_with_its_values_and_is_refused_by_na
 @pytest.mark.parametrize("override, line", [
     # a check across keys, made once the run has started: one line, and no folder left behind
     ("eval.subsets=[2,9]", "config error: eval.subsets: unknown ppl 9; puzzles exist for 2..8"),
+    ("eval.subsets=[2,x]", "config error: eval.subsets: 'x' is not a number of people"),  # K&K's levels
     # a path, not a hub id: named as such, with no hub lookup and no traceback
     ("model.id=/nonexistent/dir", "config error: model.id: /nonexistent/dir is not a directory here"),
 ])

@@ -7,10 +7,10 @@ import json
 import pytest
 
 import curriculum.sources
-from curriculum.data import draw_pools
 from curriculum.kk import generate
 from curriculum.plan import build_plan
 from curriculum.sources import RecordError, load_records
+from tests.pools import held_out_pools, stage_pool
 
 
 def _write(path, lines: list[bytes]):
@@ -42,6 +42,8 @@ def test_a_pool_reads_a_large_file_only_as_far_as_it_needs(tmp_path, make_cfg, m
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "data=local", f"data.path={tmp_path}",
                    "eval.subsets=[3]", "eval.n=4", "curriculum.stages=[{name: a, ppl: 3, steps: 1, pool: 100}]",
                    "limits.max_pool=100")
-    pools = draw_pools(cfg, build_plan(cfg))
-    assert len(pools.training["a"]) == 100 and len(pools.held_out[3]) == 4
+    stage = build_plan(cfg)[0]
+    held_out = held_out_pools(cfg, 3)
+    training, _ = stage_pool(cfg, stage, held_out)
+    assert len(training) == 100 and len(held_out["3ppl"]) == 4
     assert len(checked) <= 4 + 100 + 4, f"{len(checked)} records read for a pool of 100 and 4 held out"

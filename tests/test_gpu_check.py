@@ -78,7 +78,7 @@ def test_the_report_holds_speed_overhead_and_every_validations_cost(both_paths):
     costs = report["validation_cost"]
     # baseline and after the stage: both subsets of 4 puzzles; inside it (after step 1): the stage's own, 2ppl
     assert [(costs[k]["subsets"], costs[k]["completions"]) for k in ("baseline", "in_stage", "after_stage")] == [
-        ([2, 3], 8), ([2], 4), ([2, 3], 8)]
+        (["2ppl", "3ppl"], 8), (["2ppl"], 4), (["2ppl", "3ppl"], 8)]
     projection = report["validation_plan_projection"]
     assert (projection["all"]["completions"], projection["near"]["completions"]) == (3600, 2000)
 

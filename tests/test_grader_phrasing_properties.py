@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from curriculum.kk import COMMON_NAMES
-from eval.grader import grade
+from curriculum.kk.grading.grader import grade
 from tests.conftest import SHARED_DATA
 
 

@@ -112,7 +112,7 @@ def test_a_switched_off_signal_is_not_watched():
 
 def test_a_resumed_stage_carries_its_window_over(tmp_path):
     """Steps 1-2 were logged before a kill; the resume continues after the checkpoint at step 2."""
-    run_dir, stage = tmp_path, Stage(1, "a", "grpo", {2: 1.0}, steps=9, pool=8)
+    run_dir, stage = tmp_path, Stage(1, "a", "grpo", {"2ppl": 1.0}, steps=9, pool=8)
     checkpoint = run_dir / "stages" / "1-a" / "trainer" / "checkpoint-2"
     writer = JsonlWriter(run_dir / "metrics.jsonl", key=("stage", "stage_step", "kind"))
     # step 3 was logged too, but after the checkpoint: the resumed run logs it again

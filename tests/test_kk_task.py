@@ -10,12 +10,12 @@ from transformers import AutoTokenizer
 
 from core.models import resolve_model
 from curriculum.data import to_rows
-from curriculum.prompts import prompt_text, render_prompt
+from curriculum.kk.grading.grader import grade
+from curriculum.prompts import model_prompt, prompt_text, render_prompt
 from curriculum.sources import load_records, split_disjoint
 from curriculum.tasks import build_task
 from curriculum.tasks.base import disjoint, task_row
 from curriculum.tasks.kk import KKTask
-from eval.grader import grade
 from train.rewards import answer_reward, format_reward
 
 THINK = "<think>Zoey lies.</think><answer>{}</answer>"
@@ -37,10 +37,16 @@ def test_rows_and_prompts_are_those_of_to_rows(make_cfg):
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.model, cfg.paths.cache_dir))
     task = KKTask()
     records = task.records("3ppl", "train", n=6, seed=3)
-    today = to_rows([r.source for r in records], cfg.prompt, tokenizer, chat=bool(cfg.model.chat)).to_list()
+    # the rows K&K trained on before the task layer: prompt, names, solution, ppl, id
+    before = [{"prompt": model_prompt(r.source["quiz"], cfg.prompt, tokenizer, chat=bool(cfg.model.chat)),
+               "names": list(r.source["names"]), "solution": [bool(x) for x in r.source["solution"]],
+               "ppl": len(r.source["names"]), "id": f"{len(r.source['names'])}ppl-{r.source['index']}"}
+              for r in records]
     ours = [task_row(r, prompt_text(task.render(r, cfg.prompt, chat=bool(cfg.model.chat)), tokenizer))
             for r in records]
-    assert [{k: v for k, v in row.items() if k != "level"} for row in ours] == today  # a level column is added
+    rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat)).to_list()
+    assert rows == ours
+    assert [{k: v for k, v in row.items() if k != "level"} for row in ours] == before  # a level column is added
     assert all(row["level"] == "3ppl" for row in ours)
     assert task.render(records[0], cfg.prompt, chat=False) == render_prompt(records[0].question, cfg.prompt,
                                                                              chat=False)

@@ -33,7 +33,7 @@ ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAG
 def test_epochs_become_steps_by_the_processes_that_train_each_step(make_cfg, processes, prompts, steps):
     cfg = make_cfg("+curriculum=kk_logicrl")
     cfg.curriculum.stages = [StageConfig(name=f"{p}ppl", ppl=p, epochs=1, pool=900) for p in range(3, 8)]
-    assert prompts_per_step(cfg, world_size=processes) == prompts
+    assert prompts_per_step(cfg.grpo, world_size=processes) == prompts
     assert {s.steps for s in build_plan(cfg, world_size=processes)} == {steps}
 
 

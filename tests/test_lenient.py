@@ -1,12 +1,14 @@
-"""Lenient accuracy (eval/lenient.py): the final conclusion of an untagged answer, with the strict grader's refusals."""
+"""Lenient accuracy (curriculum/kk/grading/lenient.py): the final conclusion of an untagged answer, with the
+strict grader's refusals."""
 
 from __future__ import annotations
 
 import pytest
 
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.lenient import MAX_LINES, lenient_grade
+from curriculum.tasks.kk import KKTask, kk_record
 from eval.generation import Completion
-from eval.grader import grade
-from eval.lenient import MAX_LINES, lenient_grade
 from eval.metrics import subset_metrics
 from eval.validation import grade_subset
 
@@ -51,7 +53,7 @@ def test_lenient_reading(completion, strict, lenient):
 def test_validation_reports_both_and_strict_stays_the_headline():
     record = {"names": NAMES, "solution": SOLUTION, "index": 1, "quiz": "..."}
     outs = [Completion(text, tokens=10, truncated=False) for text, _, _ in CASES]
-    scored, samples = grade_subset([record], [outs], "think_answer")
+    scored, samples = grade_subset([kk_record(record)], [outs], "think_answer", KKTask())
     m = subset_metrics(scored)
     strict, lenient = sum(s for _, s, _ in CASES), sum(v for _, _, v in CASES)
     assert (m["accuracy"], m["lenient_accuracy"]) == (round(strict / len(CASES), 4), round(lenient / len(CASES), 4))

@@ -1,7 +1,7 @@
 """reward=logic_rl_strict reads answers exactly as Logic-RL's parser does, and +curriculum=kk_logicrl is its recipe.
 
 The oracle is the published parser itself, kept verbatim in tests/reference/logic_rl_kk.py: the port
-(eval/logic_rl.py) must give its score on a table of cases, on random responses, and on the published
+(curriculum/kk/grading/logic_rl.py) must give its score on a table of cases, on random responses, and on the published
 records; the table also shows where this project's lenient grader (reward=logic_rl) and Logic-RL part.
 """
 
@@ -19,8 +19,8 @@ from transformers import AutoTokenizer
 
 from core.models import resolve_model
 from core.rundir import METRICS, read_jsonl
+from curriculum.kk.grading.logic_rl import logic_rl_scores, solution_text_format
 from curriculum.prompts import model_prompt
-from eval.logic_rl import logic_rl_scores, solution_text_format
 from tests.conftest import SHARED_DATA, compose_cfg
 from tests.reference import logic_rl_kk as published
 from train.rewards import build_reward_funcs, tiered_reward
@@ -151,16 +151,16 @@ def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_
     """A smoke stage of kk_logicrl on Logic-RL's own files (data=local): the pool is their 3ppl train split,
     and the reward TRL logs is Logic-RL's score (-3..3) of the tiny model's completions."""
     needs_shared_data()
-    from curriculum.data import training_pool, validation_pool
     from curriculum.plan import build_plan
+    from tests.pools import held_out_pools, stage_pool
     from train.runner import run_curriculum
 
     cfg = compose_cfg(cache_dir, "+curriculum=kk_logicrl", "experiment=smoke", "data=local",
                       f"data.path={SHARED_DATA}", "eval.subsets=[3]", output_dir=tmp_path)
     cfg.curriculum.stages = cfg.curriculum.stages[:1]
     published_train = {r["index"] for r in pq.read_table(SHARED_DATA / "3ppl/train.parquet").to_pylist()}
-    pool, _ = training_pool(cfg, build_plan(cfg)[0], {3: validation_pool(cfg, 3)})
-    assert len(pool) == 16 and {r["index"] for r in pool} <= published_train  # smoke's max_pool, all published
+    pool, _ = stage_pool(cfg, build_plan(cfg)[0], held_out_pools(cfg, 3))
+    assert len(pool) == 16 and {r.source["index"] for r in pool} <= published_train  # smoke's max_pool, all published
     run_dir = tmp_path / "run"
     run_curriculum(cfg, run_dir)
     steps = [r for r in read_jsonl(run_dir / METRICS) if r.get("kind") == "step"]

@@ -15,7 +15,7 @@ def test_kk_ladder_plan(make_cfg):
     plan = build_plan(make_cfg("+curriculum=kk_ladder"))
     assert [s.name for s in plan] == ["2ppl", "3ppl", "4ppl", "5ppl", "6ppl"]
     assert [s.steps for s in plan] == [10, 20, 10, 10, 200]
-    assert [list(s.ppl_weights) for s in plan] == [[2], [3], [4], [5], [6]]
+    assert [list(s.level_weights) for s in plan] == [["2ppl"], ["3ppl"], ["4ppl"], ["5ppl"], ["6ppl"]]
     assert plan[-1].dirname == "5-6ppl"
 
 
@@ -49,7 +49,7 @@ def test_kk_mixed_matches_ladder_total_steps(make_cfg):
     ladder = build_plan(make_cfg("+curriculum=kk_ladder"))
     (mixed,) = build_plan(make_cfg("+curriculum=kk_mixed"))
     assert mixed.steps == sum(s.steps for s in ladder)
-    assert mixed.ppl_weights == {p: 0.2 for p in (2, 3, 4, 5, 6)}
+    assert mixed.level_weights == {f"{p}ppl": 0.2 for p in (2, 3, 4, 5, 6)}
 
 
 def test_kk_logicrl_is_one_pass_over_900(make_cfg):
@@ -58,7 +58,7 @@ def test_kk_logicrl_is_one_pass_over_900(make_cfg):
     assert [s.name for s in plan] == ["3ppl", "4ppl", "5ppl", "6ppl", "7ppl"]
     # 900 puzzles at 8 prompts per optimizer step (8 x 8 completions / 8 generations), the last partial
     # batch dropped as verl's dataloader drops it: 112 steps
-    assert prompts_per_step(cfg) == 8
+    assert prompts_per_step(cfg.grpo) == 8
     assert {s.steps for s in plan} == {112} and {s.pool for s in plan} == {900}
 
 
@@ -219,7 +219,7 @@ def test_good_configs_pass(make_cfg):
 def test_epochs_become_steps_by_trls_batch_arithmetic(make_cfg, overrides, prompts, steps):
     cfg = make_cfg("+curriculum=kk_logicrl", *overrides)
     cfg.curriculum.stages = [StageConfig(name=f"{p}ppl", ppl=p, epochs=1, pool=900) for p in range(3, 8)]
-    assert prompts_per_step(cfg) == prompts
+    assert prompts_per_step(cfg.grpo) == prompts
     assert {s.steps for s in build_plan(cfg)} == {steps}
 
 

@@ -8,11 +8,12 @@ import json
 import pytest
 from rich.console import Console
 
-from eval.claims import last_claims
+from curriculum.kk.grading.claims import last_claims
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.kk import KKTask, kk_record
 from eval.generation import Completion
-from eval.grader import grade
 from eval.metrics import subset_metrics
-from eval.reasoning import check_reasoning
 from eval.report import write_report
 from eval.validation import grade_subset, results_table
 from tests.conftest import SHARED_DATA
@@ -114,7 +115,7 @@ def test_metric_arithmetic_on_known_completions():
               "<answer>Aiden is a knave; Zoey is a knight; Liam is a knave.</answer>"),  # ... so wrong
         think("Let me read the statements again."),  # right, its reasoning settles nobody
     )]
-    scored, samples = grade_subset([record], [outs], "think_answer")
+    scored, samples = grade_subset([kk_record(record)], [outs], "think_answer", KKTask())
     m = subset_metrics(scored)
     assert [s["correct"] for s in samples] == [True, True, False, True, False, True]
     assert m["accuracy"] == 0.6667
@@ -129,8 +130,8 @@ def test_metric_arithmetic_on_known_completions():
 
 def test_the_results_table_prints_the_reasoning_metrics():
     record = {"names": NAMES, "solution": SOLUTION, "index": 3, "quiz": "..."}
-    scored, _ = grade_subset([record], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]],
-                             "think_answer")
+    scored, _ = grade_subset([kk_record(record)], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]],
+                             "think_answer", KKTask())
     console = Console(width=100, record=True)
     console.print(results_table([{"ppl": 2, **subset_metrics(scored)}], title="t"))
     text = console.export_text()

@@ -97,11 +97,11 @@ def test_validation_series_one_per_ppl_with_the_baseline_first(partial_run):
     assert [(s.label, s.x, s.y) for s in points] == [("2ppl", [0, 3], [300.0, 250.0]),
                                                      ("3ppl", [0, 3], [350.0, 320.0])]
     plotted = rs.stage_grid(run.validation, "accuracy")
-    assert plotted.stages == ["baseline", "2ppl"] and plotted.ppls == [2, 3]
-    assert plotted.values == {2: [0.1, 0.6], 3: [0.0, 0.2]}
+    assert plotted.stages == ["baseline", "2ppl"] and plotted.levels == ["2ppl", "3ppl"]
+    assert plotted.values == {"2ppl": [0.1, 0.6], "3ppl": [0.0, 0.2]}
     table = rs.stage_grid(run.validation, "accuracy", rs.planned_stages(run.manifest))
     assert table.stages == ["baseline", "2ppl", "3ppl", "4ppl"]  # stages still to come, as gaps
-    assert table.values[2] == [0.1, 0.6, None, None]
+    assert table.values["2ppl"] == [0.1, 0.6, None, None]
 
 
 def test_reward_series_total_then_components_and_missing_keys_are_none(partial_run):
@@ -153,7 +153,7 @@ def test_sweep_jobs_table_with_a_failed_job(sweep):
     jobs = js.load_sweep(sweep)
     assert [(j.name, j.status) for j in jobs] == [("0", "done"), ("1", "failed")]
     assert js.swept_params(jobs) == ["reward.weights.format"]
-    assert jobs[0].final_accuracy == {2: 0.5, 3: 0.25} and jobs[0].objective == 0.375
+    assert jobs[0].final_accuracy == {"2ppl": 0.5, "3ppl": 0.25} and jobs[0].objective == 0.375
     assert jobs[1].objective is None and jobs[1].final_accuracy == {}
     assert jobs[1].error.startswith("curriculum.plan.ConfigError: grpo.num_generations: 3")
     title, blocks = sweep_report(sweep, sweep / "report")

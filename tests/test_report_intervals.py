@@ -10,12 +10,13 @@ import pytest
 from rich.console import Console
 
 from core.stats import change
-from curriculum.data import training_pool, validation_pool
 from curriculum.kk import canonical_key
 from curriculum.plan import Stage
 from curriculum.sources import load_records
+from curriculum.tasks.kk import kk_record
 from eval.report.cli import write_report
 from eval.validation import results_table
+from tests.pools import held_out_pools, stage_pool
 from tests.test_report import make_job, stage_entry, write_jsonl
 
 # (rate before, n before, rate after, n after, expected mark): is a change beyond chance?
@@ -121,15 +122,15 @@ def test_a_sweep_over_only_seeds_has_nothing_to_plot_against(tmp_path):
 
 def test_the_validation_pool_is_distinct_up_to_renaming_and_training_stays_disjoint(make_cfg):
     cfg = make_cfg()  # the default pools: eval.n 100, eval.seed 1234
-    pool = validation_pool(cfg, 2)
-    keys = [canonical_key(r) for r in pool]
+    pool = held_out_pools(cfg, 2)["2ppl"]
+    keys = [canonical_key(r.source) for r in pool]
     # 100 records asked, 63 distinct up to renaming (95 exist at 2ppl): each counted once
     assert len(pool) == len(set(keys)) == 63
-    assert len(validation_pool(cfg, 3)) == 100  # no repeats at 3ppl
-    stage = Stage(1, "2ppl", "grpo", {2: 1.0}, steps=1, pool=100)
-    records, removed = training_pool(cfg, stage, {2: pool})
-    assert records and not {canonical_key(r) for r in records} & set(keys)
+    assert len(held_out_pools(cfg, 3)["3ppl"]) == 100  # no repeats at 3ppl
+    stage = Stage(1, "2ppl", "grpo", {"2ppl": 1.0}, steps=1, pool=100)
+    records, removed = stage_pool(cfg, stage, {"2ppl": pool})
+    assert records and not {canonical_key(r.source) for r in records} & set(keys)
     assert removed > 0  # the generator did offer held-out puzzles (renamed), and they were dropped
     # the same training pool as with the 100 records before their repeats were dropped: training is unchanged
-    with_repeats = load_records("generated", 2, "test", n=100, seed=1234)
-    assert training_pool(cfg, stage, {2: with_repeats}) == (records, removed)
+    with_repeats = [kk_record(r) for r in load_records("generated", 2, "test", n=100, seed=1234)]
+    assert stage_pool(cfg, stage, {"2ppl": with_repeats}) == (records, removed)

@@ -96,7 +96,8 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_reproduces_its_scheme(preset, load_preset):
     cfg = load_preset(preset)
-    assert set(cfg) == {"weights", "overlong", "tiered", "custom", "allow_negative_weights", "timeout_s"}
+    assert set(cfg) == {"task", "weights", "overlong", "tiered", "custom", "allow_negative_weights", "timeout_s"}
+    assert cfg.task is None  # K&K's components (reward.task null: kk)
     assert set(cfg.weights) == set(COMPONENTS)
     assert not cfg.tiered.table, "one source for each tier table: the code's (TIERED_SCHEMES)"
     assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]
@@ -261,7 +262,8 @@ def test_config_errors_name_the_key(cfg, message):
     # a tier value that is not a number
     ("++reward.tiered.table.correct=five", "reward.tiered.table.correct: Value 'five'"),
     # a prompt format the grader does not know
-    ("prompt.fmt=r1", "prompt.fmt: Invalid value 'r1', expected one of [think_answer, answer_only, logic_rl]"),
+    ("prompt.fmt=r1", "prompt.fmt: Invalid value 'r1', expected one of [think_answer, answer_only, logic_rl, "
+                      "reasoning_answer, answer_tag]"),
 ])
 def test_reward_keys_and_types_are_the_schemas(make_cfg, override, message):
     with pytest.raises(ConfigError) as err:

@@ -114,6 +114,6 @@ def test_a_bad_config_is_named_when_the_task_is_built(cfg, error):
 
 
 def test_the_task_group_composes_and_builds():
-    cfg = compose_cfg(None, "+curriculum=kk_ladder", "+task=reasoning_gym", "task.dataset=knights_knaves",
-                      "+task.levels={2ppl: {n_people: 2}}")
+    cfg = compose_cfg(None, "+curriculum=kk_ladder", "task=reasoning_gym", "task.dataset=knights_knaves",
+                      "task.levels={2ppl: {n_people: 2}}")
     assert build_task(cfg.task).levels == ("2ppl",)

@@ -94,9 +94,9 @@ def test_damage_before_the_last_row_is_an_error_for_the_owner_and_a_count_for_a_
 
 
 @pytest.mark.parametrize(("name", "accuracy", "expected"), [
-    ("mean_final_accuracy", {2: 0.5, 3: 0.25}, 0.375),  # the default: every validated subset counts
-    ("final_accuracy_3ppl", {2: 0.5, 3: 0.25}, 0.25),  # one subset's
-    ("final_accuracy_4ppl", {2: 0.5}, None),  # a subset that was not validated
+    ("mean_final_accuracy", {"2ppl": 0.5, "3ppl": 0.25}, 0.375),  # the default: every validated subset counts
+    ("final_accuracy_3ppl", {"2ppl": 0.5, "3ppl": 0.25}, 0.25),  # one subset's
+    ("final_accuracy_4ppl", {"2ppl": 0.5}, None),  # a subset that was not validated
     ("mean_final_accuracy", {}, None),  # nothing validated yet (a job in progress)
     ("best_accuracy", {2: 0.5}, None),  # not an objective
 ])

@@ -11,12 +11,12 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.rundir import read_jsonl
-from curriculum.data import training_pool, validation_pool
 from curriculum.kk import canonical_key, generate
+from curriculum.kk.grading.grader import FORMATS, grade
 from curriculum.plan import build_plan
 from curriculum.sft import reference_response
-from eval.grader import FORMATS, grade
 from tests.conftest import SHARED_DATA
+from tests.pools import held_out_pools, stage_pool
 from train.runner import run_curriculum
 from train.stage_run import fingerprint
 
@@ -48,10 +48,10 @@ def test_generated_sft_targets_grade_correct_and_flipped_ones_do_not():
 def test_sft_pool_never_holds_a_validation_puzzle(make_cfg):
     cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "limits.max_pool=null")
     sft = build_plan(cfg)[0]
-    held_out = {p: validation_pool(cfg, p) for p in (2, 3)}
-    records, removed = training_pool(cfg, sft, held_out)
-    guard = {canonical_key(r) for pool in held_out.values() for r in pool}
-    assert records and not guard & {canonical_key(r) for r in records}
+    held_out = held_out_pools(cfg, 2, 3)
+    records, removed = stage_pool(cfg, sft, held_out)
+    guard = {canonical_key(r.source) for pool in held_out.values() for r in pool}
+    assert records and not guard & {canonical_key(r.source) for r in records}
     assert removed > 0, "2ppl puzzles are few: generated train and test overlap, and the overlap is removed"
 
 

@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from curriculum.kk import RECORD_FIELDS, generate, parse_statements
+from curriculum.kk.grading.grader import grade
 from curriculum.sources import RecordError, load_records, published_count, read_records, split_disjoint
-from eval.grader import grade
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import run_cli
@@ -76,3 +77,40 @@ def test_two_sweeps_never_share_a_wandb_run_and_each_job_is_named_and_grouped(tm
             assert b"curriculum" in record and f"multirun/{'b' if sweep == 'a' else 'a'}".encode() not in record
             ids[(sweep, job)] = tracker_id
     assert len(set(ids.values())) == 4, ids
+
+
+def test_the_gsm8k_reward_search_stores_its_study_in_the_sweep_folder_and_resumes_it(tmp_path, cache_dir):
+    optuna = pytest.importorskip("optuna")
+    sweep_dir = tmp_path / "sweep"
+    search = ["train", "-m", "+curriculum=gsm8k_grpo", "+hparams_search=gsm8k_reward_optuna", "experiment=smoke",
+              f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}"]
+
+    def study():
+        return optuna.load_study(study_name="gsm8k_reward_weights", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
+
+    done = run_cli(*search, "hydra.sweeper.n_trials=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = study().trials
+    assert [t.state.name for t in first] == ["COMPLETE"] * 2
+    before = {job: (sweep_dir / job / "run.json").read_bytes() for job in ("0", "1")}
+    for trial in first:  # each trial is the job of its number: its weights and its objective
+        job = sweep_dir / str(trial.number)
+        manifest = json.loads((job / "run.json").read_text())
+        assert manifest["status"] == "done" and manifest["objective"] == trial.value
+        weights = OmegaConf.load(job / "config.yaml").reward.weights
+        assert {f"reward.weights.{k}": v for k, v in weights.items()} == trial.params
+    resumed = run_cli(*search, "hydra.sweeper.n_trials=1")  # the same folder: the study continues
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    trials = study().trials
+    assert [t.number for t in trials] == [0, 1, 2] and trials[2].state.name == "COMPLETE"
+    assert json.loads((sweep_dir / "2" / "run.json").read_text())["objective"] == trials[2].value
+    assert trials[2].params != trials[0].params, "a resumed sampler does not propose the first point again"
+    assert {job: (sweep_dir / job / "run.json").read_bytes() for job in ("0", "1")} == before, "earlier jobs kept"
+
+
+def test_gsm8k_reward_search_space_is_the_recipes_five_weights(make_cfg):
+    cfg = make_cfg("+curriculum=gsm8k_grpo", "+hparams_search=gsm8k_reward_optuna", hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("StoredOptunaSweeper") and sweeper.direction == "maximize"
+    assert set(sweeper.params) == {f"reward.weights.{name}" for name in cfg.reward.weights}
+    assert sweeper.storage == f"sqlite:///{cfg.hydra.sweep.dir}/optuna.db"

@@ -9,6 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
+from curriculum.kk.grading.grader import grade as kk_grade
 from curriculum.tasks import TASKS, build_task, task_class
 from curriculum.tasks.base import (
     AnswerGrade,
@@ -20,7 +21,6 @@ from curriculum.tasks.base import (
     task_row,
     weighted_rewards,
 )
-from eval.grader import grade as kk_grade
 
 
 @pytest.mark.parametrize(("columns", "error"), [

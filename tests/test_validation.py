@@ -8,11 +8,12 @@ import re
 import pytest
 
 from core.rundir import read_jsonl
+from curriculum.kk.grading.grader import grade
+from curriculum.kk.grading.lenient import lenient_grade
+from curriculum.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.kk import KKTask, kk_record
 from eval.generation import Completion
-from eval.grader import grade
-from eval.lenient import lenient_grade
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
-from eval.reasoning import check_reasoning
 from eval.validation import grade_subset
 from tests.conftest import run_cli
 
@@ -31,7 +32,7 @@ def test_metric_arithmetic_on_known_verdicts():
         Completion("<answer>Zoey is a knave, Oliver is a knight", tokens=30, truncated=True),  # unclosed: none
         Completion("Zoey is a knave and Oliver is a knight.", tokens=40, truncated=True),  # no tags: none
     ]]
-    scored, samples = grade_subset([RECORD], completions, "think_answer")
+    scored, samples = grade_subset([kk_record(RECORD)], completions, "think_answer", KKTask())
     m = subset_metrics(scored)
     assert m["n"] == 4 and m["puzzles"] == 1
     assert m["accuracy"] == 0.25

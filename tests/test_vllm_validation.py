@@ -17,16 +17,15 @@ import pytest
 
 from core.models import load_for_inference, resolve_model
 from core.rundir import JsonlWriter, read_jsonl
-from curriculum.data import validation_pool
 from curriculum.plan import build_plan, validation_subsets
 from curriculum.prompts import render_prompt
 from eval.cost import validation_cost
 from eval.in_stage import InStageValidation
 from eval.metrics import METRIC_COLUMNS
-from eval.settings import validation_settings
 from eval.validation import validate
 from eval.vllm_backend import ColocatedEngine
 from tests import fake_vllm
+from tests.pools import config_validation, held_out_pools
 from train.tracking import NullTracker
 
 TAG = {"stage": 1, "stage_name": "2ppl", "global_step": 2}
@@ -45,7 +44,7 @@ def smoke(make_cfg, cache_dir):
     """The smoke config (tiny model, 16-token completions) at HF batch size 1, so that HF and the stand-in
     run the very same unpadded forward passes; its checkpoint and two validation pools."""
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "eval.batch_size=1")
-    return cfg, resolve_model(cfg.model, cache_dir), {p: validation_pool(cfg, p) for p in (2, 3)}
+    return cfg, resolve_model(cfg.model, cache_dir), held_out_pools(cfg, 2, 3)
 
 
 def _metrics(rows):
@@ -54,14 +53,14 @@ def _metrics(rows):
 
 def _samples(out_dir, ppl):
     return [(s["completion"], s["tokens"], s["truncated"], s["correct"])
-            for s in read_jsonl(out_dir / f"{ppl}ppl.jsonl")]
+            for s in read_jsonl(out_dir / f"{ppl}.jsonl")]
 
 
 def test_the_vllm_backend_validates_as_the_hf_backend(vllm_stand_in, smoke, tmp_path):
     cfg, model, pools = smoke
-    hf = validate(validation_settings(cfg), model, pools, tag=TAG, out_dir=tmp_path / "hf")
+    hf = validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path / "hf")
     cfg.eval.backend = "vllm"
-    ours = validate(validation_settings(cfg), model, pools, tag=TAG, out_dir=tmp_path / "vllm")
+    ours = validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path / "vllm")
     assert _metrics(ours) == _metrics(hf)
     for ppl in pools:
         assert _samples(tmp_path / "vllm", ppl) == _samples(tmp_path / "hf", ppl)
@@ -91,7 +90,7 @@ def test_the_engine_is_released_when_a_validation_fails(vllm_stand_in, smoke, tm
 
     monkeypatch.setattr(vllm_stand_in.LLM, "generate", fail_second)
     with pytest.raises(RuntimeError, match="pretended"):
-        validate(validation_settings(cfg), model, pools, tag=TAG, out_dir=tmp_path)
+        validate(config_validation(cfg), model, pools, tag=TAG, out_dir=tmp_path)
     (engine,) = vllm_stand_in.LLM.started
     assert engine.calls[-1] == ("sleep", 2)
     assert not set(LAUNCH_VARIABLES) & set(os.environ)
@@ -121,7 +120,7 @@ def test_the_trainers_engine_is_lent_with_the_live_weights_and_put_back(vllm_sta
     trainer = _trainer(llm, sleep_mode)
     engine = ColocatedEngine.of(trainer)
     _, tokenizer = load_for_inference(model, "cpu")
-    prompts = [render_prompt(r["quiz"], cfg.prompt, chat=True) for r in pools[2]]
+    prompts = [render_prompt(r.question, cfg.prompt, chat=True) for r in pools["2ppl"]]
     with engine.lend(tokenizer) as lent:
         completions, cost = lent.generate(prompts, max_new_tokens=8)
     assert len(completions) == 4 and cost.backend == "vllm-colocated" and cost.completions == 4
@@ -146,7 +145,8 @@ def test_in_stage_validation_generates_through_the_lent_engine(vllm_stand_in, sm
 
     def in_stage(name, colocated):
         writer = JsonlWriter(tmp_path / f"{name}.jsonl", key=("stage_step",))
-        check = InStageValidation(validation_settings(cfg), {2: pools[2]}, writer, NullTracker(), stage_index=1,
+        settings = config_validation(cfg)
+        check = InStageValidation(settings, {"2ppl": pools["2ppl"]}, writer, NullTracker(), stage_index=1,
                                   stage_name="2ppl", step_offset=0)
         check.colocated = colocated
         return check.validate(model, tokenizer, step=1)
@@ -169,10 +169,11 @@ def test_the_validation_plan_and_its_cost_reach_run_json(smoke_ladder, cache_dir
     plan = build_plan(cfg)
     rows = read_jsonl(run_dir / "validation.jsonl")
     validated = {k: sorted(r["ppl"] for r in rows if r["stage"] == k) for k in range(len(plan) + 1)}
-    assert validated == {k: validation_subsets("near", [2, 3], plan, k) for k in range(len(plan) + 1)}
+    planned = {k: validation_subsets("near", ["2ppl", "3ppl"], plan, k) for k in range(len(plan) + 1)}
+    assert validated == {k: [int(level.removesuffix("ppl")) for level in levels] for k, levels in planned.items()}
     assert validated == {0: [2, 3], 1: [2, 3], 2: [3], 3: [2, 3], 4: [2, 3], 5: [2, 3]}
     manifest = json.loads((run_dir / "run.json").read_text())
     costs = [manifest["baseline_validation_cost"], *(s["validation_cost"] for s in manifest["stages"])]
-    assert [c["subsets"] for c in costs] == [validated[k] for k in range(len(plan) + 1)]
+    assert [c["subsets"] for c in costs] == [[f"{p}ppl" for p in validated[k]] for k in range(len(plan) + 1)]
     assert all(c["backend"] == "hf" and c["seconds"] > 0 and c["completions"] == 4 * len(c["subsets"])
                for c in costs)

@@ -13,41 +13,56 @@ from core.distributed import SINGLE, Processes, whole_final_problem
 from core.models import LORA_KEYS
 from core.rundir import objective
 from curriculum.plan import Stage
-from eval.config_check import check_data_config, check_eval_config
+from curriculum.tasks.base import Task
+from eval.config_check import check_data_config, check_eval_config, check_task_format
+from eval.settings import run_task, subset_levels
 from train.grpo_stage import check_grpo_fields
-from train.rewards import build_reward_funcs
-from train.stage_kinds import stage_kinds
+from train.rewards import task_reward_funcs
+from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageKind
 
 
-def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE) -> None:
-    """Raise ConfigError for the first bad value found, naming its key.
+def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE, task: Task | None = None) -> None:
+    """Raise ConfigError for the first bad value found, naming its key; `task` is the run's (None: the one
+    `cfg.task` names).
 
     Keys and types are the schema's (conf/schema.py, checked while Hydra composes); these are the rules a
     type cannot say: ranges, rules across keys, names that must exist, what this machine has (first: a
     GPU setting on a machine without CUDA is named before anything that setting would also change) and
     what the launch's `processes` allow.
     """
+    task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
-    _check_processes(cfg, plan, processes)
+    _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
-    _check_stage_overrides(stage_kinds(cfg, processes.world_size), cfg, plan)
-    check_eval_config(cfg.eval)
-    _check_objective(str(cfg.objective), [int(p) for p in cfg.eval.subsets])
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
+    _check_stage_overrides(kinds, cfg.curriculum.stages, cfg.get("stage_overrides") or {}, plan)
+    check_eval_config(cfg.eval, task)
+    _check_task(task, str(cfg.prompt.fmt), plan)
+    _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
     check_data_config(cfg.data)
     _check_lora(cfg.model.lora)
     _check_reference(str(cfg.reference), cfg.model.lora)
-    build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt, max_completion_length=int(cfg.grpo.max_completion_length))
+    task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                      max_completion_length=int(cfg.grpo.max_completion_length))
 
 
-def _check_stage_overrides(kinds: dict[str, StageKind], cfg: DictConfig, plan: list[Stage]) -> None:
-    """A stage's own `overrides` first, under its curriculum key; then with `stage_overrides.<name>` merged
-    over them (the plan holds the merge), under that key: a bad value is named where it was written."""
-    named = cfg.get("stage_overrides") or {}
+def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
+    """K&K's grader reads K&K's formats; a supervised stage trains on K&K's worked solutions only."""
+    check_task_format(task, fmt)
+    for stage in plan:
+        if stage.kind == "sft" and task.name != "kk":
+            raise ConfigError(f"curriculum.stages[{stage.index - 1}].kind: sft trains on K&K's worked solutions; "
+                              f"task {task.name} has none")
+
+
+def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan: list[Stage]) -> None:
+    """A stage's own `overrides` (of `curriculum.stages`) first, under its curriculum key; then with
+    `stage_overrides.<name>` (`named`) merged over them (the plan holds the merge), under that key: a bad
+    value is named where it was written."""
     for stage in plan:
         kind = kinds[stage.kind]
-        own = OmegaConf.select(cfg, f"curriculum.stages.{stage.index - 1}.overrides")
-        own = OmegaConf.to_container(own, resolve=True) if own is not None else {}
+        own = plain(stages_cfg[stage.index - 1].get("overrides")) or {}
         kind.check(dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
         if stage.name in named:
             kind.check(stage, f"stage_overrides.{stage.name}")
@@ -96,11 +111,11 @@ def _check_device(device: str, grpo: dict) -> None:
         raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
 
 
-def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -> None:
+def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: Processes) -> None:
     """What many processes cannot do: validate through one vLLM engine, and with weights sharded across
     ranks (ZeRO-3, FSDP) validate the live model inside a stage, merge LoRA adapters, or save a final that
     is not whole."""
-    if processes.many and cfg.eval.backend == "vllm":
+    if processes.many and eval_cfg.backend == "vllm":
         raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
                           "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
     if processes.sharded_by is None:
@@ -108,18 +123,18 @@ def _check_processes(cfg: DictConfig, plan: list[Stage], processes: Processes) -
     problem = whole_final_problem()
     if problem:
         raise ConfigError(problem)
-    if cfg.eval.every > 0 or any(stage.promote is not None for stage in plan):
-        key = "eval.every" if cfg.eval.every > 0 else "promote"
+    if eval_cfg.every > 0 or any(stage.promote is not None for stage in plan):
+        key = "eval.every" if eval_cfg.every > 0 else "promote"
         raise ConfigError(f"{key}: in-stage validation generates with the live model, whose weights "
                           f"{processes.sharded_by} shards across the ranks; validate after each stage only "
                           "(eval.every=0, no promote), or launch with DDP or ZeRO-2 (conf/accelerate/)")
-    if cfg.model.lora:
+    if lora:
         raise ConfigError(f"model.lora: adapters are merged into full weights on the main process, which "
                           f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
 
 
-def _check_objective(name: str, subsets: list[int]) -> None:
+def _check_objective(name: str, subsets: list[str]) -> None:
     """The name must mean something for the validated subsets, as the run directory's `objective` reads it."""
     if objective(name, dict.fromkeys(subsets, 0.0)) is None:
-        allowed = ["mean_final_accuracy", *(f"final_accuracy_{p}ppl" for p in subsets)]
+        allowed = ["mean_final_accuracy", *(f"final_accuracy_{level}" for level in subsets)]
         raise ConfigError(f"objective: {name!r} is not one of {allowed}")

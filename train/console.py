@@ -118,14 +118,14 @@ def report_command(run_dir: Path) -> str:
 def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0) -> str:
     """
     >>> from curriculum.plan import Stage
-    >>> banner(Stage(3, "4ppl", "grpo", {4: 1.0}, steps=10, pool=9), 5, 10)
+    >>> banner(Stage(3, "4ppl", "grpo", {"4ppl": 1.0}, steps=10, pool=9), 5, 10)
     'stage 3/5 · 4ppl · 10 steps'
-    >>> banner(Stage(1, "sft", "sft", {2: 0.5, 3: 0.5}, steps=16, pool=9), 6, 16, resumed_at=4)
+    >>> banner(Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=16, pool=9), 6, 16, resumed_at=4)
     'stage 1/6 · sft · 2-3ppl · sft · 16 steps · resuming at step 4'
     """
     parts = [f"stage {stage.index}/{stages}", stage.name]
-    if stage.name != f"{stage.ppl_label}ppl":
-        parts.append(f"{stage.ppl_label}ppl")
+    if stage.name != stage.level_label:
+        parts.append(stage.level_label)
     if stage.kind != "grpo":
         parts.append(stage.kind)
     parts.append(f"{steps} steps")

@@ -8,7 +8,8 @@
 
 Each entry becomes one more TRL reward function, logged as `rewards/<name>/mean`. The function is
 called as TRL 1.16 calls reward functions - keywords only: `prompts`, `completions`,
-`completion_ids`, every dataset column (`names`, `solution`, `ppl`, `id`), `trainer_state`,
+`completion_ids`, every dataset column (`id`, `level`; K&K's `names`,
+`solution`, `ppl`; GSM8K's `answer`; reasoning-gym's `answer`, `entry`), `trainer_state`,
 `log_extra`, `log_metric` - and returns one float (or None) per completion. Everything is checked
 here, before any model loads: the import path, that the bound keywords exist, and that TRL's call
 binds to the signature.
@@ -28,7 +29,7 @@ from core.checks import ConfigError
 # The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
 # dataset columns of this project's rows.
 TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                     "names", "solution", "ppl", "id")
+                     "names", "solution", "ppl", "id", "level", "answer", "entry")
 
 
 class NamedReward:

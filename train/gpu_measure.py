@@ -21,12 +21,13 @@ from trl import GRPOTrainer
 from conf import CONF_DIR
 from core.models import resolve_model
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
-from curriculum.data import to_rows, training_pool, validation_pool
+from curriculum.data import draw_pools, to_rows
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
+from eval.settings import run_task, subset_levels
 from train.gpu_check import GpuCheckError
 from train.grpo_stage import grpo_config
-from train.rewards import build_reward_funcs
+from train.rewards import task_reward_funcs
 from train.runner import run_curriculum
 
 GIB = 2**30
@@ -35,7 +36,7 @@ GIB = 2**30
 CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
                    "eval.every=1", "logger=none"]
 # The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
-PLAN_SUBSETS, PLAN_N = [2, 3, 4, 5, 6, 7], 100
+PLAN_SUBSETS, PLAN_N = [f"{ppl}ppl" for ppl in range(2, 8)], 100
 
 
 def _compose(overrides: list[str]) -> DictConfig:
@@ -165,18 +166,19 @@ def run_ours(cfg: DictConfig, run_dir: Path) -> dict:
 
 def run_bare_trl(cfg: DictConfig, out_dir: Path) -> dict:
     """The same stage's steps with GRPOTrainer alone: its GRPOConfig, reward functions and rows, nothing else."""
-    stage = build_plan(cfg)[0]
+    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    stage = build_plan(cfg, task=task)[0]
     base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
     tokenizer = AutoTokenizer.from_pretrained(base, padding_side="left")
-    held_out = {int(p): validation_pool(cfg, int(p)) for p in {*cfg.eval.subsets, *stage.ppl_weights}}
-    records, _ = training_pool(cfg, stage, held_out)
-    rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
+    subsets = subset_levels(task, cfg.eval.subsets)
+    pools = draw_pools(task, [stage], subsets, n=int(cfg.eval.n), eval_seed=int(cfg.eval.seed), seed=int(cfg.seed))
+    rows = to_rows(pools.training[stage.name], cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
                    chat_kwargs=cfg.model.get("chat_template_kwargs"))
     args = grpo_config(OmegaConf.to_container(cfg.grpo, resolve=True), stage, out_dir, seed=int(cfg.seed),
                        lora=cfg.model.get("lora"))
     args.save_strategy = "no"  # checkpoints for resume are the runner's (single_gpu saves every 10 steps: not in 2)
-    funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
-                                                    max_completion_length=args.max_completion_length)
+    funcs, args.reward_weights = task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                                                   max_completion_length=args.max_completion_length)
     began = time.perf_counter()
     trainer = GRPOTrainer(model=base, reward_funcs=funcs, args=args, train_dataset=rows, processing_class=tokenizer)
     built = time.perf_counter() - began

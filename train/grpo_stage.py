@@ -31,12 +31,12 @@ from trl.trainer.utils import is_async_callable
 from core.checks import ConfigError
 from core.models import lora_config
 from curriculum.data import to_rows
+from curriculum.kk.grading.grader import completion_text
 from curriculum.plan import Stage, grpo_batch
-from eval.grader import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine
 from train.reward_checks import check_timeout, checked_rewards
-from train.rewards import build_reward_funcs
+from train.rewards import task_reward_funcs
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
 
 DISTINCT_KEY = "completions/distinct_share"
@@ -176,8 +176,8 @@ class GrpoStage:
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> GRPOTrainer:
         lora = self.shared.model.get("lora")
         args = grpo_config(self.grpo, stage, output_dir, seed=self.shared.seed, lora=lora)
-        funcs, weights = build_reward_funcs(self.shared.reward, fmt=self.shared.prompt["fmt"],
-                                            max_completion_length=args.max_completion_length)
+        funcs, weights = task_reward_funcs(self.shared.reward, self.shared.task, fmt=self.shared.prompt["fmt"],
+                                           max_completion_length=args.max_completion_length)
         args.reward_weights = weights
         funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
                                 warn=ctx.reward_warning)  # one finite number (or None) per completion, in time

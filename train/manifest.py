@@ -268,8 +268,7 @@ def _planned(stage: Stage) -> StageRecord:
     """The record of a stage not started yet."""
     return StageRecord(
         index=stage.index, name=stage.name, kind=stage.kind,
-        ppl={str(k): v for k, v in stage.ppl_weights.items()},
-        pool_ppl={str(k): v for k, v in stage.pool_weights.items()},
-        ppl_label=stage.ppl_label, steps_budget=stage.steps, pool=stage.pool,
+        levels=dict(stage.level_weights), pool_levels=dict(stage.pool_weights),
+        level_label=stage.level_label, steps_budget=stage.steps, pool=stage.pool,
         status=Status.PENDING, steps_done=0,
     )

@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
-
 from curriculum.plan import Stage, grpo_batch, validation_completions
+from eval.settings import ValidationSettings
 from train.console import duration
 
 # Generated tokens per second of a whole GRPO step (generation and the update) with SmolLM2-135M on the
@@ -60,9 +59,8 @@ def _millions(tokens: int) -> str:
     return f"{tokens / 1e6:.1f}M" if tokens >= 1e5 else f"{tokens:,}"
 
 
-def run_size(cfg: DictConfig, plan: Sequence[Stage]) -> RunSize:
-    """The size of `plan` under `cfg` (its grpo group with each stage's overrides, and the eval group)."""
-    grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
+def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSettings) -> RunSize:
+    """The size of `plan` under the `grpo` group (with each stage's overrides) and the validation settings."""
     grpo_steps = sft_steps = completions = tokens = longest = 0
     for stage in plan:
         if stage.kind != "grpo":
@@ -76,11 +74,10 @@ def run_size(cfg: DictConfig, plan: Sequence[Stage]) -> RunSize:
         completions += stage.steps * per_step
         tokens += stage.steps * per_step * length
         longest = max(longest, length)
-    ev = cfg.eval
-    validated = validation_completions(str(ev.subsets_after_stage), [int(p) for p in ev.subsets], plan,
-                                       int(ev.n) * int(ev.samples))
+    v = validation
+    validated = validation_completions(v.subsets_after_stage, v.subsets, plan, v.n * v.samples)
     return RunSize(len(plan), grpo_steps, sft_steps, completions, tokens, longest, validated,
-                   validated * int(ev.max_new_tokens), int(ev.max_new_tokens))
+                   validated * v.max_new_tokens, v.max_new_tokens)
 
 
 def cpu_warning(size: RunSize, model_name: str) -> str | None:

@@ -1,4 +1,4 @@
-"""Reward components for GRPO on K&K, all built on the one grader (`eval.grader.grade`).
+"""Reward components for GRPO on K&K, all built on the one grader (`curriculum.kk.grading.grader.grade`).
 
 Each component has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]`
 (completions are strings or conversational lists; unknown kwargs such as trainer_state, ppl, id,
@@ -22,7 +22,7 @@ components:
     unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
     wrong        -- format_ok, every person has one role, at least one is wrong.
 - `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
-  (`eval/logic_rl.py`: its regexes, structure check and scores), not by the grader.
+  (`curriculum/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
 
 `build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
 group and returns the weighted components bound to the prompt format and length, sharing one grade
@@ -36,8 +36,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from core.checks import ConfigError, is_number, plain, whole_number
-from eval.grader import Grade, completion_text, grade
-from eval.logic_rl import logic_rl_scores
+from curriculum.kk.grading.grader import Grade, completion_text, grade
+from curriculum.kk.grading.logic_rl import logic_rl_scores
+from curriculum.tasks.base import Task, weighted_rewards
 from train.custom_rewards import load_custom_reward
 from train.reward_checks import check_timeout
 
@@ -188,7 +189,8 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
 
 
 def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
-    """Logic-RL's score of each prompt + completion, by its own parser (eval/logic_rl.py), not the grader.
+    """Logic-RL's score of each prompt + completion, by its own parser (curriculum/kk/grading/logic_rl.py),
+    not the grader.
 
     >>> prompt = "<|im_start|>assistant\\n<think>"
     >>> logic_rl_strict_reward(["Hmm.</think><answer>Knights: Zoey, Ava</answer>"], [["Zoey", "Ava"]],
@@ -301,6 +303,36 @@ def build_reward_funcs(reward_cfg, *, fmt: str,
         funcs.append(load_custom_reward(str(name), spec, reserved=COMPONENTS))
         kept.append(weights[name])
     return funcs, kept
+
+
+def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
+                      max_completion_length: int) -> tuple[list[Callable], list[float]]:
+    """The reward group's (components, weights) for `task`: K&K's from `build_reward_funcs`; any other
+    task's from its own reward functions (`Task.reward_functions`) at `reward.weights`, with `reward.custom`
+    beside them (weight 1 unless given). `reward.task` (null: kk) must name the task the weights were
+    written for. ConfigError names the bad key.
+
+    >>> from curriculum.tasks import build_task
+    >>> funcs, weights = task_reward_funcs({"task": "gsm8k", "weights": {"correctness": 2.0, "integer": 0.5}},
+    ...                                    build_task({"name": "gsm8k", "source": "sample"}), fmt="reasoning_answer",
+    ...                                    max_completion_length=200)
+    >>> [f.__name__ for f in funcs], weights
+    (['correctness_reward', 'integer_reward'], [2.0, 0.5])
+    """
+    cfg = plain(reward_cfg)
+    named = cfg.get("task") or "kk"
+    if named != task.name:
+        raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
+                          f"choose a reward preset of {task.name} (reward=gsm8k_stack for gsm8k, "
+                          "reward=score_answer for reasoning_gym, any other for kk)")
+    if task.name == "kk":
+        return build_reward_funcs(cfg, fmt=fmt, max_completion_length=max_completion_length)
+    check_timeout(cfg.get("timeout_s"))
+    functions, weights = task.reward_functions(), dict(cfg.get("weights") or {})
+    for name, spec in (cfg.get("custom") or {}).items():
+        functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(task.reward_functions()))
+        weights.setdefault(str(name), 1.0)
+    return weighted_rewards(functions, weights)
 
 
 def _weights(raw: Mapping, custom: Mapping, *, allow_negative: bool) -> dict[str, float]:

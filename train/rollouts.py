@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from transformers import TrainerCallback
 
-from eval.grader import completion_text
+from curriculum.kk.grading.grader import completion_text
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,9 @@ from core.rundir import (
 )
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, build_plan, validation_subsets
+from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
-from eval.settings import ValidationSettings, validation_settings
+from eval.settings import ValidationSettings, run_task, validation_settings
 from eval.validation import validate
 from train import resume
 from train.checkpoints import final_problem
@@ -63,7 +64,7 @@ from train.manifest import Manifest
 from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
 from train.stage_end import stage_end_callbacks
-from train.stage_kinds import stage_kinds
+from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageContext, StageKind, StageResult, run_stage
 from train.tracking import RunLogs, make_tracker
 
@@ -78,16 +79,19 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
     launch this process is part of (every rank calls this with the same config and run directory);
     `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder).
     """
-    plan = build_plan(cfg, processes.world_size)
-    check_config(cfg, plan, processes)
-    kinds = stage_kinds(cfg, processes.world_size)
+    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    plan = build_plan(cfg, processes.world_size, task=task)
+    check_config(cfg, plan, processes, task=task)
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
+    validation = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
     log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
     console = RunConsole(run_dir, plan)
     if processes.is_main:
-        say_size(run_size(cfg, plan), str(cfg.model.name))
+        say_size(run_size(OmegaConf.to_container(cfg.grpo, resolve=True), plan, validation), str(cfg.model.name))
     with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
-        pools = draw_pools(cfg, plan)
+        pools = draw_pools(task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
+                           seed=int(cfg.seed))
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(cfg.model, Path(cfg.paths.cache_dir)), processes)
@@ -105,7 +109,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
             CurriculumRun(
                 run_dir=run_dir, plan=plan, kinds=kinds, rows=rows, base=base, held_out=pools.held_out,
                 manifest=manifest, logs=RunLogs.open(run_dir, tracker, writes=processes.is_main),
-                validation=validation_settings(cfg), reference=str(cfg.reference),
+                validation=validation, reference=str(cfg.reference),
                 on_damaged=str(cfg.on_damaged_checkpoint),
                 keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
                 processes=processes, console=console, rollouts=RolloutSettings(**cfg.rollouts),
@@ -113,7 +117,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
                 finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
             ).run()
             value = _objective(str(cfg.objective), manifest)
-            finals = {f"final/{ppl}ppl/accuracy": acc for ppl, acc in final_accuracy(manifest.data).items()}
+            finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
             tracker.summary({"objective": value, **finals})
         except BaseException:
             manifest.update(status=Status.FAILED)
@@ -154,7 +158,8 @@ def open_manifest(run_dir: Path, cfg: DictConfig, plan: list[Stage], processes: 
     return Manifest(run_dir / RUN_JSON, data, writes=processes.is_main)
 
 
-def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[dict]], tokenizer) -> dict:
+def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[TaskRecord]],
+                   tokenizer) -> dict:
     """Each stage's training rows by stage name, rendered by its kind and checked against its token budget."""
     rows = {}
     for stage in plan:
@@ -181,7 +186,7 @@ class CurriculumRun:
     kinds: dict[str, StageKind]
     rows: dict  # each stage's training rows, by stage name
     base: str  # the base checkpoint (stage 1 starts from it)
-    held_out: dict[int, list[dict]]  # by ppl
+    held_out: dict[str, list[TaskRecord]]  # by level
     manifest: Manifest
     logs: RunLogs
     validation: ValidationSettings  # what validation reads (the eval group, prompt and chat settings)
@@ -282,7 +287,7 @@ class CurriculumRun:
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         chosen = validation_subsets(self.validation.subsets_after_stage, self.validation.subsets, self.plan, index)
         use_cpu_threads(self.cpu_threads)
-        rows = validate(self.validation, str(model_path), {ppl: self.held_out[ppl] for ppl in chosen}, tag=tag,
+        rows = validate(self.validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
         return validation_summary(rows), validation_cost(rows)
@@ -319,5 +324,6 @@ def _objective(name: str, manifest: Manifest) -> float:
     """What a sweeper optimises (`objective`): mean final accuracy over eval.subsets, or one subset's."""
     value = objective(name, final_accuracy(manifest.data))
     if value is None:
-        raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<n>ppl for a validated n")
+        raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<level> "
+                         "for a validated level")
     return value

@@ -32,9 +32,11 @@ class SftStage:
         """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
         return {**self.sft, **stage.overrides}
 
-    def rows(self, records: list[dict], tokenizer):
+    def rows(self, records: list, tokenizer):
+        """SFT rows from K&K's own records (`TaskRecord.source`: quiz, names, solution; check_config keeps
+        kind: sft to task kk)."""
         model = self.shared.model
-        return to_sft_rows(records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
+        return to_sft_rows([r.source for r in records], self.shared.prompt, tokenizer, chat=bool(model["chat"]),
                            chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:

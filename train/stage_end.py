@@ -2,7 +2,7 @@
 `budget`): promotion by skill, the collapse guard and the stop on non-finite weights.
 
 Promotion: `promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.in_stage`):
-the stage's own ppl, `eval.n` held-out puzzles each, greedy, on the live model. When the guard may
+the stage's own levels, `eval.n` held-out records each, greedy, on the live model. When the guard may
 stop a stage and the stage validates inside itself, the best-validated weights are kept in memory
 and put back before the stage's final is published, so a collapse is not handed to the next stage.
 
@@ -26,6 +26,7 @@ from transformers import TrainerCallback
 
 from core.checks import is_number
 from core.distributed import Processes
+from core.rundir import row_level
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
@@ -111,14 +112,15 @@ class CollapseGuard(TrainerCallback):
                 control.should_training_stop = True
 
 
-def stage_accuracy(rows: Sequence[Mapping], weights: Mapping[int, float]) -> dict:
-    """Accuracy over a stage's own subsets, weighted by its ppl mix; `n` counts the completions graded.
+def stage_accuracy(rows: Sequence[Mapping], weights: Mapping[str, float]) -> dict:
+    """Accuracy over a stage's own subsets, weighted by its level mix; `n` counts the completions graded.
 
-    >>> stage_accuracy([{"ppl": 2, "accuracy": 1.0, "n": 4}, {"ppl": 3, "accuracy": 0.5, "n": 4}], {2: 0.25, 3: 0.75})
+    >>> rows = [{"level": "2ppl", "accuracy": 1.0, "n": 4}, {"level": "3ppl", "accuracy": 0.5, "n": 4}]
+    >>> stage_accuracy(rows, {"2ppl": 0.25, "3ppl": 0.75})
     {'accuracy': 0.625, 'n': 8}
     """
-    total = sum(weights[int(r["ppl"])] for r in rows)
-    accuracy = sum(weights[int(r["ppl"])] * float(r["accuracy"]) for r in rows) / total
+    total = sum(weights[row_level(r)] for r in rows)
+    accuracy = sum(weights[row_level(r)] * float(r["accuracy"]) for r in rows) / total
     return {"accuracy": round(accuracy, 4), "n": sum(int(r["n"]) for r in rows)}
 
 
@@ -129,11 +131,11 @@ class SkillCheck(InStageValidation):
     validation measures it.
     """
 
-    def __init__(self, validation: ValidationSettings, pools: dict[int, list[dict]], writer, tracker, *, stage: Stage,
+    def __init__(self, validation: ValidationSettings, pools: dict[str, list], writer, tracker, *, stage: Stage,
                  step_offset: int, keep_best: bool, processes: Processes):
         super().__init__(validation, pools, writer, tracker, stage_index=stage.index, stage_name=stage.name,
                          step_offset=step_offset, processes=processes)
-        self.promote, self.weights, self.keep_best = stage.promote, stage.ppl_weights, keep_best
+        self.promote, self.weights, self.keep_best = stage.promote, stage.level_weights, keep_best
         self.checks: list[dict] = []  # {stage_step, global_step, accuracy, n} of every validation in the stage
         self.promoted: dict | None = None  # the check that reached the threshold
         self.best: tuple[dict, dict] | None = None  # (check, weights on the CPU) of the best check so far
@@ -252,7 +254,7 @@ class StageEnd(TrainerCallback):
 
 
 def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: ValidationSettings,
-                        held_out: Mapping[int, list[dict]], logs: RunLogs, manifest: Manifest,
+                        held_out: Mapping[str, list], logs: RunLogs, manifest: Manifest,
                         history: Sequence[Mapping], processes: Processes) -> tuple[list, StageEnd]:
     """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
 
@@ -268,7 +270,7 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
                               stage_name=stage.name, step_offset=step_offset, history=history)
     skill = None
     if validation.every > 0 or stage.promote is not None:
-        pools = {ppl: held_out[ppl][: validation.n] for ppl in stage.ppl_weights}
+        pools = {level: held_out[level][: validation.n] for level in stage.level_weights if level in held_out}
         skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
                            keep_best=guard is not None and guard.action == "stop", processes=processes)
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,

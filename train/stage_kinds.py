@@ -6,8 +6,10 @@ importing the trainers; `tests/test_stage_kinds.py` holds the two together.
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from collections.abc import Mapping
 
+from core.checks import plain
+from curriculum.tasks.base import Task
 from train.grpo_stage import GrpoStage
 from train.sft_stage import SftStage
 from train.stage_run import KindSettings, StageKind
@@ -15,12 +17,14 @@ from train.stage_run import KindSettings, StageKind
 STAGE_KINDS: dict[str, type[StageKind]] = {kind.name: kind for kind in (GrpoStage, SftStage)}
 
 
-def stage_kinds(cfg: DictConfig, world_size: int = 1) -> dict[str, StageKind]:
-    """Every kind, built from its own config group (`cfg.<kind name>`), the groups all kinds read and the
-    number of processes that train each step."""
-    def plain(group: str) -> dict:
-        return OmegaConf.to_container(cfg[group], resolve=True)
+#: The config groups the kinds read: those all of them share, and each kind's own (`grpo`, `sft`).
+GROUPS = ("prompt", "model", "reward", *STAGE_KINDS)
 
-    shared = KindSettings(prompt=plain("prompt"), model=plain("model"), reward=plain("reward"), seed=int(cfg.seed),
-                          world_size=world_size)
-    return {name: kind(plain(name), shared) for name, kind in STAGE_KINDS.items()}
+
+def stage_kinds(groups: Mapping, seed: int, task: Task, world_size: int = 1) -> dict[str, StageKind]:
+    """Every kind, built from its own config group, the groups all kinds read (`groups`: GROUPS by name),
+    the run's seed, the run's task (its rewards) and the number of processes that train each step."""
+    plain_groups = {name: plain(groups[name]) for name in GROUPS}
+    shared = KindSettings(prompt=plain_groups["prompt"], model=plain_groups["model"], reward=plain_groups["reward"],
+                          seed=seed, world_size=world_size, task=task)
+    return {name: kind(plain_groups[name], shared) for name, kind in STAGE_KINDS.items()}

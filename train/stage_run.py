@@ -42,6 +42,7 @@ from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.rundir import JsonlWriter, final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
+from curriculum.tasks.base import Task
 from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
 from train.tracking import MetricsCallback, bind_to_trainer
 
@@ -60,6 +61,7 @@ class KindSettings:
     reward: Mapping  # the reward group (GRPO's reward functions)
     seed: int  # each stage's trainer is seeded with seed + its index
     world_size: int = 1  # processes training each step: TRL's batch arithmetic counts them
+    task: Task | None = None  # the run's task: its reward functions (kk: the reward group's components)
 
 
 @dataclass
@@ -139,7 +141,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     began = time.time()
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
-                              ppl=stage.ppl_label, step_offset=ctx.step_offset)
+                              level=stage.level_label, step_offset=ctx.step_offset)
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer",
                            [metrics, CheckpointDigests(ctx.processes), *ctx.callbacks])
     whole = ctx.processes.sharded_by is None  # ZeRO-3 / FSDP: no rank holds weights worth a fingerprint

@@ -2,7 +2,7 @@
 
 One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the
 trainers report to "none" and `MetricsCallback` forwards every log line with a global step that
-continues across stages, and the stage and its ppl beside it (`define_metric`: training panels by
+continues across stages, and the stage and its level beside it (`define_metric`: training panels by
 global step, validation panels by stage). Its name, group and id come from `train.identity`; tables
 (validation samples, training rollouts) go where a tracker keeps them; the sweep objective ends in
 the run's summary.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,21 +135,22 @@ class RunLogs:
         if not writes:
             return cls(NullWriter(), NullWriter(), NullWriter(), tracker)
         return cls(JsonlWriter(run_dir / METRICS, key=("stage", "stage_step", "kind")),
-                   JsonlWriter(run_dir / VALIDATION, key=("stage", "ppl")),
-                   JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "ppl")),
+                   JsonlWriter(run_dir / VALIDATION, key=("stage", "level")),
+                   JsonlWriter(run_dir / VALIDATION_STEPS, key=("stage", "stage_step", "level")),
                    tracker, JsonlWriter(run_dir / ROLLOUTS, key=("stage", "stage_step", "completion_index")))
 
 
 class MetricsCallback(TrainerCallback):
-    """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, ppl and global step."""
+    """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, level and global step."""
 
-    def __init__(self, writer: JsonlWriter, tracker, *, stage_index: int, stage_name: str, ppl: str, step_offset: int):
+    def __init__(self, writer: JsonlWriter, tracker, *, stage_index: int, stage_name: str, level: str,
+                 step_offset: int):
         self.writer, self.tracker = writer, tracker
-        self.tags = {"stage": stage_index, "stage_name": stage_name, "ppl": ppl}
+        self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}
         self.step_offset = step_offset
-        # the tracker's `ppl`: a number for per-stage panels (a mix "2-6" by its mean)
-        ends = [float(p) for p in str(ppl).split("-")]
-        self.ppl_value = sum(ends) / len(ends)
+        # the tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index)
+        numbers = [float(n) for n in re.findall(r"\d+", level)]
+        self.level_value = sum(numbers) / len(numbers) if numbers else stage_index
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -157,7 +159,7 @@ class MetricsCallback(TrainerCallback):
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = "summary" if "train_runtime" in logs else "step"
         self.writer.write([row])
-        tracked = {"stage": self.tags["stage"], "ppl": self.ppl_value, **{f"train/{k}": v for k, v in logs.items()}}
+        tracked = {"stage": self.tags["stage"], "level": self.level_value, **{f"train/{k}": v for k, v in logs.items()}}
         self.tracker.log(tracked, step=row["global_step"])
 
 

@@ -28,6 +28,8 @@ from core.checks import ConfigError
 from curriculum.prompts import render_prompt
 
 SPLITS = ("train", "test")
+#: A stage's `level: all`: the task's whole training split, every level in its natural share (tasks with `has_all`).
+ALL = "all"
 #: A level key is a stage name and a file name (`samples/<stage>/<level>.jsonl`): no '/', no spaces.
 LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 #: Row keys every task's rows carry besides its columns; a column must not take one of these names.
@@ -66,7 +68,7 @@ class TaskRecord:
 class Grade(Protocol):
     """The verdict on one completion, as validation and the report read it.
 
-    `eval.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
+    `curriculum.kk.grading.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
     has them for tasks whose answer is one value.
     """
 
@@ -228,11 +230,46 @@ class Task(ABC):
         """The prompt of `record`: chat messages, or plain text for a base model (`curriculum.prompts`)."""
         return render_prompt(record.question, prompt_cfg, chat=chat)
 
+    #: whether `records` takes `ALL` (the whole split) as a training stage's level
+    has_all: bool = False
+
     def check_level(self, level, key: str = "level") -> str:
         """`level` when this task has it; ConfigError naming `key` and the levels otherwise."""
         if level not in self.levels:
             raise ConfigError(f"{key}: {level!r} is not a level of task {self.name}; levels: {', '.join(self.levels)}")
         return level
+
+    def level_of(self, value, key: str) -> str:
+        """The level key a config names with `value` (a stage's level, a validation subset): the key itself,
+        or a whole number for the one level that starts with it (2: "2steps", "2ppl"; so experiment=smoke's
+        `eval.subsets: [2, 3]` names any task's first levels). ConfigError naming `key` otherwise."""
+        if isinstance(value, int) and not isinstance(value, bool):
+            found = [level for level in self.levels if re.match(rf"{value}(?!\d)", level)]
+            if len(found) == 1:
+                return found[0]
+        return self.check_level(value, key)
+
+    def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
+        """The held-out records of one subset, the same for every run: of the first `n` test records, those
+        that are distinct problems (`content_key`; a repeat would count one problem twice in the accuracy)."""
+        records = self.records(level, "test", n=n, seed=seed)
+        if len(records) < n:
+            raise ConfigError(f"eval.n: {n} validation records asked at {level}, but task {self.name} has only "
+                              f"{len(records)} there; lower eval.n")
+        seen, distinct = set(), []
+        for record in records:
+            if self.content_key(record) not in seen:
+                seen.add(self.content_key(record))
+                distinct.append(record)
+        return distinct
+
+    def training_records(self, level: str, want: int, held_out: Sequence[TaskRecord], *, seed: int,
+                         spare: int) -> tuple[list[TaskRecord], int]:
+        """Up to `want` training records of `level` that no `held_out` record shares (`content_key`), and
+        how many held-out overlaps were dropped; `spare` more are asked for so the drops still leave `want`."""
+        pool = self.records(level, "train", n=want + (spare if held_out else 0), seed=seed)
+        kept, dropped = disjoint(pool, held_out, self.content_key)
+        return kept[:want], dropped
 
 
 def check_split(split: str) -> str:

@@ -6,9 +6,9 @@ quiz, and a record's columns are the rows' of `curriculum.data.to_rows` (names, 
 the runner's rows and validation's puzzles stay what they are. Two puzzles are the same problem
 when their `canonical_key` is (renamed or reordered people).
 
-The grader is handed in: `eval.grader.grade` lives above this layer today, so whoever builds the
-task passes it (``build_task(cfg.task, grader=functools.partial(eval.grader.grade, fmt=cfg.prompt.fmt))``).
-When the grader moves below eval/, it becomes this class's default and the argument goes.
+The grader is `curriculum.kk.grading.grader.grade` at the prompt's format, which the task does not know:
+whoever builds the task hands it in (`eval.settings.run_task`:
+``build_task(cfg.task, grader=functools.partial(grade, fmt=cfg.prompt.fmt))``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from typing import Any
 
 from core.checks import ConfigError
 from curriculum.kk import canonical_key
-from curriculum.sources import HUB_ID, SOURCES, load_records
+from curriculum.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
 from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
 
-LEVELS = tuple(f"{ppl}ppl" for ppl in range(2, 9))
+# People per puzzle that the grammar and the published data cover.
+KNOWN_PPL = range(2, 9)
+LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
 
 KKGrader = Callable[[Any, Sequence[str], Sequence[bool]], Grade]
 
@@ -73,17 +75,53 @@ class KKTask(Task):
     def content_key(self, record: TaskRecord) -> Hashable:
         return canonical_key(record.source)
 
+    def level_of(self, value, key: str) -> str:
+        """A people count (3, "3") or a level key ("3ppl") as the level key.
+
+        >>> KKTask().level_of(3, "ppl"), KKTask().level_of("4ppl", "level")
+        ('3ppl', '4ppl')
+        """
+        text = str(value).removesuffix("ppl") if isinstance(value, str | int) and not isinstance(value, bool) else ""
+        if not text.isdigit():
+            raise ConfigError(f"{key}: {value!r} is not a number of people")
+        if int(text) not in KNOWN_PPL:
+            raise ConfigError(f"{key}: unknown ppl {int(text)}; "
+                              f"puzzles exist for {KNOWN_PPL.start}..{KNOWN_PPL.stop - 1}")
+        return f"{int(text)}ppl"
+
+    def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
+        """Of the first `n` test puzzles, those distinct up to renaming (`curriculum.sources.distinct_puzzles`)."""
+        ppl = ppl_of_level(self.check_level(level))
+        records = load_records(self.source, ppl, "test", n=n, seed=seed, path=self.path, hub_id=self.hub_id)
+        if len(records) < n:
+            raise ConfigError(f"eval.n: {n} validation puzzles asked at {level}, but data.source={self.source} has "
+                              f"only {len(records)} distinct ones; lower eval.n")
+        return [kk_record(record) for record in distinct_puzzles(records)]
+
+    def training_records(self, level: str, want: int, held_out, *, seed: int,
+                         spare: int) -> tuple[list[TaskRecord], int]:
+        """Generated puzzles: `want` plus `spare` asked (the held-out ones dropped); a file (local, hub) is
+        read only as far as its first `want` puzzles not held out."""
+        ppl, guard = ppl_of_level(self.check_level(level)), [record.source for record in held_out]
+        if self.source == "generated":
+            pool = load_records(self.source, ppl, "train", n=want + (spare if guard else 0), seed=seed)
+        else:
+            pool = iter_records(self.source, ppl, "train", seed=seed, path=self.path, hub_id=self.hub_id)
+        kept, dropped = split_disjoint(pool, guard, limit=None if self.source == "generated" else want)
+        return [kk_record(record) for record in kept[:want]], dropped
+
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
         if self.grader is None:
             raise RuntimeError("KKTask.grade needs the K&K grader: build_task(cfg.task, grader=...) "
-                               "(eval.grader.grade with the prompt's fmt)")
+                               "(curriculum.kk.grading.grader.grade with the prompt's fmt)")
         return self.grader(completion, columns["names"], columns["solution"])
 
     def reward_functions(self) -> dict[str, RewardFunc]:
         """The two components that need only a grade: answer (correct) and format (format_ok).
 
-        The rest of K&K's components (think, partial, overlong, tiered) and their presets stay in
-        train/rewards.py until the grader moves below eval/.
+        The rest of K&K's components (think, partial, overlong, tiered) and their presets are still in
+        train/rewards.py (a run builds K&K's rewards there: `train.rewards.task_reward_funcs`); the grader
+        they read now lives below, in curriculum/kk/grading/, so they can move here next.
         """
         return {"answer": self.answer_reward, "format": self.format_reward}
 

@@ -24,12 +24,14 @@ entry (arc_agi and rearc compare tuples) is refused when the task is built.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from core.checks import ConfigError
 from curriculum.tasks.base import (
+    ALL,
     AnswerGrade,
     RewardFunc,
     Task,
@@ -84,6 +86,7 @@ class ReasoningGymTask(Task):
     """One reasoning-gym dataset, its levels from `levels` or its curriculum (module docstring)."""
 
     name = "reasoning_gym"
+    has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
 
     def __init__(self, dataset: str, levels: Mapping[str, Mapping] | None = None,
                  settings: Mapping[str, Any] | None = None):
@@ -116,7 +119,15 @@ class ReasoningGymTask(Task):
                               f"({type(exc).__name__}: {exc})") from exc
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
-        """The distinct entries among the first `n` of the level's dataset (None: its default size)."""
+        """The distinct entries among the first `n` of the level's dataset (None: its default size); ALL:
+        every level in turn, `n` shared out evenly (the earlier levels take the remainder).
+
+        >>> task = ReasoningGymTask("knights_knaves")
+        >>> [r.level for r in task.records(ALL, "train", n=5)]
+        ['level0', 'level1', 'level2', 'level3', 'level0']
+        """
+        if level == ALL:
+            return self._every_level(split, n=n, seed=seed)
         self.check_level(level)
         base = seed + (TEST_SEED_OFFSET if check_split(split) == "test" else 0)
         found, seen = [], set()
@@ -125,6 +136,19 @@ class ReasoningGymTask(Task):
             if self.content_key(record) not in seen:
                 seen.add(self.content_key(record))
                 found.append(record)
+        return found
+
+    def _every_level(self, split: str, *, n: int | None, seed: int) -> list[TaskRecord]:
+        k = len(self.levels)
+        shares = [None if n is None else n // k + (i < n % k) for i in range(k)]
+        per_level = [self.records(level, split, n=share, seed=seed) for level, share in zip(self.levels, shares,
+                                                                                             strict=True)]
+        found, seen = [], set()
+        for row in itertools.zip_longest(*per_level):  # interleaved, so the first n of a pool mix the levels
+            for record in row:
+                if record is not None and self.content_key(record) not in seen:
+                    seen.add(self.content_key(record))
+                    found.append(record)
         return found
 
     def _record(self, level: str, split: str, index: int, entry: Mapping) -> TaskRecord:

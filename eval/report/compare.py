@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir import stage_records
+from core.rundir import level_order, row_level, stage_records
 from core.stats import change, rate_text
 from eval.metrics import trials
 from eval.report import adaptive as ra
@@ -60,10 +60,10 @@ def differences(configs: Sequence[dict]) -> list[tuple[str, list[str]]]:
     return [(k, [f.get(k, "-") for f in flat]) for k in keys if len({f.get(k) for f in flat}) > 1]
 
 
-def _final_rows(run: rs.RunData) -> dict[int, dict]:
-    """Each subset's validation row after the run's last validated stage."""
+def _final_rows(run: rs.RunData) -> dict[str, dict]:
+    """Each subset's validation row (by level) after the run's last validated stage."""
     last = max((int(r["stage"]) for r in run.validation if isinstance(r.get("stage"), int)), default=None)
-    return {int(r["ppl"]): r for r in run.validation if r.get("stage") == last and isinstance(r.get("ppl"), int)}
+    return {row_level(r): r for r in run.validation if r.get("stage") == last and row_level(r) is not None}
 
 
 def _final_cell(row: dict | None, first: dict | None) -> str:
@@ -77,20 +77,20 @@ def _final_cell(row: dict | None, first: dict | None) -> str:
 def _final_table(labels: list[str], runs: list[rs.RunData]) -> tuple[Table, list]:
     """Run rows x subset columns of final accuracy; each run after the first marked against the first."""
     finals = [_final_rows(run) for run in runs]
-    ppls = sorted({ppl for final in finals for ppl in final})
-    rows = [[label, *(_final_cell(final.get(ppl), finals[0].get(ppl)) for ppl in ppls)]
+    levels = sorted({level for final in finals for level in final}, key=level_order)
+    rows = [[label, *(_final_cell(final.get(level), finals[0].get(level)) for level in levels)]
             for label, final in zip(labels, finals, strict=True)]
-    lines = [rs.Series(f"{ppl}ppl", labels, *_final_points(finals, ppl)) for ppl in ppls]
-    return Table(["run", *(f"{ppl}ppl" for ppl in ppls)], rows), lines
+    lines = [rs.Series(level, labels, *_final_points(finals, level)) for level in levels]
+    return Table(["run", *levels], rows), lines
 
 
 def _rate(row: dict | None) -> tuple[float | None, int | None]:
     return (None, None) if row is None else (rs.as_number(row.get("accuracy")), trials(row, "accuracy"))
 
 
-def _final_points(finals: list[dict[int, dict]], ppl: int) -> tuple[list, list, list]:
-    values = [_rate(final.get(ppl))[0] for final in finals]
-    low, high = rs.intervals(values, [_rate(final.get(ppl))[1] for final in finals])
+def _final_points(finals: list[dict[str, dict]], level: str) -> tuple[list, list, list]:
+    values = [_rate(final.get(level))[0] for final in finals]
+    low, high = rs.intervals(values, [_rate(final.get(level))[1] for final in finals])
     return values, low, high
 
 
@@ -106,7 +106,7 @@ def _runs_table(labels: list[str], run_dirs: Sequence[Path], runs: list[rs.RunDa
 
 
 def _stage_rows(label: str, run: rs.RunData) -> list[list[str]]:
-    """One row per stage: its kind and ppl, steps of its budget, why it ended, and its KL reference."""
+    """One row per stage: its kind and level, steps of its budget, why it ended, and its KL reference."""
     ends = {row[0]: row for row in ra.stage_end_rows(run.manifest)}
     base = run.manifest.get("base_model")
     rows = []
@@ -117,7 +117,7 @@ def _stage_rows(label: str, run: rs.RunData) -> list[list[str]]:
         reference = entry.get("reference")
         refreshed = ("none (beta 0)" if reference is None else "base model" if reference == base
                      else "previous stage" if reference == entry.get("policy_init") else str(reference))
-        rows.append([label, fmt(stage.name), fmt(stage.kind), fmt(stage.ppl_label), fmt(stage.status),
+        rows.append([label, fmt(stage.name), fmt(stage.kind), fmt(stage.level_label), fmt(stage.status),
                      f"{fmt(stage.steps_done)}/{fmt(stage.steps_budget)}", end[1], end[3], refreshed,
                      fmt(stage.wall_seconds, 1)])
     return rows
@@ -158,7 +158,7 @@ def compare_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[str, list]:
         blocks.append(Text("no run has validated a stage or logged a step yet: curves skipped", True))
     blocks += [Heading("Accuracy per stage"), _per_stage_table(labels, runs), Text(CHANGE_NOTE),
                Heading("How each stage ended"),
-               Table(["run", "stage", "kind", "ppl", "status", "steps", "ended by", "held-out accuracy",
+               Table(["run", "stage", "kind", "level", "status", "steps", "ended by", "held-out accuracy",
                       "KL reference", "wall s"],
                      [row for label, run in zip(labels, runs, strict=True) for row in _stage_rows(label, run)])]
     return f"Comparison: {' vs '.join(labels)}", blocks
@@ -167,9 +167,10 @@ def compare_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[str, list]:
 def _per_stage_table(labels: list[str], runs: list[rs.RunData]) -> Table:
     """Every run's stage rows x subset columns, one after the other, changes marked within each run."""
     grids = [rs.stage_grid(run.validation, "accuracy", rs.planned_stages(run.manifest)) for run in runs]
-    ppls = sorted({ppl for grid in grids for ppl in grid.ppls})
+    levels = sorted({level for grid in grids for level in grid.levels}, key=level_order)
     rows = []
     for label, grid in zip(labels, grids, strict=True):
-        columns = {ppl: rate_cells(grid, ppl) if ppl in grid.values else ["-"] * len(grid.stages) for ppl in ppls}
-        rows += [[label, stage, *(columns[ppl][i] for ppl in ppls)] for i, stage in enumerate(grid.stages)]
-    return Table(["run", "after stage", *(f"{ppl}ppl" for ppl in ppls)], rows)
+        columns = {level: rate_cells(grid, level) if level in grid.values else ["-"] * len(grid.stages)
+                   for level in levels}
+        rows += [[label, stage, *(columns[level][i] for level in levels)] for i, stage in enumerate(grid.stages)]
+    return Table(["run", "after stage", *levels], rows)

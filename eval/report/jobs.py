@@ -20,6 +20,7 @@ from core.rundir import (
     load_file,
     objective,
     read_mapping,
+    row_level,
     scan_jsonl,
     stage_records,
 )
@@ -41,10 +42,10 @@ class Job:
     status: str
     stages_done: int
     stages_total: int
-    final_accuracy: dict[int, float]
+    final_accuracy: dict[str, float]  # by level
     objective: float | None
     error: str | None
-    final_trials: dict[int, int] = field(default_factory=dict)  # puzzles behind each final accuracy
+    final_trials: dict[str, int] = field(default_factory=dict)  # puzzles behind each final accuracy
 
 
 def error_line(text: str) -> str:
@@ -97,18 +98,18 @@ def load_job(job_dir: Path) -> Job:
                error, final_trials(scan_jsonl(job_dir / VALIDATION).rows, stages[-1].index if stages else None))
 
 
-def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[int, int]:
+def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]:
     """The puzzles behind each subset's accuracy after the last stage (run.json does not record them).
 
     >>> final_trials([{"stage": 0, "ppl": 2, "n": 4}, {"stage": 2, "ppl": 2, "n": 8, "puzzles": 4}], 2)
-    {2: 4}
+    {'2ppl': 4}
     """
     found = {}
     for row in rows:
-        if row.get("stage") == last_stage and isinstance(row.get("ppl"), int):
+        if row.get("stage") == last_stage and row_level(row) is not None:
             n = trials(row, "accuracy")
             if n is not None:
-                found[row["ppl"]] = n
+                found[row_level(row)] = n
     return found
 
 
@@ -142,13 +143,13 @@ def mean_accuracy(job: Job) -> float | None:
 def mean_trials(job: Job) -> int | None:
     """The puzzles behind `mean_accuracy`: all the subsets' together (its interval is then exact when
     the subsets are of one size, as with the default pools), None when a subset's count is unknown."""
-    counts = [job.final_trials.get(ppl) for ppl in job.final_accuracy]
+    counts = [job.final_trials.get(level) for level in job.final_accuracy]
     return sum(counts) if counts and all(counts) else None
 
 
-def subset_measure(ppl: int) -> tuple[Callable[[Job], float | None], Callable[[Job], int | None]]:
-    """(job -> final accuracy of subset `ppl`, job -> its puzzles)."""
-    return (lambda job: job.final_accuracy.get(ppl)), (lambda job: job.final_trials.get(ppl))
+def subset_measure(level: str) -> tuple[Callable[[Job], float | None], Callable[[Job], int | None]]:
+    """(job -> final accuracy of subset `level`, job -> its puzzles)."""
+    return (lambda job: job.final_accuracy.get(level)), (lambda job: job.final_trials.get(level))
 
 
 def value_order(values: Iterable[str | None]) -> list[str | None]:
@@ -172,9 +173,9 @@ def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float |
     bars: a lone job's 95% Wilson interval (over `n_of` puzzles), or the min..max of several jobs
     (seeds: their spread is the noise that matters).
 
-    >>> jobs = [Job(str(i), Path("."), {"w": w}, "done", 1, 1, {2: acc}, None, None, {2: 100})
+    >>> jobs = [Job(str(i), Path("."), {"w": w}, "done", 1, 1, {"2ppl": acc}, None, None, {"2ppl": 100})
     ...         for i, (w, acc) in enumerate([("0", 0.5), ("1", 0.2), ("1", 0.4)])]
-    >>> accuracy, puzzles = subset_measure(2)
+    >>> accuracy, puzzles = subset_measure("2ppl")
     >>> line = param_line(jobs, "w", accuracy, "2ppl", puzzles)
     >>> line.x, [round(y, 2) for y in line.y], line.low, line.high  # w=0: one job (Wilson); w=1: two (spread)
     (['0', '1'], [0.5, 0.3], [0.4038, 0.2], [0.5962, 0.4])
@@ -197,7 +198,7 @@ def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float |
 def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job], float | None]):
     """(row values, column values, matrix) of `measure` over two swept parameters; None: no job there.
 
-    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {2: acc}, None, None)
+    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {"2ppl": acc}, None, None)
     ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0)])]
     >>> param_grid(jobs, "a", "b", mean_accuracy)
     (['0', '1'], ['1', '2'], [[0.5, 1.0], [0.25, None]])

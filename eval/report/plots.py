@@ -9,6 +9,7 @@ text instead of failing the report.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,8 @@ from eval.report.series import Boundary, Series, StageGrid, intervals
 
 # Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
 # colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink
-# with ppl so that subsets with equal values (common early in training) stay visible on top of each other.
+# with the level's number so that subsets with equal values (common early in training) stay visible on top
+# of each other.
 PPL_STYLE = {2: ("#1b9e77", "o"), 3: ("#d95f02", "s"), 4: ("#7570b3", "D"), 5: ("#e7298a", "^"),
              6: ("#66a61e", "v"), 7: ("#a6761d", "P"), 8: ("#666666", "X")}
 # Heatmap cells without a finished job are light grey, apart from every accuracy colour.
@@ -44,12 +46,13 @@ class Panel:
     events: Sequence[Event] = ()  # promotions and guard events, marked where they happened
 
 
-def ppl_style(label: str) -> dict:
-    """Plot keywords (colour, marker, marker size) of a subset ("2ppl" or "2"), the same in every figure."""
-    digits = label.removesuffix("ppl")
-    ppl = int(digits) if digits.isdigit() else 0
-    color, marker = PPL_STYLE.get(ppl, ("black", "o"))
-    return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (ppl - 2)),
+def level_style(label: str) -> dict:
+    """Plot keywords (colour, marker, marker size) of a subset by the first number of its level ("2ppl",
+    "2steps": the green circle), the same in every figure."""
+    found = re.search(r"\d+", label)
+    number = int(found.group()) if found else 0
+    color, marker = PPL_STYLE.get(number, ("black", "o"))
+    return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (number - 2)),
             "markeredgecolor": "black", "markeredgewidth": 0.5}
 
 
@@ -91,7 +94,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
-    """A dashed vertical line where each stage starts, labelled with its ppl just right of it at the top."""
+    """A dashed vertical line where each stage starts, labelled with its level just right of it at the top."""
     for boundary in boundaries:
         ax.axvline(boundary.step, color="0.45", linestyle="--", linewidth=0.9, zorder=0)
         ax.annotate(boundary.label, xy=(boundary.step, 1.0), xycoords=("data", "axes fraction"),
@@ -137,7 +140,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
                 marker="." if len(series.x) < 30 else None)
     for series in panel.markers:
         ax.errorbar(series.x, series.y, yerr=error_bars(series.y, series.low, series.high), linestyle="none",
-                    label=f"validation {series.label}", capsize=3, **ppl_style(series.label))
+                    label=f"validation {series.label}", capsize=3, **level_style(series.label))
     if panel.unit_range:
         ax.set_ylim(-0.03, 1.03)
         ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
@@ -167,22 +170,23 @@ def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], ti
 def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool,
                     chance: bool = False) -> Path:
     """One line per subset across stages (baseline first), the x axis labelled with stage names; `chance`: each
-    subset's chance accuracy (a guess of every role: 1/2^n for n people) as a dotted line in its colour."""
+    K&K subset's chance accuracy (a guess of every role: 1/2^n for n people) as a dotted line in its colour."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(grid.stages)))
-    for ppl in grid.ppls if chance else ():
+    people = [int(m.group(1)) for level in grid.levels if (m := re.fullmatch(r"(\d+)ppl", level))]
+    for ppl in people if chance else ():
         ax.axhline(0.5 ** ppl, color=PPL_STYLE.get(ppl, ("black", "o"))[0], linestyle=":", linewidth=1.2,
                    label=f"chance {ppl}ppl (1/{2 ** ppl})", zorder=0)
     # subsets side by side around each stage's tick, so their 95% interval bars do not hide each other
-    spread = 0.3 / max(1, len(grid.ppls) - 1) if len(grid.ppls) > 1 else 0.0
-    for k, ppl in enumerate(grid.ppls):
-        low, high = intervals(grid.values[ppl], grid.trials.get(ppl) or [None] * len(positions))
-        shift = spread * (k - (len(grid.ppls) - 1) / 2)
-        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, grid.values[ppl], low, high, strict=True)
+    spread = 0.3 / max(1, len(grid.levels) - 1) if len(grid.levels) > 1 else 0.0
+    for k, level in enumerate(grid.levels):
+        low, high = intervals(grid.values[level], grid.trials.get(level) or [None] * len(positions))
+        shift = spread * (k - (len(grid.levels) - 1) / 2)
+        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, grid.values[level], low, high, strict=True)
                   if y is not None]
         ys = [p[1] for p in points]
         ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
-                    label=f"{ppl}ppl", capsize=3, **ppl_style(str(ppl)))
+                    label=level, capsize=3, **level_style(level))
     ax.set_xticks(positions, grid.stages, rotation=30 if len(grid.stages) > 8 else 0)
     ax.set_xlim(-0.3, max(positions, default=0) + 0.3)
     if unit_range:
@@ -208,8 +212,8 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect
         points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, series.y, low, high, strict=True)
                   if y is not None]
         ys = [p[1] for p in points]
-        is_mean = not series.label.endswith("ppl")
-        style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else ppl_style(series.label)
+        is_mean = series.label == "mean"
+        style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else level_style(series.label)
         if not connect:
             style["linestyle"] = "none"
         ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),

@@ -39,10 +39,10 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
     rows = []
     for s in stage_records(manifest):
         done = logged.get(s.index) if s.status == Status.RUNNING else s.steps_done
-        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.ppl_label), fmt(s.status),
+        rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.level_label), fmt(s.status),
                      f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
                      fmt(s.wall_seconds, 1)])
-    return Table(["#", "stage", "kind", "ppl", "status", "steps", "global steps", "wall s"], rows)
+    return Table(["#", "stage", "kind", "level", "status", "steps", "global steps", "wall s"], rows)
 
 
 # The end of a traceback says what failed; a run folder is untrusted, so only this much of it is read.
@@ -96,7 +96,7 @@ def _summary(run: rs.RunData) -> list:
     return blocks
 
 
-# Beside accuracy and length: does the reasoning support the answer (eval/reasoning.py)?
+# Beside accuracy and length: does the reasoning support the answer (curriculum/kk/grading/reasoning.py)?
 REASONING_GRIDS = (
     ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions whose reasoning settles "
                               "at least one person)"),
@@ -112,26 +112,34 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
     planned = rs.planned_stages(run.manifest)
     plotted = rs.stage_grid(run.validation, "accuracy")
-    image = plot_stage_grid(plotted, "accuracy (exact: every person right)",
+    # K&K's rows name their people count; another task (GSM8K, reasoning-gym) has no people, roles or chance
+    people = any(isinstance(row.get("ppl"), int) for row in run.validation)
+    image = plot_stage_grid(plotted, "accuracy (exact: every person right)" if people else "accuracy (answer right)",
                             "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True,
-                            chance=True)
+                            chance=people)
     blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
-    blocks += [Image(image, "accuracy per subset after each stage, with 95% Wilson intervals; dotted: chance "
-                            "for n people, 1/2^n (a guess of every role)"),
-               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE),
-               Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
+    chance = "; dotted: chance for n people, 1/2^n (a guess of every role)" if people else ""
+    blocks += [Image(image, f"accuracy per subset after each stage, with 95% Wilson intervals{chance}"),
+               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE)]
+    if not people:
+        return [*blocks, *_format_and_length(run, planned)]
+    blocks += [Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
                grid_table(rs.stage_grid(run.validation, "lenient_accuracy", planned)),
                Text("Strict accuracy above is the reward's verdict and the headline. The lenient one reads "
                     "an answer given without tags by its last lines (after any reasoning block), with the same "
                     "refusals of hedges, both roles and invented people: an instruct model that answers in prose "
                     "scores here, not above."),
-               Heading("Validation format rate (answers in the required tags)"),
-               grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
-               Heading("Validation mean response length (tokens)"),
-               grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
+               *_format_and_length(run, planned)]
     for key, title in REASONING_GRIDS:
         blocks += [Heading(title), grid_table(rs.stage_grid(run.validation, key, planned))]
     return blocks
+
+
+def _format_and_length(run: rs.RunData, planned) -> list:
+    return [Heading("Validation format rate (answers in the required tags)"),
+            grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
+            Heading("Validation mean response length (tokens)"),
+            grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
 
 
 def _stage_ends(run: rs.RunData) -> list:

@@ -1,6 +1,6 @@
 """The report's Samples section: a few graded completions per stage and subset, chosen to teach.
 
-From `samples/<k>-<name>/<n>ppl.jsonl` (every validation completion with its grade): the first
+From `samples/<k>-<name>/<level>.jsonl` (K&K: `<n>ppl.jsonl`) (every validation completion with its grade): the first
 right and the first wrong, the longest and the shortest, one whose reasoning disagrees with its
 answer and one naming a person not in the puzzle (when such exist). A completion picked for two
 reasons is shown once, with both. The folders are listed, never built from run.json's names, and
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir import BASELINE, SAMPLES, ppl_of_key, scan_jsonl
+from core.rundir import BASELINE, SAMPLES, level_order, scan_jsonl
 from eval.report.blocks import Completion, Heading, Text, code, md_escape
 from eval.report.series import as_number
 
@@ -70,15 +70,19 @@ def describe(labels: Sequence[str], row: dict) -> str:
     solution = row.get("solution") if isinstance(row.get("solution"), list) else []
     assignment = row.get("assignment") if isinstance(row.get("assignment"), dict) else {}
     grade = "right" if row.get("correct") is True else "wrong"
+    people = f" ({md_escape(row.get('n_right'))}/{md_escape(row.get('n_people'))} people)" if names else ""
     facts = [f"**{' · '.join(labels)}**", f"puzzle {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
-             f"**{grade}** ({md_escape(row.get('n_right'))}/{md_escape(row.get('n_people'))} people)",
-             "format ok" if row.get("format_ok") else "format broken"]
+             f"**{grade}**{people}", "format ok" if row.get("format_ok") else "format broken"]
     if "lenient_correct" in row:
         why = f" ({md_escape(row['lenient_reason'])})" if row.get("lenient_reason") else ""
         facts.append("lenient: right" if row["lenient_correct"] else f"lenient: wrong{why}")
     facts.append(f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else ""))
-    facts.append(f"solution: {md_escape(_roles(names, solution))}")
-    answer = _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else "none"
+    if names:  # K&K: roles
+        facts.append(f"solution: {md_escape(_roles(names, solution))}")
+        answer = _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else "none"
+    else:  # a task with one answer (GSM8K, reasoning-gym)
+        facts.append(f"reference: {md_escape(row.get('reference'))}")
+        answer = str(row.get("answer")) if row.get("answered") else "none"
     facts.append(f"answer: {md_escape(answer)}")
     if row.get("invented"):
         facts.append(f"invented: {md_escape(', '.join(map(str, row['invented'])))}")
@@ -116,11 +120,11 @@ def stage_folders(run_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found, key=lambda item: (item[0], item[1].name))
 
 
-def subset_files(folder: Path) -> list[tuple[int, Path]]:
-    """(ppl, file) of the regular `<n>ppl.jsonl` files of one stage's folder, by ppl."""
-    found = [(ppl_of_key(f.name.removesuffix(".jsonl")), f) for f in folder.glob("*ppl.jsonl")
-             if f.is_file() and not f.is_symlink()]
-    return sorted((ppl, f) for ppl, f in found if ppl is not None)
+def subset_files(folder: Path) -> list[tuple[str, Path]]:
+    """(level, file) of the regular `<level>.jsonl` files of one stage's folder (K&K: `<n>ppl.jsonl`), in
+    level order."""
+    found = [(f.name.removesuffix(".jsonl"), f) for f in folder.glob("*.jsonl") if f.is_file() and not f.is_symlink()]
+    return sorted(found, key=lambda item: level_order(item[0]))
 
 
 def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
@@ -129,7 +133,7 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
                     Text("A few graded validation completions per stage and subset, chosen to teach: the first "
                          "right and the first wrong, the longest and the shortest, one whose reasoning "
                          "disagrees with its answer, one naming a person not in the puzzle (when such exist). "
-                         f"Every completion: {code('samples/<k>-<name>/<n>ppl.jsonl')}.")]
+                         f"Every completion: {code('samples/<k>-<name>/<level>.jsonl')}.")]
     folders = stage_folders(run_dir)
     if not folders:
         return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
@@ -138,8 +142,9 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
         files = subset_files(folder)
         if not files:
             blocks.append(Text(f"{md_escape(name)}: no subset files in {code(folder.name)}", True))
-        for ppl, path in files:
-            blocks += [Heading(f"after {name}: {ppl}ppl" if index else f"{name}: {ppl}ppl", level=3),
+        for level, path in files:
+            blocks += [Heading(f"after {name}: {md_escape(level)}" if index else f"{name}: {md_escape(level)}",
+                               level=3),
                        *_subset_blocks(path)]
     return blocks
 

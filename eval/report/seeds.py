@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from core.rundir import BASELINE
+from core.rundir import BASELINE, level_order, row_level
 from eval.report.blocks import Heading, Table, Text, code, md_escape
 from eval.report.jobs import Job
 from eval.report.series import as_number, load_run
@@ -49,29 +49,30 @@ def spread_text(values: Sequence[float]) -> str:
             f"[{min(values):.2f}, {max(values):.2f}] {len(values)} seeds")
 
 
-def stage_accuracies(rows: Sequence[dict]) -> dict[tuple[int, int], tuple[str, float]]:
-    """(stage index, ppl) -> (stage name, accuracy) of one job's validation rows."""
+def stage_accuracies(rows: Sequence[dict]) -> dict[tuple[int, str], tuple[str, float]]:
+    """(stage index, level) -> (stage name, accuracy) of one job's validation rows."""
     found = {}
     for row in rows:
-        stage, ppl, accuracy = as_number(row.get("stage")), as_number(row.get("ppl")), as_number(row.get("accuracy"))
-        if stage is not None and ppl is not None and accuracy is not None:
+        stage, level, accuracy = as_number(row.get("stage")), row_level(row), as_number(row.get("accuracy"))
+        if stage is not None and level is not None and accuracy is not None:
             name = row.get("stage_name") or (BASELINE if stage == 0 else f"stage {int(stage)}")
-            found[int(stage), int(ppl)] = (str(name), accuracy)
+            found[int(stage), level] = (str(name), accuracy)
     return found
 
 
 def seed_table(jobs: Sequence[Job]) -> Table:
     """Stage rows x subset columns: the accuracy's mean ± sd [min, max] over the group's seeds."""
-    cells: dict[tuple[int, int], list[float]] = {}
+    cells: dict[tuple[int, str], list[float]] = {}
     names: dict[int, str] = {}
     for job in jobs:
-        for (stage, ppl), (name, accuracy) in stage_accuracies(load_run(job.path).validation).items():
-            cells.setdefault((stage, ppl), []).append(accuracy)
+        for (stage, level), (name, accuracy) in stage_accuracies(load_run(job.path).validation).items():
+            cells.setdefault((stage, level), []).append(accuracy)
             names.setdefault(stage, name)
-    ppls = sorted({ppl for _, ppl in cells})
-    rows = [[names[stage], *(spread_text(cells[stage, ppl]) if (stage, ppl) in cells else "-" for ppl in ppls)]
+    levels = sorted({level for _, level in cells}, key=level_order)
+    rows = [[names[stage], *(spread_text(cells[stage, level]) if (stage, level) in cells else "-"
+                             for level in levels)]
             for stage in sorted(names)]
-    return Table(["after stage", *(f"{ppl}ppl" for ppl in ppls)], rows)
+    return Table(["after stage", *levels], rows)
 
 
 def seed_blocks(jobs: Sequence[Job], params: Sequence[str]) -> list:

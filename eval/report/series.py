@@ -20,7 +20,9 @@ from core.rundir import (
     METRICS,
     RUN_JSON,
     VALIDATION,
+    level_order,
     read_mapping,
+    row_level,
     scan_jsonl,
     stage_records,
 )
@@ -42,7 +44,7 @@ class Series:
 @dataclass(frozen=True)
 class Boundary:
     """Where a stage starts on the global-step axis (half a step before its first: the line falls between
-    two stages' steps, never on one), and its ppl label ("2ppl", "2-6ppl")."""
+    two stages' steps, never on one), and its level label ("2ppl", "2-6ppl", "3steps")."""
 
     step: float
     label: str
@@ -50,12 +52,12 @@ class Boundary:
 
 @dataclass(frozen=True)
 class StageGrid:
-    """One validation metric as stage (columns: baseline first) x subset (one row per ppl)."""
+    """One validation metric as stage (columns: baseline first) x subset (one row per level)."""
 
     stages: list[str]
-    ppls: list[int]
-    values: dict[int, list]
-    trials: dict[int, list] = field(default_factory=dict, repr=False)  # each cell's n (None: unknown)
+    levels: list[str]
+    values: dict[str, list]
+    trials: dict[str, list] = field(default_factory=dict, repr=False)  # each cell's n (None: unknown)
 
 
 @dataclass
@@ -145,32 +147,33 @@ def reward_series(rows: Sequence[dict]) -> list[Series]:
 
 
 def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
-    """Each stage's start (its first global step - 0.5), labelled by its ppl: from run.json, else from metrics rows.
+    """Each stage's start (its first global step - 0.5), labelled by its level: from run.json, else from
+    metrics rows (a K&K row written before levels names it by `ppl`, "2-6").
 
     A metrics row's stage starts after `global_step - stage_step`, which covers a run.json that is
     missing; stages that have not started (no start anywhere) get no boundary.
 
     >>> manifest = {"stages": [{"index": 1, "ppl_label": "2", "global_step_start": 0},
-    ...                        {"index": 2, "ppl_label": "3", "global_step_start": 10}, {"index": 3}]}
+    ...                        {"index": 2, "level_label": "3steps", "global_step_start": 10}, {"index": 3}]}
     >>> stage_boundaries(manifest, [{"stage": 4, "ppl": "2-6", "stage_step": 1, "global_step": 31}])
-    [Boundary(step=0.5, label='2ppl'), Boundary(step=10.5, label='3ppl'), Boundary(step=30.5, label='2-6ppl')]
+    [Boundary(step=0.5, label='2ppl'), Boundary(step=10.5, label='3steps'), Boundary(step=30.5, label='2-6ppl')]
     """
     starts: dict[int, tuple[int, str]] = {}
     for row in rows:
         step, stage_step = as_number(row.get("global_step")), as_number(row.get("stage_step"))
         if step is not None and stage_step is not None and row.get("stage") not in starts:
-            label = row.get("ppl") or row.get("stage_name") or row.get("stage")
-            starts[row.get("stage")] = (int(step - stage_step), f"{label}ppl")
+            label = row.get("level") or (f"{row['ppl']}ppl" if row.get("ppl") else None)
+            starts[row.get("stage")] = (int(step - stage_step), str(label or row.get("stage_name") or row.get("stage")))
     for stage in stage_records(manifest):
         if stage.global_step_start is not None:
-            label = stage.ppl_label or stage.name or stage.index
+            label = stage.level_label or stage.name or stage.index
             kind = " SFT" if stage.kind == "sft" else ""  # a cold start is not a GRPO stage
-            starts[stage.index] = (int(stage.global_step_start), f"{label}ppl{kind}")
+            starts[stage.index] = (int(stage.global_step_start), f"{label}{kind}")
     return [Boundary(step + 0.5, label) for step, label in sorted(starts.values())]
 
 
 def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
-    """`key` of each validation at its global step (a stage's `global_step_end`), one series per ppl;
+    """`key` of each validation at its global step (a stage's `global_step_end`), one series per level;
     a rate (`eval.metrics.RATES`) with its 95% interval.
 
     >>> rows = [{"stage": 0, "global_step": 0, "ppl": 3, "mean_tokens": 40.0},
@@ -179,17 +182,18 @@ def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
     >>> [(s.label, s.x, s.y) for s in validation_points(rows, "mean_tokens")]
     [('2ppl', [0, 10], [30.0, 25.0]), ('3ppl', [0], [40.0])]
     """
-    by_ppl: dict[int, dict[int, tuple[float, int | None]]] = {}
+    by_level: dict[str, dict[int, tuple[float, int | None]]] = {}
     for row in rows:
         value, step = as_number(row.get(key)), as_number(row.get("global_step"))
-        if value is not None and step is not None and row.get("ppl") is not None:
-            by_ppl.setdefault(int(row["ppl"]), {})[int(step)] = (value, trials(row, key))
+        if value is not None and step is not None and row_level(row) is not None:
+            by_level.setdefault(row_level(row), {})[int(step)] = (value, trials(row, key))
     found = []
-    for ppl, points in sorted(by_ppl.items()):
+    for level in sorted(by_level, key=level_order):
+        points = by_level[level]
         steps = sorted(points)
         values = [points[s][0] for s in steps]
         low, high = intervals(values, [points[s][1] for s in steps]) if key in RATES else (None, None)
-        found.append(Series(f"{ppl}ppl", steps, values, low, high))
+        found.append(Series(level, steps, values, low, high))
     return found
 
 
@@ -205,7 +209,7 @@ def intervals(values: Sequence[float | None], ns: Sequence[int | None]) -> tuple
 
 
 def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = ()) -> StageGrid:
-    """`key` after each stage for each ppl: baseline first, then stages by index.
+    """`key` after each stage for each level: baseline first, then stages by index.
 
     `planned` ((index, name) of every stage in run.json) adds columns for stages not validated
     yet, so a table of a run in progress shows what is still to come (as None).
@@ -214,22 +218,22 @@ def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]
     ...         {"stage": 0, "stage_name": "baseline", "ppl": 2, "accuracy": 0.1},
     ...         {"stage": 0, "stage_name": "baseline", "ppl": 3, "accuracy": 0.0}]
     >>> grid = stage_grid(rows, "accuracy", planned=[(1, "2ppl"), (2, "3ppl")])
-    >>> grid.stages, grid.ppls, grid.values
-    (['baseline', '2ppl', '3ppl'], [2, 3], {2: [0.1, 0.5, None], 3: [0.0, None, None]})
+    >>> grid.stages, grid.levels, grid.values
+    (['baseline', '2ppl', '3ppl'], ['2ppl', '3ppl'], {'2ppl': [0.1, 0.5, None], '3ppl': [0.0, None, None]})
     """
     names = {index: name for index, name in planned}
-    cells: dict[tuple[int, int], tuple[float | None, int | None]] = {}
+    cells: dict[tuple[int, str], tuple[float | None, int | None]] = {}
     for row in rows:
-        if row.get("stage") is None or row.get("ppl") is None:
+        if row.get("stage") is None or row_level(row) is None:
             continue
         index = int(row["stage"])
         names.setdefault(index, row.get("stage_name") or (BASELINE if index == 0 else f"stage {index}"))
-        cells[index, int(row["ppl"])] = (as_number(row.get(key)), trials(row, key))
+        cells[index, row_level(row)] = (as_number(row.get(key)), trials(row, key))
     order = sorted(names)
-    ppls = sorted({ppl for _, ppl in cells})
-    values = {ppl: [cells.get((index, ppl), (None, None))[0] for index in order] for ppl in ppls}
-    counts = {ppl: [cells.get((index, ppl), (None, None))[1] for index in order] for ppl in ppls}
-    return StageGrid([str(names[i]) for i in order], ppls, values, counts)
+    levels = sorted({level for _, level in cells}, key=level_order)
+    values = {level: [cells.get((index, level), (None, None))[0] for index in order] for level in levels}
+    counts = {level: [cells.get((index, level), (None, None))[1] for index in order] for level in levels}
+    return StageGrid([str(names[i]) for i in order], levels, values, counts)
 
 
 def planned_stages(manifest: dict) -> list[tuple[int, str]]:

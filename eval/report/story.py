@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.rundir import StageRecord, stage_records
+from core.rundir import StageRecord, level_order, row_level, stage_records
 from core.stats import difference_interval
 from eval.metrics import trials
 from eval.report.blocks import Text, md_escape
@@ -99,18 +99,19 @@ def change_words(before: dict, after: dict) -> str:
 
 def validation_words(validation: Sequence[dict], index: int) -> str | None:
     """What changed in validation after stage `index`, per subset, from that subset's last validation before."""
-    after = {int(r["ppl"]): r for r in validation if r.get("stage") == index and r.get("ppl") is not None}
+    after = {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
     if not after:
         return None
     changes, unchanged = [], []
-    for ppl, row in sorted(after.items()):
-        earlier = [r for r in validation if r.get("ppl") == ppl and isinstance(r.get("stage"), int)
+    for level in sorted(after, key=level_order):
+        row = after[level]
+        earlier = [r for r in validation if row_level(r) == level and isinstance(r.get("stage"), int)
                    and r["stage"] < index]
         before = max(earlier, key=lambda r: r["stage"]) if earlier else None
         if before is not None and before.get("accuracy") == row.get("accuracy"):
-            unchanged.append(f"{ppl}ppl {as_number(row.get('accuracy')):.2f} (n={trials(row, 'accuracy')})")
+            unchanged.append(f"{level} {as_number(row.get('accuracy')):.2f} (n={trials(row, 'accuracy')})")
         else:
-            changes.append(f"{ppl}ppl " + (change_words(before, row) if before else
+            changes.append(f"{level} " + (change_words(before, row) if before else
                                            f"{as_number(row.get('accuracy'))} (its first validation)"))
     if not changes:
         return "validation accuracy unchanged on every subset: " + ", ".join(unchanged)

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from core.rundir import level_order
 from core.stats import rate_text, wilson_interval
 from eval.report import adaptive as ra
 from eval.report import jobs as js
@@ -24,20 +25,21 @@ Measure = tuple[str, Callable[[js.Job], float | None], Callable[[js.Job], int | 
 
 def _accuracy_measures(jobs: Sequence[js.Job]) -> list[Measure]:
     """(label, job -> value, job -> its puzzles): the mean final accuracy, then each subset's."""
-    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
-    return [("mean", js.mean_accuracy, js.mean_trials), *((f"{ppl}ppl", *js.subset_measure(ppl)) for ppl in ppls)]
+    levels = sorted({level for job in jobs for level in job.final_accuracy}, key=level_order)
+    return [("mean", js.mean_accuracy, js.mean_trials), *((level, *js.subset_measure(level)) for level in levels)]
 
 
 def _jobs_table(jobs: Sequence[js.Job], params: list[str], ranked: bool = False) -> Table:
-    ppls = sorted({ppl for job in jobs for ppl in job.final_accuracy})
+    levels = sorted({level for job in jobs for level in job.final_accuracy}, key=level_order)
     if ranked:  # best first; unfinished jobs last
         jobs = sorted(jobs, key=lambda j: (js.mean_accuracy(j) is None, -(js.mean_accuracy(j) or 0.0)))
     rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
              f"{job.stages_done}/{job.stages_total}", fmt(job.objective),
              rate_text(js.mean_accuracy(job), js.mean_trials(job)),
-             *(rate_text(job.final_accuracy.get(ppl), job.final_trials.get(ppl)) for ppl in ppls), fmt(job.error)]
+             *(rate_text(job.final_accuracy.get(level), job.final_trials.get(level)) for level in levels),
+             fmt(job.error)]
             for job in jobs]
-    return Table(["job", *params, "status", "stages", "objective", "mean acc", *(f"{p}ppl" for p in ppls),
+    return Table(["job", *params, "status", "stages", "objective", "mean acc", *levels,
                   "error"], rows)
 
 

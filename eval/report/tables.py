@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from core.rundir import level_order, row_level
 from core.stats import change, rate_text
 from eval.report.blocks import Table, Text, fmt
 from eval.report.series import StageGrid
@@ -35,20 +36,20 @@ def change_marks(values: Sequence[float | None], ns: Sequence[int | None]) -> li
     return marks
 
 
-def rate_cells(grid: StageGrid, ppl: int) -> list[str]:
+def rate_cells(grid: StageGrid, level: str) -> list[str]:
     """One subset's column: each stage's rate with its interval and n, and its change mark."""
-    values = grid.values[ppl]
-    ns = grid.trials.get(ppl) or [None] * len(values)
+    values = grid.values[level]
+    ns = grid.trials.get(level) or [None] * len(values)
     return [f"{rate_text(v, n)} {mark}".rstrip() if v is not None else "-"
             for v, n, mark in zip(values, ns, change_marks(values, ns), strict=True)]
 
 
 def grid_table(grid: StageGrid, *, rate: bool = True, digits: int = 1, first: str = "after stage") -> Table:
     """Stage rows x subset columns (the transpose of the plot: one row per stage reads better)."""
-    columns = {ppl: rate_cells(grid, ppl) if rate else [fmt(v, digits) for v in grid.values[ppl]]
-               for ppl in grid.ppls}
-    rows = [[stage, *(columns[ppl][i] for ppl in grid.ppls)] for i, stage in enumerate(grid.stages)]
-    return Table([first, *(f"{ppl}ppl" for ppl in grid.ppls)], rows)
+    columns = {level: rate_cells(grid, level) if rate else [fmt(v, digits) for v in grid.values[level]]
+               for level in grid.levels}
+    rows = [[stage, *(columns[level][i] for level in grid.levels)] for i, stage in enumerate(grid.stages)]
+    return Table([first, *grid.levels], rows)
 
 
 def pool_sizes(rows: Sequence[dict]) -> Text | None:
@@ -57,15 +58,18 @@ def pool_sizes(rows: Sequence[dict]) -> Text | None:
     >>> pool_sizes([{"ppl": 2, "n": 63, "puzzles": 63}, {"ppl": 3, "n": 200, "puzzles": 100}]).text
     '**validation pools** (distinct puzzles up to renaming): 2ppl 63 · 3ppl 100 (2 samples each)'
     """
-    latest: dict[int, dict] = {}
+    latest: dict[str, dict] = {}
+    people = any(isinstance(row.get("ppl"), int) for row in rows)  # K&K: distinct up to renaming the people
     for row in rows:
-        if isinstance(row.get("ppl"), int):
-            latest[row["ppl"]] = row
+        if row_level(row) is not None:
+            latest[row_level(row)] = row
     if not latest:
         return None
     parts = []
-    for ppl, row in sorted(latest.items()):
+    for level in sorted(latest, key=level_order):
+        row = latest[level]
         puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
         samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
-        parts.append(f"{ppl}ppl {fmt(puzzles)}{samples}")
-    return Text("**validation pools** (distinct puzzles up to renaming): " + " · ".join(parts))
+        parts.append(f"{level} {fmt(puzzles)}{samples}")
+    distinct = "distinct puzzles up to renaming" if people else "distinct problems"
+    return Text(f"**validation pools** ({distinct}): " + " · ".join(parts))

@@ -27,7 +27,7 @@ from typing import Any
 
 from core.checks import ConfigError
 from curriculum.sources import RecordError
-from curriculum.tasks.base import AnswerGrade, Task, TaskRecord, check_split, disjoint
+from curriculum.tasks.base import ALL, AnswerGrade, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
 
@@ -120,6 +120,7 @@ class GSM8KTask(Task):
     """GSM8K: levels 2steps..6+steps, the recipe's grader and five rewards (module docstring)."""
 
     name = "gsm8k"
+    has_all = True  # a stage's `level: all` trains on the whole split (the one-stage recipe)
 
     def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
                  hub_config: str = "main"):
@@ -164,17 +165,18 @@ class GSM8KTask(Task):
         return self._splits[split]
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
-        """The first `n` records of `level` in `split` (None: all), in a shuffle seeded by `seed`.
+        """The first `n` records of `level` (ALL: every level) in `split` (None: all), in a shuffle seeded by `seed`.
 
         >>> task = GSM8KTask(source="sample")
         >>> [r.id for r in task.records("3steps", "test", n=3, seed=1)] == [
         ...     r.id for r in task.records("3steps", "test", n=5, seed=1)[:3]]
         True
         """
-        self.check_level(level)
+        if level != ALL:
+            self.check_level(level)
         if n is not None and n < 0:
             raise ValueError(f"n must be None or non-negative, got {n}")
-        pool = [record for record in self.split(split).records if record.level == level]
+        pool = [record for record in self.split(split).records if level in (ALL, record.level)]
         random.Random(f"gsm8k:{split}:{seed}").shuffle(pool)
         return pool if n is None else pool[:n]
 

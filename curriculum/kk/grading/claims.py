@@ -1,7 +1,7 @@
 """Claims about who is a knight and who is a knave, read out of free text.
 
 The one reader of "X is a knight / knave" phrasings: the grader reads answer blocks with it
-(`eval.answer_parse`) and validation reads reasoning blocks with it (`last_claims`), so both read
+(`curriculum.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`last_claims`), so both read
 a sentence the same way. Every step is a single pass over the tokens: linear in the text.
 
 1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline
@@ -10,7 +10,7 @@ a sentence the same way. Every step is a single pass over the tokens: linear in 
 2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never
    matches inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised
    word mid-sentence that is no common word), a role word, a negation, a hedge, a quantifier ...
-3. **Bind** names to roles (`eval.claim_binder`, driven by `eval.claim_feed`). A role word takes
+3. **Bind** names to roles (`claim_binder`, driven by `claim_feed`, both in this package). A role word takes
    the names before it in its clause and in the name-only clauses before it ("A, B, and C are
    knights"); with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes
    no name in its sentence is a heading for the next lines only when a colon ends its line or it
@@ -38,9 +38,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from eval.claim_binder import Binder
-from eval.claim_feed import feed, pair_respectively
-from eval.claim_words import SENTENCE_BREAKS, capitalised_strangers, merge_names, name_tokens, tokenize
+from curriculum.kk.grading.claim_binder import Binder
+from curriculum.kk.grading.claim_feed import feed, pair_respectively
+from curriculum.kk.grading.claim_words import SENTENCE_BREAKS, capitalised_strangers, merge_names, name_tokens, tokenize
 
 
 def _sentences(tokens: Sequence[str]) -> list[tuple[int, int, bool]]:

@@ -1,4 +1,4 @@
-"""The words the claims parser (`eval.claims`) knows, and how text becomes its tokens.
+"""The words the claims parser (`curriculum.kk.grading.claims`) knows, and how text becomes its tokens.
 
 Each word belongs to one kind (`KIND`): a role, a negation, a hedge, a quantifier, a reporting
 verb ... Everything else is noise, except names: the puzzle's, and the ones a model invents

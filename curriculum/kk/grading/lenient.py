@@ -5,7 +5,7 @@ grader (no <answer> block, no answer). The lenient reading is the strict verdict
 completion has a closed <answer> block; otherwise it reads the final conclusion: the shortest tail of
 the text (after the last </think>, if any; tags dropped), grown a line at a time from the end, up to
 `MAX_LINES`, that decides every person. Each tail is read by the strict grader's own block parser
-(`eval.answer_parse.parse_answer`, on `eval.claims`), with its refusals: a hedge, a person given both
+(`answer_parse.parse_answer`, on `claims`, both in this package), with its refusals: a hedge, a person given both
 roles, a hedge that voids the text, a person not in the puzzle. The first tail that refuses ends the
 reading as wrong; assumptions ("Assume Zoey is a knight") are never conclusions.
 """
@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eval.answer_parse import parse_answer
-from eval.grader import Grade
+from curriculum.kk.grading.answer_parse import parse_answer
+from curriculum.kk.grading.grader import Grade
 
 MAX_LINES = 20  # a conclusion is short; a tail longer than this is reasoning, not a conclusion
 _TAG = re.compile(r"</?(?:think|answer)>")
@@ -45,7 +45,7 @@ def conclusion_text(text: str) -> str:
 def lenient_grade(text: str, names: Sequence[str], solution: Sequence[bool], strict: Grade) -> Lenient:
     """The lenient verdict on one completion, given its strict grade.
 
-    >>> from eval.grader import grade
+    >>> from curriculum.kk.grading.grader import grade
     >>> names, solution = ["Zoey", "Oliver"], [False, True]
     >>> text = "Zoey's claim is false.\\nSo Zoey is a knave and Oliver is a knight."
     >>> lenient_grade(text, names, solution, grade(text, names, solution)).correct

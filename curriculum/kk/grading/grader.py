@@ -9,8 +9,8 @@ Parsing approach, in two layers, each a single linear pass (no regex that can ba
    any `<think>` block: an answer only inside `<think>`, or a block never closed, is no answer.
    For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk runs over `"<think>" + completion`
    and a second `<think>` from the model breaks the format.
-2. **Answer text.** `eval.answer_parse.parse_answer` tokenizes each block and binds names to roles
-   with the claims parser shared with validation (`eval.claims`; the docstrings list the phrasings
+2. **Answer text.** `curriculum.kk.grading.answer_parse.parse_answer` tokenizes each block and binds names to roles
+   with the claims parser shared with validation (`curriculum.kk.grading.claims`; the docstrings list the phrasings
    and refusals). The final block is the answer; a person whom two blocks give different roles is
    undecided ("answer blocks disagree"), so several blocks can never be more right than one.
 
@@ -27,8 +27,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from curriculum.kk.grading.answer_parse import parse_answer
 from curriculum.tasks.base import completion_text
-from eval.answer_parse import parse_answer
 
 FORMATS = ("think_answer", "answer_only", "logic_rl")
 _ROLE = {True: "knight", False: "knave"}
