@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import hydra
@@ -76,10 +77,12 @@ def checkpoint_source(value: str) -> str:
 RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig, "task": None}
 
 
-def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dict[str, DictConfig]:
+def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
+                 overrides: list[str]) -> dict[str, DictConfig]:
     """The groups of the run a stage's final belongs to (run/stages/<k>-<name>/final), typed as the schema
-    types them (a run folder is untrusted), with what `overrides` (the command line) sets in them on top;
-    a group chosen on the command line (`prompt=answer_only`) is the composed one. Empty for any other model.
+    types them (a run folder is untrusted), with what `overrides` (the command line) sets in them on top,
+    read from the `composed` groups (this command's); a group chosen on the command line
+    (`prompt=answer_only`) is the composed one. Empty for any other model.
     """
     run_dir = run_of_final(checkpoint.resolve())
     if run_dir is None or not (run_dir / CONFIG).exists():
@@ -98,7 +101,7 @@ def run_settings(checkpoint: Path, cfg: DictConfig, overrides: list[str]) -> dic
         except OmegaConfBaseException as err:
             raise ConfigError(f"{run_dir / CONFIG}: {name}: {str(err).splitlines()[0]}") from None
         for key in (k.split(".", 1)[1] for k in chosen if k.startswith(f"{name}.")):
-            OmegaConf.update(group, key, OmegaConf.select(cfg, f"{name}.{key}"), merge=False)
+            OmegaConf.update(group, key, OmegaConf.select(composed[name], key), merge=False)
         groups[name] = group
     return groups
 
@@ -129,7 +132,8 @@ def main(cfg: DictConfig) -> float:
     overrides = list(HydraConfig.get().overrides.task)
     try:
         checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
-        for name, group in (run_settings(Path(checkpoint), cfg, overrides) if checkpoint else {}).items():
+        composed = {name: cfg.get(name) for name in RUN_GROUPS}
+        for name, group in (run_settings(Path(checkpoint), composed, overrides) if checkpoint else {}).items():
             cfg[name] = group
         task = run_task(cfg.task, str(cfg.prompt.fmt))
         check_task_format(task, str(cfg.prompt.fmt))

@@ -7,20 +7,23 @@ What needs the card (vLLM engines, bf16, bitsandbytes' kernels, memory peaks) ne
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
 from train.gpu_measure import (
+    BareRun,
     MemoryWatch,
     assemble_report,
     gpu_check_cfg,
+    ours_summary,
     run_bare_trl,
-    run_ours,
     size_to_card,
     validation_projection,
 )
+from train.runner import run_curriculum
 
 
 def test_without_cuda_it_stops_at_once_with_one_named_line(tmp_path):
@@ -38,10 +41,10 @@ def test_the_check_is_kk_ladders_first_stage_under_single_gpu_sized_to_the_card(
     assert (stage.name, stage.steps) == ("2ppl", 2)
     assert (list(cfg.eval.subsets), cfg.eval.n, cfg.eval.every, cfg.eval.backend) == ([2, 3], 50, 1, "vllm")
     assert cfg.grpo.use_vllm and cfg.grpo.vllm_importance_sampling_mode == "token_truncate"
-    size_to_card(cfg, 141.0, [])  # an H200: vLLM still gets gpu.vllm_gb (7 GB) of it
+    size_to_card(cfg.gpu, 141.0, [])  # an H200: vLLM still gets gpu.vllm_gb (7 GB) of it
     assert cfg.grpo.vllm_gpu_memory_utilization == round(7 / 141, 3) == cfg.eval.vllm_gpu_memory_utilization
     given = gpu_check_cfg(["gpu.memory_gb=48"])
-    size_to_card(given, 141.0, ["gpu.memory_gb=48"])
+    size_to_card(given.gpu, 141.0, ["gpu.memory_gb=48"])
     assert given.gpu.memory_gb == 48, "a size given on the command line stays"
 
 
@@ -52,10 +55,13 @@ def both_paths(cache_dir, tmp_path_factory):
     cfg = gpu_check_cfg([f"paths.cache_dir={cache_dir}", f"paths.output_dir={out}", "eval.n=4"],
                         experiment="smoke")
     with MemoryWatch(cuda=False) as ours_memory:
-        ours = run_ours(cfg, out / "run")
+        run_curriculum(cfg, out / "run")
+    (stage,) = build_plan(cfg)
+    run = BareRun(stage=stage, grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt, model=cfg.model, ev=cfg.eval,
+                  task=cfg.task, cache_dir=Path(cfg.paths.cache_dir), seed=int(cfg.seed))
     with MemoryWatch(cuda=False) as bare_memory:
-        bare = run_bare_trl(cfg, out / "bare-trl")
-    return cfg, ours, ours_memory.result, bare, bare_memory.result
+        bare = run_bare_trl(run, out / "bare-trl")
+    return run, ours_summary(out / "run"), ours_memory.result, bare, bare_memory.result
 
 
 def test_bare_trl_runs_the_same_steps_as_our_runner(both_paths):
@@ -67,8 +73,8 @@ def test_bare_trl_runs_the_same_steps_as_our_runner(both_paths):
 
 
 def test_the_report_holds_speed_overhead_and_every_validations_cost(both_paths):
-    cfg, ours, ours_memory, bare, bare_memory = both_paths
-    report = json.loads(json.dumps(assemble_report(None, cfg, ours, ours_memory, bare, bare_memory)))
+    run, ours, ours_memory, bare, bare_memory = both_paths
+    report = json.loads(json.dumps(assemble_report(None, run, ours, ours_memory, bare, bare_memory)))
     assert report["ran"]["completions_per_step"] == 4 and report["ran"]["validation"]["subsets"] == [2, 3]
     for path in ("ours", "bare_trl"):
         speed = report["speed"][path]

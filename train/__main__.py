@@ -51,7 +51,9 @@ def main(cfg: DictConfig) -> float:
     # imported here, not above: a config error is refused in a second, before torch and TRL load
     from core.models import defer_bitsandbytes, quiet_libraries
 
-    defer_bitsandbytes(requested_optimizers(cfg))  # before transformers.trainer (-> peft) imports it
+    optims = requested_optimizers(cfg.get("grpo"), cfg.get("sft"), OmegaConf.select(cfg, "curriculum.stages"),
+                                  cfg.get("stage_overrides"))
+    defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     from train.runner import run_curriculum
 
     quiet_libraries()

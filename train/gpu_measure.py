@@ -10,6 +10,7 @@ import importlib.metadata
 import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -22,7 +23,7 @@ from conf import CONF_DIR
 from core.models import resolve_model
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.data import draw_pools, to_rows
-from curriculum.plan import build_plan, validation_completions
+from curriculum.plan import Stage, build_plan, validation_completions
 from eval.cost import validation_cost
 from eval.settings import run_task, subset_levels
 from train.gpu_check import GpuCheckError
@@ -52,10 +53,10 @@ def gpu_check_cfg(overrides: list[str], *, experiment: str = "single_gpu") -> Di
     return cfg
 
 
-def size_to_card(cfg: DictConfig, card_gb: float, overrides: list[str]) -> None:
+def size_to_card(gpu: DictConfig, card_gb: float, overrides: list[str]) -> None:
     """`gpu.memory_gb` = this card (unless given), so vLLM's share is `gpu.vllm_gb` of it, as on a 24 GB card."""
     if not any(o.lstrip("+").startswith("gpu.memory_gb=") for o in overrides):
-        cfg.gpu.memory_gb = round(card_gb, 1)
+        gpu.memory_gb = round(card_gb, 1)
 
 
 def _version(package: str) -> str | None:
@@ -149,9 +150,9 @@ def sampling_mismatch(rows: list[dict]) -> dict:
     return {k: [r[k] for r in rows] for k in sorted({k for r in rows for k in r if k.startswith("sampling/")})}
 
 
-def run_ours(cfg: DictConfig, run_dir: Path) -> dict:
-    """The runner's path: baseline validation, the stage (with one in-stage validation), stage-end validation."""
-    run_curriculum(cfg, run_dir)
+def ours_summary(run_dir: Path) -> dict:
+    """What the runner's path (baseline validation, the stage with one in-stage validation, stage-end
+    validation) left in `run_dir`: the stage's time, TRL's step lines, each validation's cost."""
     manifest = json.loads((run_dir / RUN_JSON).read_text())
     stage = manifest["stages"][0]
     rows = read_jsonl(run_dir / METRICS)
@@ -164,20 +165,35 @@ def run_ours(cfg: DictConfig, run_dir: Path) -> dict:
                                 "after_stage": stage.get("validation_cost")}}
 
 
-def run_bare_trl(cfg: DictConfig, out_dir: Path) -> dict:
+@dataclass(frozen=True)
+class BareRun:
+    """What bare TRL's run of the check's stage reads: the groups the runner would hand that stage."""
+
+    stage: Stage
+    grpo: DictConfig
+    reward: DictConfig
+    prompt: DictConfig
+    model: DictConfig
+    ev: DictConfig
+    task: DictConfig
+    cache_dir: Path
+    seed: int
+
+
+def run_bare_trl(run: BareRun, out_dir: Path) -> dict:
     """The same stage's steps with GRPOTrainer alone: its GRPOConfig, reward functions and rows, nothing else."""
-    task = run_task(cfg.task, str(cfg.prompt.fmt))
-    stage = build_plan(cfg, task=task)[0]
-    base = resolve_model(cfg.model, Path(cfg.paths.cache_dir))
+    stage, fmt = run.stage, str(run.prompt.fmt)
+    task = run_task(run.task, fmt)
+    base = resolve_model(run.model, run.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(base, padding_side="left")
-    subsets = subset_levels(task, cfg.eval.subsets)
-    pools = draw_pools(task, [stage], subsets, n=int(cfg.eval.n), eval_seed=int(cfg.eval.seed), seed=int(cfg.seed))
-    rows = to_rows(pools.training[stage.name], cfg.prompt, tokenizer, chat=bool(cfg.model.chat),
-                   chat_kwargs=cfg.model.get("chat_template_kwargs"))
-    args = grpo_config(OmegaConf.to_container(cfg.grpo, resolve=True), stage, out_dir, seed=int(cfg.seed),
-                       lora=cfg.model.get("lora"))
+    subsets = subset_levels(task, run.ev.subsets)
+    pools = draw_pools(task, [stage], subsets, n=int(run.ev.n), eval_seed=int(run.ev.seed), seed=run.seed)
+    rows = to_rows(pools.training[stage.name], run.prompt, tokenizer, chat=bool(run.model.chat),
+                   chat_kwargs=run.model.get("chat_template_kwargs"))
+    args = grpo_config(OmegaConf.to_container(run.grpo, resolve=True), stage, out_dir, seed=run.seed,
+                       lora=run.model.get("lora"))
     args.save_strategy = "no"  # checkpoints for resume are the runner's (single_gpu saves every 10 steps: not in 2)
-    funcs, args.reward_weights = task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+    funcs, args.reward_weights = task_reward_funcs(run.reward, task, fmt=fmt,
                                                    max_completion_length=args.max_completion_length)
     began = time.perf_counter()
     trainer = GRPOTrainer(model=base, reward_funcs=funcs, args=args, train_dataset=rows, processing_class=tokenizer)
@@ -208,20 +224,20 @@ def validation_projection(after_stage: dict | None, plan) -> dict | None:
     return out
 
 
-def assemble_report(machine: dict | None, cfg: DictConfig, ours: dict, ours_memory: dict, bare: dict,
+def assemble_report(machine: dict | None, run: BareRun, ours: dict, ours_memory: dict, bare: dict,
                     bare_memory: dict) -> dict:
-    """gpu_check.json: the machine, what ran, memory, speed, the overhead ratio, validation costs and plan."""
-    grpo = cfg.grpo
+    """gpu_check.json: the machine, what ran (`run`: both paths ran its stage), memory, speed, the overhead
+    ratio, validation costs and plan."""
+    grpo, model, ev = run.grpo, run.model, run.ev
     per_step = int(grpo.per_device_train_batch_size) * int(grpo.gradient_accumulation_steps)
     card_gb = (machine or {}).get("memory_gb")
     share = grpo.get("vllm_gpu_memory_utilization")
     return {
         "machine": machine,
-        "ran": {"model": cfg.model.id if cfg.model.source == "hub" else cfg.model.source,
-                "steps": build_plan(cfg)[0].steps,
+        "ran": {"model": model.id if model.source == "hub" else model.source,
+                "steps": run.stage.steps,
                 "completions_per_step": per_step, "max_completion_length": int(grpo.max_completion_length),
-                "validation": {"subsets": list(cfg.eval.subsets), "n": int(cfg.eval.n),
-                               "backend": cfg.eval.backend}},
+                "validation": {"subsets": list(ev.subsets), "n": int(ev.n), "backend": ev.backend}},
         "memory": {"ours": ours_memory, "bare_trl": bare_memory,
                    "vllm_budget_gb": round(share * card_gb, 2) if share and card_gb else None},
         "speed": {"ours": step_summary(ours["steps"], per_step), "bare_trl": step_summary(bare["steps"], per_step)},
@@ -242,10 +258,15 @@ def run_check(cfg: DictConfig, argv: list[str], out: Path) -> dict:
     if missing:
         details = "; ".join(f"{name}: {machine['checks'][name]['detail']}" for name in missing)
         raise GpuCheckError(f"gpu-check: {details}")
-    size_to_card(cfg, machine["memory_gb"], argv)
+    size_to_card(cfg.gpu, machine["memory_gb"], argv)
     run_dir = out.parent / "gpu_check" / time.strftime("%Y-%m-%d_%H-%M-%S")
     with MemoryWatch(cuda=True) as ours_memory:
-        ours = run_ours(cfg, run_dir)
+        run_curriculum(cfg, run_dir)
+    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    bare_run = BareRun(stage=build_plan(cfg, task=task)[0], grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt,
+                       model=cfg.model, ev=cfg.eval, task=cfg.task, cache_dir=Path(cfg.paths.cache_dir),
+                       seed=int(cfg.seed))
     with MemoryWatch(cuda=True) as bare_memory:
-        bare = run_bare_trl(cfg, run_dir / "bare-trl")
-    return assemble_report(machine, cfg, ours, ours_memory.result, bare, bare_memory.result)
+        bare = run_bare_trl(bare_run, run_dir / "bare-trl")
+    return assemble_report(machine, bare_run, ours_summary(run_dir), ours_memory.result, bare, bare_memory.result)
+

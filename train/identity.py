@@ -12,11 +12,11 @@ Imported by `python -m train` before the config is checked: nothing heavy here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 # Overrides that say where or how a run is recorded, not what it trains: left out of its name.
 UNNAMED = ("hydra.", "paths.", "logger.", "logger=", "resume=", "run_name=")
@@ -75,11 +75,12 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def requested_optimizers(cfg: DictConfig) -> set[str]:
+def requested_optimizers(grpo: Mapping | None, sft: Mapping | None, stages: Sequence | None,
+                         stage_overrides: Mapping | None) -> set[str]:
     """Every `optim` a config names: the grpo and sft groups, each stage's overrides and `stage_overrides`."""
-    blocks: list = [cfg.get("grpo"), cfg.get("sft")]
-    blocks += [stage.get("overrides") for stage in (OmegaConf.select(cfg, "curriculum.stages") or [])]
-    blocks += list((cfg.get("stage_overrides") or {}).values())
+    blocks: list = [grpo, sft]
+    blocks += [stage.get("overrides") for stage in (stages or [])]
+    blocks += list((stage_overrides or {}).values())
     return {str(block.get("optim")) for block in _mappings(blocks) if block.get("optim") is not None}
 
 

@@ -11,7 +11,7 @@ config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a sta
 trainer's own checkpoints, validation's samples, and `train/__main__.py`'s error.txt. With many
 processes only the main one may write the run directory, and the gate is in each of them, not at
 call sites: the main process holds the lock (`run_lock`) and opens run.json (the others are handed
-its contents: `open_manifest`); the others' Manifest saves nothing, their RunLogs drop rows and
+its contents); the others' Manifest saves nothing, their RunLogs drop rows and
 their tracker is a NullTracker; `publish_stage` and validation write from the main process; the
 trainer saves from it (transformers' `should_save`); error.txt is created once, by the first rank
 that fails. Every rank keeps the same state and takes the same path: what it decides on comes from
@@ -96,7 +96,9 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(cfg.model, Path(cfg.paths.cache_dir)), processes)
         rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
-        manifest = open_manifest(run_dir, cfg, plan, processes)
+        # run.json opened (or started) by the main process; the others get its contents and save nothing
+        opened = on_main(lambda: Manifest.open(run_dir, cfg, plan, processes.world_size).data, processes)
+        manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)
         manifest.update(base_model=base, status=Status.RUNNING,
@@ -150,12 +152,6 @@ def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
         if refusal is not None:
             raise RunLockedError(refusal)
         yield
-
-
-def open_manifest(run_dir: Path, cfg: DictConfig, plan: list[Stage], processes: Processes) -> Manifest:
-    """run.json opened (or started) by the main process; the others get its contents and save nothing."""
-    data = on_main(lambda: Manifest.open(run_dir, cfg, plan, processes.world_size).data, processes)
-    return Manifest(run_dir / RUN_JSON, data, writes=processes.is_main)
 
 
 def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[TaskRecord]],
