@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)
 
-test: install  ## Run the test suite but the slow tests (~8 min on 2 idle cores, 25-35 min under load; the tiny-model ladder and the CLIs end to end)
+test: install  ## Run the test suite but the slow tests (~9 min on 2 idle cores, 13-35 min under load; the tiny-model ladder and the CLIs end to end)
 	$(PY) -m pytest -m "not slow" -q
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
