@@ -26,7 +26,8 @@ from omegaconf import DictConfig
 
 from core.confined import OutsideRunError
 from core.distributed import broadcast, start_processes
-from core.rundir import RUN_JSON, RunLock, RunLockedError
+from core.rundir import RUN_JSON
+from core.runlock import RunLock, RunLockedError
 
 
 class ClaimRunDirectory(Callback):

@@ -4,12 +4,9 @@ A run directory holds `run.json` (the manifest), `metrics.jsonl` (every trainer 
 `validation.jsonl` (one row per stage and subset), `validation_steps.jsonl` (validations inside a
 stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<n>ppl.jsonl` (graded completions)
 and `stages/<k>-<name>/final/` (a loadable checkpoint; `trainer/` beside it while the stage trains).
-Everything here is plain Python: reading a run needs neither torch nor the trainer. `RunLock` keeps
-it to one writing process at a time.
-
-Its files are written so that a kill never leaves half a record (`write_json_atomic`, `JsonlWriter`),
-and read by the run that owns them (`read_jsonl`: strict, repairing a torn tail) and by a report of
-a run still writing (`scan_jsonl`: lenient, counting damage) through one parser, `parse_jsonl`.
+Everything here is plain Python: reading a run needs neither torch nor the trainer. Its JSON and
+JSONL files are written and read through `core/jsonl.py` (a kill never leaves half a record), and
+`core/runlock.py` keeps it to one writing process at a time.
 
 A run folder may come from someone else, so the run writes and truncates only regular files inside
 its directory: a holder of the run lock first refuses a directory with a symbolic link that leads out
@@ -20,7 +17,6 @@ path read from run.json is used only where the contract puts it (`stage_final`, 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,10 +24,9 @@ from enum import Enum
 from pathlib import Path
 
 import yaml
-from filelock import FileLock, Timeout
 
 from core.checks import is_int, is_number
-from core.confined import OutsideRunError, check_links, inside_run, open_regular, refuse_link, write_text_regular
+from core.confined import OutsideRunError, inside_run
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -82,115 +77,6 @@ def run_of_final(checkpoint: Path) -> Path | None:
 def samples_dir(run_dir: Path, dirname: str) -> Path:
     """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<n>ppl.jsonl` per subset."""
     return run_dir / SAMPLES / dirname
-
-
-# --- JSON and JSONL files ------------------------------------------------------------------------
-
-
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-@dataclass(frozen=True)
-class JsonlScan:
-    """The rows (JSON objects) of a jsonl text, the 1-based numbers of the lines that are not JSON
-    objects, the number of the last non-blank line, and how many bytes precede the first damaged line."""
-
-    rows: list[dict]
-    damaged: list[int]
-    last_line: int
-    intact_bytes: int
-
-
-def parse_jsonl(raw: bytes) -> JsonlScan:
-    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object is damage.
-
-    >>> scan = parse_jsonl(b'{"a": 1}\\n\\n[2]\\n{"a": 3}\\n{"a":')
-    >>> scan.rows, scan.damaged, scan.last_line, scan.intact_bytes
-    ([{'a': 1}, {'a': 3}], [3, 5], 5, 10)
-    """
-    rows, damaged, last_line, offset, intact = [], [], 0, 0, None
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if line.strip():
-            last_line = number
-            try:
-                row = json.loads(line.decode(errors="replace"))
-            except json.JSONDecodeError:
-                row = None
-            if isinstance(row, dict):
-                rows.append(row)
-            else:
-                damaged.append(number)
-                intact = offset if intact is None else intact
-        offset += len(line) + 1
-    return JsonlScan(rows, damaged, last_line, len(raw) if intact is None else intact)
-
-
-def scan_jsonl(path: Path) -> JsonlScan:
-    """`parse_jsonl` of a file; a missing file is empty (a run that has not written it yet)."""
-    return parse_jsonl(path.read_bytes()) if path.exists() else JsonlScan([], [], 0, 0)
-
-
-def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
-    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`;
-    damage on any other line is real damage and raises, naming the line."""
-    scan = scan_jsonl(path)
-    if scan.damaged and scan.damaged[0] != scan.last_line:
-        raise ValueError(f"{path}:{scan.damaged[0]}: not valid JSON")
-    if repair and scan.damaged:
-        with os.fdopen(open_regular(path, os.O_RDWR), "r+b") as fh:
-            fh.truncate(scan.intact_bytes)
-    return scan.rows
-
-
-class JsonlWriter:
-    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded.
-
-    `key` names the fields that identify a row; a resumed run re-logs steps it redoes after the
-    last checkpoint, and those rows must not appear twice.
-    """
-
-    def __init__(self, path: Path, key: tuple[str, ...]):
-        self.path, self.key = path, key
-        refuse_link(path)  # read and repaired below: never through a link
-        self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
-
-    def _key(self, row: dict):
-        # a `level` key reads a K&K row written before levels by its ppl (row_level), so a resume dedupes it
-        return tuple(row_level(row) if k == "level" else row.get(k) for k in self.key)
-
-    def write(self, rows: Iterable[dict]) -> None:
-        fresh = [r for r in rows if self._key(r) not in self.seen]
-        if not fresh:
-            return
-        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
-        try:
-            with os.fdopen(open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as err:
-            # Appending never rewrites earlier rows; a torn last row is cut off when the file is reopened.
-            raise RuntimeError(f"{self.path}: could not write ({err}); the rows already written are kept") from err
-        self.seen.update(self._key(r) for r in fresh)
-
-
-class NullWriter:
-    """A JsonlWriter's stand-in where a process must not write the run directory (a rank other than the
-    main one): the rows are dropped, and the file is neither read nor repaired."""
-
-    def write(self, rows: Iterable[dict]) -> None:
-        pass
-
-
-def _json_default(value):
-    return value.item() if hasattr(value, "item") else str(value)
 
 
 # --- status ---------------------------------------------------------------------------------------
@@ -476,58 +362,3 @@ def read_mapping(path: Path) -> dict:
     """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
     data = load_file(path)
     return data if isinstance(data, dict) else {}
-
-
-# One process per run directory: a kernel lock (flock) on `run.lock`, held for the life of the run.
-# Two writers would interleave metrics and fight over checkpoints. The kernel grants the lock to one
-# process only, even when two start in the same instant, and releases it when its holder exits or is
-# killed, so a crashed run never leaves a lock to clean up by hand. `run.owner` names the holder's pid
-# for the refusal message only; the lock itself is the kernel's.
-
-
-class RunLockedError(RuntimeError):
-    """Another live process is running in this run directory."""
-
-
-class RunLock:
-    """Context manager: hold `<run_dir>/run.lock` for the life of the run; refuse at once if it is held.
-
-    Held again by the process that holds it (the app takes it before Hydra writes into the directory,
-    the run takes it once more); the holder checks the directory has no link out of it (`check_links`).
-    """
-
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / "run.lock"
-        self.owner = Path(run_dir) / "run.owner"
-        self._lock = FileLock(self.path, timeout=0, is_singleton=True)
-
-    def __enter__(self) -> RunLock:
-        return self.hold()
-
-    def hold(self) -> RunLock:
-        """Take the lock (see the class); a context manager's `__enter__`, or for the life of the process."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        refuse_link(self.path)  # the lock file is opened (and truncated) by filelock, which follows links
-        try:
-            self._lock.acquire()
-        except Timeout:
-            raise RunLockedError(f"{self.path.parent}: already running ({self._holder()} holds {self.path}); "
-                                 "wait for it to finish, or stop it, before resuming") from None
-        try:
-            check_links(self.path.parent)
-            write_text_regular(self.owner, str(os.getpid()))
-        except BaseException:
-            self._lock.release()
-            raise
-        return self
-
-    def _holder(self) -> str:
-        try:
-            return f"pid {int(self.owner.read_text())}"
-        except (OSError, ValueError):  # the holder has not written its pid yet
-            return "another process"
-
-    def __exit__(self, *exc) -> None:
-        if self._lock.lock_counter == 1:  # the process lets go of the directory (not a nested hold)
-            self.owner.unlink(missing_ok=True)
-        self._lock.release()

@@ -25,8 +25,9 @@ from conf import CONF_DIR
 from conf.errors import run_app
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
+from core.jsonl import JsonlWriter, read_jsonl
 from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
-from core.rundir import CONFIG, SAMPLES, VALIDATION, JsonlWriter, read_jsonl, row_level, run_of_final
+from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
 from core.stats import rate_text
 from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.metrics import trials

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from train.grpo_stage import DISTINCT_KEY
 from train.runner import run_curriculum
 from train.stage_run import fingerprint

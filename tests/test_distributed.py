@@ -20,7 +20,8 @@ import psutil
 import pytest
 from transformers import AutoModelForCausalLM
 
-from core.rundir import RunLock, read_jsonl
+from core.jsonl import read_jsonl
+from core.runlock import RunLock
 from tests.conftest import ROOT, run_cli
 from train.stage_run import fingerprint
 

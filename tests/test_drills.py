@@ -11,7 +11,7 @@ import pytest
 from transformers import TrainerCallback
 
 from core.checks import ConfigError
-from core.rundir import JsonlWriter, read_jsonl
+from core.jsonl import JsonlWriter, read_jsonl
 from tests.conftest import compose_cfg
 from train.checkpoints import final_info, last_complete_checkpoint
 from train.runner import run_curriculum

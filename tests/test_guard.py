@@ -8,7 +8,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
-from core.rundir import JsonlWriter, read_jsonl
+from core.jsonl import JsonlWriter, read_jsonl
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
 from train.grpo_stage import DISTINCT_KEY, distinct_share, with_distinct_share

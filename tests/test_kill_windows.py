@@ -13,7 +13,7 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from tests.conftest import ROOT, run_cli
 from train.checkpoints import final_info
 from train.stage_run import fingerprint

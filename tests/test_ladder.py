@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 from train.stage_run import fingerprint

@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg, run_cli
 from train.runner import run_curriculum
 

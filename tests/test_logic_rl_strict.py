@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
+from core.jsonl import read_jsonl
 from core.models import resolve_model
-from core.rundir import METRICS, read_jsonl
+from core.rundir import METRICS
 from curriculum.kk.grading.logic_rl import logic_rl_scores, solution_text_format
 from curriculum.prompts import model_prompt
 from tests.conftest import SHARED_DATA, compose_cfg

@@ -13,7 +13,7 @@ import logging
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from train.runner import run_curriculum
 from train.stage_run import fingerprint
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from eval.report.cli import write_report
 from eval.report.samples import pick
 from tests.test_report import stage_entry, write_jsonl

@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conf import run_dir as run_dir_of
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from eval.report.jobs import load_job
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock

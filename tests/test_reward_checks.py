@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from train.runner import run_curriculum
 
 ONE_STEP = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 4}]",

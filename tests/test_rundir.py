@@ -1,4 +1,4 @@
-"""The run-directory contract (core/rundir.py): status lifecycle, JSONL reading, paths, objective."""
+"""The run-directory contract (core/rundir.py, core/jsonl.py): status lifecycle, JSONL reading, paths, objective."""
 
 from __future__ import annotations
 
@@ -7,16 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir import (
-    RUN_JSON,
-    Status,
-    objective,
-    read_jsonl,
-    run_of_final,
-    scan_jsonl,
-    stage_records,
-    stage_transition,
-)
+from core.jsonl import read_jsonl, scan_jsonl
+from core.rundir import RUN_JSON, Status, objective, run_of_final, stage_records, stage_transition
 from train.manifest import Manifest
 
 

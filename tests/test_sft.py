@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from curriculum.kk import canonical_key, generate
 from curriculum.kk.grading.grader import FORMATS, grade
 from curriculum.plan import build_plan

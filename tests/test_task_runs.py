@@ -8,7 +8,7 @@ import json
 import pytest
 
 from core.checks import ConfigError
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from curriculum.plan import build_plan
 from curriculum.tasks.gsm8k import GSM8KTask
 from eval.report import write_report

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from core.rundir import read_jsonl
+from core.jsonl import read_jsonl
 from curriculum.kk.grading.grader import grade
 from curriculum.kk.grading.lenient import lenient_grade
 from curriculum.kk.grading.reasoning import check_reasoning

@@ -15,8 +15,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from core.jsonl import JsonlWriter, read_jsonl
 from core.models import load_for_inference, resolve_model
-from core.rundir import JsonlWriter, read_jsonl
 from curriculum.plan import build_plan, validation_subsets
 from curriculum.prompts import render_prompt
 from eval.cost import validation_cost

@@ -34,7 +34,8 @@ from conf.errors import run_app
 from core.checks import ConfigError
 from core.confined import open_regular
 from core.distributed import Processes, broadcast, start_processes
-from core.rundir import ERROR, RunLockedError
+from core.rundir import ERROR
+from core.runlock import RunLockedError
 from train.exits import interrupted_line, refusal_line
 from train.identity import requested_optimizers, run_identity
 

@@ -25,7 +25,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from core.digests import DIGESTS, damage, folder_digests
 from core.distributed import SINGLE, Processes, barrier
-from core.rundir import load_file, write_json_atomic
+from core.jsonl import write_json_atomic
+from core.rundir import load_file
 
 FINAL_MARKER = "stage.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

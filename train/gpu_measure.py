@@ -20,8 +20,9 @@ from transformers import AutoTokenizer
 from trl import GRPOTrainer
 
 from conf import CONF_DIR
+from core.jsonl import read_jsonl
 from core.models import resolve_model
-from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
+from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS
 from curriculum.data import draw_pools, to_rows
 from curriculum.plan import Stage, build_plan, validation_completions
 from eval.cost import validation_cost

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig, OmegaConf
 
 from core.confined import write_text_regular
+from core.jsonl import write_json_atomic
 from core.rundir import (
     CONFIG,
     RUN_JSON,
@@ -31,7 +32,6 @@ from core.rundir import (
     run_status,
     stage_records,
     stage_transition,
-    write_json_atomic,
 )
 from curriculum.plan import Stage
 

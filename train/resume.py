@@ -20,7 +20,8 @@ import dataclasses
 import logging
 from pathlib import Path
 
-from core.rundir import METRICS, StageRecord, final_checkpoint, read_jsonl, stage_final, stage_path
+from core.jsonl import read_jsonl
+from core.rundir import METRICS, StageRecord, final_checkpoint, stage_final, stage_path
 from curriculum.plan import Stage
 from train.checkpoints import final_info, final_problem, scan_checkpoints
 from train.manifest import Manifest

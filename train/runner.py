@@ -37,8 +37,6 @@ from core.rundir import (
     BASELINE,
     ERROR,
     RUN_JSON,
-    RunLock,
-    RunLockedError,
     Status,
     final_accuracy,
     objective,
@@ -48,6 +46,7 @@ from core.rundir import (
     stage_final,
     validation_summary,
 )
+from core.runlock import RunLock, RunLockedError
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, build_plan, validation_subsets
 from curriculum.tasks.base import TaskRecord

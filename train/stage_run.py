@@ -38,8 +38,9 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from core.checks import ConfigError, is_int, is_number
 from core.distributed import Processes, barrier, gather
+from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
-from core.rundir import JsonlWriter, final_checkpoint, stage_path
+from core.rundir import final_checkpoint, stage_path
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import Task

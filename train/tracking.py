@@ -21,7 +21,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from core.checks import is_number
-from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS, JsonlWriter, NullWriter
+from core.jsonl import JsonlWriter, NullWriter
+from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS
 from train.identity import RunIdentity
 
 ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.jsonl import scan_jsonl
 from core.rundir import (
     CONFIG,
     RUN_JSON,
@@ -21,7 +22,6 @@ from core.rundir import (
     objective,
     read_mapping,
     row_level,
-    scan_jsonl,
     stage_records,
 )
 from core.stats import wilson_interval

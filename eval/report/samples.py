@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir import BASELINE, SAMPLES, level_order, scan_jsonl
+from core.jsonl import scan_jsonl
+from core.rundir import BASELINE, SAMPLES, level_order
 from eval.report.blocks import Completion, Heading, Text, code, md_escape
 from eval.report.series import as_number
 

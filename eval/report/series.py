@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.checks import is_number
+from core.jsonl import scan_jsonl
 from core.rundir import (
     BASELINE,
     CONFIG,
@@ -23,7 +24,6 @@ from core.rundir import (
     level_order,
     read_mapping,
     row_level,
-    scan_jsonl,
     stage_records,
 )
 from core.stats import wilson_interval
