@@ -78,7 +78,9 @@ def smoke_ladder(tmp_path_factory, cache_dir):
     Returns (run_dir, objective).
     """
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     run_dir = tmp_path_factory.mktemp("smoke-ladder")
-    objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke"), run_dir)
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke")
+    objective = run_curriculum(read_settings(cfg), run_dir)
     return run_dir, objective

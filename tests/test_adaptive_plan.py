@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from omegaconf import OmegaConf
 
 from core.checks import ConfigError
 from curriculum.adaptive import Guard, Promote
@@ -79,7 +80,7 @@ def test_bad_adaptive_keys_are_named(make_cfg, stages, key):
 
 def test_run_json_records_the_pool_mix_with_replay(make_cfg, tmp_path):
     cfg = make_cfg("+curriculum=kk_adaptive")
-    stages = Manifest.open(tmp_path, cfg, build_plan(cfg)).data["stages"]
+    stages = Manifest.open(tmp_path, OmegaConf.to_container(cfg, resolve=True), build_plan(cfg)).data["stages"]
     assert (stages[1]["levels"], stages[1]["pool_levels"]) == ({"3ppl": 1.0}, {"2ppl": 0.2, "3ppl": 0.8})
 
 

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 from core.jsonl import read_jsonl
 from train.grpo_stage import DISTINCT_KEY
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_run import fingerprint
 
 LENGTH = "completions/mean_length"
@@ -26,7 +27,7 @@ def test_promotion_ends_at_a_reachable_threshold_and_runs_the_budget_otherwise(t
                    "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}},"
                    " {name: b, ppl: 3, steps: 4, pool: 8, promote: {accuracy: 1.0, every: 2, min_steps: 2}}]")
     run_dir = tmp_path / "run"
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     first, second = _manifest(run_dir)["stages"]
     assert first["end"]["reason"] == "threshold" and first["steps_done"] == 2
     assert (first["end"]["stage_step"], first["end"]["accuracy"], first["end"]["n"]) == (2, 0.0, 4)
@@ -64,7 +65,7 @@ def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_pat
                  " guard: {length_drop: 0.5, window: 1, action: stop}}, {name: b, ppl: 3, steps: 2, pool: 8}]")
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="simulated crash"):
-        run_curriculum(make_cfg(*overrides), run_dir, callbacks=(CraftedLengths(),))
+        run_curriculum(read_settings(make_cfg(*overrides)), run_dir, callbacks=(CraftedLengths(),))
     first = _manifest(run_dir)["stages"][0]
     assert first["status"] == "done" and first["steps_done"] == 2
     assert first["end"]["reason"] == "guard" and first["end"]["signal"] == "length_drop"
@@ -78,7 +79,7 @@ def test_guard_stop_keeps_the_best_validated_weights_and_the_run_resumes(tmp_pat
     guard_rows = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"].startswith("guard")]
     assert [(r["stage"], r["stage_step"], r["kind"]) for r in guard_rows] == [(1, 2, "guard:length_drop")]
 
-    run_curriculum(make_cfg(*overrides, f"resume={run_dir}"), run_dir)
+    run_curriculum(read_settings(make_cfg(*overrides, f"resume={run_dir}")), run_dir)
     manifest = _manifest(run_dir)
     assert manifest["status"] == "done"
     assert manifest["stages"][0]["end"] == first["end"], "the done stage is not trained again"
@@ -107,12 +108,12 @@ def test_a_kill_between_promotion_and_publishing_resumes_to_the_same_end(tmp_pat
                    "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8, promote: {accuracy: 0, every: 2}}]")
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match="killed before"):
-        run_curriculum(cfg, run_dir, callbacks=(KillBeforePublish(),))
+        run_curriculum(read_settings(cfg), run_dir, callbacks=(KillBeforePublish(),))
     stage = _manifest(run_dir)["stages"][0]
     assert (stage["status"], stage["end"]["reason"], stage["end"]["stage_step"]) == ("failed", "threshold", 2)
     assert (run_dir / "stages" / "1-a" / "trainer" / "checkpoint-2").is_dir()
 
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     stage = _manifest(run_dir)["stages"][0]
     assert (stage["status"], stage["steps_done"], stage["end"]["reason"]) == ("done", 2, "threshold")
     steps = [r["stage_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]

@@ -13,6 +13,7 @@ from curriculum.sources import RecordError
 from eval.report import latest_output
 from tests.conftest import run_cli
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 ONE_STAGE = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]",
              "eval.subsets=[2]"]
@@ -64,7 +65,7 @@ def test_bad_input_is_named_before_anything_is_written(tmp_path, make_cfg, overr
         data = ["data=local", f"data.path={tmp_path / 'data'}", "eval.n=4"]
     run_dir = tmp_path / "run"
     with pytest.raises(error, match=message):
-        run_curriculum(make_cfg(*ONE_STAGE, *data, *overrides), run_dir)
+        run_curriculum(read_settings(make_cfg(*ONE_STAGE, *data, *overrides)), run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 TWO_STAGES = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true", "cpu_threads=1",
               "grpo.save_total_limit=null", "limits.max_steps=3",
@@ -23,7 +24,7 @@ def whole_run(tmp_path_factory, cache_dir):
     """An uninterrupted two-stage run keeping every trainer checkpoint (1, 2, 3 of each stage)."""
     run_dir = tmp_path_factory.mktemp("whole") / "run"
     cfg = compose_cfg(cache_dir, *TWO_STAGES)
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     return run_dir, cfg
 
 
@@ -71,7 +72,7 @@ def test_a_damaged_trainer_checkpoint_is_passed_over_and_the_final_is_an_uninter
     run_dir = _copy(source, tmp_path)
     _killed_in_stage_b(run_dir)
     _damage(run_dir / "stages" / "2-b" / "trainer" / "checkpoint-2" / "model.safetensors", how)
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     stage = json.loads((run_dir / "run.json").read_text())["stages"][1]
     assert stage["status"] == "done"
     assert stage["resumed_from"].endswith("checkpoint-1"), "the previous intact checkpoint"
@@ -86,7 +87,7 @@ def test_every_checkpoint_damaged_falls_back_to_the_stage_start(whole_run, tmp_p
     _killed_in_stage_b(run_dir)
     for step in (1, 2):
         _damage(run_dir / "stages" / "2-b" / "trainer" / f"checkpoint-{step}" / "optimizer.pt", "flip")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     stage = json.loads((run_dir / "run.json").read_text())["stages"][1]
     assert stage["resumed_from"] is None and len(stage["skipped_checkpoints"]) == 2, "trained from its start"
     assert _weights(run_dir / "stages" / "2-b" / "final") == _weights(source / "stages" / "2-b" / "final")
@@ -108,7 +109,7 @@ def test_a_damaged_final_is_refused_by_name(whole_run, tmp_path, how):
     damaged = _weights(run_dir / "stages" / "1-a" / "final")
     with pytest.raises(RuntimeError, match=r"stage a: its final checkpoint stages/1-a/final is missing or damaged "
                                            r"\(model.safetensors: .*\); restore it, or set on_damaged_checkpoint"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert not (run_dir / "stages" / "2-b" / "final").exists(), "stage b never trained from it"
     assert _weights(run_dir / "stages" / "1-a" / "final") == damaged, "left as it was, for whoever restores it"
 
@@ -117,7 +118,7 @@ def test_a_damaged_final_is_refused_by_name(whole_run, tmp_path, how):
 def test_a_damaged_final_is_retrained_to_an_uninterrupted_runs_weights(whole_run, tmp_path, cache_dir, how):
     source, _ = whole_run
     run_dir = _final_needed_and_damaged(source, tmp_path, how)
-    run_curriculum(compose_cfg(cache_dir, *TWO_STAGES, "on_damaged_checkpoint=retrain"), run_dir)
+    run_curriculum(read_settings(compose_cfg(cache_dir, *TWO_STAGES, "on_damaged_checkpoint=retrain")), run_dir)
     stages = json.loads((run_dir / "run.json").read_text())["stages"]
     assert [s["status"] for s in stages] == ["done", "done"]
     for name in ("1-a", "2-b"):  # a republished from its checkpoint at the budget, b trained from it
@@ -147,7 +148,7 @@ def test_metrics_replaced_by_a_link_out_of_the_run_is_refused_and_its_target_unt
     (run_dir / "metrics.jsonl").unlink()
     (run_dir / "metrics.jsonl").symlink_to(outside)
     with pytest.raises(RuntimeError, match=r"metrics.jsonl: a symbolic link out of the run directory"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert outside.read_bytes() == before, "neither truncated nor appended to"
 
 
@@ -160,7 +161,7 @@ def test_a_checkpoint_path_in_run_json_outside_the_run_is_not_followed(whole_run
     _edit_manifest(run_dir, lambda m: m["stages"][0].update(checkpoint=str(elsewhere)))
     with pytest.raises(RuntimeError, match=rf"run.json: stage 1 \(a\): checkpoint '{elsewhere}' is not "
                                            r"stages/1-a/final, where a run publishes"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -176,4 +177,4 @@ def test_a_manifest_entry_no_run_writes_is_named_with_its_file_and_stage(whole_r
     run_dir = _copy(source, tmp_path)
     _edit_manifest(run_dir, edit)
     with pytest.raises(RuntimeError, match=rf"{run_dir / 'run.json'}: {message}.*restore it, or start a new run"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)

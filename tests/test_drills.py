@@ -15,6 +15,7 @@ from core.jsonl import JsonlWriter, read_jsonl
 from tests.conftest import compose_cfg
 from train.checkpoints import final_info, last_complete_checkpoint
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_end import DivergenceStop, NonFiniteLossError
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
@@ -26,7 +27,7 @@ def kept_run(tmp_path_factory, cache_dir):
     """A two-stage smoke run that keeps its trainer checkpoints (for the checkpoint drills)."""
     run_dir = tmp_path_factory.mktemp("kept")
     cfg = compose_cfg(cache_dir, *KEPT)
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     return run_dir, cfg
 
 
@@ -68,7 +69,7 @@ def test_a_missing_stage_checkpoint_is_named(kept_run, tmp_path):
     shutil.copytree(source, run_dir)
     _damage_first_final(run_dir)
     with pytest.raises(RuntimeError, match=r"stage a: its final checkpoint .*1-a/final is missing or damaged"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
 
 
 def test_a_missing_stage_checkpoint_can_be_retrained(kept_run, tmp_path, cache_dir):
@@ -77,7 +78,7 @@ def test_a_missing_stage_checkpoint_can_be_retrained(kept_run, tmp_path, cache_d
     shutil.copytree(source, run_dir)
     _damage_first_final(run_dir)
     cfg.on_damaged_checkpoint = "retrain"
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert [s["status"] for s in manifest["stages"]] == ["done", "done"]
     assert final_info(run_dir / "stages" / "1-a" / "final") is not None
@@ -99,7 +100,7 @@ def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, make_cfg):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke",
                    "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 4, pool: 8}]")
     with pytest.raises(NonFiniteLossError, match="stage b: the weights became non-finite"):
-        run_curriculum(cfg, run_dir, callbacks=(PoisonGradients("b"),))
+        run_curriculum(read_settings(cfg), run_dir, callbacks=(PoisonGradients("b"),))
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "failed"
     assert manifest["stages"][0]["status"] == "done" and final_info(run_dir / "stages" / "1-a" / "final")
@@ -158,7 +159,7 @@ def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_p
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "model.context_length=200")
     with pytest.raises(ConfigError, match=r"^model.context_length: .* exceeds the context of 200"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
 
 
@@ -176,7 +177,7 @@ def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, make_cfg
     other = make_cfg(*KEPT, "grpo.learning_rate=0.5")
     with pytest.raises(RuntimeError, match=r"1-a/final: trained as stage 'a' with config \w+, not as stage 'a' of "
                                            r"this run \(config \w+\), so it is not adopted"):
-        run_curriculum(other, run_dir)
+        run_curriculum(read_settings(other), run_dir)
     assert (run_dir / "stages" / "1-a" / "final" / "stage.json").read_bytes() == marker, "the old final is untouched"
 
 
@@ -184,7 +185,7 @@ def test_a_final_of_this_config_is_adopted_without_training_again(kept_run, tmp_
     source, cfg = kept_run
     run_dir = _copy_without_manifest(source, tmp_path)
     metrics = (run_dir / "metrics.jsonl").read_bytes()
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert [(s["status"], s["steps_done"]) for s in manifest["stages"]] == [("done", 2), ("done", 2)]
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics, "no step trained twice"
@@ -201,7 +202,7 @@ def test_a_damaged_manifest_is_named_with_what_to_do(kept_run, tmp_path, damage,
     shutil.copytree(source, run_dir)
     (run_dir / "run.json").write_text(damage)
     with pytest.raises(RuntimeError, match=message + r".*(restore it|start a new run)"):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert final_info(run_dir / "stages" / "1-a" / "final") is not None, "the finals are kept"
 
 
@@ -211,4 +212,4 @@ def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_p
     shutil.copytree(source, run_dir)
     other = make_cfg(*KEPT, "grpo.learning_rate=0.5", "seed=7", "cpu_threads=2")  # threads: free
     with pytest.raises(RuntimeError, match=r"differs .* in grpo.learning_rate, seed; resume with the values"):
-        run_curriculum(other, run_dir)
+        run_curriculum(read_settings(other), run_dir)

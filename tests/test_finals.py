@@ -11,6 +11,7 @@ from safetensors import safe_open
 from transformers import TrainerCallback
 
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1")
 
@@ -34,7 +35,7 @@ def as_published(tmp_path_factory, cache_dir):
     from tests.conftest import compose_cfg
 
     run_dir = tmp_path_factory.mktemp("finals-default")
-    run_curriculum(compose_cfg(cache_dir, *LADDER), run_dir)
+    run_curriculum(read_settings(compose_cfg(cache_dir, *LADDER)), run_dir)
     return run_dir
 
 
@@ -45,7 +46,7 @@ def test_by_default_every_final_stays_in_float32(as_published):
 
 
 def test_keep_last_removes_the_finals_nothing_reads_and_the_handoff_is_unchanged(tmp_path, make_cfg, as_published):
-    run_curriculum(make_cfg(*LADDER, "finals.keep=last"), tmp_path)
+    run_curriculum(read_settings(make_cfg(*LADDER, "finals.keep=last")), tmp_path)
     finals = sorted(p.parent.name for p in tmp_path.glob("stages/*/final"))
     assert finals == ["5-6ppl"], "the run's last final, its result, stays"
     assert json.loads((tmp_path / "run.json").read_text())["compacted_finals"] == {
@@ -55,7 +56,7 @@ def test_keep_last_removes_the_finals_nothing_reads_and_the_handoff_is_unchanged
 
 
 def test_bfloat16_rewrites_the_finals_nothing_reads_at_half_the_size(tmp_path, make_cfg, as_published):
-    run_curriculum(make_cfg(*LADDER, "finals.dtype=bfloat16"), tmp_path)
+    run_curriculum(read_settings(make_cfg(*LADDER, "finals.dtype=bfloat16")), tmp_path)
     for stage in stages(tmp_path):
         final, published = tmp_path / stage["checkpoint"], as_published / stage["checkpoint"]
         last = stage["index"] == 5
@@ -84,9 +85,9 @@ class FailInStage(TrainerCallback):
 
 def test_a_resume_after_finals_were_removed_goes_on_from_the_last_one_kept(tmp_path, make_cfg, as_published):
     with pytest.raises(RuntimeError, match="a crash in stage 4"):
-        run_curriculum(make_cfg(*LADDER, "finals.keep=last"), tmp_path, callbacks=(FailInStage(4),))
+        run_curriculum(read_settings(make_cfg(*LADDER, "finals.keep=last")), tmp_path, callbacks=(FailInStage(4),))
     assert sorted(p.parent.name for p in tmp_path.glob("stages/*/final")) == ["3-4ppl"]  # stage 4 starts from it
-    run_curriculum(make_cfg(*LADDER, "finals.keep=last", f"resume={tmp_path}"), tmp_path)
+    run_curriculum(read_settings(make_cfg(*LADDER, "finals.keep=last", f"resume={tmp_path}")), tmp_path)
     assert [s["status"] for s in stages(tmp_path)] == ["done"] * 5
     assert sorted(p.parent.name for p in tmp_path.glob("stages/*/final")) == ["5-6ppl"]
     assert handoff(tmp_path) == handoff(as_published)

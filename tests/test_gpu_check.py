@@ -24,6 +24,7 @@ from train.gpu_measure import (
     validation_projection,
 )
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 
 def test_without_cuda_it_stops_at_once_with_one_named_line(tmp_path):
@@ -55,7 +56,7 @@ def both_paths(cache_dir, tmp_path_factory):
     cfg = gpu_check_cfg([f"paths.cache_dir={cache_dir}", f"paths.output_dir={out}", "eval.n=4"],
                         experiment="smoke")
     with MemoryWatch(cuda=False) as ours_memory:
-        run_curriculum(cfg, out / "run")
+        run_curriculum(read_settings(cfg), out / "run")
     (stage,) = build_plan(cfg)
     run = BareRun(stage=stage, grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt, model=cfg.model, ev=cfg.eval,
                   task=cfg.task, cache_dir=Path(cfg.paths.cache_dir), seed=int(cfg.seed))

@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_run import fingerprint
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
@@ -24,8 +25,8 @@ def test_validating_every_step_leaves_the_trained_weights_bit_identical(tmp_path
     runs = {}
     for every in (0, 1):
         run_dir = tmp_path / f"every{every}"
-        run_curriculum(make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3",
-                                STAGES, "cpu_threads=1", f"eval.every={every}"), run_dir)
+        run_curriculum(read_settings(make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3",
+                                STAGES, "cpu_threads=1", f"eval.every={every}")), run_dir)
         runs[every] = run_dir
     rows = [(r["stage"], r["stage_step"], r["ppl"]) for r in read_jsonl(runs[1] / "validation_steps.jsonl")]
     assert sorted(rows) == [(1, 1, 2), (1, 2, 2), (2, 1, 3), (2, 2, 3)], "validated at steps 1 and 2, once each"

@@ -11,6 +11,7 @@ from transformers import AutoModelForCausalLM
 from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_run import fingerprint
 
 
@@ -26,8 +27,8 @@ def ladder_runs(smoke_ladder, tmp_path_factory, cache_dir):
     run_dir, objective = smoke_ladder
     runs[True] = (run_dir, json.loads((run_dir / "run.json").read_text()), objective)
     off_dir = tmp_path_factory.mktemp("ladder-refresh-off")
-    objective = run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
-                                           "reference=base", "eval.subsets_after_stage=all"), off_dir)
+    objective = run_curriculum(read_settings(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke",
+                                           "reference=base", "eval.subsets_after_stage=all")), off_dir)
     runs[False] = (off_dir, json.loads((off_dir / "run.json").read_text()), objective)
     return runs
 
@@ -104,7 +105,7 @@ def test_wandb_logs_one_offline_run_per_curriculum_run(tmp_path, make_cfg, monke
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "logger=wandb", "limits.max_steps=1",
                    "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, "both stages log into one wandb run"
     assert list(runs[0].glob("*.wandb")), "the offline run holds its log file"

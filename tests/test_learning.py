@@ -17,6 +17,7 @@ import pytest
 from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg, run_cli
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 PROBE = "rewards/low_tokens/mean"
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 20, pool: 16}, {name: b, ppl: 3, steps: 5, pool: 16}]"
@@ -41,7 +42,7 @@ def probe_runs(tmp_path_factory, cache_dir):
         cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES, *PROBE_ONLY, *extra)
         assert not cfg.grpo.get("entropy_coef"), "learning must come from the reward alone"
         run_dir = tmp_path_factory.mktemp(name)
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
         runs[name] = run_dir
     return runs
 

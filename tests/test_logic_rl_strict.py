@@ -155,6 +155,7 @@ def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_
     from curriculum.plan import build_plan
     from tests.pools import held_out_pools, stage_pool
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     cfg = compose_cfg(cache_dir, "+curriculum=kk_logicrl", "experiment=smoke", "data=local",
                       f"data.path={SHARED_DATA}", "eval.subsets=[3]", output_dir=tmp_path)
@@ -163,7 +164,7 @@ def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_
     pool, _ = stage_pool(cfg, build_plan(cfg)[0], held_out_pools(cfg, 3))
     assert len(pool) == 16 and {r.source["index"] for r in pool} <= published_train  # smoke's max_pool, all published
     run_dir = tmp_path / "run"
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     steps = [r for r in read_jsonl(run_dir / METRICS) if r.get("kind") == "step"]
     assert steps and all(-3.0 <= r["rewards/logic_rl_strict_reward/mean"] <= 3.0 for r in steps)
     manifest = json.loads((run_dir / "run.json").read_text())

@@ -263,6 +263,7 @@ def test_cpu_threads_auto_is_measured_again_before_each_stage(make_cfg, tmp_path
     if torch.cuda.is_available() or models.DEFAULT_CPU_THREADS < 2:
         pytest.skip("auto picks among a CPU's threads: needs a CPU machine with more than one core")
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     # under load one thread wins by far (a multi-threaded op waits for busy cores); idle, all of them win
     load = {"busy": True}
@@ -270,7 +271,7 @@ def test_cpu_threads_auto_is_measured_again_before_each_stage(make_cfg, tmp_path
     monkeypatch.setattr(models, "_small_ops_seconds",
                         lambda threads, repeats=20: timings[load["busy"]]["one" if threads == 1 else "many"])
     seen = ThreadsPerStage(load)
-    run_curriculum(make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1", "cpu_threads=auto"),
-                   tmp_path, callbacks=(seen,))
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1", "cpu_threads=auto")
+    run_curriculum(read_settings(cfg), tmp_path, callbacks=(seen,))
     # measured once at the start, a run kept 1 thread throughout; now each stage measures the machine it finds
     assert seen.threads == [1] + [models.DEFAULT_CPU_THREADS] * 4

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_run import fingerprint
 
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"
@@ -32,7 +33,7 @@ def test_lora_reference_is_the_merged_previous_final(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES,
                    "model.lora={r: 4, alpha: 8, dropout: 0.0, learning_rate: 1.0e-2}", "eval.n=2")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     first, second = json.loads((run_dir / "run.json").read_text())["stages"]
     merged = _final(run_dir, first)
     assert merged != first["policy_fingerprint"], "the merged adapters changed the weights"
@@ -46,7 +47,7 @@ def test_rl_start_is_the_sft_checkpoint_for_every_grpo_stage(tmp_path, make_cfg)
     cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "reference=rl_start", "eval.n=2",
                    "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8},"
                    " {name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first, second = manifest["stages"]
     assert manifest["reference"] == "rl_start" and sft["reference"] is None
@@ -61,7 +62,7 @@ def test_beta_zero_warns_and_records_no_reference(tmp_path, make_cfg, caplog):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", TWO_STAGES, "grpo.beta=0",
                    "eval.n=2")
     with caplog.at_level(logging.WARNING):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert "beta is 0, so TRL loads no reference model" in caplog.text
     for stage in json.loads((run_dir / "run.json").read_text())["stages"]:
         assert stage["reference"] is None and stage["reference_fingerprint"] is None

@@ -19,9 +19,11 @@ from tests.test_report import make_job
 def two_runs(smoke_ladder, cache_dir, tmp_path_factory) -> tuple[Path, Path]:
     """(the ladder, the mix): the mix trains once per module, on the same pools and model."""
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     mixed = tmp_path_factory.mktemp("runs") / "mixed"
-    run_curriculum(compose_cfg(cache_dir, "+curriculum=kk_mixed", "experiment=smoke", "reference=base"), mixed)
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_mixed", "experiment=smoke", "reference=base")
+    run_curriculum(read_settings(cfg), mixed)
     return smoke_ladder[0], mixed
 
 

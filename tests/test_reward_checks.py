@@ -12,6 +12,7 @@ import pytest
 
 from core.jsonl import read_jsonl
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 ONE_STEP = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 4}]",
             "eval.subsets=[2]"]
@@ -30,7 +31,7 @@ def _with_reward(make_cfg, target: str, *more: str):
 def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_path, make_cfg, target, message):
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match=message):
-        run_curriculum(_with_reward(make_cfg, target), run_dir)
+        run_curriculum(read_settings(_with_reward(make_cfg, target)), run_dir)
     stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
     assert stage["status"] == "failed" and "reward mine" in stage["error"], "run.json names it too"
 
@@ -39,14 +40,14 @@ def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_pa
 def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cfg, target):
     run_dir = tmp_path / "run"
     with pytest.raises(RuntimeError, match=r"reward mine: no result after 2 s \(reward.timeout_s\)"):
-        run_curriculum(_with_reward(make_cfg, target, "reward.timeout_s=2"), run_dir)
+        run_curriculum(read_settings(_with_reward(make_cfg, target, "reward.timeout_s=2")), run_dir)
 
 
 def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stage(tmp_path, make_cfg, caplog):
     run_dir = tmp_path / "run"
     cfg = _with_reward(make_cfg, "returns_nan", "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]")
     with caplog.at_level(logging.WARNING, logger="train.reward_checks"):
-        run_curriculum(cfg, run_dir)  # the run goes on: the other rewards still score every completion
+        run_curriculum(read_settings(cfg), run_dir)  # the run goes on: the other rewards still score every completion
     said = [r.getMessage() for r in caplog.records if "reward mine: scored none" in r.getMessage()]
     assert len(said) == 1, "said once for the stage's two batches"
     stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
@@ -57,7 +58,7 @@ def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stag
 
 def test_none_for_some_completions_is_trls_no_score_and_passes(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
-    run_curriculum(_with_reward(make_cfg, "scores_half"), run_dir)
+    run_curriculum(read_settings(_with_reward(make_cfg, "scores_half")), run_dir)
     stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
     assert stage["status"] == "done" and stage["warnings"] == []
     assert [r["rewards/mine/scored_share"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"] \
@@ -69,5 +70,5 @@ def test_a_timeout_that_is_not_seconds_is_a_config_error(tmp_path, make_cfg, val
     from core.checks import ConfigError
 
     with pytest.raises(ConfigError, match=r"^reward.timeout_s: "):
-        run_curriculum(make_cfg(*ONE_STEP, f"reward.timeout_s={value}"), tmp_path / "run")
+        run_curriculum(read_settings(make_cfg(*ONE_STEP, f"reward.timeout_s={value}")), tmp_path / "run")
     assert not (tmp_path / "run").exists()

@@ -18,6 +18,7 @@ from curriculum.sft import reference_response
 from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_run import fingerprint
 
 
@@ -59,7 +60,7 @@ def test_sft_pool_never_holds_a_validation_puzzle(make_cfg):
 def test_sft_stage_hands_off_to_grpo(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "limits.max_sft_steps=4")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first_grpo = manifest["stages"][:2]
     assert sft["kind"] == "sft" and sft["status"] == "done" and sft["steps_done"] == 4

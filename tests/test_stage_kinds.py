@@ -12,6 +12,7 @@ from conf.schema import StageKindName
 from core.checks import ConfigError
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
+from train.settings import read_settings
 from train.stage_kinds import STAGE_KINDS
 from train.stage_run import fingerprint
 
@@ -41,7 +42,7 @@ def test_rows_over_their_kinds_budget_fail_before_anything_is_written(tmp_path, 
     run_dir = tmp_path / "run"
     cfg = compose_cfg(cache_dir, "+curriculum=kk_r1", "experiment=smoke", *overrides)
     with pytest.raises(ConfigError, match=message):
-        run_curriculum(cfg, run_dir)
+        run_curriculum(read_settings(cfg), run_dir)
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
 
 
@@ -61,7 +62,7 @@ def test_sft_trains_lora_adapters_and_publishes_them_merged(tmp_path, cache_dir,
     run_dir = tmp_path / "run"
     cfg = compose_cfg(cache_dir, "+curriculum=kk_r1", "experiment=smoke", "eval.n=2",
                       f"curriculum.stages=[{SFT_STAGE}]", lora)
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     (sft,) = manifest["stages"]
     final = run_dir / sft["checkpoint"]

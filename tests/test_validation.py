@@ -103,11 +103,12 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
 
 def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "eval.every=2", "limits.max_steps=4",
                    "curriculum.stages=[{name: a, ppl: 2, steps: 4, pool: 8}, {name: b, ppl: 3, steps: 4, pool: 8}]")
-    run_curriculum(cfg, run_dir)
+    run_curriculum(read_settings(cfg), run_dir)
     rows = read_jsonl(run_dir / "validation_steps.jsonl")
     # step 4 is each stage's last: the stage-end validation covers it
     assert [(r["stage"], r["stage_step"], r["global_step"], r["ppl"]) for r in rows] == [(1, 2, 2, 2), (2, 2, 6, 3)]

@@ -1,6 +1,7 @@
 """`python -m train +curriculum=kk_ladder [overrides]`: the Hydra entry point.
 
-Thin on purpose: compose the config, find the run directory, hand over to `run_curriculum`. A config
+Thin on purpose: compose the config, find the run directory, read the config into checked, typed
+settings (train/settings.py) and hand them to `run_curriculum`. A config
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
@@ -56,6 +57,7 @@ def main(cfg: DictConfig) -> float:
                                   cfg.get("stage_overrides"))
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     from train.runner import run_curriculum
+    from train.settings import read_settings
 
     quiet_libraries()
     hydra_cfg = HydraConfig.get()
@@ -66,7 +68,8 @@ def main(cfg: DictConfig) -> float:
         if cfg.launch.launcher is not None:
             value = _relaunch(cfg, list(hydra_cfg.overrides.task), run_dir, processes)
         else:
-            value = run_curriculum(cfg, run_dir, processes=processes, identity=run_identity(hydra_cfg, run_dir))
+            settings = read_settings(cfg, processes)  # the config checked, read into typed records
+            value = run_curriculum(settings, run_dir, processes=processes, identity=run_identity(hydra_cfg, run_dir))
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except KeyboardInterrupt:

@@ -31,6 +31,7 @@ from train.gpu_check import GpuCheckError
 from train.grpo_stage import grpo_config
 from train.rewards import task_reward_funcs
 from train.runner import run_curriculum
+from train.settings import read_settings
 
 GIB = 2**30
 # What the check runs: kk_ladder's first stage (2ppl), 2 steps, subsets 2 and 3 (50 puzzles each),
@@ -262,9 +263,9 @@ def run_check(cfg: DictConfig, argv: list[str], out: Path) -> dict:
     size_to_card(cfg.gpu, machine["memory_gb"], argv)
     run_dir = out.parent / "gpu_check" / time.strftime("%Y-%m-%d_%H-%M-%S")
     with MemoryWatch(cuda=True) as ours_memory:
-        run_curriculum(cfg, run_dir)
-    task = run_task(cfg.task, str(cfg.prompt.fmt))
-    bare_run = BareRun(stage=build_plan(cfg, task=task)[0], grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt,
+        settings = read_settings(cfg)
+        run_curriculum(settings, run_dir)
+    bare_run = BareRun(stage=settings.plan[0], grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt,
                        model=cfg.model, ev=cfg.eval, task=cfg.task, cache_dir=Path(cfg.paths.cache_dir),
                        seed=int(cfg.seed))
     with MemoryWatch(cuda=True) as bare_memory:

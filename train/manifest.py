@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from core.confined import write_text_regular
 from core.jsonl import write_json_atomic
@@ -68,14 +68,14 @@ class Manifest:
         self.stages = stage_records(data)
 
     @classmethod
-    def open(cls, run_dir: Path, cfg: DictConfig, plan: list[Stage], world_size: int = 1) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one; refuse a config that changed, or a
-        number of processes (`world_size`) other than the run's: each step's batch counts them.
+    def open(cls, run_dir: Path, resolved: dict, plan: list[Stage], world_size: int = 1) -> Manifest:
+        """Load run.json from `run_dir` (resume) or start a new one; refuse a config (`resolved`: the whole
+        config, resolved) that changed, or a number of processes (`world_size`) other than the run's: each
+        step's batch counts them.
 
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
         path = run_dir / RUN_JSON
-        resolved = OmegaConf.to_container(cfg, resolve=True)
         digest = config_hash(resolved)
         if path.exists():
             data = _read_manifest(path, [stage.name for stage in plan])
@@ -100,15 +100,15 @@ class Manifest:
                 "config_hash": digest,
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "status": Status.RUNNING,
-                "curriculum": OmegaConf.select(cfg, "curriculum.name", default="custom"),
+                "curriculum": (resolved.get("curriculum") or {}).get("name", "custom"),
                 "base_model": None,
-                "reference": str(cfg.reference),
+                "reference": str(resolved["reference"]),
                 "world_size": world_size,
                 "baseline": None,
                 "stages": [_planned(s).to_json() for s in plan],
             })
         if not (run_dir / CONFIG).exists():
-            write_text_regular(run_dir / CONFIG, OmegaConf.to_yaml(cfg, resolve=True))
+            write_text_regular(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(resolved)))
         if not path.exists():
             manifest.save()
         return manifest

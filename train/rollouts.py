@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
@@ -22,6 +23,14 @@ from curriculum.kk.grading.grader import completion_text
 log = logging.getLogger(__name__)
 
 LOG_KEYS = ("prompt", "completion", "rewards", "advantages")  # TRL 1.16's `_logs` fields this reads
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """`rollouts`: sample training rollouts every `every` steps (0: never), `groups` whole prompt groups each."""
+
+    every: int
+    groups: int
 
 
 def due(step: int, max_steps: int, every: int) -> bool:

@@ -1,10 +1,11 @@
 """The curriculum run: a plan, then `for stage in plan:` train, publish, validate.
 
 Order of work, so that a bad input fails before anything expensive and nothing written is lost:
-check the config -> lock the run directory -> draw every pool and render its rows (prompt lengths
-checked) -> baseline validation -> per stage: train from the previous final, publish the stage's
-final, validate it. `run.json` records each step. A resume takes the same path, and asks
-`train/resume.py` only where a fresh run has nothing to ask.
+the config checked and read into a `RunSettings` (train/settings.py: before this, by the caller) -> lock
+the run directory -> draw every pool and render its rows (prompt lengths checked) -> baseline
+validation -> per stage: train from the previous final, publish the stage's final, validate it.
+`run.json` records each step. A resume takes the same path, and asks `train/resume.py` only where a
+fresh run has nothing to ask.
 
 Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
 config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
@@ -28,7 +29,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from transformers import AutoTokenizer
 
 from core.distributed import SINGLE, Processes, broadcast, on_main
@@ -48,55 +48,50 @@ from core.rundir import (
 )
 from core.runlock import RunLock, RunLockedError
 from curriculum.data import draw_pools
-from curriculum.plan import Stage, build_plan, validation_subsets
+from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
-from eval.settings import ValidationSettings, run_task, validation_settings
 from eval.validation import validate
 from train import resume
 from train.checkpoints import final_problem
-from train.config_check import check_config
 from train.console import RunConsole
-from train.finals import FinalsSettings, compact_finals
+from train.finals import compact_finals
 from train.identity import RunIdentity
 from train.manifest import Manifest
 from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
+from train.settings import RunSettings
 from train.stage_end import stage_end_callbacks
-from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageContext, StageKind, StageResult, run_stage
 from train.tracking import RunLogs, make_tracker
 
 log = logging.getLogger(__name__)
 
 
-def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
+def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
                    identity: RunIdentity | None = None) -> float:
-    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective (on every rank).
+    """Run (or resume) the curriculum `settings` describes (train/settings.py `read_settings`: the checked
+    config) in `run_dir`; returns the sweep objective (on every rank).
 
     `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer; `processes` is the
-    launch this process is part of (every rank calls this with the same config and run directory);
+    launch this process is part of (every rank calls this with the same settings and run directory);
     `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder).
     """
-    task = run_task(cfg.task, str(cfg.prompt.fmt))
-    plan = build_plan(cfg, processes.world_size, task=task)
-    check_config(cfg, plan, processes, task=task)
-    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
-    validation = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
-    log.info("torch CPU threads: %d", configure_cpu_threads(cfg.cpu_threads))
+    plan, validation = settings.plan, settings.validation
+    log.info("torch CPU threads: %d", configure_cpu_threads(settings.cpu_threads))
     console = RunConsole(run_dir, plan)
     if processes.is_main:
-        say_size(run_size(OmegaConf.to_container(cfg.grpo, resolve=True), plan, validation), str(cfg.model.name))
+        say_size(run_size(settings.grpo, plan, validation), settings.model_name)
     with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
-        pools = draw_pools(task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
-                           seed=int(cfg.seed))
+        pools = draw_pools(settings.task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
+                           seed=settings.seed)
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
-        base = on_main(lambda: resolve_model(cfg.model, Path(cfg.paths.cache_dir)), processes)
-        rows = _training_rows(plan, kinds, pools.training, AutoTokenizer.from_pretrained(base))
+        base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
+        rows = _training_rows(plan, settings.kinds, pools.training, AutoTokenizer.from_pretrained(base))
         # run.json opened (or started) by the main process; the others get its contents and save nothing
-        opened = on_main(lambda: Manifest.open(run_dir, cfg, plan, processes.world_size).data, processes)
+        opened = on_main(lambda: Manifest.open(run_dir, settings.config, plan, processes.world_size).data, processes)
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)
@@ -104,20 +99,15 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash))
         if processes.is_main:
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
-        tracker = make_tracker(cfg.logger, run_dir, identity, manifest.fields["tracker_id"],
-                               config=OmegaConf.to_container(cfg, resolve=True), writes=processes.is_main)
+        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
+                               config=settings.config, writes=processes.is_main)
         try:
             CurriculumRun(
-                run_dir=run_dir, plan=plan, kinds=kinds, rows=rows, base=base, held_out=pools.held_out,
-                manifest=manifest, logs=RunLogs.open(run_dir, tracker, writes=processes.is_main),
-                validation=validation, reference=str(cfg.reference),
-                on_damaged=str(cfg.on_damaged_checkpoint),
-                keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints), callbacks=list(callbacks),
-                processes=processes, console=console, rollouts=RolloutSettings(**cfg.rollouts),
-                cpu_threads=cfg.cpu_threads,
-                finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
+                settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
+                logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=list(callbacks),
+                processes=processes, console=console,
             ).run()
-            value = _objective(str(cfg.objective), manifest)
+            value = _objective(settings.objective, manifest)
             finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
             tracker.summary({"objective": value, **finals})
         except BaseException:
@@ -127,7 +117,7 @@ def run_curriculum(cfg: DictConfig, run_dir: Path, callbacks: tuple = (), proces
             tracker.finish()
         manifest.update(status=Status.DONE, objective=value)
     if processes.is_main:
-        console.finished(f"objective {cfg.objective} = {value:.3f}")
+        console.finished(f"objective {settings.objective} = {value:.3f}")
     return value
 
 
@@ -164,49 +154,34 @@ def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[s
     return rows
 
 
-@dataclass(frozen=True)
-class RolloutSettings:
-    """`rollouts`: sample training rollouts every `every` steps (0: never), `groups` whole prompt groups each."""
-
-    every: int
-    groups: int
-
-
 @dataclass
 class CurriculumRun:
-    """One run's plan, rows and records, and the stage loop over them."""
+    """One run's settings, rows and records, and the stage loop over them."""
 
+    settings: RunSettings  # the plan, the stage kinds, validation's settings and the run's choices
     run_dir: Path
-    plan: list[Stage]
-    kinds: dict[str, StageKind]
     rows: dict  # each stage's training rows, by stage name
     base: str  # the base checkpoint (stage 1 starts from it)
     held_out: dict[str, list[TaskRecord]]  # by level
     manifest: Manifest
     logs: RunLogs
-    validation: ValidationSettings  # what validation reads (the eval group, prompt and chat settings)
-    reference: str  # what a GRPO stage's KL is measured against: previous_stage | rl_start | base
-    on_damaged: str  # on resume, a done stage's final missing or damaged: error | retrain
-    keep_trainer_checkpoints: bool
     callbacks: list  # extra TrainerCallbacks for every stage
     processes: Processes = SINGLE  # every rank runs the loop; the main one writes
     console: RunConsole | None = None  # the run's console (None: transformers' own, as in bare TRL)
-    rollouts: RolloutSettings = RolloutSettings(every=0, groups=0)  # training rollouts sampled (every 0: none)
-    cpu_threads: int | str = "auto"  # measured again before each stage and validation (the load changes)
-    finals: FinalsSettings = FinalsSettings()  # what becomes of a final no stage still to train needs
 
     def run(self) -> None:
         """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
         if self.manifest.baseline is None:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
+        plan, kinds = self.settings.plan, self.settings.kinds
         previous, rl_start = self.base, None
-        for stage in self.plan:
-            kind = self.kinds[stage.kind]
+        for stage in plan:
+            kind = kinds[stage.kind]
             if kind.learns_from_rewards and rl_start is None:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
-            last = stage.index == len(self.plan)
-            if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=self.on_damaged):
+            last, on_damaged = stage.index == len(plan), self.settings.on_damaged
+            if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=on_damaged):
                 reference = self.reference_of(kind, stage, previous, rl_start)
                 intact(self.run_dir, previous, reference)
                 self.train(stage, kind, init=previous, reference=reference)
@@ -219,11 +194,12 @@ class CurriculumRun:
 
     def compact_finals(self) -> None:
         """Apply `finals` to the finals nothing still to train reads (train/finals.py); run.json says which."""
-        first_rl = next((s.index for s in self.plan if self.kinds[s.kind].learns_from_rewards), None)
-        rl_start = first_rl - 1 if self.reference == "rl_start" and first_rl and first_rl > 1 else None
+        settings = self.settings
+        first_rl = next((s.index for s in settings.plan if settings.kinds[s.kind].learns_from_rewards), None)
+        rl_start = first_rl - 1 if settings.reference == "rl_start" and first_rl and first_rl > 1 else None
         before = self.manifest.fields.get("compacted_finals") or {}
         # the main process rewrites the finals; every rank records what it did
-        after = on_main(lambda: compact_finals(self.run_dir, self.manifest.stages, rl_start, self.finals, before),
+        after = on_main(lambda: compact_finals(self.run_dir, self.manifest.stages, rl_start, settings.finals, before),
                         self.processes)
         if after != before:
             self.manifest.update(compacted_finals=after)
@@ -245,16 +221,16 @@ class CurriculumRun:
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
         checkpoint = resume.trainer_checkpoint(self.run_dir, self.manifest, stage,  # a kill mid-stage left it
                                                 self.processes.world_size)
-        watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.validation,
+        watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.settings.validation,
                                           held_out=self.held_out, logs=self.logs, manifest=self.manifest,
                                           history=resume.logged_before_resume(self.run_dir, stage, checkpoint),
                                           processes=self.processes)
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
-                               self.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
+                               self.settings.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
                                self.processes, [*self.callbacks, *watch, *self.printing(stage, start)],
                                resume_from=checkpoint, reward_warning=partial(self.manifest.stage_warning, stage.index))
-        use_cpu_threads(self.cpu_threads)
+        use_cpu_threads(self.settings.cpu_threads)
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
@@ -264,9 +240,10 @@ class CurriculumRun:
     def printing(self, stage: Stage, start: int) -> list:
         """The stage's console and its sampled rollouts (GRPO), as callbacks."""
         found = [self.console.stage(stage)] if self.console is not None else []
-        if self.kinds[stage.kind].learns_from_rewards and self.logs.rollouts is not None and self.rollouts.every:
-            found.append(RolloutSampler(self.logs.rollouts, self.logs.tracker, every=self.rollouts.every,
-                                        groups=self.rollouts.groups, stage_index=stage.index, stage_name=stage.name,
+        rollouts = self.settings.rollouts
+        if self.settings.kinds[stage.kind].learns_from_rewards and self.logs.rollouts is not None and rollouts.every:
+            found.append(RolloutSampler(self.logs.rollouts, self.logs.tracker, every=rollouts.every,
+                                        groups=rollouts.groups, stage_index=stage.index, stage_name=stage.name,
                                         step_offset=start))
         return found
 
@@ -274,15 +251,17 @@ class CurriculumRun:
         """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""
         if not kind.has_reference(stage):
             return None
-        return {"previous_stage": previous, "rl_start": rl_start or self.base, "base": self.base}[self.reference]
+        choices = {"previous_stage": previous, "rl_start": rl_start or self.base, "base": self.base}
+        return choices[self.settings.reference]
 
     def validate_checkpoint(self, model_path, index: int, name: str, *, global_step: int) -> tuple[dict, dict]:
         """Validate a checkpoint after stage `index` (0: the baseline) on the subsets `eval.subsets_after_stage`
         chooses (rows, samples, tracker); returns run.json's summary of it and what it cost."""
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
-        chosen = validation_subsets(self.validation.subsets_after_stage, self.validation.subsets, self.plan, index)
-        use_cpu_threads(self.cpu_threads)
-        rows = validate(self.validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
+        validation = self.settings.validation
+        chosen = validation_subsets(validation.subsets_after_stage, validation.subsets, self.settings.plan, index)
+        use_cpu_threads(self.settings.cpu_threads)
+        rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
         return validation_summary(rows), validation_cost(rows)
