@@ -257,7 +257,7 @@ def level_key(level) -> str:
     >>> level_key(3), level_key("3ppl"), level_key("6+steps")
     ('3ppl', '3ppl', '6+steps')
     """
-    if isinstance(level, int) and not isinstance(level, bool):
+    if is_int(level):
         return f"{level}ppl"
     return str(level)
 
@@ -272,7 +272,7 @@ def row_level(row: Mapping) -> str | None:
     if isinstance(level, str) and level:
         return level
     ppl = row.get("ppl")
-    return level_key(ppl) if isinstance(ppl, int) and not isinstance(ppl, bool) else None
+    return level_key(ppl) if is_int(ppl) else None
 
 
 def level_fields(level: str) -> dict:

@@ -6,6 +6,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.checks import is_int
+
 # The columns of validation.jsonl that the report and other tools read.
 METRIC_COLUMNS = (
     "accuracy", "lenient_accuracy", "person_accuracy", "format_rate", "answer_rate", "mean_tokens", "median_tokens",
@@ -120,7 +122,7 @@ def trials(row: dict, key: str) -> int | None:
     """
     n = row.get("n")
     puzzles = row.get("puzzles") or n
-    if not isinstance(puzzles, int) or isinstance(puzzles, bool) or puzzles <= 0:
+    if not is_int(puzzles) or puzzles <= 0:
         return None
     if key not in REASONING_TRIALS:
         return puzzles

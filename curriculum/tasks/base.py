@@ -16,7 +16,6 @@ union a dict column's keys across rows (every name in every row, as None).
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from abc import ABC, abstractmethod
@@ -24,7 +23,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from core.checks import ConfigError
+from core.checks import ConfigError, is_int, is_number
 from curriculum.prompts import render_prompt
 
 SPLITS = ("train", "test")
@@ -243,7 +242,7 @@ class Task(ABC):
         """The level key a config names with `value` (a stage's level, a validation subset): the key itself,
         or a whole number for the one level that starts with it (2: "2steps", "2ppl"; so experiment=smoke's
         `eval.subsets: [2, 3]` names any task's first levels). ConfigError naming `key` otherwise."""
-        if isinstance(value, int) and not isinstance(value, bool):
+        if is_int(value):
             found = [level for level in self.levels if re.match(rf"{value}(?!\d)", level)]
             if len(found) == 1:
                 return found[0]
@@ -296,7 +295,7 @@ def weighted_rewards(functions: Mapping[str, RewardFunc], weights: Mapping,
     for name, value in weights.items():
         if name not in functions:
             raise ConfigError(f"{key}.{name}: unknown component; known: {', '.join(functions)}")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        if not is_number(value, finite=True) or value < 0:
             raise ConfigError(f"{key}.{name}: {value!r} is not a finite number >= 0")
     kept = [(functions[name], float(weights.get(name, 0))) for name in functions if weights.get(name, 0)]
     if not kept:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from core.checks import ConfigError
+from core.checks import ConfigError, is_int
 from curriculum.kk import canonical_key
 from curriculum.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
 from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
@@ -81,7 +81,7 @@ class KKTask(Task):
         >>> KKTask().level_of(3, "ppl"), KKTask().level_of("4ppl", "level")
         ('3ppl', '4ppl')
         """
-        text = str(value).removesuffix("ppl") if isinstance(value, str | int) and not isinstance(value, bool) else ""
+        text = str(value).removesuffix("ppl") if isinstance(value, str) or is_int(value) else ""
         if not text.isdigit():
             raise ConfigError(f"{key}: {value!r} is not a number of people")
         if int(text) not in KNOWN_PPL:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core.checks import is_int
 from core.rundir import stage_records
 from core.stats import rate_text
 from eval.report.series import Series, as_number, step_series
@@ -30,7 +31,7 @@ class Event:
 def _accuracy_text(end: dict) -> str:
     """The deciding accuracy with its 95% interval and n (the completions of the stage's own subsets)."""
     n = end.get("n")
-    return rate_text(as_number(end.get("accuracy")), n if isinstance(n, int) and not isinstance(n, bool) else None)
+    return rate_text(as_number(end.get("accuracy")), n if is_int(n) else None)
 
 
 def promotion_points(manifest: dict) -> list[Event]:
