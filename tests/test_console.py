@@ -88,9 +88,13 @@ def test_a_config_error_on_resume_keeps_the_run_it_was_given(tmp_path, cache_dir
 
 
 def interrupt_when(args: list[str], ready: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run `python -m <args>`, send Ctrl-C (SIGINT) once `ready` appears in its output, wait for its end."""
+    """Run `python -m <args>`, send Ctrl-C (SIGINT) once `ready` appears in its output, wait for its end.
+
+    The child gets SIGINT's default back first: a shell without job control starts a background job (`make test &`)
+    with SIGINT ignored, every process under it inherits that, and Python then installs no Ctrl-C handler."""
     proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen, deadline = [], time.monotonic() + 300
     for line in proc.stdout:
         seen.append(line)
