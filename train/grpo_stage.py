@@ -119,7 +119,7 @@ def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lor
     this process and closes it only at exit, so the next stage's trainer, in the same process, would find
     the port taken. Stage k uses the configured port + k - 1; the server takes whichever the client names.
     """
-    fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora)
+    fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora, config_class=GRPOConfig)
     config = GRPOConfig(**fields, remove_unused_columns=False)
     if config.use_vllm and config.vllm_mode == "server":
         config.vllm_group_port += stage.index - 1

@@ -63,7 +63,7 @@ class SftStage:
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> SFTTrainer:
         fields = trainer_fields(self.sft, stage, seed=self.shared.seed, output_dir=output_dir,
-                                lora=self.shared.model.get("lora"))
+                                lora=self.shared.model.get("lora"), config_class=SFTConfig)
         return SFTTrainer(
             model=ctx.init_model,
             args=SFTConfig(**fields, dataset_text_field="text"),

@@ -170,8 +170,10 @@ def rank_fingerprints(model, stage_name: str, processes: Processes) -> list[str]
     return prints
 
 
-def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None) -> dict:
-    """A trainer config's fields: the kind's config group, LoRA's rate, the stage's overrides, then the runner's.
+def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None,
+                   config_class: type) -> dict:
+    """A trainer config's fields: the kind's config group, LoRA's rate, the stage's overrides, then the runner's,
+    under the names the installed transformers gives them (`installed_names`).
 
     Adapters train at their own, larger rate (TRL's PEFT docs: about 10x); a stage's overrides still win.
     """
@@ -190,7 +192,24 @@ def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Pat
         model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
         save_strategy="steps",
     )
-    return fields
+    return installed_names(fields, config_class)
+
+
+# transformers 5.24 renamed these TrainingArguments fields (the old names stay as deprecated aliases); vLLM 0.31,
+# the newest TRL 1.16 accepts, needs transformers < 5.18, which knows only the old ones. The configs use the new.
+RENAMED_FIELDS = {"activation_checkpointing": "gradient_checkpointing",
+                  "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def installed_names(fields: Mapping, config_class: type) -> dict:
+    """`fields` with each renamed field under the name `config_class` (the installed TRL/transformers) knows.
+
+    >>> Old = dataclasses.make_dataclass("Old", ["gradient_checkpointing", "seed"])  # transformers before 5.24
+    >>> installed_names({"activation_checkpointing": True, "seed": 1}, Old)
+    {'gradient_checkpointing': True, 'seed': 1}
+    """
+    known = {spec.name for spec in dataclasses.fields(config_class)}
+    return {(RENAMED_FIELDS[k] if k in RENAMED_FIELDS and k not in known else k): v for k, v in fields.items()}
 
 
 def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
@@ -198,7 +217,7 @@ def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
     where that is a plain one (bool, int, float, str, or one of them or null), not one the runner sets, and not
     a warmup."""
     known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
-    for name, value in fields.items():
+    for name, value in installed_names(fields, config_class).items():
         if name not in known:
             raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL)")
         if name in RUNNER_OWNED:
