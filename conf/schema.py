@@ -63,6 +63,7 @@ class DataSource(Choice):
 
 
 class EvalBackend(Choice):
+    auto = "auto"
     hf = "hf"
     vllm = "vllm"
 

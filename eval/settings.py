@@ -34,7 +34,7 @@ class ValidationSettings:
     temperature: float  # 0 = greedy
     samples: int  # completions per puzzle
     seed: int  # seeds generation (and, in curriculum.data, the pools)
-    backend: str  # hf | vllm
+    backend: str  # auto | hf | vllm (eval.vllm_backend.validation_backend)
     vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
     subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
     every: int  # in-stage validation every this many steps (0 = off)

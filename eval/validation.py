@@ -4,7 +4,8 @@ Writes one row per subset (a task's level) to `validation.jsonl` ({stage, stage_
 K&K's ppl, metrics, cost}), every completion with its grade to `samples/<stage>/<level>.jsonl` (so a person can read
 what the model wrote, and a recount can check the metrics), and prints a rich table. One generator
 serves all the subsets: the model loaded once (hf), or one vLLM engine started once and released
-after (vllm); `cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
+after (vllm; `auto` takes it where vLLM can validate the model); `cost` says what each subset's generation
+took (`eval.cost.validation_cost` sums them).
 
 With many processes every rank loads the checkpoint on its own device and generates its share of
 the batches (`eval.generation`); every rank grades all the gathered completions (the same rows
@@ -37,7 +38,7 @@ from curriculum.tasks.base import Task, TaskRecord
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.settings import ValidationSettings
-from eval.vllm_backend import fresh_engine
+from eval.vllm_backend import fresh_engine, validation_backend
 
 
 def grade_subset(records: list[TaskRecord], completions, fmt: str, task: Task) -> tuple[list[Scored], list[dict]]:
@@ -169,9 +170,9 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping) -> dict:
 
 @contextmanager
 def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE) -> Iterator:
-    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`, one process), else the
-    model loaded for HF on this process's own device."""
-    if settings.backend == "vllm":  # vLLM loads the weights itself; only the chat template is needed here
+    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`, or `auto` where vLLM can:
+    `eval.vllm_backend.validation_backend`), else the model loaded for HF on this process's own device."""
+    if validation_backend(settings.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
         with fresh_engine(model_path, AutoTokenizer.from_pretrained(model_path), seed=settings.seed,
                           gpu_memory_utilization=settings.vllm_gpu_memory_utilization) as engine:
             yield engine

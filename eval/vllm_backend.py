@@ -1,13 +1,20 @@
-"""`eval.backend=vllm`: validation generation through vLLM (CUDA and the `vllm` extra), one engine per validation.
+"""`eval.backend=vllm` (or `auto`, where vLLM can): validation generation through vLLM, one engine per validation.
 
 Where the engine comes from:
 - the baseline, after a stage (the trainer and its engine are gone by then) and `python -m eval`:
-  `fresh_engine`, started once for all the validation's subsets and released after, with the
-  single-process settings TRL 1.16 gives its own colocated engine, so that both can live in one process;
+  `fresh_engine`, started once for all the validation's subsets and released after (`release`: shut
+  down and dropped, whoever still holds the object), in this process, with the settings TRL 1.16 gives
+  its own colocated engine, so that both can live in one process;
 - inside a GRPO stage that rolls out through vLLM in colocate mode (`eval.every`, `promote`):
   `ColocatedEngine`, the trainer's own engine (TRL 1.16 keeps it at `trainer.vllm_generation.llm`),
   lent between optimizer steps: the live policy is pushed into it as TRL does before a rollout
-  (`sync_weights`), it generates, and goes back to sleep so that the next rollout syncs again.
+  (`sync_weights`), it generates, and (with sleep mode, CUDA) goes back to sleep so that the next
+  rollout syncs again.
+
+An engine in this process changes the process: vLLM reseeds random, numpy and torch, adds variables to
+os.environ (TRL's launcher variables, which make a later trainer think it was launched distributed, and
+vLLM's own) and, on CPU, replaces `torch.set_num_threads` (eval/vllm_cpu.py). `process_kept` puts all of
+it back, so a run is the same whichever engines ran before.
 
 Either way the prompts are the `prompt_ids` of `prompt_text`, the tokens GRPO trains on and HF
 generation feeds, given to vLLM as token ids (it never re-tokenizes); greedy at temperature 0, no
@@ -17,38 +24,106 @@ repetition penalty (as HF validation and TRL's rollouts); the grader downstream 
 
 from __future__ import annotations
 
+import functools
 import gc
-import importlib.util
+import importlib.machinery
+import logging
 import os
+import random
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import numpy as np
 import torch
+from transformers import AutoConfig
 
+from core.distributed import SINGLE, Processes
 from core.models import device_settings
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
 from eval.generation import Completion
+from eval.vllm_cpu import engine_options, thread_setting_kept
+
+log = logging.getLogger(__name__)
 
 
-def vllm_available() -> bool:
-    return torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None
+def vllm_installed() -> bool:
+    """Whether vLLM is on the path, asked of the path itself: `core.models.defer_vllm` hides it from importers."""
+    return importlib.machinery.PathFinder.find_spec("vllm") is not None
 
 
-def to_completions(outputs: Sequence) -> list[list[Completion]]:
-    """vLLM's request outputs (in prompt order) as Completions: the text, the generated token count
-    (end-of-sequence included, as HF validation counts) and whether `max_tokens` cut it off."""
-    return [[Completion(text=o.text, tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+def import_vllm():
+    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it)."""
+    if "vllm" in sys.modules and sys.modules["vllm"] is None:
+        del sys.modules["vllm"]
+    import vllm
+
+    return vllm
+
+
+def head_size(model_path: str) -> int:
+    """The attention head size of the model at `model_path` (its config's head_dim, else hidden / heads)."""
+    config = AutoConfig.from_pretrained(model_path)
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
+    """None where vLLM can validate the model at `model_path` here, else why not, in a few words."""
+    if processes.many:
+        return f"{processes.world_size} processes (one vLLM engine validates in one process)"
+    if not vllm_installed():
+        return "vLLM is not installed (pip install -e '.[vllm]')"
+    try:
+        import_vllm()
+        from vllm.platforms import current_platform
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except Exception as err:  # installed but broken (a torch it was not built for): validation still runs
+        return f"vLLM does not load ({type(err).__name__}: {err})"
+    size = head_size(model_path)
+    # CUDA picks among several attention backends (FlexAttention takes any size); the CPU build has one
+    if current_platform.is_cpu() and not CPUAttentionBackend.supports_head_size(size):
+        return f"vLLM's CPU attention takes head sizes {CPUAttentionBackend.get_supported_head_sizes()}, not {size}"
+    return None
+
+
+def validation_backend(setting: str, model_path: str, processes: Processes = SINGLE) -> str:
+    """The backend a validation generates with: `eval.backend` as set, or for `auto` vLLM wherever it can
+    validate this model here (else HF, saying why once per process)."""
+    if setting != "auto":
+        return setting
+    reason = why_not_vllm(model_path, processes)
+    if reason is not None:
+        log_hf_reason(reason)
+        return "hf"
+    return "vllm"
+
+
+@functools.cache  # once per process and reason: a run validates after every stage
+def log_hf_reason(reason: str) -> None:
+    log.info("eval.backend=auto: validating through HF generate: %s", reason)
+
+
+def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
+    """vLLM's request outputs (in prompt order) as Completions: the generated token count (end-of-sequence
+    included, as HF validation counts), whether `max_tokens` cut it off, and the text decoded from the tokens
+    as HF validation decodes them (`eval.generation`: the end-of-sequence token dropped, special tokens
+    skipped). vLLM's own detokenizer holds back the bytes of a character a token leaves unfinished where
+    `decode` writes U+FFFD: equal tokens made unequal texts."""
+    return [[Completion(text=tokenizer.decode(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids,
+                                              skip_special_tokens=True),
+                        tokens=len(o.token_ids), truncated=o.finish_reason == "length")
              for o in request.outputs] for request in outputs]
 
 
 def sampling_params(*, max_new_tokens: int, temperature: float, samples: int, seed: int):
-    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling (top_p 1, no top_k)."""
+    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling (top_p 1, no top_k);
+    no detokenizing (`to_completions` decodes)."""
     from vllm import SamplingParams
 
     return SamplingParams(n=samples, temperature=temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
-                          max_tokens=max_new_tokens, seed=seed)
+                          max_tokens=max_new_tokens, seed=seed, detokenize=False)
 
 
 class VllmEngine:
@@ -67,62 +142,88 @@ class VllmEngine:
         setup, self.setup_seconds = self.setup_seconds, 0.0
         return timed_generation(
             self.backend,
-            lambda: to_completions(self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False)),
+            lambda: to_completions(self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False),
+                                   self.tokenizer),
             setup_seconds=setup,
         )
 
 
 @contextmanager
-def single_process_env() -> Iterator[None]:
-    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), for the
-    block only: the ones added are removed after, so a trainer started later sees the process as it was."""
+def process_kept(*, rng: bool) -> Iterator[None]:
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch, as
+    they were before the block, whatever a vLLM engine started inside did to them."""
+    environ = dict(os.environ)
+    states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state()) if rng else None
+    try:
+        with thread_setting_kept():
+            yield
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        if states is not None:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+            torch.random.set_rng_state(states[2])
+
+
+def single_process_env() -> None:
+    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset."""
     from trl.trainer.utils import ensure_master_addr_port
 
-    names = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-    before = {name: os.environ.get(name) for name in names}
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
         os.environ.setdefault(name, value)
     ensure_master_addr_port()
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
 
 
 def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int):
-    """A vLLM engine as TRL 1.16 starts its colocated one (single process, `external_launcher`, sleep mode).
+    """A vLLM engine as TRL 1.16 starts its colocated one (in this process: `external_launcher`), with this
+    platform's options (eval/vllm_cpu.py `engine_options`: sleep mode on CUDA, eager and a RAM KV cache on CPU).
 
-    Sleep mode lets `fresh_engine` hand the memory back at once when it is done; torch's cache is
-    emptied first, so a trainer released just before leaves its blocks to the engine.
+    torch's cache is emptied first, so a trainer released just before leaves its blocks to the engine.
     """
-    from vllm import LLM
-
+    vllm = import_vllm()
     gc.collect()
-    torch.cuda.empty_cache()
-    return LLM(
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    single_process_env()
+    return vllm.LLM(
         model=model_path, tensor_parallel_size=1, gpu_memory_utilization=gpu_memory_utilization,
-        enable_sleep_mode=True, distributed_executor_backend="external_launcher", seed=seed,
+        distributed_executor_backend="external_launcher", seed=seed,
         # TRL's value: vLLM's memory profiler is misled by its larger default
         max_num_batched_tokens=4096,
         dtype=str(device_settings()["inference_dtype"]).removeprefix("torch."),
+        **engine_options(),
     )
+
+
+def release(llm) -> None:
+    """Free the engine now, whoever still holds `llm`: its memory (sleep level 2 where it sleeps: CUDA), its
+    worker and process group (vLLM's shutdown), then the engine itself with the weights and KV cache it holds
+    (`llm` is left without one: a later generate fails instead of running on freed memory)."""
+    engine = llm.llm_engine
+    if engine.vllm_config.model_config.enable_sleep_mode:
+        llm.sleep(level=2)
+    engine.engine_core.shutdown()
+    llm.llm_engine = None
+    del engine
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 @contextmanager
 def fresh_engine(model_path: str, tokenizer, *, gpu_memory_utilization: float, seed: int) -> Iterator[VllmEngine]:
-    """One engine for a whole validation; its GPU memory is returned when the block ends, even on an error."""
+    """One engine for a whole validation, released when the block ends (also on an error), the process as
+    it was before (`process_kept`)."""
     began = time.perf_counter()
-    with single_process_env():
+    with process_kept(rng=True):
         llm = start_llm(model_path, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
+        engine = VllmEngine(llm, tokenizer, "vllm", time.perf_counter() - began)
         try:
-            yield VllmEngine(llm, tokenizer, "vllm", time.perf_counter() - began)
+            yield engine
         finally:
-            llm.sleep(level=2)  # discards weights and KV cache now, whoever still holds the object
-            del llm
-            gc.collect()
-            torch.cuda.empty_cache()
+            engine.llm = None
+            release(llm)
 
 
 class ColocatedEngine:
