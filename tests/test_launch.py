@@ -7,6 +7,8 @@ config, and the command a job starts its ranks with.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -15,7 +17,7 @@ from conf.schema import StageConfig
 from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
-from train.config_check import check_config
+from train.config_check import check_config, check_one_gpu_per_process
 from train.launch import check_launch, launch_command
 
 ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
@@ -101,6 +103,44 @@ def test_multi_gpu_is_refused_on_a_machine_without_cuda(make_cfg):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=multi_gpu")
     with pytest.raises(ConfigError, match="^device: cuda, but this machine has no CUDA GPU"):
         check_config(cfg, build_plan(cfg, 4), Processes(0, 4))
+
+
+@pytest.mark.parametrize(("env", "visible", "refused"), [
+    ({}, 4, "CUDA_VISIBLE_DEVICES: 4 GPUs visible to one process (CUDA_VISIBLE_DEVICES unset)"),
+    ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2, "CUDA_VISIBLE_DEVICES: 2 GPUs visible to one process (CUDA_VISIBLE_DEVICES=2,3)"),
+    # accelerate launch --num_processes 1 runs the script itself: no LOCAL_RANK, so transformers counts every GPU
+    ({"ACCELERATE_MIXED_PRECISION": "bf16"}, 8, "--num_processes 8 -m train"),
+    ({"CUDA_VISIBLE_DEVICES": "1"}, 1, None),  # pinned to one GPU
+    ({}, 0, None),  # a CPU
+    ({"LOCAL_RANK": "1", "WORLD_SIZE": "4", "RANK": "1"}, 4, None),  # a rank of torchrun or accelerate launch
+    ({"LOCAL_RANK": "0", "WORLD_SIZE": "1", "RANK": "0"}, 4, None),  # torchrun --nproc_per_node 1: accelerate's MULTI_GPU
+])
+def test_several_gpus_visible_to_a_process_no_launcher_started_are_refused(env, visible, refused):
+    """transformers' n_gpu counts every visible GPU when accelerate sees no launch (no LOCAL_RANK); TRL refuses
+    the DataParallel that follows, but only once its trainer exists."""
+    if refused is None:
+        check_one_gpu_per_process(env, visible)
+        return
+    with pytest.raises(ConfigError, match=re.escape(refused)):
+        check_one_gpu_per_process(env, visible)
+
+
+def test_several_visible_gpus_are_refused_with_the_config_before_anything_loads(make_cfg, monkeypatch):
+    """read_settings is what `python -m train` runs before the run directory is locked and any model loads: the
+    environment it reads is this process's, the GPU count torch's (4 here: this CPU has none to count)."""
+    import torch
+
+    from train.settings import read_settings
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    for name in ("LOCAL_RANK", "WORLD_SIZE", "RANK", "CUDA_VISIBLE_DEVICES"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
+    with pytest.raises(ConfigError, match="^CUDA_VISIBLE_DEVICES: 4 GPUs visible to one process"):
+        read_settings(cfg)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert read_settings(cfg).plan, "one visible GPU: accepted"
 
 
 def test_the_slurm_launcher_asks_for_a_gpu_per_process_and_requeues(make_cfg):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
+from collections.abc import Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -33,6 +35,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     """
     task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
+    check_one_gpu_per_process(os.environ, torch.cuda.device_count())
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
@@ -109,6 +112,34 @@ def _check_device(device: str, grpo: dict) -> None:
         raise ConfigError("grpo.use_vllm: vLLM rollouts need CUDA and the vllm extra (pip install -e '.[vllm]')")
     if grpo.get("optim") in ("adamw_8bit", "adamw_bnb_8bit") and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
+
+
+def check_one_gpu_per_process(env: Mapping[str, str], visible_gpus: int) -> None:
+    """Refuse several GPUs visible to a process that no launcher started; `env` is its environment
+    (CUDA_VISIBLE_DEVICES, LOCAL_RANK), `visible_gpus` what torch counts under it.
+
+    Without a launcher's LOCAL_RANK, accelerate runs one process undistributed and transformers then counts
+    every visible GPU (`n_gpu`) to wrap the policy in nn.DataParallel, which TRL refuses only once its
+    trainer is built, after the whole baseline validation. Refused rather than pinned to one of them: the
+    GPU to leave free is the user's to say (the README's vLLM server holds GPU 0), and a run pinned quietly
+    would leave the others idle while the user believes they train.
+
+    >>> check_one_gpu_per_process({"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, 4)  # one rank of torchrun's four
+    >>> check_one_gpu_per_process({}, 2)
+    Traceback (most recent call last):
+    core.checks.ConfigError: CUDA_VISIBLE_DEVICES: 2 GPUs visible to one process (CUDA_VISIBLE_DEVICES unset), \
+and TRL trains a process on one: choose one (CUDA_VISIBLE_DEVICES=0 python -m train ...), or start a process \
+per GPU (accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 2 -m train ...); a sweep, \
+one job per GPU: launch=per_gpu
+    """
+    if visible_gpus <= 1 or int(env.get("LOCAL_RANK", -1)) != -1:  # accelerate's own test of a launch
+        return
+    shown = env.get("CUDA_VISIBLE_DEVICES")
+    which = f"CUDA_VISIBLE_DEVICES={shown}" if shown else "CUDA_VISIBLE_DEVICES unset"
+    raise ConfigError(f"CUDA_VISIBLE_DEVICES: {visible_gpus} GPUs visible to one process ({which}), and TRL trains "
+                      "a process on one: choose one (CUDA_VISIBLE_DEVICES=0 python -m train ...), or start a process "
+                      f"per GPU (accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes "
+                      f"{visible_gpus} -m train ...); a sweep, one job per GPU: launch=per_gpu")
 
 
 def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: Processes) -> None:
