@@ -55,6 +55,27 @@ def test_prompts_per_step_is_per_device_x_accumulation_x_processes_over_generati
     assert batch.ratio_is_one, "one optimizer step per generation batch, whatever the processes"
 
 
+@pytest.mark.parametrize("processes", [1, 2, 4])
+def test_the_size_said_before_a_run_counts_every_process_completions_and_shares_validation(make_cfg, processes):
+    """Each process generates its own per-device batch every step (the smoke recipe: 4 completions per process), as
+    TRL's batch arithmetic counts them, while validation's puzzles are shared out over the processes, not repeated."""
+    from eval.settings import run_task, validation_settings
+    from train.preflight import run_size
+
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
+    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    plan = build_plan(cfg, processes, task=task)
+    size = run_size(OmegaConf.to_container(cfg.grpo, resolve=True), plan,
+                    validation_settings(cfg.eval, cfg.prompt, cfg.model, task), processes)
+    steps = sum(stage.steps for stage in plan)
+    assert (size.grpo_steps, size.train_completions) == (10, steps * 4 * processes)  # per_device_train_batch_size 4
+    # eval.subsets [2ppl, 3ppl] of 4 puzzles, validated where `near` says (11 subset validations over the baseline
+    # and 5 stages): the same 44 completions at any scale
+    assert size.validation_completions == 11 * 4
+    assert size.describe().startswith(f"size: 5 stages{' on %d processes' % processes if processes > 1 else ''}; "
+                                      f"training 10 GRPO steps, {40 * processes} completions")
+
+
 @pytest.mark.parametrize(("fields", "processes", "refused"), [
     # 2 completions a device cannot hold a group of 8 on one process (TRL refuses it) ...
     ({"per_device_train_batch_size": 2, "num_generations": 8}, 1, "grpo.num_generations"),

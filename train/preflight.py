@@ -26,7 +26,11 @@ CPU_SIZED = ("experiment=cpu_demo (SmolLM2-135M, the whole recipe in ~20-30 min)
 
 @dataclass(frozen=True)
 class RunSize:
-    """What a run generates: GRPO steps and completions with their budget, SFT steps, validation completions."""
+    """What a run generates: GRPO steps and completions with their budget, SFT steps, validation completions.
+
+    Training completions count every process (each takes its own per-device batch); validation's are
+    shared out over the processes, so their number is one process's.
+    """
 
     stages: int
     grpo_steps: int
@@ -37,6 +41,7 @@ class RunSize:
     validation_completions: int
     validation_tokens: int  # upper bound: every completion at eval.max_new_tokens
     max_new_tokens: int
+    processes: int = 1
 
     @property
     def tokens(self) -> int:
@@ -47,9 +52,13 @@ class RunSize:
         >>> RunSize(5, 50, 0, 3200, 3200 * 4096, 4096, 2000, 2000 * 4096, 4096).describe()
         'size: 5 stages; training 50 GRPO steps, 3200 completions of <= 4096 tokens; validation 2000 \
 completions of <= 4096 tokens; at most 21.3M generated tokens'
+        >>> RunSize(1, 2, 0, 16, 16 * 16, 16, 8, 8 * 16, 16, processes=2).describe()
+        'size: 1 stage on 2 processes; training 2 GRPO steps, 16 completions of <= 16 tokens; validation 8 \
+completions of <= 16 tokens; at most 384 generated tokens'
         """
         sft = f", {self.sft_steps} SFT steps" if self.sft_steps else ""
         stages = f"{self.stages} stage{'s' if self.stages != 1 else ''}"
+        stages += f" on {self.processes} processes" if self.processes > 1 else ""
         return (f"size: {stages}; training {self.grpo_steps} GRPO steps{sft}, {self.train_completions} "
                 f"completions of <= {self.max_completion_length} tokens; validation {self.validation_completions} "
                 f"completions of <= {self.max_new_tokens} tokens; at most {_millions(self.tokens)} generated tokens")
@@ -59,15 +68,16 @@ def _millions(tokens: int) -> str:
     return f"{tokens / 1e6:.1f}M" if tokens >= 1e5 else f"{tokens:,}"
 
 
-def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSettings) -> RunSize:
-    """The size of `plan` under the `grpo` group (with each stage's overrides) and the validation settings."""
+def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSettings, processes: int = 1) -> RunSize:
+    """The size of `plan` under the `grpo` group (with each stage's overrides) and the validation settings, on
+    `processes` processes (TRL's batch arithmetic: each process generates its per-device batch)."""
     grpo_steps = sft_steps = completions = tokens = longest = 0
     for stage in plan:
         if stage.kind != "grpo":
             sft_steps += stage.steps
             continue
         fields: Mapping = {**grpo, **stage.overrides}
-        batch = grpo_batch(fields, "grpo")
+        batch = grpo_batch(fields, "grpo", processes)
         per_step = round(batch.prompts_per_step * batch.num_generations)
         length = int(fields.get("max_completion_length") or 256)  # TRL's default when null
         grpo_steps += stage.steps
@@ -77,7 +87,7 @@ def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSetting
     v = validation
     validated = validation_completions(v.subsets_after_stage, v.subsets, plan, v.n * v.samples)
     return RunSize(len(plan), grpo_steps, sft_steps, completions, tokens, longest, validated,
-                   validated * v.max_new_tokens, v.max_new_tokens)
+                   validated * v.max_new_tokens, v.max_new_tokens, processes)
 
 
 def cpu_warning(size: RunSize, model_name: str) -> str | None:

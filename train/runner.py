@@ -81,7 +81,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     log.info("torch CPU threads: %d", configure_cpu_threads(settings.cpu_threads))
     console = RunConsole(run_dir, plan)
     if processes.is_main:
-        say_size(run_size(settings.grpo, plan, validation), settings.model_name)
+        say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
     with run_lock(run_dir, processes):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(settings.task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
