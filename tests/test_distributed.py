@@ -30,6 +30,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--np
 # rank generates one of them and the gathered rows are compared with one process's.
 SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2"]
 STAGES = ["1-2ppl", "2-3ppl", "3-4ppl", "4-5ppl", "5-6ppl"]
+ONE_STAGE = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]"
 METRICS_OF_A_ROW = ("stage", "stage_name", "global_step", "cost")  # what differs between a run's row and eval's
 
 
@@ -173,18 +174,39 @@ def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_
     assert finals(run_dir) == finals(reference), "bit-identical with the uninterrupted 2-process run"
 
 
-def test_a_failing_rank_stops_every_rank_and_is_recorded_once_naming_it(tmp_path, cache_dir):
-    """Rank 1's reward raises: the job stops, error.txt names rank 1 and its error, not the cascade on rank 0."""
+@pytest.fixture(scope="module")
+def failed_on_rank_1(tmp_path_factory, cache_dir):
+    """A one-stage run under torchrun whose rank 1 raises in its reward: (the run's overrides, the finished
+    launcher, the run directory)."""
+    run_dir = tmp_path_factory.mktemp("failed-on-rank-1")
     boom = "+reward.custom.boom={_target_: tests.rank_drill.fails_on_rank, _partial_: true, rank: 1}"
-    one_stage = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]"
-    done = torchrun("-m", "train", *SMOKE, one_stage, boom, f"paths.cache_dir={cache_dir}",
-                    f"hydra.run.dir={tmp_path}", timeout=300)
+    args = [*SMOKE, ONE_STAGE, boom, f"paths.cache_dir={cache_dir}"]
+    return args, torchrun("-m", "train", *args, f"hydra.run.dir={run_dir}", timeout=300), run_dir
+
+
+def test_a_failing_rank_stops_every_rank_and_is_recorded_once_naming_it(failed_on_rank_1):
+    """Rank 1's reward raises: the job stops, error.txt names rank 1 and its error, not the cascade on rank 0."""
+    _, done, run_dir = failed_on_rank_1
     assert done.returncode != 0
-    error = (tmp_path / "error.txt").read_text()
+    error = (run_dir / "error.txt").read_text()
     assert error.splitlines()[0] == "rank 1 of 2: RuntimeError: reward drill: rank 1 fails here"
     assert error.count("Traceback") == 1, "one rank's error, recorded once"
-    stage = json.loads((tmp_path / "run.json").read_text())["stages"][0]
+    stage = json.loads((run_dir / "run.json").read_text())["stages"][0]
     assert stage["status"] in ("running", "failed"), "run.json never says the stage trained"
+
+
+def test_a_resume_on_another_number_of_processes_is_one_line_and_keeps_the_failed_attempts_record(failed_on_rank_1):
+    args, _, run_dir = failed_on_rank_1
+    kept = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "__main__.log"}
+    refused = run_cli("train", *args, f"resume={run_dir}")  # one process: the run trains on two
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"config error: resume={run_dir}: the run trains on 2 process(es), this launch has 1; every step's batch "
+        "counts the processes (per-device batch x 2): resume it with 2 (torchrun --nproc_per_node 2, or accelerate "
+        "launch --num_processes 2), or start a new run")
+    assert "Traceback" not in refused.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "__main__.log"} == kept, \
+        "error.txt, run.json and the logs as the failed attempt left them"
 
 
 def test_a_collective_times_out_instead_of_waiting_forever():

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
+from core.checks import ConfigError
 from core.confined import write_text_regular
 from core.jsonl import write_json_atomic
 from core.rundir import (
@@ -29,6 +30,7 @@ from core.rundir import (
     StageRecord,
     Status,
     entry_problem,
+    read_mapping,
     run_status,
     stage_records,
     stage_transition,
@@ -58,6 +60,24 @@ def config_hash(resolved: Mapping) -> str:
     return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def check_process_count(run_dir: Path, world_size: int) -> None:
+    """Refuse (ConfigError) to continue the run in `run_dir` on another number of processes (`world_size`) than
+    its run.json records: each step's batch counts them. Nothing to check without a readable run.json (a new
+    run; a damaged one is named when it is opened).
+
+    >>> check_process_count(Path("/nonexistent"), 2)
+    """
+    recorded = read_mapping(run_dir / RUN_JSON)
+    trained_on = recorded.get("world_size", 1)  # run.json written before many processes: one
+    if recorded and trained_on != world_size:
+        raise ConfigError(
+            f"resume={run_dir}: the run trains on {trained_on} process(es), this launch has {world_size}; every "
+            f"step's batch counts the processes (per-device batch x {trained_on}): resume it with {trained_on} "
+            f"(torchrun --nproc_per_node {trained_on}, or accelerate launch --num_processes {trained_on}), "
+            "or start a new run"
+        )
+
+
 class Manifest:
     """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
     the named steps of a stage's life below (each checked against the contract's statuses)."""
@@ -69,9 +89,9 @@ class Manifest:
 
     @classmethod
     def open(cls, run_dir: Path, resolved: dict, plan: list[Stage], world_size: int = 1) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one; refuse a config (`resolved`: the whole
-        config, resolved) that changed, or a number of processes (`world_size`) other than the run's: each
-        step's batch counts them.
+        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes; refuse a config
+        (`resolved`: the whole config, resolved) that changed (the number of processes is checked earlier, by
+        `check_process_count`, before the run's lock holder touches anything).
 
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
@@ -85,13 +105,6 @@ class Manifest:
                     f"resume={run_dir}: the config differs from the one this run was started with "
                     f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
                     f"resume with the values in {run_dir / CONFIG}, or start a new run"
-                )
-            trained_on = data.get("world_size", 1)  # run.json written before many processes: one
-            if trained_on != world_size:
-                raise RuntimeError(
-                    f"resume={run_dir}: the run trains on {trained_on} process(es), this launch has {world_size}; "
-                    f"every step's batch counts the processes (per-device batch x {trained_on}): resume it with "
-                    f"{trained_on}, or start a new run"
                 )
             manifest = cls(path, data)
         else:

@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from core.checks import ConfigError
 from core.distributed import SINGLE, Processes, broadcast, on_main
 from core.models import configure_cpu_threads, resolve_model
 from core.rundir import (
@@ -57,7 +58,7 @@ from train.checkpoints import final_problem
 from train.console import RunConsole
 from train.finals import compact_finals
 from train.identity import RunIdentity
-from train.manifest import Manifest
+from train.manifest import Manifest, check_process_count
 from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
 from train.settings import RunSettings
@@ -124,22 +125,24 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
 @contextmanager
 def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
     """The run directory's lock, held by the main process for the run; the other ranks wait until it has
-    it, or leave with its refusal (RunLockedError on every rank: nothing is written).
+    it, or leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a
+    run being continued on another number of processes.
 
-    Once it holds the lock, the main process removes a failed attempt's error.txt (this attempt records
-    its own), before any other rank can fail and create one.
+    Once it holds the lock and the run may go on, the main process removes a failed attempt's error.txt
+    (this attempt records its own), before any other rank can fail and create one.
     """
     with ExitStack() as held:
         refusal = None
         if processes.is_main:
             try:
                 held.enter_context(RunLock(run_dir))
+                check_process_count(run_dir, processes.world_size)
                 (run_dir / ERROR).unlink(missing_ok=True)
-            except RunLockedError as err:
-                refusal = str(err)
+            except (RunLockedError, ConfigError) as err:
+                refusal = err
         refusal = broadcast(refusal, processes)
         if refusal is not None:
-            raise RunLockedError(refusal)
+            raise refusal
         yield
 
 
