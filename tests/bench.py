@@ -11,8 +11,8 @@ and reference loading + trainer construction + training (with the config's per-s
 checkpoints) + final save. The runner's validation, manifest writes and imports are outside
 both. Rounds interleave the two sides (order alternating) and the figure is the median ratio.
 
-Many processes: the same two ladders under torchrun with `--processes` processes (2; on this CPU
-`accelerate launch` starts one process, torchrun's run on gloo as accelerate's MULTI_CPU), giving the
+Many processes: the same two ladders under torchrun with `--processes` processes (2; the agent `accelerate
+launch` starts its ranks through; they run on gloo as accelerate's MULTI_CPU), giving the
 overhead of ours against bare TRL under the same launcher, and completions per second of ours on
 `--processes` processes against ours on one (each process takes its own per-device batch, so a step
 generates that many times the completions).

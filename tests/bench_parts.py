@@ -174,8 +174,8 @@ def run_measured(module_args: Sequence[str], log_path: Path) -> dict:
 
 
 def launched(module: str, processes: int) -> list[str]:
-    """`python -m` arguments that run `module` as `processes` processes: torchrun for more than one (on a CPU,
-    `accelerate launch` starts one process only; torchrun's are what accelerate runs on gloo).
+    """`python -m` arguments that run `module` as `processes` processes: torchrun for more than one (the agent
+    `accelerate launch` itself starts ranks through; accelerate runs them on gloo as MULTI_CPU).
 
     >>> launched("train", 1), launched("train", 2)[-4:]
     (['train'], ['--nproc_per_node', '2', '-m', 'train'])

@@ -1,9 +1,10 @@
 """Many processes on this CPU: `torchrun --nproc_per_node 2 -m train` (gloo, the tiny model) runs the plan of one
 process, into one run directory that the main process alone writes.
 
-On this machine `accelerate launch --cpu --num_processes 2` starts one process; torchrun starts two, which
-accelerate runs as MULTI_CPU on gloo (the trainer is on the CPU). Each test drives the real launcher and the
-real `python -m train`; the processes are found and signalled through psutil, as an operator would.
+torchrun starts the two processes here, which accelerate runs as MULTI_CPU on gloo (the trainer is on the CPU);
+`accelerate launch` with a launch file starts its ranks through the same torchrun agent (only `--cpu` makes it one
+process). Each test drives the real launcher and the real `python -m train`; the processes are found and
+signalled through psutil, as an operator would.
 """
 
 from __future__ import annotations
