@@ -37,6 +37,7 @@ from core.checks import ConfigError, is_int, plain
 from core.model_cache import ModelUnavailableError, cached_build
 from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
 from core.tiny_model import build_tiny_checkpoint
+from core.weights import zero3_init_paused
 
 __all__ = [
     "ModelUnavailableError", "configure_cpu_threads", "defer_bitsandbytes", "device_settings", "load_for_inference",
@@ -158,29 +159,35 @@ def _is_unreachable(error: BaseException) -> bool:
     return False
 
 
-def device_settings() -> dict:
+def device_settings(env: Mapping[str, str] = os.environ) -> dict:
     """Device and precision for training, as the flags the loaders and GRPOConfig take.
 
     - `device`: where to put models outside the trainer (eval, inference).
     - `dtype`: the weights' dtype at load (GRPOConfig.model_init_kwargs). float32 everywhere: with
       GRPO's tiny learning rates (~1e-6) most Adam updates are below bfloat16's resolution for
       weights of size ~1e-2 and would round away, so the master weights stay float32.
-    - `bf16`: TrainingArguments mixed precision, i.e. bfloat16 autocast for the matmuls (CUDA only;
-      on a CPU transformers rejects it).
+    - `bf16`: TrainingArguments mixed precision, i.e. bfloat16 autocast for the matmuls: what an
+      `accelerate launch` config's `mixed_precision` says (its processes get it as
+      ACCELERATE_MIXED_PRECISION; DeepSpeed's config takes it from there too, and refuses a trainer that
+      disagrees), else on CUDA where the card has bf16.
     - `use_cpu`: TrainingArguments flag that keeps the trainer off accelerators.
     - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; else AdamW.
     - `inference_dtype`: the dtype for generation-only use (`load_for_inference`), bfloat16 on CUDA.
+
+    >>> device_settings({"ACCELERATE_MIXED_PRECISION": "bf16"})["bf16"], device_settings({})["dtype"]
+    (True, torch.float32)
     """
+    launched = env.get("ACCELERATE_MIXED_PRECISION")
     if torch.cuda.is_available():
         bf16 = torch.cuda.is_bf16_supported()
         has_bitsandbytes = importlib.util.find_spec("bitsandbytes") is not None
         return {
-            "device": "cuda", "dtype": torch.float32, "bf16": bf16, "use_cpu": False,
-            "optim": "adamw_8bit" if has_bitsandbytes else "adamw_torch",
+            "device": "cuda", "dtype": torch.float32, "bf16": bf16 if launched is None else launched == "bf16",
+            "use_cpu": False, "optim": "adamw_8bit" if has_bitsandbytes else "adamw_torch",
             "inference_dtype": torch.bfloat16 if bf16 else torch.float32,
         }
     return {
-        "device": "cpu", "dtype": torch.float32, "bf16": False, "use_cpu": True,
+        "device": "cpu", "dtype": torch.float32, "bf16": launched == "bf16", "use_cpu": True,
         "optim": "adamw_torch", "inference_dtype": torch.float32,
     }
 
@@ -268,10 +275,12 @@ def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
 
 
 def load_for_inference(path: str | Path, device: str | torch.device):
-    """(model, tokenizer) for batched generation: eval mode, left padding, a pad token always set."""
+    """(model, tokenizer) for batched generation: eval mode, left padding, a pad token always set. Whole on this
+    process, even where a trainer made transformers load every model as ZeRO-3 partitions (core/weights.py)."""
     device = torch.device(device)
     dtype = device_settings()["inference_dtype"] if device.type == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    with zero3_init_paused():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -305,4 +314,18 @@ def defer_bitsandbytes(optimizers: set[str]) -> bool:
     if wants_8bit or "bitsandbytes" in sys.modules or torch.cuda.is_available():
         return False
     sys.modules["bitsandbytes"] = None
+    return True
+
+
+def defer_vllm(rollouts: bool) -> bool:
+    """Keep vLLM unloaded unless GRPO rolls out through it (`rollouts`: `grpo.use_vllm`, which a stage cannot
+    override). TRL imports vllm wherever it is installed (trl/generation/__init__.py): ~2 s in every process
+    and vLLM's start-up warnings ("Triton is installed, but `triton.backends` could not be imported"), though
+    only its rollouts need it at import. Validation loads it when it chooses it (eval/vllm_backend.py
+    `import_vllm`, `eval.backend` vllm or auto). The same None in sys.modules as `defer_bitsandbytes`; call it at
+    an entry point before trl is imported; returns whether it deferred.
+    """
+    if rollouts or "vllm" in sys.modules:
+        return False
+    sys.modules["vllm"] = None
     return True

@@ -106,9 +106,11 @@ def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, sample
     sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
         "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     sampling["repetition_penalty"] = 1.0
+    # synced_gpus off: the model is whole on this process (transformers would otherwise sync every step with the
+    # other ranks once a trainer registered ZeRO-3, while each rank generates its own batches)
     out = model.generate(
         **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), **sampling,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), synced_gpus=False, **sampling,
     )
     new = out[:, enc["input_ids"].shape[1]:].tolist()
     return [_completion(ids, tokenizer, eos_ids, max_new_tokens) for ids in new]

@@ -25,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
 from core.models import load_for_inference, merge_lora_and_save, resolve_model
+from core.weights import fingerprint
 from curriculum import kk
 from curriculum.data import to_rows
 from curriculum.kk.grading.grader import grade
@@ -36,7 +37,7 @@ from tests.conftest import compose_cfg
 from tests.pools import held_out_pools, stage_pool
 from train.grpo_stage import grpo_config
 from train.rewards import build_reward_funcs
-from train.stage_run import fingerprint, publish_final
+from train.stage_run import publish_final
 
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses never reach a hub and never phone wandb.

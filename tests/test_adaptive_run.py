@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.jsonl import read_jsonl
+from core.weights import fingerprint
 from train.grpo_stage import DISTINCT_KEY
 from train.runner import run_curriculum
 from train.settings import read_settings
-from train.stage_run import fingerprint
 
 LENGTH = "completions/mean_length"
 

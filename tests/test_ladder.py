@@ -9,10 +9,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
+from core.weights import fingerprint
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 from train.settings import read_settings
-from train.stage_run import fingerprint
 
 
 def _fingerprint_of(path) -> str:

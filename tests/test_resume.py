@@ -16,10 +16,10 @@ from transformers import AutoModelForCausalLM
 
 from conf import run_dir as run_dir_of
 from core.jsonl import read_jsonl
+from core.weights import fingerprint
 from eval.report.jobs import load_job
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
-from train.stage_run import fingerprint
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
 

@@ -11,6 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
+from core.weights import fingerprint
 from curriculum.kk import canonical_key, generate
 from curriculum.kk.grading.grader import FORMATS, grade
 from curriculum.plan import build_plan
@@ -19,7 +20,6 @@ from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
 from train.runner import run_curriculum
 from train.settings import read_settings
-from train.stage_run import fingerprint
 
 
 def _shared_records():

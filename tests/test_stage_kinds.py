@@ -10,11 +10,11 @@ from transformers import AutoModelForCausalLM
 
 from conf.schema import StageKindName
 from core.checks import ConfigError
+from core.weights import fingerprint
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
 from train.settings import read_settings
 from train.stage_kinds import STAGE_KINDS
-from train.stage_run import fingerprint
 
 SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"
 

@@ -26,6 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.rundir import StageRecord
+from core.weights import zero3_init_paused
 from train.checkpoints import final_info
 from train.stage_run import publish_final
 
@@ -73,7 +74,8 @@ def compact_final(final_dir: Path, settings: FinalsSettings) -> str | None:
             return None  # damaged (left for a resume to report) or done before
         tmp = final_dir.with_name("final.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        AutoModelForCausalLM.from_pretrained(final_dir, dtype=torch.bfloat16).save_pretrained(tmp)
+        with zero3_init_paused():  # the main process alone: never ZeRO-3's collective load (core/weights.py)
+            AutoModelForCausalLM.from_pretrained(final_dir, dtype=torch.bfloat16).save_pretrained(tmp)
         AutoTokenizer.from_pretrained(final_dir).save_pretrained(tmp)
         publish_final(tmp, final_dir, {**info, "dtype": "bfloat16"})
         return "bfloat16"

@@ -20,7 +20,6 @@ a damaged one is never used.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -37,14 +36,16 @@ from transformers import Trainer, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from core.checks import ConfigError, is_int, is_number
-from core.distributed import Processes, barrier, gather
+from core.distributed import Processes, barrier, broadcast, gather
 from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.rundir import final_checkpoint, stage_path
+from core.weights import checkpoint_weights, fingerprint, gather_weights, load_whole, weights_fingerprint
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import Task
 from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
+from train.exact_start import exact_start
 from train.tracking import MetricsCallback, bind_to_trainer
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
@@ -145,25 +146,48 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
                               level=stage.level_label, step_offset=ctx.step_offset)
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer",
                            [metrics, CheckpointDigests(ctx.processes), *ctx.callbacks])
-    whole = ctx.processes.sharded_by is None  # ZeRO-3 / FSDP: no rank holds weights worth a fingerprint
     bind_to_trainer(trainer)  # the run's console and rollout sampler, in place of the trainer's printers
-    # Before training: a resume loads its checkpoint into the policy, and the stage started from init_model.
-    start = fingerprint(trainer.model) if whole else None
-    reference = kind.reference_fingerprint(trainer) if whole else None
-    resumed_from = resume_and_train(trainer, ctx.resume_from, stage.name)
+    # The weights it starts from (a resume loads its checkpoint into the policy later), gathered where ZeRO-3
+    # partitions them: every rank computes the same fingerprints. DeepSpeed's start is set exactly (bf16 casts).
+    start = exact_start(trainer, ctx.init_model) if trainer.is_deepspeed_enabled else fingerprint(trainer.model)
+    reference = kind.reference_fingerprint(trainer)
+    resumed_from, adopted = resume_and_train(trainer, ctx.resume_from, stage.name)
     model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
-    ends = rank_fingerprints(model, stage.name, ctx.processes) if whole else None
+    final = final_weights(trainer, model, adopted, ctx.processes)
+    ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
                          reference, resumed_from, final_fingerprints=ends)
-    publish_stage(trainer, model, stage_dir, result.marker(stage.name, ctx.config_hash, ctx.init_model),
+    publish_stage(trainer, model, final.weights, stage_dir, result.marker(stage.name, ctx.config_hash, ctx.init_model),
                   keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2))
 
 
-def rank_fingerprints(model, stage_name: str, processes: Processes) -> list[str]:
-    """The weights' fingerprint on every rank, in rank order; an error if they differ (data parallelism
+@dataclass(frozen=True)
+class FinalWeights:
+    """What a stage's final will hold: its fingerprint on this rank, and (on the main process, when the module's
+    own weights are not them: an engine's float32 master copy, or a DeepSpeed checkpoint's) the whole weights."""
+
+    fingerprint: str
+    weights: dict[str, torch.Tensor] | None = None  # None: save the module as it is (one process, DDP, LoRA merged)
+
+
+def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Processes) -> FinalWeights:
+    """The final's weights: a DeepSpeed checkpoint's master weights (`adopted`, read on the main process, its
+    fingerprint handed to every rank), the engine's gathered master copy (DeepSpeed, FSDP), or the module."""
+    if adopted is not None:
+        weights = checkpoint_weights(adopted) if processes.is_main else None
+        found = weights_fingerprint(weights.items()) if weights is not None else None
+        return FinalWeights(broadcast(found, processes), weights)
+    if not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
+        return FinalWeights(fingerprint(model))
+    found, weights = gather_weights(model.named_parameters(), keep=processes.is_main)
+    return FinalWeights(found, weights)
+
+
+def rank_fingerprints(found: str, stage_name: str, processes: Processes) -> list[str]:
+    """The final weights' fingerprint on every rank, in rank order; an error if they differ (data parallelism
     keeps every rank's copy equal: a difference means the ranks trained apart, and no final is published)."""
-    prints = gather(fingerprint(model), processes)
+    prints = gather(found, processes)
     if len(set(prints)) > 1:
         raise RuntimeError(f"stage {stage_name}: the ranks end with different weights (fingerprints {prints}); "
                            "no final is published")
@@ -259,40 +283,50 @@ def token_counts(texts: list[str], tokenizer) -> list[int]:
     return [len(prompt_ids(text, tokenizer)) for text in texts]
 
 
-def resume_and_train(trainer, resume_from: Path | None, stage_name: str) -> str | None:
+def resume_and_train(trainer, resume_from: Path | None, stage_name: str) -> tuple[str | None, Path | None]:
     """Train, continuing from `resume_from` (the stage's last complete, intact trainer checkpoint) if given.
+    Returns the checkpoint resumed from, and the DeepSpeed checkpoint to publish as it is (else None).
 
     A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
-    on: training it again would run a step past `max_steps` and shift every later global step.
+    on: training it again would run a step past `max_steps` and shift every later global step. A
+    DeepSpeed one is not loaded at all: only `train()` builds DeepSpeed's engine, which loading needs; its
+    master weights are read from its files instead (`core.weights.checkpoint_weights`).
     """
     if resume_from is None:
         trainer.train()
-        return None
+        return None, None
     state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
-    if state.global_step >= trainer.args.max_steps:
-        log.info("stage %s: %s is at the budget; publishing it without training", stage_name, resume_from)
-        trainer._load_from_checkpoint(str(resume_from))
-        trainer.state = state
-    else:
+    if state.global_step < trainer.args.max_steps:
         log.info("stage %s: resuming from %s", stage_name, resume_from)
         trainer.train(resume_from_checkpoint=str(resume_from))
-    return str(resume_from)
+        return str(resume_from), None
+    log.info("stage %s: %s is at the budget; publishing it without training", stage_name, resume_from)
+    trainer.state = state
+    if trainer.is_deepspeed_enabled:
+        return str(resume_from), resume_from
+    trainer._load_from_checkpoint(str(resume_from))
+    return str(resume_from), None
 
 
-def publish_stage(trainer: Trainer, model, stage_dir: Path, info: dict, *, keep_trainer_checkpoints: bool,
-                  processes: Processes) -> None:
-    """Save `model` (the trainer's, LoRA merged) to `final.tmp`, publish it as `final`, prune trainer checkpoints.
+def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path, info: dict, *,
+                  keep_trainer_checkpoints: bool, processes: Processes) -> None:
+    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints.
 
-    Saved through the trainer (`save_model`, on every rank: it writes from the main process and gathers
-    ZeRO-3's or FSDP's shards); a merged LoRA model, whole on every rank, is saved by the main process.
+    `weights` (on the main process): whole float32 weights an engine kept apart from the module (DeepSpeed's
+    master copy, FSDP's gathered shards), saved as a model of the module's architecture. Otherwise `model`
+    itself: through the trainer (`save_model`, on every rank) when it is the trainer's, or by the main
+    process (a merged LoRA model, whole on every rank).
     """
     tmp = stage_dir / "final.tmp"
     if processes.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
     barrier(processes)
-    if model is trainer.model:
+    if weights is not None:
+        load_whole(model.config, weights).save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
+    elif model is trainer.model and not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
         trainer.save_model(str(tmp))
-    elif processes.is_main:
+    elif processes.is_main and model is not trainer.model:
         model.save_pretrained(tmp)
         trainer.processing_class.save_pretrained(tmp)
     barrier(processes)  # the main process has every file of the final
@@ -310,26 +344,3 @@ def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
     if final_dir.exists():  # an earlier final without a marker, or damaged: never handed off
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
-
-
-def fingerprint(model: torch.nn.Module) -> str:
-    """A short digest of every parameter's exact bytes: equal exactly when the weights are equal.
-
-    Hashing bytes (not sums) keeps it independent of thread counts and reduction order. A PEFT
-    model is fingerprinted with its adapters off (the base weights under the plain names), which is
-    what a LoRA stage's reference is, and equals the checkpoint it was loaded from.
-    """
-    digest = hashlib.sha256()
-    with torch.no_grad():
-        for name, param in sorted(_adapter_free(model.named_parameters()), key=lambda kv: kv[0]):
-            digest.update(name.encode())
-            digest.update(param.detach().float().cpu().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
-
-
-def _adapter_free(named_parameters):
-    """(name, parameter) without LoRA adapters, PEFT's wrapper names mapped back to the plain model's."""
-    for name, param in named_parameters:
-        if ".lora_" in name:
-            continue
-        yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), param

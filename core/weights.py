@@ -1,0 +1,155 @@
+"""A model's weights whole and in float32, whatever engine trains them: DeepSpeed ZeRO, FSDP2, or none.
+
+What the engines change, and why each function here exists:
+- DeepSpeed under mixed precision casts the module itself to bfloat16 and keeps the float32 master
+  weights in its optimizer's partitions: the module's weights are the master weights rounded to 8
+  bits of mantissa. A stage's updates at GRPO's learning rates (~1e-6 of a weight) live below that,
+  so a final saved from the module would lose them. `whole_parameters` reads the master copy.
+- ZeRO-3 and FSDP2 shard each parameter across the ranks: `whole_parameters` gathers it (a
+  collective: every rank iterates, in the same order, name by name, so no rank holds more than one
+  whole parameter beyond what it keeps).
+- Once a TrainingArguments with a ZeRO-3 config exists, transformers registers that config
+  process-wide (a weak reference that accelerate's state keeps alive), and every later
+  `from_pretrained` loads partitioned under `deepspeed.zero.Init`, a collective. Loading a whole model
+  on one rank for validation, compaction or publishing must step outside it: `zero3_init_paused`.
+- A DeepSpeed trainer checkpoint holds the master weights only in its optimizer files (its
+  `model.safetensors` is the bf16 module, or 16-bit gathered under ZeRO-3): `checkpoint_weights` reads
+  them back without an engine (`zero_to_fp32`), so a stage killed while publishing can be published
+  from its checkpoint on a resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+
+@contextmanager
+def zero3_init_paused() -> Iterator[None]:
+    """`from_pretrained` inside the block loads a whole model on this process, never ZeRO-3 partitions,
+    even after a trainer registered DeepSpeed's ZeRO-3 config; the registration is restored after."""
+    from transformers.integrations import deepspeed as hf_deepspeed
+
+    registered = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed._hf_deepspeed_config_weak_ref = None
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = registered
+
+
+def whole_parameters(named_parameters) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, the parameter whole, in float32, on the CPU) for each of `named_parameters`, in name order.
+
+    The master copy where an engine keeps one (DeepSpeed ZeRO 1-3, its bf16 optimizer), the gathered
+    shards where the weights are sharded (ZeRO-3 before its engine exists; FSDP2's DTensors), else the
+    parameter itself. Collective for sharded or partitioned weights: call it on every rank.
+    """
+    for name, param in sorted(named_parameters, key=lambda kv: kv[0]):
+        yield name, _whole(param).detach().to("cpu", torch.float32).contiguous()
+
+
+def fingerprint(model: torch.nn.Module) -> str:
+    """A short digest of every parameter's exact float32 bytes: equal exactly when the weights are equal.
+
+    Hashing bytes (not sums) keeps it independent of thread counts and reduction order. A PEFT model is
+    fingerprinted with its adapters off (the base weights under the plain names), which is what a LoRA
+    stage's reference is, and equals the checkpoint it was loaded from. Gathered where an engine shards
+    the weights or keeps a master copy (`whole_parameters`): then every rank must call it.
+    """
+    return weights_fingerprint(_adapter_free(model.named_parameters()))
+
+
+def weights_fingerprint(named_tensors) -> str:
+    """`fingerprint` of (name, tensor) pairs: a model's parameters, or a state dict's items."""
+    return gather_weights(named_tensors, keep=False)[0]
+
+
+def gather_weights(named_parameters, *, keep: bool) -> tuple[str, dict[str, torch.Tensor] | None]:
+    """The fingerprint of `named_parameters` whole in float32 and, with `keep`, the whole tensors by name
+    (the main process keeps them to publish; the others hash each one and let it go)."""
+    digest, kept = hashlib.sha256(), {}
+    for name, tensor in whole_parameters(named_parameters):
+        digest.update(name.encode())
+        digest.update(tensor.numpy().tobytes())
+        if keep:
+            kept[name] = tensor
+    return digest.hexdigest()[:16], kept if keep else None
+
+
+def _adapter_free(named_parameters):
+    """(name, parameter) without LoRA adapters, PEFT's wrapper names mapped back to the plain model's."""
+    for name, param in named_parameters:
+        if ".lora_" in name:
+            continue
+        yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), param
+
+
+def _whole(param: torch.nn.Parameter) -> torch.Tensor:
+    if hasattr(param, "ds_id") or hasattr(param, "_hp_mapping"):  # DeepSpeed's: its master copy, else its partitions
+        master = _deepspeed_master(param)
+        if master is not None:
+            return master
+        if hasattr(param, "ds_id"):  # ZeRO-3 partitions with no optimizer behind them (yet, or a frozen reference)
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([param]):
+                return param.data.clone()
+    if hasattr(param, "full_tensor"):  # a DTensor: FSDP2's shard of it
+        return param.full_tensor()
+    return param
+
+
+def _deepspeed_master(param: torch.nn.Parameter) -> torch.Tensor | None:
+    """The float32 master weights DeepSpeed's optimizer holds for `param` (gathered), None where it holds none."""
+    if getattr(param, "_z3_optimizer", None) is None and not hasattr(param, "_hp_mapping"):
+        return None
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    return safe_get_full_fp32_param(param)
+
+
+def checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor] | None:
+    """The float32 master weights a DeepSpeed trainer checkpoint holds (its optimizer files, read without an
+    engine, on this process alone), or None for a checkpoint that is not DeepSpeed's."""
+    if not (checkpoint / "latest").is_file():  # DeepSpeed's save_checkpoint names its tag there
+        return None
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return {name: tensor.float() for name, tensor in get_fp32_state_dict_from_zero_checkpoint(str(checkpoint)).items()}
+
+
+def saved_parameters(checkpoint: str | Path, names) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor in float32) for each of `names`, in name order, read from a saved checkpoint's safetensors
+    files (one, or sharded with an index), a tensor at a time; a local folder or a model in the hub's cache."""
+    from safetensors import safe_open
+
+    folder = _local_folder(checkpoint)
+    index = folder / "model.safetensors.index.json"
+    files = json.loads(index.read_text())["weight_map"] if index.is_file() else {}
+    for name in sorted(names):
+        with safe_open(folder / files.get(name, "model.safetensors"), framework="pt") as saved:
+            yield name, saved.get_tensor(name).to(torch.float32)
+
+
+def _local_folder(checkpoint: str | Path) -> Path:
+    """A checkpoint's folder here: itself, or a hub id's snapshot in the local cache (the trainer loaded it)."""
+    if Path(checkpoint).is_dir():
+        return Path(checkpoint)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(checkpoint), local_files_only=True))
+
+
+def load_whole(config, state_dict: dict[str, torch.Tensor]):
+    """A whole float32 model of `config`'s architecture holding `state_dict`, on this process alone."""
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    with zero3_init_paused():
+        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].from_pretrained(None, config=config, state_dict=state_dict,
+                                                                          dtype=torch.float32)
