@@ -36,6 +36,7 @@ from core.rundir import (
     stage_transition,
 )
 from curriculum.plan import Stage
+from train.failures import failure_line
 
 if TYPE_CHECKING:
     from train.stage_run import StageResult
@@ -213,13 +214,16 @@ class Manifest:
             policy_fingerprint=result.policy_fingerprint, reference=result.reference,
             reference_fingerprint=result.reference_fingerprint, resumed_from=result.resumed_from,
             wall_seconds=result.wall_seconds, final_fingerprints=result.final_fingerprints,
+            distributed=result.distributed,
         )
 
     def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:
         self.update_stage(index, status=Status.DONE, final_metrics=final_metrics, validation_cost=cost)
 
     def stage_failed(self, index: int, err: BaseException) -> None:
-        self.update_stage(index, status=Status.FAILED, error=f"{type(err).__name__}: {err}")
+        """Failed with `err`; an error that only followed another rank's end says so (train/failures.py)."""
+        many = self.fields.get("world_size", 1) != 1
+        self.update_stage(index, status=Status.FAILED, error=failure_line(err, many))
 
     def stage_reset(self, index: int) -> None:
         """Back to pending, naming no final: its final is gone, and the stage is trained again."""

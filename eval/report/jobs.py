@@ -28,7 +28,7 @@ from core.stats import wilson_interval
 from eval.metrics import trials
 from eval.report.series import Series, as_number
 
-# error.txt of a run of many processes starts with the failing rank (train/__main__.py record_error)
+# error.txt of a run of many processes starts with the failing rank (train/failures.py record_error)
 RANK_HEAD = re.compile(r"rank \d+ of \d+: ")
 
 

@@ -1,0 +1,137 @@
+"""What a failed run records (error.txt, run.json's stage error): the failure that started it, never one that
+only followed from it.
+
+With many processes one rank's end brings the others down with errors of their own: a peer gone from a
+collective (gloo's "Connection closed by peer", NCCL's "remote process exited"). A rank that meets such an
+error records it as a follow-on, naming the ranks whose process is gone (on its machine), and any rank's
+record of its own error takes the place of a follow-on. A rank killed by a signal (SIGKILL, the kernel's
+out-of-memory killer) can record nothing: only the process that started it sees its signal. torchrun and
+accelerate print it in their summary ("Root Cause"); a job that starts its run itself (train/launch.py,
+`launch=`) writes it into error.txt, in the place of any follow-on.
+
+error.txt is created exclusively: the first record stays, except that a cause replaces a follow-on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+import psutil
+
+from core.confined import open_regular, write_text_regular
+from core.distributed import Processes
+
+FOLLOW_ON = "follow-on:"
+# How a collective reports a peer whose process ended: gloo's TCP transport, NCCL's remote error (read only
+# with many processes: one process may meet a reset connection of its own, a hub download's)
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer",
+             "remote process exited or there was a network error", "NCCL communicator was aborted")
+
+
+def lost_peer(err: BaseException) -> bool:
+    """Whether `err` (or what it was raised from) is a collective that lost a peer process.
+
+    >>> lost_peer(RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:3947"))
+    True
+    >>> lost_peer(ValueError("a reward raised"))
+    False
+    """
+    seen: BaseException | None = err
+    while seen is not None:
+        if any(phrase in str(seen) for phrase in PEER_LOST):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def gone_ranks(peers: Sequence[tuple[str, int]], host: str) -> list[int]:
+    """The ranks (index in `peers`: each rank's host and pid) whose process on `host` has ended (or is a zombie)."""
+    return [rank for rank, (where, pid) in enumerate(peers) if where == host and not _running(pid)]
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def failure_line(err: BaseException, many: bool, gone: Sequence[int] = ()) -> str:
+    """One line for `err`: its type and message, or, for one of `many` processes that lost a peer, a follow-on
+    naming the `gone` ranks.
+
+    >>> failure_line(KeyError("x"), many=True)
+    "KeyError: 'x'"
+    >>> lost = RuntimeError("[pair.cc:534] Connection closed by peer [127.0.0.1]:3947")
+    >>> print(failure_line(lost, many=True, gone=[1]))  # doctest: +NORMALIZE_WHITESPACE
+    follow-on: lost rank 1 mid-collective (RuntimeError: [pair.cc:534] Connection closed by peer
+    [127.0.0.1]:3947); the cause is rank 1's: its own record in error.txt, or the signal in the launcher's summary
+    """
+    if not (many and lost_peer(err)):
+        return f"{type(err).__name__}: {err}"
+    own = f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"  # gloo's message runs on
+    who = f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))}" if gone else "another rank"
+    return (f"{FOLLOW_ON} lost {who} mid-collective ({own}); the cause is {who}'s: its own record in error.txt, "
+            "or the signal in the launcher's summary")
+
+
+def record_error(path: Path, err: BaseException, processes: Processes, peers: Sequence[tuple[str, int]] = ()) -> None:
+    """Write a failure's traceback to error.txt (called in its `except`), unless an earlier record holds it.
+
+    The first line names the rank ("rank 1 of 2: ...") and what it met (`failure_line`; `peers`: every rank's
+    host and pid, to name the ranks gone). A rank's error of its own replaces another rank's follow-on record;
+    a follow-on never replaces a record, nor does one process's error (a job whose ranks failed before it
+    says so). The failing rank writes it itself: the main process may not outlive it. A failed attempt's
+    file is removed once the next attempt holds the run lock (train/runner.py run_lock).
+    """
+    line = failure_line(err, processes.many, gone_ranks(peers, _host()) if processes.many else ())
+    head = f"{processes.label()}: {line}\n\n" if processes.many else ""
+    text = head + "".join(traceback.format_exception(err))
+    if processes.many and not line.startswith(FOLLOW_ON):
+        replace_follow_on(path, text)
+    else:
+        _create(path, text)
+
+
+def replace_follow_on(path: Path, text: str) -> bool:
+    """Write `text` (a cause) to error.txt when it is absent or holds a follow-on; False when a cause is there."""
+    if _create(path, text):
+        return True
+    with os.fdopen(open_regular(path, os.O_RDONLY), errors="replace") as fh:
+        if not re.match(rf"rank \d+ of \d+: {FOLLOW_ON}", fh.readline()):
+            return False
+    write_text_regular(path, text)
+    return True
+
+
+def _create(path: Path, text: str) -> bool:
+    try:
+        with os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as fh:
+            fh.write(text)
+    except FileExistsError:
+        return False
+    return True
+
+
+def killed_line(who: str, signum: int) -> str:
+    """error.txt's record of a process that a signal ended (`who`: "rank 1 of 2", or "the run's process").
+
+    >>> killed_line("rank 1 of 2", 9)
+    "rank 1 of 2: killed by SIGKILL (signal 9); a killed process records nothing itself (SIGKILL: the kernel's \
+out-of-memory killer, or kill -9)\\n"
+    """
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name of its own
+        name = f"signal {signum}"
+    why = " (SIGKILL: the kernel's out-of-memory killer, or kill -9)" if signum == signal.SIGKILL else ""
+    return f"{who}: killed by {name} (signal {signum}); a killed process records nothing itself{why}\n"
+
+
+def _host() -> str:
+    return os.uname().nodename
