@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from conf.schema import KKConfig
 from core.checks import ConfigError
+from core.gpu_pool import jobs_at_once, visible_gpus
 from core.rundir import RUN_JSON
 
 CONF_DIR = Path(__file__).resolve().parent
@@ -73,7 +74,8 @@ def launch_time(pattern: str, launched: float | None = None) -> str:
 
 def register_resolvers(launched: float | None = None) -> None:
     """Resolvers the configs use: `kk_run_dir` (the run directory), `kk_hydra_subdir` (Hydra's record),
-    `kk_share` (a ratio) and `kk_now` (the time a run's and a sweep's folders are named by).
+    `kk_share` (a ratio), `kk_now` (the time a run's and a sweep's folders are named by), and `kk_visible_gpus`,
+    `kk_jobs_at_once` (launch=per_gpu's pool of GPUs and the jobs it runs at once: core/gpu_pool.py).
 
     `kk_now` stands in for Hydra's `now`: with many processes every rank is handed the main process's
     launch time (`launched`), so all of them name the same folder. Hydra registers its own `now` again
@@ -85,6 +87,9 @@ def register_resolvers(launched: float | None = None) -> None:
     OmegaConf.register_new_resolver("kk_share", share, replace=True)
     OmegaConf.register_new_resolver("kk_source_when", source_when, replace=True)
     OmegaConf.register_new_resolver("kk_now", partial(launch_time, launched=launched), replace=True, use_cache=True)
+    # launch=per_gpu: the GPUs its jobs share, read without CUDA, and how many jobs run at once on them
+    OmegaConf.register_new_resolver("kk_visible_gpus", visible_gpus, replace=True, use_cache=True)
+    OmegaConf.register_new_resolver("kk_jobs_at_once", jobs_at_once, replace=True)
 
 
 register_resolvers()

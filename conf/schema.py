@@ -109,6 +109,7 @@ class Launcher(Choice):
 
     accelerate = "accelerate"
     torchrun = "torchrun"
+    python = "python"  # one process, `python -m train` (launch=per_gpu: pinned to a GPU of the pool)
 
 
 class GuardAction(Choice):
@@ -252,6 +253,7 @@ class LaunchConfig:
     launcher: Launcher | None = None
     processes: int = 1
     accelerate_config: str = "ddp"  # a launch file under conf/accelerate/
+    gpus: list[str] | None = None  # GPUs the jobs of a sweep share, `processes` each (core/gpu_pool.py)
 
 
 @dataclass

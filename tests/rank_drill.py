@@ -1,20 +1,51 @@
-"""Drills for many processes, run by tests/test_distributed.py through the real launchers.
+"""Drills for many processes, run by tests/test_distributed.py and tests/test_gpu_sweep.py through the real
+launchers.
 
-`fails_on_rank` is a reward function (joined as `+reward.custom.<name>={_target_: tests.rank_drill.fails_on_rank,
-...}`) that raises on one rank only: a failure on a rank other than the main one. `python -m tests.rank_drill`
-is a two-line program whose rank 1 never reaches the barrier rank 0 waits at.
+Reward functions, joined as `+reward.custom.<name>={_target_: tests.rank_drill.<name>, _partial_: true, ...}`:
+`fails_on_rank` raises on one rank only (a failure on a rank other than the main one); `killed_on_rank` has one
+rank SIGKILL itself (what the kernel's out-of-memory killer does); `records_device` writes down, from inside the
+training process, the GPUs it was given and whether the process that started it loaded torch. `python -m
+tests.rank_drill` is a two-line program whose rank 1 never reaches the barrier rank 0 waits at.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import time
+from pathlib import Path
+
+import psutil
 
 
 def fails_on_rank(completions, rank: int, **kwargs) -> list[float]:
     """0 for every completion, except on rank `rank` (torchrun's RANK), which raises."""
     if int(os.environ.get("RANK", "0")) == rank:
         raise RuntimeError(f"reward drill: rank {rank} fails here")
+    return [0.0] * len(completions)
+
+
+def killed_on_rank(completions, rank: int, **kwargs) -> list[float]:
+    """0 for every completion, except that rank `rank` (torchrun's RANK) is killed by SIGKILL here."""
+    if int(os.environ.get("RANK", "0")) == rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return [0.0] * len(completions)
+
+
+def records_device(completions, out: str, **kwargs) -> list[float]:
+    """0 for every completion; appends to `<out>/<pid>.jsonl` this process's CUDA_VISIBLE_DEVICES, its run
+    directory, when it started and when this call ran, and whether its parent (the job that started it) has
+    torch's library mapped."""
+    from hydra.core.hydra_config import HydraConfig
+
+    this = psutil.Process()
+    parent_maps = [m.path for m in psutil.Process(os.getppid()).memory_maps()]
+    seen = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "run_dir": HydraConfig.get().runtime.output_dir, "started": this.create_time(), "now": time.time(),
+            "parent_loaded_torch": any("libtorch" in path for path in parent_maps)}
+    with open(Path(out) / f"{os.getpid()}.jsonl", "a") as fh:
+        fh.write(json.dumps(seen) + "\n")
     return [0.0] * len(completions)
 
 

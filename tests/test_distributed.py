@@ -69,6 +69,8 @@ def test_two_processes_train_the_ladder_into_one_run_directory(two_processes):
     validated = [(r["stage"], r["ppl"]) for r in read_jsonl(run_dir / "validation.jsonl")]
     assert len(validated) == len(set(validated)) and {k for k, _ in validated} == set(range(6)), "each row once"
     assert done.stdout.count("validation after baseline") == 1, "the main process alone prints the table"
+    # each rank generates its own per-device batch of 4 every step: 2 x 4 x 10 steps, said before the run
+    assert "size: 5 stages on 2 processes; training 10 GRPO steps, 80 completions" in done.stdout + done.stderr
     assert (run_dir / ".hydra" / "overrides.yaml").is_file(), "Hydra's record, from the main process"
     assert (run_dir / "__main__.log").read_text().count("torch CPU threads") == 1, "one job log: the main process's"
 
@@ -208,6 +210,50 @@ def test_a_resume_on_another_number_of_processes_is_one_line_and_keeps_the_faile
     assert "Traceback" not in refused.stderr
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "__main__.log"} == kept, \
         "error.txt, run.json and the logs as the failed attempt left them"
+
+
+def test_a_killed_rank_is_named_by_the_rank_that_lost_it_as_the_cause_not_its_own_follow_on(tmp_path, cache_dir):
+    """Rank 1 is SIGKILLed in its reward (as the out-of-memory killer does): rank 0 then fails in the next
+    collective (gloo: "Connection closed by peer" or "reset by peer"). torchrun's agent looks every 3 s here (0.1 s
+    by default, when it mostly stops rank 0 first and nothing is recorded): rank 0 records its error as a follow-on,
+    in error.txt naming rank 1 (whose pid is gone) and in run.json; torchrun's summary names rank 1's signal."""
+    kill = "+reward.custom.kill={_target_: tests.rank_drill.killed_on_rank, _partial_: true, rank: 1}"
+    done = subprocess.run([*TORCHRUN[:3], "--monitor-interval", "3", *TORCHRUN[3:], "-m", "train", *SMOKE, ONE_STAGE,
+                           kill, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "Signal 9 (SIGKILL) received by PID" in done.stderr, "the launcher's summary names the killed rank"
+    first = (tmp_path / "error.txt").read_text().splitlines()[0]
+    assert first.startswith("rank 0 of 2: follow-on: lost rank 1 mid-collective (") and "by peer" in first, first
+    assert first.endswith("); the cause is rank 1's: its own record in error.txt, or the signal in the launcher's "
+                          "summary")
+    stage = json.loads((tmp_path / "run.json").read_text())["stages"][0]  # the runner knows no pids: "another rank"
+    assert stage["status"] == "failed" and stage["error"].startswith("follow-on: lost another rank mid-collective (")
+    met = [line.split(" mid-collective (", 1)[1].rsplit("); the cause", 1)[0] for line in (first, stage["error"])]
+    assert met[0] == met[1], "the same error of rank 0's in both"
+
+
+def test_a_job_that_starts_its_ranks_names_a_killed_rank_and_its_signal(tmp_path, cache_dir):
+    """launch=torchrun: the job runs torchrun's agent in train/launch_agent.py, which sees rank 1's SIGKILL."""
+    kill = "+reward.custom.kill={_target_: tests.rank_drill.killed_on_rank, _partial_: true, rank: 1}"
+    done = run_cli("train", *SMOKE, ONE_STAGE, kill, "launch=torchrun", "launch.processes=2",
+                   f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}", timeout=300)
+    assert done.returncode != 0
+    error = (tmp_path / "error.txt").read_text()
+    assert error == ("rank 1 of 2: killed by SIGKILL (signal 9); a killed process records nothing itself (SIGKILL: "
+                     "the kernel's out-of-memory killer, or kill -9)\n")
+
+
+def test_an_optuna_sweep_under_torchrun_is_refused_before_it_starts(tmp_path):
+    """Every rank would run its own Optuna sweeper on one study: refused on each rank in one line, nothing made."""
+    done = torchrun("-m", "train", "-m", *SMOKE, "+hparams_search=reward_optuna", f"paths.output_dir={tmp_path}",
+                    timeout=120)
+    assert done.returncode != 0
+    refusals = [line for line in done.stderr.splitlines() if line.startswith("config error: hydra/sweeper=optuna: "
+                                                                             "under torchrun or accelerate launch")]
+    assert len(refusals) == 2, done.stderr[-2000:]
+    assert done.stderr.count("Traceback (most recent call last)") == 1, "torchrun's own, for its failed ranks"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_collective_times_out_instead_of_waiting_forever():

@@ -18,7 +18,8 @@ from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
 from train.config_check import check_config, check_one_gpu_per_process
-from train.launch import check_launch, launch_command
+from conf.launch_checks import check_launch
+from train.launch import launch_command
 
 ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
              "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"}
@@ -176,11 +177,12 @@ def test_the_slurm_launcher_asks_for_a_gpu_per_process_and_requeues(make_cfg):
 def test_a_job_starts_its_ranks_through_accelerate_with_the_launch_file(tmp_path):
     launch = {"launcher": "accelerate", "processes": 4, "accelerate_config": "zero3"}
     command = launch_command(launch, ["+curriculum=kk_ladder", "seed=3"], tmp_path)
-    start = command.index("accelerate.commands.launch")
-    assert command[start:] == [
-        "accelerate.commands.launch", "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes",
+    assert command[1:6] == ["-m", "train.launch_agent", str(tmp_path / "error.txt"), "4", "accelerate"], \
+        "run in this project's agent, which records a rank killed by a signal in error.txt"
+    assert command[6:] == [
+        "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes",
         "4", "-m", "train", "+curriculum=kk_ladder", "seed=3",
-        "launch.launcher=null",  # the ranks train; they start no ranks of their own
+        "launch.launcher=null", "launch.gpus=null",  # the ranks train on what they see; they start no ranks
         f"hydra.run.dir={tmp_path}",  # the job's directory: a requeued job's ranks find its run.json there
         "hydra.output_subdir=null",  # the job keeps its own Hydra record there
     ]
@@ -189,7 +191,7 @@ def test_a_job_starts_its_ranks_through_accelerate_with_the_launch_file(tmp_path
 
 def test_a_launch_file_that_does_not_exist_is_refused_by_name():
     with pytest.raises(ConfigError, match="launch.accelerate_config: 'zero4' is not a launch file"):
-        check_launch({"launcher": "accelerate", "processes": 4, "accelerate_config": "zero4"})
+        check_launch({"launcher": "accelerate", "processes": 4, "accelerate_config": "zero4", "gpus": None})
 
 
 def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(make_cfg, tmp_path):

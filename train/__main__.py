@@ -12,8 +12,10 @@ by the run lock writes nothing: the directory belongs to the live run. A run ref
 Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
 the ranks join their process group and take the main process's launch time, so that every time-named
 folder (the run's, a sweep's) is the same on all of them; the other ranks are told to keep Hydra's
-record and log out of the run directory and their console quiet. With `launch.launcher` set, the job
-starts its ranks itself (train/launch.py: a SLURM job of many GPUs).
+record and log out of the run directory and their console quiet. A failing rank records its error in
+error.txt, naming itself, unless it only lost another rank (train/failures.py). With `launch.launcher` set,
+the job starts its run's processes itself (train/launch.py: a SLURM job of many GPUs, one job per GPU of a
+machine) and never loads torch.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import hydra
@@ -33,12 +34,12 @@ from conf import register_resolvers
 from conf.claim import discard_refused_run
 from conf.errors import run_app
 from core.checks import ConfigError
-from core.confined import open_regular
-from core.distributed import Processes, broadcast, start_processes
+from core.distributed import Processes, broadcast, gather, start_processes
 from core.rundir import ERROR
 from core.runlock import RunLockedError
 from train.exits import interrupted_line, refusal_line
-from train.identity import requested_optimizers, run_identity
+from train.failures import record_error
+from train.identity import RunIdentity, requested_optimizers, run_identity
 
 log = logging.getLogger("train")
 
@@ -50,26 +51,18 @@ QUIET_RANK = ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
-    # imported here, not above: a config error is refused in a second, before torch and TRL load
-    from core.models import defer_bitsandbytes, quiet_libraries
-
-    optims = requested_optimizers(cfg.get("grpo"), cfg.get("sft"), OmegaConf.select(cfg, "curriculum.stages"),
-                                  cfg.get("stage_overrides"))
-    defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
-    from train.runner import run_curriculum
-    from train.settings import read_settings
-
-    quiet_libraries()
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode.name == "MULTIRUN"
     processes = start_processes()
+    # every rank's host and pid, so that a rank that loses another in a collective can say which one is gone
+    peers = gather((os.uname().nodename, os.getpid()), processes)
     try:
         if cfg.launch.launcher is not None:
-            value = _relaunch(cfg, list(hydra_cfg.overrides.task), run_dir, processes)
+            sweep_dir = Path(hydra_cfg.sweep.dir) if multirun else run_dir  # where a sweep's jobs share GPUs
+            value = _relaunch(cfg.launch, list(hydra_cfg.overrides.task), run_dir, sweep_dir, processes)
         else:
-            settings = read_settings(cfg, processes)  # the config checked, read into typed records
-            value = run_curriculum(settings, run_dir, processes=processes, identity=run_identity(hydra_cfg, run_dir))
+            value = _train(cfg, run_dir, processes, run_identity(hydra_cfg, run_dir))
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except KeyboardInterrupt:
@@ -80,11 +73,11 @@ def main(cfg: DictConfig) -> float:
         refusal = refusal_line(err)
         if refusal is not None and not multirun:
             # one line that names the key; a traceback would bury it. The folder Hydra made for a run refused
-            # before it wrote anything goes; a run given to resume= is left exactly as it was (no error.txt)
+            # before it wrote anything goes; a run given to resume= is left exactly as it was (its error.txt too)
             if processes.is_main:
                 discard_refused_run(run_dir, f"{hydra_cfg.job.name}.log")
             raise SystemExit(refusal) from None
-        record_error(run_dir / ERROR, err, processes)
+        record_error(run_dir / ERROR, err, processes, peers)
         if not multirun:
             raise
         log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / ERROR)
@@ -92,33 +85,33 @@ def main(cfg: DictConfig) -> float:
     return value
 
 
-def _relaunch(cfg: DictConfig, overrides: list[str], run_dir: Path, processes: Processes) -> float:
-    """The job starts its ranks (`launch.launcher`); refused inside a launch, whose ranks would each start more."""
+def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunIdentity) -> float:
+    """This process trains (alone, or as one rank of a launch): the config checked, then the curriculum run."""
+    # imported here, not above: a config error is refused in a second, before torch and TRL load, and a job
+    # that starts its run (launch=) never loads them
+    from core.models import defer_bitsandbytes, defer_vllm, quiet_libraries
+
+    optims = requested_optimizers(cfg.get("grpo"), cfg.get("sft"), OmegaConf.select(cfg, "curriculum.stages"),
+                                  cfg.get("stage_overrides"))
+    defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
+    defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
+    from train.runner import run_curriculum
+    from train.settings import read_settings
+
+    quiet_libraries()
+    settings = read_settings(cfg, processes)  # the config checked, read into typed records
+    return run_curriculum(settings, run_dir, processes=processes, identity=identity)
+
+
+def _relaunch(launch: DictConfig, overrides: list[str], run_dir: Path, sweep_dir: Path, processes: Processes) -> float:
+    """The job starts its run's processes (`launch.launcher`); refused inside a launch, whose ranks would each
+    start more. This process imports no torch: it never initialises CUDA (train/launch.py)."""
     from train.launch import relaunch
 
     if processes.many:
         raise ConfigError(f"launch.launcher: this process is already one of {processes.world_size} ranks; "
                           "drop launch= when starting python -m train with accelerate launch or torchrun")
-    return relaunch(OmegaConf.to_container(cfg.launch, resolve=True), overrides, run_dir)
-
-
-def record_error(path: Path, err: BaseException, processes: Processes) -> None:
-    """Write a failure's traceback to error.txt (called in its `except`), unless this attempt's first failure
-    already did.
-
-    The file is created exclusively: with many processes the first rank to fail writes it, naming itself
-    ("rank 1 of 2: ..."), and the errors the others meet after it (a peer gone, a collective broken) follow
-    from that one and do not replace it; nor does a job that started the ranks (train/launch.py) replace
-    theirs. The failing rank writes it itself: the main process may not outlive it. A failed attempt's file
-    is removed once the next attempt holds the run lock (train/runner.py run_lock).
-    """
-    text = "".join(traceback.format_exception(err))
-    head = f"{processes.label()}: {type(err).__name__}: {err}\n\n" if processes.many else ""
-    try:
-        with os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as fh:
-            fh.write(head + text)
-    except FileExistsError:
-        pass
+    return relaunch(OmegaConf.to_container(launch, resolve=True), overrides, run_dir, sweep_dir)
 
 
 def _start() -> None:

@@ -1,12 +1,19 @@
-"""`launch=accelerate`: a Hydra job that starts its own processes, for a cluster job of many GPUs.
+"""`launch=`: a Hydra job that starts its run's processes itself, for a sweep's jobs.
 
-Hydra's submitit launcher runs one Hydra job per SLURM job, in one process. With
-`launch=accelerate launch.processes=N` that job trains nothing itself: it starts `accelerate launch
---num_processes N -m train <the job's overrides> hydra.run.dir=<the job's directory>` (the launch file
-`launch.accelerate_config` under conf/accelerate/), waits, and returns the objective its run.json
-records. `launch=torchrun` does the same through torchrun (on this CPU, where `accelerate launch
---cpu` starts one process only: the tests' stand-in). The ranks write the run directory; the job
-keeps its own Hydra record there (the ranks are told `hydra.output_subdir=null`).
+The job trains nothing itself: it starts `python -m train <the job's overrides> hydra.run.dir=<the job's
+directory>` as a process of its own, waits, and returns the objective its run.json records. Three ways:
+- `launch=per_gpu` (launcher `python`): one process on one GPU claimed from the sweep's pool (`launch.gpus`,
+  core/gpu_pool.py) and named in its CUDA_VISIBLE_DEVICES, so that Hydra's joblib launcher runs one job per
+  GPU at once and no run ever sees two GPUs. The job process never initialises CUDA: the one a process
+  starts with is the only one it ever uses, and joblib runs many jobs in one worker.
+- `launch=accelerate launch.processes=N` (a SLURM job of N GPUs): `accelerate launch --num_processes N
+  --config_file conf/accelerate/<launch.accelerate_config>.yaml -m train ...`.
+- `launch=torchrun`: the same through `torchrun --standalone --nproc_per_node N` (plain DDP on GPUs, and on
+  a CPU the tests' way to start many processes).
+accelerate and torchrun run inside train/launch_agent.py, which names a rank killed by a signal in the run's
+error.txt; for one process the job sees the signal itself. With `launch.gpus` set, a job of N processes
+claims N GPUs of the pool. The ranks write the run directory; the job keeps its own Hydra record there (the
+ranks are told `hydra.output_subdir=null`).
 
 A preempted or timed-out SLURM job is requeued by submitit (`max_num_timeout` > 0) and runs the same
 job again: same overrides, same job directory. A run directory whose run.json holds the same config
@@ -23,78 +30,78 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
-from conf import CONF_DIR
-from core.checks import ConfigError, is_number
+from conf.launch_checks import accelerate_file, check_launch
+from core.checks import is_number
+from core.gpu_pool import POOL_DIR, claimed_gpus
 from core.rundir import ERROR, RUN_JSON, read_mapping
+from train.failures import killed_line, replace_follow_on
 
 log = logging.getLogger(__name__)
 
-LAUNCHERS = ("accelerate", "torchrun")
 # How long the ranks get to stop on SIGTERM (a trainer checkpoint being written) before SIGKILL.
 STOP_GRACE_S = 60
-
-
-def check_launch(launch: Mapping) -> None:
-    """`launch.*` values a job can start processes with; ConfigError naming the key otherwise.
-
-    >>> check_launch({"launcher": "torchrun", "processes": 0, "accelerate_config": "ddp"})
-    Traceback (most recent call last):
-    core.checks.ConfigError: launch.processes: must be a whole number >= 1 (got 0)
-    """
-    if launch["processes"] < 1:
-        raise ConfigError(f"launch.processes: must be a whole number >= 1 (got {launch['processes']})")
-    if launch["launcher"] == "accelerate" and not _accelerate_file(launch).is_file():
-        known = sorted(p.stem for p in (CONF_DIR / "accelerate").glob("*.yaml"))
-        raise ConfigError(f"launch.accelerate_config: {launch['accelerate_config']!r} is not a launch file under "
-                          f"conf/accelerate/ ({', '.join(known)})")
-
-
-def _accelerate_file(launch: Mapping) -> Path:
-    return CONF_DIR / "accelerate" / f"{launch['accelerate_config']}.yaml"
+# What the job's run is told: it trains (starts nothing), on what its CUDA_VISIBLE_DEVICES shows it, and leaves
+# Hydra's record of the job to the job
+RUN_ITSELF = ["launch.launcher=null", "launch.gpus=null"]
 
 
 def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> list[str]:
-    """The command that starts `launch.processes` ranks of `python -m train` in `run_dir`, with the job's
-    overrides; the ranks start nothing themselves (`launch.launcher=null`) and leave Hydra's record to the job.
+    """The command that starts `launch.processes` ranks of `python -m train` in `run_dir` with the job's
+    overrides (through train/launch_agent.py for accelerate and torchrun).
 
     >>> launch_command({"launcher": "torchrun", "processes": 2}, ["seed=1"], Path("/o/0"))[3:]
-    ['--standalone', '--nproc_per_node', '2', '-m', 'train', 'seed=1', 'launch.launcher=null', \
-'hydra.run.dir=/o/0', 'hydra.output_subdir=null']
+    ['/o/0/error.txt', '2', 'torchrun', '--standalone', '--nproc_per_node', '2', '-m', 'train', 'seed=1', \
+'launch.launcher=null', 'launch.gpus=null', 'hydra.run.dir=/o/0', 'hydra.output_subdir=null']
     """
+    run = ["-m", "train", *overrides, *RUN_ITSELF, f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+    if launch["launcher"] == "python":
+        return [sys.executable, *run]
     if launch["launcher"] == "accelerate":
-        head = ["accelerate.commands.launch", "--config_file", str(_accelerate_file(launch)),
-                "--num_processes", str(launch["processes"])]
+        head = ["accelerate", "--config_file", str(accelerate_file(launch)), "--num_processes", str(launch["processes"])]
     else:  # torchrun; --standalone finds a free port, so jobs sharing a machine do not collide
-        head = ["torch.distributed.run", "--standalone", "--nproc_per_node", str(launch["processes"])]
-    return [sys.executable, "-m", *head, "-m", "train", *overrides, "launch.launcher=null",
-            f"hydra.run.dir={run_dir}", "hydra.output_subdir=null"]
+        head = ["torchrun", "--standalone", "--nproc_per_node", str(launch["processes"])]
+    return [sys.executable, "-m", "train.launch_agent", str(run_dir / ERROR), str(launch["processes"]), *head, *run]
 
 
-def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> float:
-    """Start the ranks (`launch_command`), wait for them, and return the objective their run.json records.
+def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir: Path) -> float:
+    """Start the run's processes (`launch_command`; with `launch.gpus`, on GPUs claimed in `sweep_dir`), wait for
+    them, and return the objective their run.json records.
 
-    A failure of the ranks raises, naming their error.txt; the ranks are stopped whenever this returns
-    or raises (also on the signal that requeues a SLURM job).
+    A failure of the run raises, naming its error.txt; the processes are stopped whenever this returns or
+    raises (also on the signal that requeues a SLURM job), and only then are the GPUs let go.
     """
     check_launch(launch)
     command = launch_command(launch, overrides, run_dir)
-    log.info("starting %d processes: %s", launch["processes"], " ".join(command))
-    # Its own session: the whole group of ranks can be stopped at once, and a terminal's Ctrl-C reaches this
-    # process, which stops them, rather than each rank separately.
-    ranks = subprocess.Popen(command, start_new_session=True)
-    try:
-        returncode = ranks.wait()
-    finally:
-        _stop(ranks)
+    with ExitStack() as held:
+        env = dict(os.environ)
+        if launch.get("gpus") is not None:
+            gpus = held.enter_context(claimed_gpus(launch["gpus"], launch["processes"], sweep_dir / POOL_DIR))
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+            log.info("%s runs on GPU %s (CUDA_VISIBLE_DEVICES=%s)", run_dir, ", ".join(gpus), env["CUDA_VISIBLE_DEVICES"])
+        log.info("starting %d process(es): %s", launch["processes"], " ".join(command))
+        returncode = _run(command, env)
+    if returncode < 0:  # one process, killed: it recorded nothing itself
+        replace_follow_on(run_dir / ERROR, killed_line("the run's process", -returncode))
     if returncode != 0:
-        raise RuntimeError(f"{launch['launcher']} exited with {returncode}; the failing rank's error is in "
-                           f"{run_dir / ERROR} (if it could write one)")
+        raise RuntimeError(f"{launch['launcher']} exited with {returncode}; the run's error is in {run_dir / ERROR} "
+                           "(if it could write one)")
     value = read_mapping(run_dir / RUN_JSON).get("objective")
     if not is_number(value):
-        raise RuntimeError(f"{run_dir / RUN_JSON}: no objective recorded after the ranks finished")
+        raise RuntimeError(f"{run_dir / RUN_JSON}: no objective recorded after the run's processes finished")
     return float(value)
+
+
+def _run(command: list[str], env: dict[str, str]) -> int:
+    """Run `command` in a session of its own and wait: its whole group can be stopped at once, and a terminal's
+    Ctrl-C reaches this process, which stops them, rather than each rank separately."""
+    ranks = subprocess.Popen(command, env=env, start_new_session=True)
+    try:
+        return ranks.wait()
+    finally:
+        _stop(ranks)
 
 
 def _stop(ranks: subprocess.Popen) -> None:

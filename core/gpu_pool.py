@@ -1,0 +1,91 @@
+"""The GPUs a sweep's jobs share on one machine (`launch.gpus`), each held by one job at a time.
+
+A job claims the GPUs it needs by taking an exclusive kernel lock (flock) on one file per GPU in a folder
+all jobs of the sweep share (the sweep folder's `.gpus/`), and holds them while its run trains; the run is
+started with CUDA_VISIBLE_DEVICES naming them (train/launch.py). Kernel locks, not a counter in a file:
+two jobs that claim in the same instant never get the same GPU, joblib may hand jobs to reused workers and
+jobs may end in any order, and a job that dies (killed, out of memory) lets its GPUs go with its process,
+so nothing is ever left to clean up by hand.
+
+Which GPUs exist is read without CUDA (`visible_gpus`): the sweep's process and its jobs never initialise
+it, so a job's CUDA_VISIBLE_DEVICES is the only one its run sees.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+log = logging.getLogger(__name__)
+
+POOL_DIR = ".gpus"  # in the sweep folder
+# How often a job that finds no free GPU looks again: only when a sweep runs more jobs at once than it has
+# GPUs for (hydra.launcher.n_jobs set above the pool), as a job's training takes minutes at least.
+WAIT_S = 2.0
+
+
+def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
+    """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES when set (its ids as
+    written: indices, GPU-/MIG- UUIDs), else the indices `nvidia-smi` lists; none without either.
+
+    >>> visible_gpus({"CUDA_VISIBLE_DEVICES": "0, 2,3"}), visible_gpus({"CUDA_VISIBLE_DEVICES": ""})
+    (['0', '2', '3'], [])
+    """
+    if "CUDA_VISIBLE_DEVICES" in env:
+        return [gpu.strip() for gpu in env["CUDA_VISIBLE_DEVICES"].split(",") if gpu.strip()]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    listed = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                            timeout=60)
+    return listed.stdout.split() if listed.returncode == 0 else []
+
+
+def jobs_at_once(gpus: Sequence, processes: int) -> int:
+    """How many jobs of `processes` GPUs each the pool runs at once (at least one: a pool too small is refused
+    by name when the job starts, not by a launcher that would run nothing).
+
+    >>> jobs_at_once(["0", "1", "2", "3"], 1), jobs_at_once(["0", "1", "2", "3"], 2), jobs_at_once([], 1)
+    (4, 2, 1)
+    """
+    return max(1, len(gpus) // int(processes))
+
+
+@contextmanager
+def claimed_gpus(pool: Sequence[str], count: int, folder: Path, wait_s: float = WAIT_S) -> Iterator[list[str]]:
+    """Hold `count` GPUs of `pool` (locks under `folder`) for the with-block; waits while fewer are free."""
+    folder.mkdir(parents=True, exist_ok=True)
+    waited = False
+    while True:
+        with ExitStack() as held:
+            claimed: list[str] = []
+            for gpu in pool:
+                if len(claimed) < count and _try_lock(folder, gpu, held):
+                    claimed.append(gpu)
+            if len(claimed) == count:
+                yield claimed
+                return
+        if not waited:
+            log.info("waiting for %d free GPU(s) of %s (held by this sweep's other jobs)", count, ", ".join(pool))
+            waited = True
+        time.sleep(wait_s)
+
+
+def _try_lock(folder: Path, gpu: str, held: ExitStack) -> bool:
+    """Take `gpu`'s lock now, kept by `held` until it closes; False when another job holds it."""
+    lock = FileLock(folder / f"gpu-{re.sub(r'[^A-Za-z0-9_.-]', '_', gpu)}.lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return False
+    held.callback(lock.release)
+    return True
