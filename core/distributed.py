@@ -112,6 +112,12 @@ def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
+# accelerate 1.15 (state.py) makes a launch FSDP only for a multi-accelerator distributed type: on a CPU the launch
+# file's FSDP becomes DDP over gloo (MULTI_CPU). Said once by the config check; run.json records what ran.
+FSDP_ON_CPU = ("accelerate launch asked for FSDP, which accelerate runs on GPUs only: on this CPU the ranks train "
+               "as DDP, each holding the whole model (run.json: stages[k].distributed)")
+
+
 def collective_timeout(env: Mapping[str, str] = os.environ) -> timedelta:
     """How long a collective waits (KK_COLLECTIVE_TIMEOUT_S, else transformers' 1800 s).
 
@@ -129,13 +135,21 @@ def start_processes() -> Processes:
     over the same process group, which keeps this timeout. Called again, it returns the same record.
     One process under `accelerate launch` with ZeRO-3 (for its offloading) still has sharded weights.
     """
+    sharded_by = weight_sharding()
+    if sharded_by == "FSDP" and not _cuda():  # FSDP_ON_CPU: the ranks train as DDP, each holding the whole model
+        sharded_by = None
     if launched_world_size() <= 1:
-        return Processes(sharded_by=weight_sharding())
-    import torch
+        return Processes(sharded_by=sharded_by)
     from accelerate import PartialState
 
-    state = PartialState(cpu=not torch.cuda.is_available(), timeout=collective_timeout())
-    return Processes(state.process_index, state.num_processes, state.local_process_index, weight_sharding())
+    state = PartialState(cpu=not _cuda(), timeout=collective_timeout())
+    return Processes(state.process_index, state.num_processes, state.local_process_index, sharded_by)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def barrier(processes: Processes) -> None:

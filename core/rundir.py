@@ -164,6 +164,8 @@ class StageRecord:
     wall_seconds: float | None = None
     checkpoint: str | None = None  # its final, relative to the run directory
     final_fingerprints: list | None = None  # of the weights it ended with, on each process in rank order (equal)
+    distributed: dict | None = None  # how its trainer ran: {type (accelerate's, as it ran), processes, mixed_precision,
+    # zero_stage (DeepSpeed)}
     end: dict | None = None  # why it ended: threshold | guard | budget
     guard_events: list = field(default_factory=list)  # the collapse guard's events, as they happened
     warnings: list = field(default_factory=list)  # what the run saw that the stage's numbers hide (a reward unscored)

@@ -114,14 +114,16 @@ def _deepspeed_master(param: torch.nn.Parameter) -> torch.Tensor | None:
     return safe_get_full_fp32_param(param)
 
 
-def checkpoint_weights(checkpoint: Path) -> dict[str, torch.Tensor] | None:
-    """The float32 master weights a DeepSpeed trainer checkpoint holds (its optimizer files, read without an
-    engine, on this process alone), or None for a checkpoint that is not DeepSpeed's."""
+def checkpoint_weights(checkpoint: Path, names: list[str]) -> dict[str, torch.Tensor] | None:
+    """The float32 master weights of the parameters `names` that a DeepSpeed trainer checkpoint holds (its
+    optimizer files, read without an engine, on this process alone), or None for a checkpoint not DeepSpeed's.
+    Named as the model names its parameters: zero_to_fp32 also lists a tied weight under its second name."""
     if not (checkpoint / "latest").is_file():  # DeepSpeed's save_checkpoint names its tag there
         return None
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    return {name: tensor.float() for name, tensor in get_fp32_state_dict_from_zero_checkpoint(str(checkpoint)).items()}
+    saved = get_fp32_state_dict_from_zero_checkpoint(str(checkpoint))
+    return {name: saved[name].float() for name in names}
 
 
 def saved_parameters(checkpoint: str | Path, names) -> Iterator[tuple[str, torch.Tensor]]:

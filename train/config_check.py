@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import logging
 import os
 from collections.abc import Mapping
 
@@ -11,7 +12,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError, is_int, is_number, plain
-from core.distributed import SINGLE, Processes, whole_final_problem
+from core.distributed import FSDP_ON_CPU, SINGLE, Processes, weight_sharding, whole_final_problem
 from core.models import LORA_KEYS
 from core.rundir import objective
 from curriculum.plan import Stage
@@ -22,6 +23,8 @@ from train.grpo_stage import check_grpo_fields
 from train.rewards import task_reward_funcs
 from train.stage_kinds import GROUPS, stage_kinds
 from train.stage_run import StageKind
+
+log = logging.getLogger(__name__)
 
 
 def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE, task: Task | None = None) -> None:
@@ -36,6 +39,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())
+    check_launch_precision(os.environ, cfg.model.lora)
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
@@ -150,6 +154,8 @@ def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: P
         raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
                           "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
     if processes.sharded_by is None:
+        if weight_sharding() == "FSDP" and processes.is_main:
+            log.warning(FSDP_ON_CPU)
         return
     problem = whole_final_problem()
     if problem:
@@ -162,6 +168,25 @@ def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: P
     if lora:
         raise ConfigError(f"model.lora: adapters are merged into full weights on the main process, which "
                           f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
+
+
+def check_launch_precision(env: Mapping[str, str], lora) -> None:
+    """What an `accelerate launch` file asks (its processes get it in `env`) that training cannot honour.
+
+    >>> check_launch_precision({"ACCELERATE_MIXED_PRECISION": "bf16"}, None)
+    >>> check_launch_precision({"ACCELERATE_MIXED_PRECISION": "fp16"}, None)
+    Traceback (most recent call last):
+    core.checks.ConfigError: accelerate config: mixed_precision fp16: the runner trains float32 master weights \
+with bf16 autocast (bf16) or without (no); fp16 needs a loss scale it does not set
+    """
+    precision = env.get("ACCELERATE_MIXED_PRECISION", "no")
+    if precision not in ("no", "bf16"):
+        raise ConfigError(f"accelerate config: mixed_precision {precision}: the runner trains float32 master "
+                          "weights with bf16 autocast (bf16) or without (no); fp16 needs a loss scale it does not set")
+    if lora and env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        raise ConfigError("model.lora: DeepSpeed keeps no float32 master copy of frozen weights (the base under the "
+                          "adapters is held in the module's bf16 under mixed precision), so a merged final would be "
+                          "rounded: train LoRA under DDP (conf/accelerate/ddp.yaml)")
 
 
 def _check_objective(name: str, subsets: list[str]) -> None:

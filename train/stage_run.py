@@ -95,19 +95,22 @@ class StageResult:
     reference_fingerprint: str | None
     resumed_from: str | None = None  # the trainer checkpoint it continued from
     wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
-    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (None: ranks hold shards)
+    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (gathered where sharded)
+    distributed: dict | None = None  # how its trainer ran (`distributed_record`)
 
     def marker(self, stage_name: str, config_hash: str, init: str) -> dict:
         """The final's `stage.json`: which stage of which config it is, where it started, and this result."""
         return {"stage": stage_name, "config_hash": config_hash, "steps_done": self.steps_done, "init": init,
                 "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
-                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints}
+                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints,
+                "distributed": self.distributed}
 
     @classmethod
     def from_marker(cls, checkpoint: str, info: Mapping) -> StageResult:
         """The result a published final's `stage.json` holds (nothing of how long it took)."""
         return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
-                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"))
+                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"),
+                   distributed=info.get("distributed"))
 
 
 class StageKind(Protocol):
@@ -156,10 +159,28 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     final = final_weights(trainer, model, adopted, ctx.processes)
     ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
-                         reference, resumed_from, final_fingerprints=ends)
+                         reference, resumed_from, final_fingerprints=ends, distributed=distributed_record(trainer))
     publish_stage(trainer, model, final.weights, stage_dir, result.marker(stage.name, ctx.config_hash, ctx.init_model),
                   keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2))
+
+
+def distributed_record(trainer: Trainer) -> dict:
+    """How a stage's trainer ran, as accelerate set it up: its distributed type (what ran, not what a launch file
+    asked for: accelerate makes a launch FSDP only on GPUs, and DDP on a CPU), processes, mixed precision and
+    ZeRO stage (DeepSpeed).
+
+    >>> from types import SimpleNamespace as NS
+    >>> state = NS(distributed_type=NS(value="MULTI_CPU"), num_processes=2, mixed_precision="no")
+    >>> distributed_record(NS(accelerator=NS(state=state), is_deepspeed_enabled=False))
+    {'type': 'MULTI_CPU', 'processes': 2, 'mixed_precision': 'no'}
+    """
+    state = trainer.accelerator.state
+    record = {"type": str(state.distributed_type.value), "processes": state.num_processes,
+              "mixed_precision": str(state.mixed_precision)}
+    if trainer.is_deepspeed_enabled:
+        record["zero_stage"] = state.deepspeed_plugin.zero_stage
+    return record
 
 
 @dataclass(frozen=True)
@@ -175,7 +196,8 @@ def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Proc
     """The final's weights: a DeepSpeed checkpoint's master weights (`adopted`, read on the main process, its
     fingerprint handed to every rank), the engine's gathered master copy (DeepSpeed, FSDP), or the module."""
     if adopted is not None:
-        weights = checkpoint_weights(adopted) if processes.is_main else None
+        names = [name for name, _ in model.named_parameters()]
+        weights = checkpoint_weights(adopted, names) if processes.is_main else None
         found = weights_fingerprint(weights.items()) if weights is not None else None
         return FinalWeights(broadcast(found, processes), weights)
     if not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
