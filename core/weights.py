@@ -155,3 +155,10 @@ def load_whole(config, state_dict: dict[str, torch.Tensor]):
     with zero3_init_paused():
         return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].from_pretrained(None, config=config, state_dict=state_dict,
                                                                           dtype=torch.float32)
+
+
+def save_whole(config, weights: dict[str, torch.Tensor], tokenizer, folder: Path) -> None:
+    """A checkpoint `from_pretrained` loads: `weights` as a float32 model of `config`'s architecture, and the
+    tokenizer (the main process, for a final gathered from an engine's shards or master copy)."""
+    load_whole(config, weights).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)

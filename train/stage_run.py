@@ -40,7 +40,7 @@ from core.distributed import Processes, barrier, broadcast, gather
 from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.rundir import final_checkpoint, stage_path
-from core.weights import checkpoint_weights, fingerprint, gather_weights, load_whole, weights_fingerprint
+from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import Task
@@ -344,8 +344,7 @@ def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path
         shutil.rmtree(tmp, ignore_errors=True)
     barrier(processes)
     if weights is not None:
-        load_whole(model.config, weights).save_pretrained(tmp)
-        trainer.processing_class.save_pretrained(tmp)
+        save_whole(model.config, weights, trainer.processing_class, tmp)
     elif model is trainer.model and not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled):
         trainer.save_model(str(tmp))
     elif processes.is_main and model is not trainer.model:
