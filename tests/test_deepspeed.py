@@ -25,32 +25,11 @@ from conf import CONF_DIR
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
+from tests.drivers import KILL_WHILE_PUBLISHING
 
 SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2"]
 STAGES = ["1-2ppl", "2-3ppl", "3-4ppl", "4-5ppl", "5-6ppl"]
 ENV = {"DS_ACCELERATOR": "cpu"}  # DeepSpeed's CPU accelerator; its collectives fall back to gloo without oneCCL
-
-# Dies (SIGKILL, on the main process, which alone publishes) once the first stage's final is written to
-# final.tmp and before it is published; the trainer's checkpoint at the budget is on disk.
-KILL_WHILE_PUBLISHING = """
-import os, signal, sys
-import train.stage_run
-
-target = os.sep + sys.argv.pop(1) + os.sep
-real_publish = train.stage_run.publish_final
-
-def die_before_publishing(tmp_dir, final_dir, info):
-    if target in str(tmp_dir):
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_publish(tmp_dir, final_dir, info)
-
-train.stage_run.publish_final = die_before_publishing
-from conf.errors import run_app
-from train.__main__ import _start, main
-_start()
-run_app(main)
-"""
-
 
 def accelerate(zero: str, *args: str) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file conf/accelerate/<zero>.yaml --num_processes 2 <args>` as a user runs it."""

@@ -16,29 +16,11 @@ from transformers import AutoModelForCausalLM
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
+from tests.drivers import KILL_WHILE_PUBLISHING
 from train.checkpoints import final_info
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
 COMMON = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3", STAGES, "cpu_threads=1"]
-
-# Writes the final's weights to final.tmp, then dies before publishing it (the trainer's checkpoint-3 is on disk).
-KILL_WHILE_WRITING_FINAL = """
-import os, signal, sys
-import train.stage_run
-
-target = os.sep + sys.argv.pop(1) + os.sep  # the stage folder whose final is never published
-real_publish = train.stage_run.publish_final
-
-def die_before_publishing(tmp_dir, final_dir, info):
-    if target in str(tmp_dir):
-        os.kill(os.getpid(), signal.SIGKILL)
-    real_publish(tmp_dir, final_dir, info)
-
-train.stage_run.publish_final = die_before_publishing
-from train.__main__ import main
-main()
-"""
-
 
 def _final_weights(run_dir) -> list[str]:
     manifest = json.loads((run_dir / "run.json").read_text())
@@ -53,7 +35,7 @@ def test_a_kill_while_the_final_is_written_publishes_the_checkpoint_at_the_budge
     assert whole.returncode == 0, whole.stderr[-3000:]
 
     run_dir = tmp_path / "killed"
-    driver = [sys.executable, "-c", KILL_WHILE_WRITING_FINAL, "1-a"]
+    driver = [sys.executable, "-c", KILL_WHILE_PUBLISHING, "1-a"]
     killed = subprocess.run([*driver, *common, f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True,
                             timeout=600)
     assert killed.returncode == -9, killed.stderr[-3000:]
