@@ -38,7 +38,7 @@ from core.distributed import Processes, broadcast, gather, start_processes
 from core.rundir import ERROR
 from core.runlock import RunLockedError
 from train.exits import interrupted_line, refusal_line
-from train.failures import record_error
+from train.failures import record_error, record_refusal
 from train.identity import RunIdentity, requested_optimizers, run_identity
 
 log = logging.getLogger("train")
@@ -72,10 +72,9 @@ def main(cfg: DictConfig) -> float:
     except Exception as err:
         refusal = refusal_line(err)
         if refusal is not None and not multirun:
-            # one line that names the key; a traceback would bury it. The folder Hydra made for a run refused
-            # before it wrote anything goes; a run given to resume= is left exactly as it was (its error.txt too)
+            # one line that names the key; a traceback would bury it
             if processes.is_main:
-                discard_refused_run(run_dir, f"{hydra_cfg.job.name}.log")
+                _leave_refused(run_dir, refusal, hydra_cfg)
             raise SystemExit(refusal) from None
         record_error(run_dir / ERROR, err, processes, peers)
         if not multirun:
@@ -83,6 +82,18 @@ def main(cfg: DictConfig) -> float:
         log.error("job %s failed (%s); see %s", run_dir.name, err, run_dir / ERROR)
         return float("nan")  # a sweeper records the trial as failed and goes on
     return value
+
+
+def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
+    """What a run refused by a config error (or a model that cannot be had) leaves. The folder Hydra made for
+    a run refused before it wrote anything goes; a run given to resume= is left exactly as it was (its error.txt
+    too). A run a sweep's job started (train/launch.py: it keeps no Hydra record, `hydra.output_subdir=null`)
+    runs in the job's folder, which it leaves to the job, with the refusal in error.txt for the sweep's report.
+    """
+    if hydra_cfg.output_subdir is None:
+        record_refusal(run_dir / ERROR, refusal)
+    else:
+        discard_refused_run(run_dir, f"{hydra_cfg.job.name}.log")
 
 
 def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunIdentity) -> float:

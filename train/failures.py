@@ -98,6 +98,11 @@ def record_error(path: Path, err: BaseException, processes: Processes, peers: Se
         _create(path, text)
 
 
+def record_refusal(path: Path, line: str) -> None:
+    """A refused run's one line (`config error: ...`) in error.txt, unless a record is there."""
+    _create(path, line + "\n")
+
+
 def replace_follow_on(path: Path, text: str) -> bool:
     """Write `text` (a cause) to error.txt when it is absent or holds a follow-on; False when a cause is there."""
     if _create(path, text):
