@@ -63,7 +63,8 @@ def check_launch(launch: Mapping) -> None:
                           f"({processes}) of them: a job claims that many")
 
 
-def launched_sweep_problem(targets: Mapping[str, str], choices: Mapping[str, str | None], world_size: int) -> str | None:
+def launched_sweep_problem(targets: Mapping[str, str], choices: Mapping[str, str | None],
+                           world_size: int) -> str | None:
     """Why a multirun cannot run on each of `world_size` launched processes, or None.
 
     `targets`: the `_target_` of hydra.sweeper and hydra.launcher; `choices`: Hydra's runtime choices (named in

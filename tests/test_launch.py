@@ -13,12 +13,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from conf import CONF_DIR
+from conf.launch_checks import check_launch
 from conf.schema import StageConfig
 from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
 from train.config_check import check_config, check_one_gpu_per_process
-from conf.launch_checks import check_launch
 from train.launch import launch_command
 
 ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
@@ -73,8 +73,8 @@ def test_the_size_said_before_a_run_counts_every_process_completions_and_shares_
     # eval.subsets [2ppl, 3ppl] of 4 puzzles, validated where `near` says (11 subset validations over the baseline
     # and 5 stages): the same 44 completions at any scale
     assert size.validation_completions == 11 * 4
-    assert size.describe().startswith(f"size: 5 stages{' on %d processes' % processes if processes > 1 else ''}; "
-                                      f"training 10 GRPO steps, {40 * processes} completions")
+    on = f" on {processes} processes" if processes > 1 else ""
+    assert size.describe().startswith(f"size: 5 stages{on}; training 10 GRPO steps, {40 * processes} completions")
 
 
 @pytest.mark.parametrize(("fields", "processes", "refused"), [
@@ -129,13 +129,13 @@ def test_multi_gpu_is_refused_on_a_machine_without_cuda(make_cfg):
 
 @pytest.mark.parametrize(("env", "visible", "refused"), [
     ({}, 4, "CUDA_VISIBLE_DEVICES: 4 GPUs visible to one process (CUDA_VISIBLE_DEVICES unset)"),
-    ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2, "CUDA_VISIBLE_DEVICES: 2 GPUs visible to one process (CUDA_VISIBLE_DEVICES=2,3)"),
+    ({"CUDA_VISIBLE_DEVICES": "2,3"}, 2, "2 GPUs visible to one process (CUDA_VISIBLE_DEVICES=2,3)"),
     # accelerate launch --num_processes 1 runs the script itself: no LOCAL_RANK, so transformers counts every GPU
     ({"ACCELERATE_MIXED_PRECISION": "bf16"}, 8, "--num_processes 8 -m train"),
     ({"CUDA_VISIBLE_DEVICES": "1"}, 1, None),  # pinned to one GPU
     ({}, 0, None),  # a CPU
     ({"LOCAL_RANK": "1", "WORLD_SIZE": "4", "RANK": "1"}, 4, None),  # a rank of torchrun or accelerate launch
-    ({"LOCAL_RANK": "0", "WORLD_SIZE": "1", "RANK": "0"}, 4, None),  # torchrun --nproc_per_node 1: accelerate's MULTI_GPU
+    ({"LOCAL_RANK": "0", "WORLD_SIZE": "1", "RANK": "0"}, 4, None),  # torchrun --nproc_per_node 1: MULTI_GPU
 ])
 def test_several_gpus_visible_to_a_process_no_launcher_started_are_refused(env, visible, refused):
     """transformers' n_gpu counts every visible GPU when accelerate sees no launch (no LOCAL_RANK); TRL refuses

@@ -60,7 +60,8 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
     if launch["launcher"] == "python":
         return [sys.executable, *run]
     if launch["launcher"] == "accelerate":
-        head = ["accelerate", "--config_file", str(accelerate_file(launch)), "--num_processes", str(launch["processes"])]
+        head = ["accelerate", "--config_file", str(accelerate_file(launch)),
+                "--num_processes", str(launch["processes"])]
     else:  # torchrun; --standalone finds a free port, so jobs sharing a machine do not collide
         head = ["torchrun", "--standalone", "--nproc_per_node", str(launch["processes"])]
     return [sys.executable, "-m", "train.launch_agent", str(run_dir / ERROR), str(launch["processes"]), *head, *run]
@@ -80,7 +81,8 @@ def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir
         if launch.get("gpus") is not None:
             gpus = held.enter_context(claimed_gpus(launch["gpus"], launch["processes"], sweep_dir / POOL_DIR))
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-            log.info("%s runs on GPU %s (CUDA_VISIBLE_DEVICES=%s)", run_dir, ", ".join(gpus), env["CUDA_VISIBLE_DEVICES"])
+            log.info("%s runs on GPU %s (CUDA_VISIBLE_DEVICES=%s)", run_dir, ", ".join(gpus),
+                     env["CUDA_VISIBLE_DEVICES"])
         log.info("starting %d process(es): %s", launch["processes"], " ".join(command))
         returncode = _run(command, env)
     if returncode < 0:  # one process, killed: it recorded nothing itself
