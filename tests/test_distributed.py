@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
 from core.runlock import RunLock
+from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
-from train.stage_run import fingerprint
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # The command. eval.batch_size=2 splits each subset's 4 puzzles into two batches, so that each
