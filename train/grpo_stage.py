@@ -6,8 +6,10 @@ previous_stage` the reference then holds the previous stage's weights. For `rl_s
 the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
 With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
 adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
-With `eval.backend=vllm` and vLLM rollouts in colocate mode, in-stage validation borrows the
-trainer's own vLLM engine (`eval.vllm_backend.ColocatedEngine`).
+With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer's engine is set up as it can run on this
+machine and the process left as it was (`colocated_engine_setup`), and freed when training ends
+(`ReleaseRolloutEngine`); with `eval.backend=vllm` or `auto`, in-stage validation borrows it
+(`eval.vllm_backend.ColocatedEngine`).
 What every kind shares (train, resume, publish) is `train/stage_run.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
@@ -20,24 +22,27 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from accelerate.utils import is_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
 from core.checks import ConfigError
 from core.models import lora_config
+from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.kk.grading.grader import completion_text
 from curriculum.plan import Stage, grpo_batch
 from eval.in_stage import InStageValidation
-from eval.vllm_backend import ColocatedEngine
+from eval.vllm_backend import ColocatedEngine, process_kept, release
+from eval.vllm_cpu import colocated_engine
 from train.reward_checks import check_timeout, checked_rewards
 from train.rewards import task_reward_funcs
-from train.stage_run import KindSettings, StageContext, check_trainer_fields, fingerprint, token_counts, trainer_fields
+from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
 
 DISTINCT_KEY = "completions/distinct_share"
 _SPACE = re.compile(r"\s+")
@@ -155,6 +160,9 @@ class GrpoStage:
 
     def check(self, stage: Stage, key: str) -> None:
         check_grpo_fields({**self.grpo, **stage.overrides}, key, self.shared.world_size)
+        run_wide = sorted(name for name in stage.overrides if name == "use_vllm" or name.startswith("vllm_"))
+        if run_wide:  # the run starts (or keeps unloaded) vLLM from the grpo group: core.models.defer_vllm
+            raise ConfigError(f"{key}.{run_wide[0]}: vLLM rollouts are set for the whole run, in grpo.{run_wide[0]}")
         if not self.has_reference(stage):
             log.warning("stage %s: beta is 0, so TRL loads no reference model and there is no KL term "
                         "(run.json records reference: null); set grpo.beta > 0 to keep one", stage.name)
@@ -182,27 +190,59 @@ class GrpoStage:
         funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
                                 warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
-        trainer = GRPOTrainer(
-            model=_policy(ctx, args.model_init_kwargs["dtype"]),
-            reward_funcs=funcs,
-            args=args,
-            train_dataset=rows,
-            processing_class=AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left"),
-            callbacks=callbacks,
-            peft_config=lora_config(self.shared.model),
-        )
+        colocated = args.use_vllm and args.vllm_mode == "colocate"
+        with colocated_engine_setup() if colocated else nullcontext():
+            trainer = GRPOTrainer(
+                model=_policy(ctx, args.model_init_kwargs["dtype"]),
+                reward_funcs=funcs,
+                args=args,
+                train_dataset=rows,
+                processing_class=AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left"),
+                callbacks=callbacks,
+                peft_config=lora_config(self.shared.model),
+            )
+        if colocated:
+            trainer.add_callback(ReleaseRolloutEngine(trainer))
         for callback in callbacks:  # in-stage validation borrows the trainer's colocated vLLM engine
-            if isinstance(callback, InStageValidation) and callback.settings.backend == "vllm":
+            if isinstance(callback, InStageValidation) and callback.settings.backend in ("vllm", "auto"):
                 callback.colocated = ColocatedEngine.of(trainer)
         return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
         """TRL's reference model, or (LoRA) the policy with adapters off."""
-        if getattr(trainer, "ref_model", None) is not None:
-            return fingerprint(trainer.ref_model)
+        if getattr(trainer, "ref_model", None) is not None:  # under DeepSpeed, the module inside its engine
+            return fingerprint(trainer.accelerator.unwrap_model(trainer.ref_model))
         if trainer.beta != 0 and is_peft_model(trainer.model):
             return fingerprint(trainer.model)  # a PEFT model's fingerprint is of its adapter-free weights
         return None
+
+
+@contextmanager
+def colocated_engine_setup() -> Iterator[None]:
+    """Around the construction of a GRPOTrainer that starts its colocated vLLM engine: the engine set up as it
+    can run here (eval/vllm_cpu.py: on CPU, reloadable weights and a KV cache size), and the process left as
+    it was (`process_kept`). TRL 1.16 (`VLLMGeneration._init_vllm`) writes RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT into os.environ for good: the next stage's trainer, in this process, read them
+    as a distributed launch (accelerate: MULTI_CPU or MULTI_GPU instead of NO) and wrapped the policy in DDP.
+    vLLM's own start-up variables go with them; the engine, built, reads none of them again. The random
+    state stays TRL's (vLLM seeds it as it starts, on any device), as bare TRL has it.
+    """
+    with process_kept(rng=False), colocated_engine():
+        yield
+
+
+class ReleaseRolloutEngine(TrainerCallback):
+    """Frees the trainer's colocated vLLM engine when training ends (`eval.vllm_backend.release`): its memory
+    and the process group vLLM set up, so the next stage's trainer starts its own engine in a clean process."""
+
+    def __init__(self, trainer: GRPOTrainer):
+        self.trainer = trainer
+
+    def on_train_end(self, args, state, control, **kwargs):
+        generation = self.trainer.vllm_generation
+        if generation.llm is not None:
+            release(generation.llm)
+            generation.llm = None
 
 
 def _policy(ctx: StageContext, dtype_name: str):
