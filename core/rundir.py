@@ -164,6 +164,7 @@ class StageRecord:
     wall_seconds: float | None = None
     checkpoint: str | None = None  # its final, relative to the run directory
     final_fingerprints: list | None = None  # of the weights it ended with, on each process in rank order (equal)
+    final_marker: str | None = None  # sha256 of its final's stage.json: what vouches for the final (core/published.py)
     distributed: dict | None = None  # how its trainer ran: {type (accelerate's, as it ran), processes, mixed_precision,
     # zero_stage (DeepSpeed)}
     end: dict | None = None  # why it ended: threshold | guard | budget

@@ -40,10 +40,12 @@ def compose_cfg(cache_dir: Path | None, *overrides: str, output_dir: Path | None
     the app checks it: a config error is a ConfigError holding the app's one line.
 
     `cache_dir` and `output_dir` set paths.* (None keeps the configured one); `hydra_config` keeps the
-    `hydra` node (launcher, sweeper) that only a run would otherwise see.
+    `hydra` node (launcher, sweeper) that only a run would otherwise see. `cpu_threads` is pinned to 1 (a test's
+    own `cpu_threads=` wins): `auto` picks from the machine's load, and another thread count sums floats in
+    another order, so two runs a test compares would differ on a busy machine.
     """
     paths = {"paths.cache_dir": cache_dir, "paths.output_dir": output_dir}
-    pinned = [f"{key}={value}" for key, value in paths.items() if value is not None]
+    pinned = ["cpu_threads=1", *(f"{key}={value}" for key, value in paths.items() if value is not None)]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         try:
             cfg = compose("config", overrides=[*pinned, *overrides], return_hydra_config=hydra_config)

@@ -94,10 +94,13 @@ def test_a_sweep_job_resumes_as_a_plain_run_with_its_values_and_is_refused_by_na
     resumed = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", "seed=2", f"resume={job}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (job / ".hydra" / "overrides.yaml").read_text().count("seed=2") == 1, "the job's own record is kept"
+    (job / "error.txt").write_text("an earlier attempt's error\n")
     other = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", f"resume={job}")  # seed 42: not the job's
-    assert other.returncode != 0
-    assert "the config differs from the one this run was started with" in other.stderr
-    assert "in seed; resume with the values in" in other.stderr
+    assert other.returncode != 0 and "Traceback" not in other.stderr
+    line = other.stderr.strip().splitlines()[-1]  # one line, before the lock holder removed anything
+    assert line.startswith(f"config error: resume={job}: the config differs from the one this run was started with")
+    assert "in seed; resume with the values in" in line
+    assert (job / "error.txt").read_text() == "an earlier attempt's error\n", "the refused resume removed nothing"
 
 
 @pytest.mark.parametrize("override, line", [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import compose_cfg
+from train.manifest import Manifest
 from train.runner import run_curriculum
 from train.settings import read_settings
 
@@ -125,20 +126,13 @@ def test_a_damaged_final_is_retrained_to_an_uninterrupted_runs_weights(whole_run
         assert _weights(run_dir / "stages" / name / "final") == _weights(source / "stages" / name / "final")
 
 
-def test_a_final_damaged_between_stages_is_not_trained_from(whole_run, tmp_path):
-    """No resume at all: the previous stage's final is checked against its marker when the next stage starts."""
-    from train.runner import intact
-
-    source, _ = whole_run
-    run_dir = _copy(source, tmp_path)
-    final = run_dir / "stages" / "1-a" / "final"
-    intact(run_dir, str(final), None)
-    _damage(final / "config.json", "truncate")
-    with pytest.raises(RuntimeError, match=r"1-a/final: damaged since it was published \(config.json: \d+ bytes"):
-        intact(run_dir, str(final), None)
-
-
-def test_metrics_replaced_by_a_link_out_of_the_run_is_refused_and_its_target_untouched(whole_run, tmp_path):
+@pytest.mark.parametrize("link, refusal", [
+    (Path.symlink_to, r"metrics.jsonl: a symbolic link out of the run directory"),
+    # the same file under a second name: only symbolic links were checked, and the resume wrote through it
+    (lambda path, outside: path.hardlink_to(outside), r"metrics.jsonl: a hard link \(2 names for one file"),
+])
+def test_metrics_replaced_by_a_link_out_of_the_run_is_refused_and_its_target_untouched(whole_run, tmp_path, link,
+                                                                                       refusal):
     source, cfg = whole_run
     run_dir = _copy(source, tmp_path)
     _killed_in_stage_b(run_dir)
@@ -146,8 +140,8 @@ def test_metrics_replaced_by_a_link_out_of_the_run_is_refused_and_its_target_unt
     outside.write_bytes((run_dir / "metrics.jsonl").read_bytes() + b'{"torn": ')  # a torn tail: truncated on open
     before = outside.read_bytes()
     (run_dir / "metrics.jsonl").unlink()
-    (run_dir / "metrics.jsonl").symlink_to(outside)
-    with pytest.raises(RuntimeError, match=r"metrics.jsonl: a symbolic link out of the run directory"):
+    link(run_dir / "metrics.jsonl", outside)
+    with pytest.raises(RuntimeError, match=refusal):
         run_curriculum(read_settings(cfg), run_dir)
     assert outside.read_bytes() == before, "neither truncated nor appended to"
 
@@ -178,3 +172,72 @@ def test_a_manifest_entry_no_run_writes_is_named_with_its_file_and_stage(whole_r
     _edit_manifest(run_dir, edit)
     with pytest.raises(RuntimeError, match=rf"{run_dir / 'run.json'}: {message}.*restore it, or start a new run"):
         run_curriculum(read_settings(cfg), run_dir)
+
+
+def _swap_finals(run_dir: Path) -> None:
+    """Stage a's and b's finals exchanged, each intact with its own stage.json (a copy that mixed up folders)."""
+    a, b = (run_dir / "stages" / name / "final" for name in ("1-a", "2-b"))
+    a.rename(a.with_name("swapping"))
+    b.rename(a)
+    a.with_name("swapping").rename(b)
+
+
+def _marker_rewritten(run_dir: Path) -> None:
+    """Stage a's stage.json rewritten with its files' digests kept: an edit (or another run's marker) that the
+    files alone cannot show."""
+    marker = run_dir / "stages" / "1-a" / "final" / "stage.json"
+    marker.write_text(json.dumps(json.loads(marker.read_text())))
+
+
+def test_swapped_finals_are_refused_on_resume_before_anything_trains_from_them(whole_run, tmp_path):
+    source, cfg = whole_run
+    run_dir = _copy(source, tmp_path)
+    _swap_finals(run_dir)
+    swapped = {name: _weights(run_dir / "stages" / name / "final") for name in ("1-a", "2-b")}
+    with pytest.raises(RuntimeError, match=r"stage b: its final checkpoint stages/2-b/final is missing or damaged "
+                                           r"\(its stage.json names stage 'a', not 'b': another stage's final is in "
+                                           r"its place"):
+        run_curriculum(read_settings(cfg), run_dir)
+    assert {name: _weights(run_dir / "stages" / name / "final") for name in swapped} == swapped, "left as they were"
+
+
+def test_swapped_finals_are_set_aside_and_retrained_to_an_uninterrupted_runs_weights(whole_run, tmp_path, cache_dir):
+    source, _ = whole_run
+    run_dir = _copy(source, tmp_path)
+    _swap_finals(run_dir)
+    run_curriculum(read_settings(compose_cfg(cache_dir, *TWO_STAGES, "on_damaged_checkpoint=retrain")), run_dir)
+    assert [s["status"] for s in json.loads((run_dir / "run.json").read_text())["stages"]] == ["done", "done"]
+    for name, other in (("1-a", "2-b"), ("2-b", "1-a")):
+        assert _weights(run_dir / "stages" / name / "final") == _weights(source / "stages" / name / "final")
+        # what was refused is kept beside it, not deleted: it is the other stage's intact final
+        assert _weights(run_dir / "stages" / name / "final.refused") == _weights(source / "stages" / other / "final")
+
+
+def test_a_marker_that_is_not_the_one_run_json_recorded_is_refused(whole_run, tmp_path):
+    source, cfg = whole_run
+    run_dir = _copy(source, tmp_path)
+    shutil.rmtree(run_dir / "stages" / "2-b")  # stage b still to train from a's final
+    _edit_manifest(run_dir, lambda m: m["stages"][1].update(status="pending", checkpoint=None, steps_done=0))
+    _marker_rewritten(run_dir)
+    with pytest.raises(RuntimeError, match=r"stage a: .* \(its stage.json \(sha256 \w{12}\) is not the one run.json "
+                                           r"recorded for stage a \(sha256 \w{12}\)"):
+        run_curriculum(read_settings(cfg), run_dir)
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda run: _damage(run / "stages" / "1-a" / "final" / "config.json", "truncate"), r"config.json: \d+ bytes"),
+    (_swap_finals, r"its stage.json names stage 'b', not 'a'"),  # swapped while stage b... would start from it
+    (_marker_rewritten, r"its stage.json \(sha256 \w{12}\) is not the one run.json recorded for stage a"),
+])
+def test_a_final_changed_between_stages_is_not_trained_from(whole_run, tmp_path, change, named):
+    """No resume at all: the previous stage's final is checked against run.json when the next stage starts."""
+    from train.runner import intact
+
+    source, _ = whole_run
+    run_dir = _copy(source, tmp_path)
+    final = run_dir / "stages" / "1-a" / "final"
+    manifest = Manifest(run_dir / "run.json", json.loads((run_dir / "run.json").read_text()))
+    intact(run_dir, manifest, str(final), None)
+    change(run_dir)
+    with pytest.raises(RuntimeError, match=rf"1-a/final: damaged since it was published \({named}"):
+        intact(run_dir, manifest, str(final), None)

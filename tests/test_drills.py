@@ -12,8 +12,9 @@ from transformers import TrainerCallback
 
 from core.checks import ConfigError
 from core.jsonl import JsonlWriter, read_jsonl
+from core.published import final_info
 from tests.conftest import compose_cfg
-from train.checkpoints import final_info, last_complete_checkpoint
+from train.checkpoints import last_complete_checkpoint
 from train.runner import run_curriculum
 from train.settings import read_settings
 from train.stage_end import DivergenceStop, NonFiniteLossError
@@ -210,6 +211,9 @@ def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_p
     source, _ = kept_run
     run_dir = tmp_path / "run"
     shutil.copytree(source, run_dir)
+    (run_dir / "error.txt").write_text("the failed attempt's error\n")
     other = make_cfg(*KEPT, "grpo.learning_rate=0.5", "seed=7", "cpu_threads=2")  # threads: free
-    with pytest.raises(RuntimeError, match=r"differs .* in grpo.learning_rate, seed; resume with the values"):
+    # a config error (one line), refused before the lock holder removes anything: the failed attempt's record stays
+    with pytest.raises(ConfigError, match=r"differs .* in grpo.learning_rate, seed; resume with the values"):
         run_curriculum(read_settings(other), run_dir)
+    assert (run_dir / "error.txt").read_text() == "the failed attempt's error\n"

@@ -10,6 +10,8 @@ import pytest
 from safetensors import safe_open
 from transformers import TrainerCallback
 
+from core.published import recorded_final_problem
+from core.rundir import StageRecord
 from train.runner import run_curriculum
 from train.settings import read_settings
 
@@ -63,6 +65,8 @@ def test_bfloat16_rewrites_the_finals_nothing_reads_at_half_the_size(tmp_path, m
         assert weight_dtypes(final) == ({"F32"} if last else {"BF16"})
         info = json.loads((final / "stage.json").read_text())
         assert info.get("dtype") == (None if last else "bfloat16") and info["stage"] == stage["name"]
+        # its new marker names the one run.json recorded: still handed on (python -m eval) as the stage's final
+        assert recorded_final_problem(final, StageRecord.from_json(stage)) is None
         size, full = (final / "model.safetensors").stat().st_size, (published / "model.safetensors").stat().st_size
         assert size == full if last else size < 0.6 * full
     assert handoff(tmp_path) == handoff(as_published)

@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM
 from conf import CONF_DIR
 from core.distributed import FSDP_ON_CPU
 from core.models import resolve_model
+from core.published import final_problem
 from core.weights import fingerprint
 from tests.conftest import ROOT, compose_cfg, run_cli
-from train.checkpoints import final_problem
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
+from core.published import final_info
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 from tests.drivers import KILL_WHILE_PUBLISHING
-from train.checkpoints import final_info
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
 COMMON = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3", STAGES, "cpu_threads=1"]

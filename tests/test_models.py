@@ -13,10 +13,9 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from peft import get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
 
-from core import models
 from core.model_cache import COMPLETION_MARKER, entry_name, temp_dir_prefix
 from core.models import (
     ModelUnavailableError,
@@ -244,34 +243,3 @@ def test_smollm2_converts_offline_and_answers(tmp_path):
     assert "Paris" in tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
     assert resolve_model(model_cfg("smollm2-135m"), tmp_path) == path  # cached
     assert not list(Path(path).rglob("*.gguf"))
-
-
-class ThreadsPerStage(TrainerCallback):
-    """Records torch's threads as each stage starts training; the machine's load "falls" after stage 1."""
-
-    def __init__(self, load: dict):
-        self.load, self.threads = load, []
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.threads.append(torch.get_num_threads())
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.load["busy"] = False
-
-
-def test_cpu_threads_auto_is_measured_again_before_each_stage(make_cfg, tmp_path, monkeypatch):
-    if torch.cuda.is_available() or models.DEFAULT_CPU_THREADS < 2:
-        pytest.skip("auto picks among a CPU's threads: needs a CPU machine with more than one core")
-    from train.runner import run_curriculum
-    from train.settings import read_settings
-
-    # under load one thread wins by far (a multi-threaded op waits for busy cores); idle, all of them win
-    load = {"busy": True}
-    timings = {True: {"many": 1.0, "one": 0.1}, False: {"many": 0.1, "one": 0.2}}
-    monkeypatch.setattr(models, "_small_ops_seconds",
-                        lambda threads, repeats=20: timings[load["busy"]]["one" if threads == 1 else "many"])
-    seen = ThreadsPerStage(load)
-    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1", "cpu_threads=auto")
-    run_curriculum(read_settings(cfg), tmp_path, callbacks=(seen,))
-    # measured once at the start, a run kept 1 thread throughout; now each stage measures the machine it finds
-    assert seen.threads == [1] + [models.DEFAULT_CPU_THREADS] * 4

@@ -1,4 +1,4 @@
-"""Checkpoints on disk: which one a resume continues from, and which final a later stage may start from.
+"""Trainer checkpoints on disk: which one a resume continues from (a stage's final: core/published.py).
 
 A trainer checkpoint (`stages/<k>-<name>/trainer/checkpoint-N`) counts once it is complete and
 intact: transformers writes `trainer_state.json` after everything else in it, then `CheckpointDigests`
@@ -7,8 +7,9 @@ records every file's size and sha256 (`checksums.json`, core/digests.py). Read b
 copy) is passed over, and the stage continues from the one before it, or from its start.
 
 A stage's final is written to `final.tmp`, its marker `stage.json` (which stage of which config, and
-its files' digests) written last, then renamed to `final`: a final without its marker, or with a file
-that differs from what the marker recorded, is never handed to a later stage.
+its files' digests) written last, then renamed to `final`: a final without its marker, with a file that
+differs from what the marker recorded, or whose marker is not the one run.json recorded for its stage, is
+never handed to a later stage (core/published.py).
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from core.digests import DIGESTS, damage, folder_digests
+from core.digests import DIGESTS, folder_digests
 from core.distributed import SINGLE, Processes, barrier
 from core.jsonl import write_json_atomic
+from core.published import weights_problem
 from core.rundir import load_file
-
-FINAL_MARKER = "stage.json"
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 
 
 class CheckpointDigests(TrainerCallback):
@@ -61,7 +60,7 @@ def checkpoint_problem(folder: Path, world_size: int = 1) -> str | None:
     missing = [rank for rank in range(world_size) if world_size > 1 and not _rng_state_whole(folder, rank)]
     if missing:  # a resume without a rank's RNG state would not repeat the run
         return f"no whole RNG state of rank {missing[0]} (rng_state_{missing[0]}.pth)"
-    return _weights_problem(folder, load_file(folder / DIGESTS))
+    return weights_problem(folder, load_file(folder / DIGESTS))
 
 
 def _rng_state_whole(folder: Path, rank: int) -> bool:
@@ -100,35 +99,3 @@ def scan_checkpoints(trainer_dir: Path, world_size: int = 1) -> CheckpointScan:
 def last_complete_checkpoint(trainer_dir: Path, world_size: int = 1) -> Path | None:
     """The newest trainer checkpoint that is complete and intact, else None."""
     return scan_checkpoints(trainer_dir, world_size).usable
-
-
-def final_digests(folder: Path) -> dict:
-    """The digests a final's marker records: every file in it but the marker itself."""
-    return folder_digests(folder, exclude=(FINAL_MARKER,))
-
-
-def final_problem(final_dir: Path) -> str | None:
-    """Why a stage's final may not be handed on (missing, never published, damaged), None when it may."""
-    if not final_dir.is_dir():
-        return "missing"
-    try:
-        info = json.loads((final_dir / FINAL_MARKER).read_text())
-    except (OSError, ValueError):
-        return f"no complete {FINAL_MARKER} (a kill before it was published, or an edit)"
-    if not isinstance(info, dict):
-        return f"its {FINAL_MARKER} is not a stage's marker"
-    return _weights_problem(final_dir, info.get("files"))
-
-
-def final_info(final_dir: Path) -> dict | None:
-    """The `stage.json` of a complete, intact final checkpoint, or None when it is missing or damaged."""
-    if final_problem(final_dir) is not None:
-        return None
-    return json.loads((final_dir / FINAL_MARKER).read_text())
-
-
-def _weights_problem(folder: Path, recorded) -> str | None:
-    """`damage` of a checkpoint against its recorded digests, which must name its weights."""
-    if isinstance(recorded, dict) and not any(name in recorded for name in WEIGHT_FILES):
-        return f"its recorded files hold no weights ({', '.join(WEIGHT_FILES)})"
-    return damage(folder, recorded)

@@ -6,9 +6,10 @@ after it is done, nothing the run still trains reads it, apart from the final `r
 points at while a later GRPO stage is to come, and the run's last final (the result). Such a final is
 then, by `finals`:
 - `dtype: bfloat16`: rewritten in bfloat16 (half the disk; a model's own release precision, and what
-  validation on a GPU loads anyway), through a temporary folder and a rename, its stage.json saying so;
+  validation on a GPU loads anyway), through a temporary folder and a rename, its stage.json saying so and
+  naming the marker it replaces (`compacted_from`: run.json's record of the stage still vouches for it);
 - `keep: last`: removed.
-A resume only needs the finals a stage still to train starts from (train/resume.py `needs_training`
+A resume only needs the finals a stage still to train starts from (train/resume.py `stages_to_train`
 skips a done stage whose successor is done), so neither breaks it. run.json's `compacted_finals`
 records what was done to which. Never in float32 before its successor is done: bfloat16 keeps 8 bits of
 mantissa, and a stage's updates at GRPO's learning rates (~1e-6 of a weight) would round away.
@@ -25,9 +26,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from core.published import final_info, marker_digest
 from core.rundir import StageRecord
 from core.weights import zero3_init_paused
-from train.checkpoints import final_info
 from train.stage_run import publish_final
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ def compact_final(final_dir: Path, settings: FinalsSettings) -> str | None:
         with zero3_init_paused():  # the main process alone: never ZeRO-3's collective load (core/weights.py)
             AutoModelForCausalLM.from_pretrained(final_dir, dtype=torch.bfloat16).save_pretrained(tmp)
         AutoTokenizer.from_pretrained(final_dir).save_pretrained(tmp)
-        publish_final(tmp, final_dir, {**info, "dtype": "bfloat16"})
+        # the marker run.json recorded is named in the new one: run.json's record still vouches for it
+        publish_final(tmp, final_dir, {**info, "dtype": "bfloat16", "compacted_from": marker_digest(final_dir)})
         return "bfloat16"
     return None
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
-from core.checks import ConfigError
+from core.checks import ConfigError, is_int
 from core.confined import write_text_regular
 from core.jsonl import write_json_atomic
 from core.rundir import (
@@ -79,6 +79,27 @@ def check_process_count(run_dir: Path, world_size: int) -> None:
         )
 
 
+def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> None:
+    """Refuse (ConfigError) to continue the run in `run_dir` with a config (`resolved`) that differs from the one it
+    was started with, naming the keys that differ; run.json damaged, or not following the plan's stage names
+    (`planned`), is named too (RuntimeError). Called by the run's lock holder before it removes anything (a failed
+    attempt's error.txt), so that a refused resume leaves the run as it was. Nothing to check for a new run.
+
+    >>> check_same_config(Path("/nonexistent"), {}, [])
+    """
+    path = run_dir / RUN_JSON
+    if not path.exists():
+        return
+    recorded, digest = _read_manifest(path, planned)["config_hash"], config_hash(resolved)
+    if recorded != digest:
+        changed = changed_keys(run_dir / CONFIG, resolved)
+        raise ConfigError(
+            f"resume={run_dir}: the config differs from the one this run was started with (hash {recorded} vs "
+            f"{digest}) in {', '.join(changed) or 'keys not recorded'}; resume with the values in "
+            f"{run_dir / CONFIG}, or start a new run"
+        )
+
+
 class Manifest:
     """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
     the named steps of a stage's life below (each checked against the contract's statuses)."""
@@ -90,24 +111,17 @@ class Manifest:
 
     @classmethod
     def open(cls, run_dir: Path, resolved: dict, plan: list[Stage], world_size: int = 1) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes; refuse a config
-        (`resolved`: the whole config, resolved) that changed (the number of processes is checked earlier, by
-        `check_process_count`, before the run's lock holder touches anything).
+        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the config
+        `resolved` (the whole config, resolved). A resume's number of processes and config are checked earlier,
+        by `check_process_count` and `check_same_config`, before the run's lock holder touches anything.
 
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
         path = run_dir / RUN_JSON
         digest = config_hash(resolved)
         if path.exists():
-            data = _read_manifest(path, [stage.name for stage in plan])
-            if data["config_hash"] != digest:
-                changed = changed_keys(run_dir / CONFIG, resolved)
-                raise RuntimeError(
-                    f"resume={run_dir}: the config differs from the one this run was started with "
-                    f"(hash {data['config_hash']} vs {digest}) in {', '.join(changed) or 'keys not recorded'}; "
-                    f"resume with the values in {run_dir / CONFIG}, or start a new run"
-                )
-            manifest = cls(path, data)
+            check_same_config(run_dir, resolved, [stage.name for stage in plan])
+            manifest = cls(path, _read_manifest(path, [stage.name for stage in plan]))
         else:
             manifest = cls(path, {
                 "run_dir": str(run_dir),
@@ -214,7 +228,7 @@ class Manifest:
             policy_fingerprint=result.policy_fingerprint, reference=result.reference,
             reference_fingerprint=result.reference_fingerprint, resumed_from=result.resumed_from,
             wall_seconds=result.wall_seconds, final_fingerprints=result.final_fingerprints,
-            distributed=result.distributed,
+            distributed=result.distributed, final_marker=result.final_marker,
         )
 
     def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:
@@ -227,7 +241,7 @@ class Manifest:
 
     def stage_reset(self, index: int) -> None:
         """Back to pending, naming no final: its final is gone, and the stage is trained again."""
-        self.update_stage(index, status=Status.PENDING, checkpoint=None)
+        self.update_stage(index, status=Status.PENDING, checkpoint=None, final_marker=None)
 
 
 def _read_manifest(path: Path, planned: list[str]) -> dict:
@@ -250,6 +264,10 @@ def _read_manifest(path: Path, planned: list[str]) -> dict:
     if data.get("status") not in {s.value for s in RUN_STATUSES}:
         raise RuntimeError(f"{path}: status {data.get('status')!r} is not one of running, done, failed (a run's); "
                            "restore it, or start a new run")
+    threads = data.get("cpu_threads")
+    if threads is not None and not (is_int(threads) and threads > 0):
+        raise RuntimeError(f"{path}: cpu_threads {threads!r} is not a whole number > 0 (the CPU threads the run "
+                           "trains with); restore it, or start a new run")
     if len(stages) != len(planned):
         raise RuntimeError(f"{path}: {len(stages)} stage entries for a plan of {len(planned)}; restore it, or start "
                            "a new run")

@@ -1,9 +1,10 @@
 """What only a resume does: the run-level checks and repairs a fresh run never needs.
 
 A resumed run takes the fresh run's path (`train/runner.py`) and asks here at five points:
-- `needs_training`: a done stage is skipped, unless its final is missing or damaged (its files differ
-  from the digests recorded when it was published) while a later stage still has to start from it
-  (`on_damaged_checkpoint`: stop, or train it again);
+- `stages_to_train`: a done stage is skipped, unless its final is needed (the run's result, or read by a
+  stage still to train) and is not the one run.json recorded (missing; its files differ from its marker's
+  digests; its marker another stage's or run's: core/published.py) (`on_damaged_checkpoint`: stop, or
+  train it again);
 - `adopted_final`: a final published before run.json knew (a kill between the two) is taken as the
   stage's result, if this run trained it and it is intact;
 - `trainer_checkpoint`: a stage killed mid-way continues from its newest complete, intact trainer
@@ -18,36 +19,59 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from core.jsonl import read_jsonl
+from core.published import final_info, final_problem, marker_digest, recorded_final_problem
 from core.rundir import METRICS, StageRecord, final_checkpoint, stage_final, stage_path
 from curriculum.plan import Stage
-from train.checkpoints import final_info, final_problem, scan_checkpoints
+from train.checkpoints import scan_checkpoints
 from train.manifest import Manifest
 from train.stage_run import StageResult
 
 log = logging.getLogger(__name__)
 
 
-def needs_training(run_dir: Path, manifest: Manifest, stage: Stage, *, last: bool, on_damaged: str) -> bool:
-    """Whether `stage` is still to train: not done, or done with its final missing or damaged while a
-    later stage still has to start from it (`last`: no stage comes after it). A damaged final either
-    stops the run (`on_damaged: error`) or sends the stage back to be trained again (`retrain`)."""
+def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],
+                    *, on_damaged: str) -> set[int]:
+    """The indices of the stages still to train: those not done, and each done stage whose final is needed (the
+    run's result, or read by a stage still to train: `finals_read` names the stages whose finals a stage reads)
+    but is not the final run.json recorded for it (missing, damaged, another stage's or run's). Such a final
+    either stops the run (`on_damaged: error`) or sends its stage back to be trained again (`retrain`).
+
+    Walked from the last stage back, so that a stage sent back makes the finals it reads needed in turn.
+    """
+    needed, to_train = {len(plan)}, set()
+    for stage in reversed(plan):
+        record = manifest.record(stage.index)
+        if record.done:
+            problem = recorded_final_problem(stage_final(run_dir, record), record) if stage.index in needed else None
+            if problem is None:
+                continue
+            _refuse_final(run_dir, manifest, stage, problem, on_damaged)
+        to_train.add(stage.index)
+        needed |= finals_read(stage)
+    return to_train
+
+
+def _refuse_final(run_dir: Path, manifest: Manifest, stage: Stage, problem: str, on_damaged: str) -> None:
+    """A done stage's final that may not be handed on: stop naming it, or set it aside (`final.refused`, in the
+    stage's folder: it may be another stage's intact weights) and send the stage back to pending."""
     record = manifest.record(stage.index)
-    if not record.done:
-        return True
-    needed = last or not manifest.record(stage.index + 1).done
-    damage = final_problem(stage_final(run_dir, record)) if needed else None
-    if damage is None:
-        return False
-    problem = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged ({damage})"
+    said = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged ({problem})"
     if on_damaged != "retrain":
-        raise RuntimeError(f"{problem}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
+        raise RuntimeError(f"{said}; restore it, or set on_damaged_checkpoint=retrain to train the stage "
                            "again from the previous complete checkpoint")
-    log.warning("%s; training it again from the previous stage's checkpoint", problem)
+    final = stage_final(run_dir, record)
+    if final.is_dir():
+        refused = final.with_name("final.refused")
+        shutil.rmtree(refused, ignore_errors=True)
+        final.rename(refused)
+        said += f"; set aside as {refused}"
+    log.warning("%s; training it again from the previous stage's checkpoint", said)
     manifest.stage_reset(stage.index)
-    return True
 
 
 def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult | None:
@@ -69,7 +93,7 @@ def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult 
             "resume with the config it was trained with"
         )
     log.info("stage %s: adopting %s, published before run.json recorded it", stage.name, final)
-    return StageResult.from_marker(str(final_checkpoint(stage.dirname)), info)
+    return StageResult.from_marker(str(final_checkpoint(stage.dirname)), info, marker_digest(final))
 
 
 def resume_budget(stage: Stage, record: StageRecord) -> Stage:

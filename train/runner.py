@@ -34,6 +34,7 @@ from transformers import AutoTokenizer
 from core.checks import ConfigError
 from core.distributed import SINGLE, Processes, broadcast, on_main
 from core.models import configure_cpu_threads, resolve_model
+from core.published import recorded_final_problem
 from core.rundir import (
     BASELINE,
     ERROR,
@@ -54,11 +55,10 @@ from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
 from eval.validation import validate
 from train import resume
-from train.checkpoints import final_problem
 from train.console import RunConsole
 from train.finals import compact_finals
 from train.identity import RunIdentity
-from train.manifest import Manifest, check_process_count
+from train.manifest import Manifest, check_process_count, check_same_config
 from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
 from train.settings import RunSettings
@@ -79,11 +79,10 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder).
     """
     plan, validation = settings.plan, settings.validation
-    log.info("torch CPU threads: %d", configure_cpu_threads(settings.cpu_threads))
     console = RunConsole(run_dir, plan)
     if processes.is_main:
         say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
-    with run_lock(run_dir, processes):
+    with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(settings.task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
                            seed=settings.seed)
@@ -96,7 +95,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)
-        manifest.update(base_model=base, status=Status.RUNNING,
+        threads = run_threads(manifest.fields.get("cpu_threads"), settings.cpu_threads, processes)
+        manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads,
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash))
         if processes.is_main:
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
@@ -123,10 +123,11 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
 
 
 @contextmanager
-def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
+def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[str]) -> Iterator[None]:
     """The run directory's lock, held by the main process for the run; the other ranks wait until it has
     it, or leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a
-    run being continued on another number of processes.
+    run being continued on another number of processes or with another config (`resolved`; `planned`: the
+    plan's stage names, which run.json's entries must follow).
 
     Once it holds the lock and the run may go on, the main process removes a failed attempt's error.txt
     (this attempt records its own), before any other rank can fail and create one.
@@ -137,8 +138,9 @@ def run_lock(run_dir: Path, processes: Processes) -> Iterator[None]:
             try:
                 held.enter_context(RunLock(run_dir))
                 check_process_count(run_dir, processes.world_size)
+                check_same_config(run_dir, resolved, planned)
                 (run_dir / ERROR).unlink(missing_ok=True)
-            except (RunLockedError, ConfigError) as err:
+            except (RunLockedError, ConfigError, RuntimeError) as err:
                 refusal = err
         refusal = broadcast(refusal, processes)
         if refusal is not None:
@@ -178,15 +180,16 @@ class CurriculumRun:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
         plan, kinds = self.settings.plan, self.settings.kinds
+        to_train = resume.stages_to_train(self.run_dir, self.manifest, plan, self.finals_read,
+                                          on_damaged=self.settings.on_damaged)
         previous, rl_start = self.base, None
         for stage in plan:
             kind = kinds[stage.kind]
             if kind.learns_from_rewards and rl_start is None:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
-            last, on_damaged = stage.index == len(plan), self.settings.on_damaged
-            if resume.needs_training(self.run_dir, self.manifest, stage, last=last, on_damaged=on_damaged):
+            if stage.index in to_train:
                 reference = self.reference_of(kind, stage, previous, rl_start)
-                intact(self.run_dir, previous, reference)
+                intact(self.run_dir, self.manifest, previous, reference)
                 self.train(stage, kind, init=previous, reference=reference)
                 trained = self.manifest.record(stage.index)
                 summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
@@ -195,11 +198,26 @@ class CurriculumRun:
                 self.compact_finals()
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
 
+    @property
+    def rl_start_index(self) -> int | None:
+        """The stage whose final `reference: rl_start` measures KL against (0: the base model), None when the
+        reference is another or no stage learns from rewards."""
+        settings = self.settings
+        first_rl = next((s.index for s in settings.plan if settings.kinds[s.kind].learns_from_rewards), None)
+        return first_rl - 1 if settings.reference == "rl_start" and first_rl else None
+
+    def finals_read(self, stage: Stage) -> set[int]:
+        """The stages whose finals `stage` reads: the one before it (it starts from it, and `previous_stage`
+        measures KL against it) and `rl_start`'s."""
+        read = {stage.index - 1}
+        if self.settings.kinds[stage.kind].has_reference(stage) and self.rl_start_index is not None:
+            read.add(self.rl_start_index)
+        return read - {0}
+
     def compact_finals(self) -> None:
         """Apply `finals` to the finals nothing still to train reads (train/finals.py); run.json says which."""
         settings = self.settings
-        first_rl = next((s.index for s in settings.plan if settings.kinds[s.kind].learns_from_rewards), None)
-        rl_start = first_rl - 1 if settings.reference == "rl_start" and first_rl and first_rl > 1 else None
+        rl_start = self.rl_start_index or None  # the base model (0) is not a final
         before = self.manifest.fields.get("compacted_finals") or {}
         # the main process rewrites the finals; every rank records what it did
         after = on_main(lambda: compact_finals(self.run_dir, self.manifest.stages, rl_start, settings.finals, before),
@@ -229,11 +247,10 @@ class CurriculumRun:
                                           history=resume.logged_before_resume(self.run_dir, stage, checkpoint),
                                           processes=self.processes)
         self.manifest.stage_started(stage.index, policy_init=init)
-        context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash,
+        context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash, self.settings.task.name,
                                self.settings.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
                                self.processes, [*self.callbacks, *watch, *self.printing(stage, start)],
                                resume_from=checkpoint, reward_warning=partial(self.manifest.stage_warning, stage.index))
-        use_cpu_threads(self.settings.cpu_threads)
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
@@ -263,19 +280,20 @@ class CurriculumRun:
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         validation = self.settings.validation
         chosen = validation_subsets(validation.subsets_after_stage, validation.subsets, self.settings.plan, index)
-        use_cpu_threads(self.settings.cpu_threads)
         rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
         return validation_summary(rows), validation_cost(rows)
 
 
-def intact(run_dir: Path, *checkpoints: str | None) -> None:
-    """Refuse to train from, or measure KL against, a stage's final of this run that is damaged since it was
-    published (its files differ from the digests its marker recorded); a base model is not the run's to check."""
+def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:
+    """Refuse to train from, or measure KL against, a stage's final of this run that is not the one run.json
+    recorded for its stage (damaged since it was published, another stage's or run's: core/published.py); a
+    base model is not the run's to check."""
     for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
         if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:
-            problem = final_problem(Path(checkpoint))
+            index = int(Path(checkpoint).parent.name.split("-", 1)[0])  # stages/<k>-<name>/final, as the run wrote it
+            problem = recorded_final_problem(Path(checkpoint), manifest.record(index))
             if problem is not None:
                 raise RuntimeError(f"{checkpoint}: damaged since it was published ({problem}); it is not trained "
                                    "from or used as a reference: restore it, or train its stage again")
@@ -289,12 +307,22 @@ def say_size(size: RunSize, model_name: str) -> None:
         log.warning(warning)
 
 
-def use_cpu_threads(setting) -> None:
-    """Apply `cpu_threads` again (auto measures now: the machine's load may have changed since the start)."""
-    before = torch.get_num_threads()
-    threads = configure_cpu_threads(setting)
-    if threads != before:
-        log.info("torch CPU threads: %d (was %d)", threads, before)
+def run_threads(recorded: int | None, setting, processes: Processes) -> int:
+    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them).
+
+    A resume takes the count run.json `recorded`, whatever its own `cpu_threads`: another count sums floats in
+    another order, and the stages it trains would not be the run's. A new run takes `cpu_threads`: a number, or
+    auto, measured once, here, by the main process (a busy machine may pick 1 thread where an idle one picks
+    all), and kept to the end: a count that followed the machine's load would change the run with it.
+    """
+    if recorded is None:
+        chosen = on_main(lambda: configure_cpu_threads(setting), processes)
+        log.info("torch CPU threads: %d (cpu_threads=%s)", chosen, setting)
+    else:
+        chosen = recorded
+        note = "" if setting == recorded else f"; cpu_threads={setting} is not used: another count changes float sums"
+        log.info("torch CPU threads: %d, as the run was started with (run.json)%s", chosen, note)
+    return configure_cpu_threads(chosen)
 
 
 def _objective(name: str, manifest: Manifest) -> float:

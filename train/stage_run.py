@@ -39,12 +39,13 @@ from core.checks import ConfigError, is_int, is_number
 from core.distributed import Processes, barrier, broadcast, gather
 from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
+from core.published import FINAL_MARKER, final_digests, marker_digest
 from core.rundir import final_checkpoint, stage_path
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import Task
-from train.checkpoints import FINAL_MARKER, CheckpointDigests, final_digests
+from train.checkpoints import CheckpointDigests
 from train.exact_start import exact_start
 from train.tracking import MetricsCallback, bind_to_trainer
 
@@ -75,6 +76,7 @@ class StageContext:
     reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
     step_offset: int  # global steps done before this stage
     config_hash: str  # of the run's config: its final's stage.json names it (a resume adopts only its own)
+    task: str  # the run's task (its name): its final's stage.json names it (python -m eval checks it)
     keep_trainer_checkpoints: bool
     metrics: JsonlWriter
     tracker: object
@@ -97,20 +99,23 @@ class StageResult:
     wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
     final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (gathered where sharded)
     distributed: dict | None = None  # how its trainer ran (`distributed_record`)
+    final_marker: str | None = None  # sha256 of the published final's stage.json (core/published.py)
 
-    def marker(self, stage_name: str, config_hash: str, init: str) -> dict:
-        """The final's `stage.json`: which stage of which config it is, where it started, and this result."""
-        return {"stage": stage_name, "config_hash": config_hash, "steps_done": self.steps_done, "init": init,
+    def marker(self, stage_name: str, config_hash: str, task: str, init: str) -> dict:
+        """The final's `stage.json`: which stage of which config and task it is, where it started, and this result."""
+        return {"stage": stage_name, "config_hash": config_hash, "task": task, "steps_done": self.steps_done,
+                "init": init,
                 "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
                 "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints,
                 "distributed": self.distributed}
 
     @classmethod
-    def from_marker(cls, checkpoint: str, info: Mapping) -> StageResult:
-        """The result a published final's `stage.json` holds (nothing of how long it took)."""
+    def from_marker(cls, checkpoint: str, info: Mapping, final_marker: str) -> StageResult:
+        """The result a published final's `stage.json` (of sha256 `final_marker`) holds (nothing of how long it
+        took)."""
         return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
                    info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"),
-                   distributed=info.get("distributed"))
+                   distributed=info.get("distributed"), final_marker=final_marker)
 
 
 class StageKind(Protocol):
@@ -160,9 +165,12 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
     result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
                          reference, resumed_from, final_fingerprints=ends, distributed=distributed_record(trainer))
-    publish_stage(trainer, model, final.weights, stage_dir, result.marker(stage.name, ctx.config_hash, ctx.init_model),
+    publish_stage(trainer, model, final.weights, stage_dir,
+                  result.marker(stage.name, ctx.config_hash, ctx.task, ctx.init_model),
                   keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
-    return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2))
+    # every rank reads the marker the main process wrote (the final is in place for all of them)
+    return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2),
+                               final_marker=marker_digest(stage_dir / "final"))
 
 
 def distributed_record(trainer: Trainer) -> dict:
