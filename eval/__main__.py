@@ -6,17 +6,18 @@ from elsewhere are compared on identical puzzles. `model=` takes a config name (
 `qwen3-0.6b`, ...) or a path / hub id; a stage's final inside a run directory takes that run's
 model settings (chat template, context) from its `config.yaml`. The `eval` and `data` settings
 are checked, and the pools built, before any model loads; a path that does not exist is named as
-such (never looked up on the hub).
+such (never looked up on the hub), and a checkpoint folder is checked as eval/checkpoint.py says
+(its files; a stage's final against its marker and its run's record; the task it was trained on).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -25,17 +26,16 @@ from conf import CONF_DIR
 from conf.errors import run_app
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
+from core.confined import read_inside
 from core.jsonl import JsonlWriter, read_jsonl
 from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
 from core.stats import rate_text
+from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source
 from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
 from eval.validation import validate
-
-# `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 
 
 def split_checkpoint_arg(argv: list[str]) -> list[str]:
@@ -55,24 +55,6 @@ def split_checkpoint_arg(argv: list[str]) -> list[str]:
     return out
 
 
-def checkpoint_source(value: str) -> str:
-    """`value` as a model to load: an existing checkpoint folder, or a hub id; else a clear error.
-
-    >>> checkpoint_source("Qwen/Qwen2.5-0.5B-Instruct")
-    'Qwen/Qwen2.5-0.5B-Instruct'
-    >>> checkpoint_source("runs/x/final")
-    Traceback (most recent call last):
-    core.checks.ConfigError: model=runs/x/final: no such checkpoint folder (and not a hub id, which is org/name)
-    """
-    path = Path(value)
-    if path.is_dir() and not (path / "config.json").exists():
-        raise ConfigError(f"model={value}: a folder without config.json, not a checkpoint; give a checkpoint "
-                          "folder such as <run>/stages/<k>-<name>/final")
-    if path.exists() or HUB_ID.fullmatch(value):
-        return value
-    raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
-
-
 # The groups a run's final is validated with, as the run had them (conf/schema.py types each; the task's
 # keys are its own: build_task names an unknown one).
 RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig, "task": None}
@@ -86,12 +68,9 @@ def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
     (`prompt=answer_only`) is the composed one. Empty for any other model.
     """
     run_dir = run_of_final(checkpoint.resolve())
-    if run_dir is None or not (run_dir / CONFIG).exists():
+    if run_dir is None:
         return {}
-    try:
-        saved = OmegaConf.load(run_dir / CONFIG)
-    except Exception as err:
-        raise ConfigError(f"{run_dir / CONFIG}: not a readable config ({str(err).splitlines()[0]})") from None
+    saved = run_config(run_dir)
     chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
     groups = {}
     for name, record in RUN_GROUPS.items():
@@ -107,13 +86,42 @@ def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
     return groups
 
 
-def size_line(pools: dict[str, list], ev: DictConfig, model: str, out_dir: Path) -> str:
-    """What the validation will generate (the `eval` group `ev`) and where it writes, said before any model loads."""
+# The groups every run's config.yaml holds, without which a final would be validated with this command's defaults
+# (GPU-sized: 6 subsets x 100 puzzles x 4096 tokens) instead of the run's settings
+RUN_REQUIRED = ("model", "eval", "prompt")
+
+
+def run_config(run_dir: Path) -> DictConfig:
+    """A run's config.yaml, read without following a link out of the run folder; ConfigError naming it when it is
+    missing, unreadable or lacks a group validation takes from it (a run folder is untrusted, and a silent fallback
+    would validate with settings the run never had)."""
+    path = run_dir / CONFIG
+    raw = read_inside(run_dir, path)
+    if raw is None:
+        raise ConfigError(f"{path}: missing, not a file, or a link out of the run folder; a run's final is validated "
+                          "with its run's settings: restore it, or copy the final out of the run folder to validate it "
+                          "with this command's settings")
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
+    missing = [g for g in RUN_REQUIRED if not isinstance(data, dict) or not isinstance(data.get(g), dict)]
+    if missing:
+        raise ConfigError(f"{path}: no {missing[0]} group, which a run's config.yaml holds (an edit, or not a run's); "
+                          "restore it, or copy the final out of the run folder to validate it with this command's "
+                          "settings")
+    return OmegaConf.create(data)
+
+
+def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: str, out_dir: Path) -> str:
+    """What the validation will generate (the `eval` group `ev`), as which task, and where it writes, said before
+    any model loads."""
     puzzles = sum(len(p) for p in pools.values())
     completions = puzzles * int(ev.samples)
     sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
-    return (f"validating {model}: {len(pools)} subsets ({', '.join(f'{p} {len(r)}' for p, r in pools.items())} "
-            f"puzzles), {completions} completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
+    subsets = ", ".join(f"{p} {len(r)}" for p, r in pools.items())
+    return (f"validating {model} as task {task}: {len(pools)} subsets ({subsets} puzzles), {completions} "
+            f"completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
             f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
 
 
@@ -136,7 +144,12 @@ def main(cfg: DictConfig) -> float:
         composed = {name: cfg.get(name) for name in RUN_GROUPS}
         for name, group in (run_settings(Path(checkpoint), composed, overrides) if checkpoint else {}).items():
             cfg[name] = group
+        if checkpoint:
+            check_tokenizer_files(checkpoint, chat=bool(cfg.model.chat))
+            check_final(checkpoint)
         task = run_task(cfg.task, str(cfg.prompt.fmt))
+        if checkpoint:
+            check_task(checkpoint, task.name)
         check_task_format(task, str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
         check_data_config(cfg.data)
@@ -146,7 +159,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), out_dir), flush=True)
+    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), task.name, out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
     try:

@@ -23,8 +23,8 @@ def test_a_runs_final_is_validated_with_the_runs_eval_settings_and_says_its_size
     out = tmp_path / "eval"
     done = run_cli("eval", f"model={final_of(run_dir)}", f"hydra.run.dir={out}", merged=True)
     assert done.returncode == 0, done.stdout[-3000:]
-    first = done.stdout.index(f"validating {final_of(run_dir)}: 2 subsets (2ppl 4, 3ppl 4 puzzles), 8 completions of "
-                              f"<= 16 tokens (greedy; at most 128 tokens); writing to {out}")
+    first = done.stdout.index(f"validating {final_of(run_dir)} as task kk: 2 subsets (2ppl 4, 3ppl 4 puzzles), 8 "
+                              f"completions of <= 16 tokens (greedy; at most 128 tokens); writing to {out}")
     assert first < done.stdout.index("2ppl validated: 4 completions in ")
     assert [(r["ppl"], r["n"]) for r in rows_of(out)] == [(2, 4), (3, 4)]
     # and what the run validated after that stage, row for row (same pools, prompt, grader, tokens)

@@ -1,0 +1,123 @@
+"""What `python -m eval model=<path or hub id>` is handed, checked before any model loads, each refusal one line
+naming it (a ConfigError: the fix is another `model=`, or a setting).
+
+- a path must be a checkpoint folder: not a file, with its config.json and the tokenizer files a validation
+  loads (and its chat template when the prompts are chat messages);
+- a stage's final (a folder with `stage.json`) must hold the files its marker recorded; inside its run folder
+  it must also be the final run.json recorded for its stage (core/published.py): a swapped or replaced
+  final would otherwise be validated as the stage it is not;
+- a final whose marker names the task it was trained on is validated as that task, or refused.
+A hub id is the hub's to check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from core.checks import ConfigError
+from core.confined import read_inside
+from core.published import FINAL_MARKER, final_info, final_problem, recorded_final_problem
+from core.rundir import RUN_JSON, run_of_final, stage_dirname, stage_records
+
+# `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# What a tokenizer saved with `save_pretrained` always writes, and where a chat template is kept
+TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE = "tokenizer_config.json", "chat_template.jinja"
+EXAMPLE = "such as <run>/stages/<k>-<name>/final"
+
+
+def checkpoint_source(value: str) -> str:
+    """`value` as a model to load: an existing checkpoint folder, or a hub id; else a clear error.
+
+    >>> checkpoint_source("Qwen/Qwen2.5-0.5B-Instruct")
+    'Qwen/Qwen2.5-0.5B-Instruct'
+    >>> checkpoint_source("runs/x/final")
+    Traceback (most recent call last):
+    core.checks.ConfigError: model=runs/x/final: no such checkpoint folder (and not a hub id, which is org/name)
+    """
+    path = Path(value)
+    if path.is_file():
+        raise ConfigError(f"model={value}: a file, not a checkpoint folder; give the folder that holds it ({EXAMPLE})")
+    if path.is_dir() and not (path / "config.json").exists():
+        raise ConfigError(f"model={value}: a folder without config.json, not a checkpoint; give a checkpoint "
+                          f"folder {EXAMPLE}")
+    if path.exists() or HUB_ID.fullmatch(value):
+        return value
+    raise ConfigError(f"model={value}: no such checkpoint folder (and not a hub id, which is org/name)")
+
+
+def check_tokenizer_files(value: str, *, chat: bool) -> None:
+    """A checkpoint folder holds a tokenizer (`tokenizer_config.json`) and, when prompts are chat messages
+    (`model.chat`), a chat template; a hub id is not checked here."""
+    path = Path(value)
+    if not path.is_dir():
+        return
+    if not (path / TOKENIZER_CONFIG).is_file():
+        raise ConfigError(f"model={value}: no {TOKENIZER_CONFIG} beside its config.json: the folder holds no "
+                          "tokenizer; save it with the model (tokenizer.save_pretrained(<folder>))")
+    if chat and not _has_chat_template(path):
+        raise ConfigError(f"model={value}: its tokenizer has no chat template ({CHAT_TEMPLATE_FILE}, or chat_template "
+                          f"in {TOKENIZER_CONFIG}) and model.chat is true; save one with the tokenizer, or set "
+                          "model.chat=false to prompt with plain text")
+
+
+def _has_chat_template(folder: Path) -> bool:
+    if (folder / CHAT_TEMPLATE_FILE).is_file():
+        return True
+    try:
+        config = json.loads((folder / TOKENIZER_CONFIG).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
+
+
+def check_final(value: str) -> None:
+    """A stage's final: its files are those its marker recorded, and inside its run folder it is the final run.json
+    recorded for the stage its folder names. Any other folder or a hub id passes."""
+    path = Path(value)
+    run_dir = run_of_final(path.resolve())
+    if run_dir is None:
+        if (path / FINAL_MARKER).exists():
+            problem = final_problem(path)
+            if problem is not None:
+                raise ConfigError(f"model={value}: damaged since it was published ({problem})")
+        return
+    problem = recorded_final_problem(path, _recorded_stage(value, run_dir, path.resolve().parent.name))
+    if problem is not None:
+        raise ConfigError(f"model={value}: not the final its run recorded for stage {path.resolve().parent.name} "
+                          f"({problem}); restore it, or copy it out of the run folder to validate it as it is")
+
+
+def _recorded_stage(value: str, run_dir: Path, dirname: str):
+    """run.json's record of the stage whose folder is `dirname` (`<k>-<name>`), read without following a link out
+    of the run folder; ConfigError when run.json does not record it."""
+    raw = read_inside(run_dir, run_dir / RUN_JSON)
+    try:
+        manifest = json.loads(raw) if raw is not None else None
+    except ValueError:
+        manifest = None
+    found = [s for s in stage_records(manifest) if stage_dirname(s.index, s.name) == dirname] \
+        if isinstance(manifest, dict) else []
+    if not found:
+        why = "unreadable or missing" if not isinstance(manifest, dict) else f"it records no stage {dirname}"
+        raise ConfigError(f"model={value}: inside run folder {run_dir}, but its {RUN_JSON} cannot vouch for it ({why});"
+                          " copy the final out of the run folder to validate it as it is")
+    return found[0]
+
+
+def trained_task(value: str) -> str | None:
+    """The task an intact final's marker names (the run's task), None for any other model or an older final."""
+    path = Path(value)
+    info = final_info(path) if (path / FINAL_MARKER).exists() else None
+    task = info.get("task") if info else None
+    return task if isinstance(task, str) else None
+
+
+def check_task(value: str, task_name: str) -> None:
+    """Refuse to validate a final as another task than the one it was trained on (a GSM8K final graded as K&K)."""
+    trained = trained_task(value)
+    if trained is not None and trained != task_name:
+        raise ConfigError(f"task: model={value} was trained on task {trained} (its {FINAL_MARKER}), not {task_name}; "
+                          f"validate it as its task (task={trained} with its prompt), or copy its run's settings")
