@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.confined import open_regular, refuse_link
+from core.confined import open_regular, read_inside, refuse_link
 from core.rundir import row_level
 
 
@@ -62,8 +62,11 @@ def parse_jsonl(raw: bytes) -> JsonlScan:
     return JsonlScan(rows, damaged, last_line, len(raw) if intact is None else intact)
 
 
-def scan_jsonl(path: Path) -> JsonlScan:
-    """`parse_jsonl` of a file; a missing file is empty (a run that has not written it yet)."""
+def scan_jsonl(path: Path, *, inside: Path | None = None) -> JsonlScan:
+    """`parse_jsonl` of a file; a missing file is empty (a run that has not written it yet). `inside`: a folder
+    received from elsewhere (a report's run), which `path` is read from without following a link out of it."""
+    if inside is not None:
+        return parse_jsonl(read_inside(inside, path) or b"")
     return parse_jsonl(path.read_bytes()) if path.exists() else JsonlScan([], [], 0, 0)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from core.checks import is_int, is_number
-from core.confined import OutsideRunError, inside_run
+from core.confined import OutsideRunError, inside_run, read_inside
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -352,16 +352,20 @@ def _number(value) -> float | None:
 # --- lenient readers (a run may be writing while it is read) ---------------------------------------
 
 
-def load_file(path: Path):
-    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started)."""
+def load_file(path: Path, *, inside: Path | None = None):
+    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started). `inside`: a
+    folder received from elsewhere (a report's run), which `path` is read from without following a link out of it."""
     try:
-        text = path.read_text()
+        raw = path.read_bytes() if inside is None else read_inside(inside, path)
+        if raw is None:
+            return None
+        text = raw.decode()
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError):
         return None
 
 
-def read_mapping(path: Path) -> dict:
+def read_mapping(path: Path, *, inside: Path | None = None) -> dict:
     """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
-    data = load_file(path)
+    data = load_file(path, inside=inside)
     return data if isinstance(data, dict) else {}

@@ -74,6 +74,23 @@ def test_a_comparison_goes_under_the_output_root_unless_told_and_refuses_a_sweep
     make_job(sweep, 0, ["seed=1"])
     with pytest.raises(SystemExit, match="a sweep"):
         main([str(ladder), str(sweep), "--out", str(tmp_path / "x")])
+    (tmp_path / "notes.md").write_text("mine")  # a file where the folder would go: one line, not FileExistsError
+    with pytest.raises(SystemExit, match=r"^--out .*notes.md: a file, not a folder; give a folder for the comparison"):
+        main([str(ladder), str(mixed), "--out", str(tmp_path / "notes.md")])
+    assert (tmp_path / "notes.md").read_text() == "mine"
+
+
+def test_a_config_yaml_linked_out_of_a_received_run_is_not_read_into_the_comparison(two_runs, tmp_path):
+    ladder, mixed = two_runs
+    received = tmp_path / "received"
+    shutil.copytree(mixed, received)
+    secret = tmp_path / "secrets.yaml"
+    secret.write_text((received / "config.yaml").read_text() + "oauth_token: planted-token-123\n")
+    (received / "config.yaml").unlink()
+    (received / "config.yaml").symlink_to(secret)
+    out = main([str(ladder), str(received), "--out", str(tmp_path / "cmp")])
+    for page in ("report.md", "report.html"):
+        assert "planted-token-123" not in (out / page).read_text(), f"{page} shows a file from outside the run"
 
 
 def test_make_report_passes_several_runs_through():

@@ -156,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     parser.add_argument("--out", type=Path, default=None,
                         help="where a comparison of several runs goes (default: <outputs>/compare/<time>)")
     args = parser.parse_args(argv)
+    if args.out is not None and args.out.exists() and not args.out.is_dir():
+        raise SystemExit(f"--out {args.out}: a file, not a folder; give a folder for the comparison (made if missing)")
     targets = list(dict.fromkeys(args.dirs))
     if not targets:
         outputs = args.outputs or configured_output_dir()

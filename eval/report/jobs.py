@@ -1,7 +1,7 @@
 """A Hydra multirun's job folders -> plain records and tables for the sweep report (no matplotlib here).
 
 A job may have failed before writing anything but `error.txt`, or still be running: every field
-it could not read is None or empty, never an error.
+it could not read is None or empty, never an error. A job folder is read without following a link out of it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.confined import read_inside
 from core.jsonl import scan_jsonl
 from core.rundir import (
     CONFIG,
+    ERROR,
     RUN_JSON,
     VALIDATION,
     Status,
@@ -82,20 +84,21 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
 
 def load_job(job_dir: Path) -> Job:
     """Read one job directory; a failed job (error.txt) may lack every other file."""
-    manifest = read_mapping(job_dir / RUN_JSON)
-    overrides_list = load_file(job_dir / ".hydra" / "overrides.yaml")
+    manifest = read_mapping(job_dir / RUN_JSON, inside=job_dir)
+    overrides_list = load_file(job_dir / ".hydra" / "overrides.yaml", inside=job_dir)
     overrides = parse_overrides(overrides_list if isinstance(overrides_list, list) else [])
-    error_file = job_dir / "error.txt"
-    error = error_line(error_file.read_text(errors="replace")) if error_file.exists() else None
+    error_text = read_inside(job_dir, job_dir / ERROR)
+    error = error_line(error_text.decode(errors="replace")) if error_text is not None else None
     status = "failed" if error is not None else manifest.get("status", "not started")
     stages = stage_records(manifest)
     accuracy = final_accuracy(manifest)
-    objective_name = str(read_mapping(job_dir / CONFIG).get("objective", "mean_final_accuracy"))
+    objective_name = str(read_mapping(job_dir / CONFIG, inside=job_dir).get("objective", "mean_final_accuracy"))
     # run.json records the objective the job returned; older runs did not, so compute it then
     recorded = as_number(manifest.get("objective"))
     value = (objective(objective_name, accuracy) if recorded is None else recorded) if status == Status.DONE else None
     return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
-               error, final_trials(scan_jsonl(job_dir / VALIDATION).rows, stages[-1].index if stages else None))
+               error, final_trials(scan_jsonl(job_dir / VALIDATION, inside=job_dir).rows,
+                                   stages[-1].index if stages else None))
 
 
 def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]:

@@ -78,13 +78,15 @@ class RunData:
 def load_run(run_dir: Path) -> RunData:
     """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`.
 
-    The run may be writing right now: a torn line (anywhere) is skipped and counted, never repaired.
+    The run may be writing right now: a torn line (anywhere) is skipped and counted, never repaired. A run folder
+    may come from elsewhere: a file reached through a link out of it is not read (config.yaml linked to a file
+    of secrets would be shown in a comparison's "what differs").
     """
-    metrics, validation = scan_jsonl(run_dir / METRICS), scan_jsonl(run_dir / VALIDATION)
+    metrics, validation = (scan_jsonl(run_dir / name, inside=run_dir) for name in (METRICS, VALIDATION))
     # per-step rows only: a stage's end-of-training summary line (kind "summary") has no step metrics
     steps = [r for r in metrics.rows if r.get("kind", "summary" if "train_runtime" in r else "step") == "step"]
-    run = RunData(run_dir, read_mapping(run_dir / RUN_JSON), read_mapping(run_dir / CONFIG), steps,
-                  validation.rows)
+    manifest, config = (read_mapping(run_dir / name, inside=run_dir) for name in (RUN_JSON, CONFIG))
+    run = RunData(run_dir, manifest, config, steps, validation.rows)
     for name, scan in ((METRICS, metrics), (VALIDATION, validation)):
         if scan.damaged:
             run.notes.append(f"{name}: skipped {len(scan.damaged)} unreadable line(s) (torn while the run writes)")
