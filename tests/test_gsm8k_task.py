@@ -4,10 +4,12 @@ records deterministic by seed, bad files named by line, and the shipped sample r
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
+from core.checks import ConfigError
 from curriculum.sources import RecordError
 from curriculum.tasks.base import normalized_question, task_row
 from curriculum.tasks.gsm8k import LEVELS, GSM8KTask
@@ -55,7 +57,7 @@ def test_records_are_deterministic_by_seed_and_a_prefix_of_larger_asks():
     assert len(set(ids)) == 10
 
 
-def test_the_training_pool_holds_no_test_question(tmp_path):
+def test_the_training_pool_holds_no_test_question(tmp_path, caplog):
     question = "Tom has 3 apples and buys 2. How many apples does Tom have?"
     _write(tmp_path, "test", [{"question": question, "answer": _solution(2)}])
     _write(tmp_path, "train", [
@@ -64,8 +66,11 @@ def test_the_training_pool_holds_no_test_question(tmp_path):
         {"question": "  " + question + "\n", "answer": _solution(3)},  # the test question, padded, another level
     ])
     task = GSM8KTask(source="local", path=str(tmp_path))
-    train = task.split("train")
+    with caplog.at_level(logging.INFO, logger="curriculum.tasks.gsm8k.task"):
+        train = task.split("train")
     assert [r.question for r in train.records] == [question.replace("?", " now?")] and train.decontaminated == 2
+    assert "gsm8k train split (local): 1 records in levels; 2 decontaminated (their question is a test question)" \
+        in caplog.text, "the count is said, not only kept"
     test_keys = {normalized_question(r.question) for r in task.split("test").records}
     sample = GSM8KTask(source="sample")
     shipped = [r for level in LEVELS for r in sample.records(level, "train")]
@@ -77,6 +82,23 @@ def test_one_step_solutions_are_left_out_and_counted(tmp_path):
     _write(tmp_path, "train", [{"question": "q3", "answer": _solution(4)}])
     task = GSM8KTask(source="local", path=str(tmp_path))
     assert task.split("test").unleveled == 1 and [r.question for r in task.split("test").records] == ["q2"]
+
+
+def test_a_level_short_because_records_were_below_the_first_level_says_so(tmp_path):
+    # every test record a one-step solution: "has only 0 there" said nothing of the 3 left out
+    _write(tmp_path, "test", [{"question": f"q{i}", "answer": _solution(1)} for i in range(3)])
+    with pytest.raises(ConfigError, match=r"eval.n: 2 validation records asked at 2steps, but task gsm8k has only 0 "
+                                          r"there; 3 of the test split left out below the first level, 2steps \(a "
+                                          r"one-step solution\); lower eval.n"):
+        GSM8KTask(source="local", path=str(tmp_path)).validation_records("2steps", 2, seed=0)
+
+
+def test_a_byte_that_is_not_utf8_is_named_by_file_and_line(tmp_path):
+    _write(tmp_path, "test", [{"question": question, "answer": _solution(2)} for question in ("fine", "cafe")])
+    path = tmp_path / "test.jsonl"
+    path.write_bytes(path.read_bytes().replace(b"cafe", b"caf\xe9"))  # Latin-1's e-acute, as an editor may save it
+    with pytest.raises(RecordError, match=rf"^{path}:2: not UTF-8 \(byte 0xe9 at column 18\)"):
+        GSM8KTask(source="local", path=str(tmp_path)).records("2steps", "test")
 
 
 NO_MARKER = r"test.jsonl:2: field 'answer' must end with '#### <number>'"

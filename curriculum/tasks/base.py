@@ -221,6 +221,10 @@ class Task(ABC):
         """Preset name -> weight per component (a recipe's reward); conf/reward/<preset>.yaml holds the same."""
         return {}
 
+    def left_out(self, split: str) -> str:
+        """What loading `split` left out of every level, said where a level falls short ("" when nothing was)."""
+        return ""
+
     def content_key(self, record: TaskRecord) -> Hashable:
         """What makes two records the same problem (decontamination compares these)."""
         return normalized_question(record.question)
@@ -254,7 +258,7 @@ class Task(ABC):
         records = self.records(level, "test", n=n, seed=seed)
         if len(records) < n:
             raise ConfigError(f"eval.n: {n} validation records asked at {level}, but task {self.name} has only "
-                              f"{len(records)} there; lower eval.n")
+                              f"{len(records)} there{self.left_out('test')}; lower eval.n")
         seen, distinct = set(), []
         for record in records:
             if self.content_key(record) not in seen:

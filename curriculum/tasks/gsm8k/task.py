@@ -19,6 +19,7 @@ A level's records are its split's records in a seeded shuffle, so ``n=5`` is the
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from curriculum.sources import RecordError
 from curriculum.tasks.base import ALL, AnswerGrade, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("hub", "local", "sample")
 LEVELS = ("2steps", "3steps", "4steps", "5steps", "6+steps")
@@ -82,10 +85,15 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; source=local needs path= a folder with train.jsonl and "
                                 'test.jsonl, one {"question": ..., "answer": "...\\n#### <number>"} a line')
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+    with path.open("rb") as lines:  # decoded a line at a time: a byte that is not UTF-8 is named by its line
+        for number, raw in enumerate(lines, start=1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                                  "a GSM8K file holds one UTF-8 JSON record a line") from None
             if line.strip():
-                where = f"{path}:{number}"
                 try:
                     yield where, json.loads(line)
                 except json.JSONDecodeError as exc:
@@ -162,7 +170,16 @@ class GSM8KTask(Task):
             if split == "train":
                 records, removed = disjoint(records, self.split("test").records, self.content_key)
             self._splits[split] = LoadedSplit(records, unleveled, removed)
+            contaminated = f"; {removed} decontaminated (their question is a test question)" if split == "train" else ""
+            log.info("gsm8k %s split (%s): %d records in levels%s%s", split, self.source, len(records),
+                     self.left_out(split), contaminated)
         return self._splits[split]
+
+    def left_out(self, split: str) -> str:
+        """The records of `split` below the first level (a one-step solution), which no level holds."""
+        unleveled = self.split(split).unleveled
+        return f"; {unleveled} of the {split} split left out below the first level, {LEVELS[0]} (a one-step " \
+               "solution)" if unleveled else ""
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
         """The first `n` records of `level` (ALL: every level) in `split` (None: all), in a shuffle seeded by `seed`.
