@@ -5,6 +5,8 @@ answer reward, and bad configs named before anything runs."""
 from __future__ import annotations
 
 import json
+import signal
+import time
 
 import pytest
 
@@ -12,7 +14,7 @@ reasoning_gym = pytest.importorskip("reasoning_gym",
                                     reason="reasoning-gym is an optional extra: pip install -e '.[rgym]'")
 
 from core.checks import ConfigError  # noqa: E402
-from curriculum.tasks import build_task  # noqa: E402
+from curriculum.tasks import build_task, rgym  # noqa: E402
 from curriculum.tasks.base import normalized_question, task_row  # noqa: E402
 from curriculum.tasks.rgym import ReasoningGymTask, format_ok  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402
@@ -107,10 +109,31 @@ def test_gsm_symbolic_scores_numbers():
     ({"dataset": "knights_knaves", "levels": {"2 people": {"n_people": 2}}}, r"task.levels: '2 people' is not a level"),
     ({"dataset": "knights_knaves", "levels": {}}, r"task.levels: must be a non-empty mapping"),
     ({"dataset": "rearc"}, r"task.dataset: rearc's score_answer grades its own answer differently on the JSON copy"),
+    # each curriculum level sets its own n_people, so a shared one ran to the end unused, good value or not
+    ({"dataset": "knights_knaves", "settings": {"n_people": -3}},
+     r"task.settings.n_people: -3 is never used: every level sets its own \(level0: 2, level1: 3, level2: 4, "
+     r"level3: 5\); set it in task.levels"),
+    ({"dataset": "knights_knaves", "settings": {"n_people": "abc"}}, r"task.settings.n_people: 'abc' is never used"),
+    # used by a level that does not set it: reasoning-gym's own check names it
+    ({"dataset": "knights_knaves", "settings": {"n_people": -3}, "levels": {"a": {}}},
+     r"task.levels.a: reasoning-gym refused knights_knaves with \{'n_people': -3\} \(AssertionError: Number of"),
+    ({"dataset": "knights_knaves", "levels": {"easy": 3}}, r"task.levels.easy: 3 is not a mapping of knights_knaves's "
+                                                           r"settings"),  # was a raw TypeError
 ])
 def test_a_bad_config_is_named_when_the_task_is_built(cfg, error):
     with pytest.raises(ConfigError, match=error):
         build_task({"name": "reasoning_gym", **cfg})
+
+
+def test_a_level_reasoning_gym_cannot_generate_is_refused_by_name_in_time(monkeypatch):
+    # 60 people: its solver tries 2^60 assignments, and the run printed nothing for 900 s
+    monkeypatch.setattr(rgym, "FIRST_RECORD_SECONDS", 1)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"task.levels.hard: reasoning-gym made no knights_knaves record in 1 s "
+                                          r"with \{'n_people': 60\} \(a level it cannot generate"):
+        build_task({"name": "reasoning_gym", "dataset": "knights_knaves", "levels": {"hard": {"n_people": 60}}})
+    assert time.monotonic() - started < 10
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "no alarm left behind"
 
 
 def test_the_task_group_composes_and_builds():

@@ -10,7 +10,9 @@ Levels are the dataset's difficulty settings:
   "level0".."level<k>" (`reasoning_gym.factory.create_curriculum`; ``set_global_level(k)``, each
   attribute capped at its top); a dataset without one (gsm_symbolic) has one level, "default".
 
-``settings`` apply to every level (a level's own win). Records are entries of
+``settings`` apply to every level (a level's own win; one every level sets is refused: it would never be
+used). A level whose first record reasoning-gym cannot make in `FIRST_RECORD_SECONDS` is refused by name (a
+knights_knaves level of 60 people never ends). Records are entries of
 ``create_dataset(dataset, seed=..., size=n, **level settings)``, so the same seed gives the same
 records: train draws from ``seed``, test from ``seed + 2**31`` (reasoning-gym seeds entry ``i``
 with ``seed + i``, so nearby seeds would share entries), and a repeated question is kept once.
@@ -26,7 +28,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from core.checks import ConfigError
@@ -71,6 +76,46 @@ def curriculum_levels(dataset: str) -> dict[str, dict[str, Any]]:
     return levels
 
 
+def check_shared_settings(settings: Mapping[str, Any], levels: Mapping[str, Mapping | None]) -> None:
+    """Refuse a shared setting (`task.settings`) that every level sets itself: a level's own value wins, so it
+    would never be used (`+task.settings.n_people=-3` ran to the end on each curriculum level's own count).
+
+    >>> check_shared_settings({"depth_constraint": 2}, {"a": {"n_people": 2}})  # used by every level
+    >>> check_shared_settings({"n_people": 9}, {"a": {"n_people": 2}, "b": {}})  # used by b
+    """
+    for name, value in settings.items():
+        own = {level: dict(values)[name] for level, values in levels.items() if values and name in values}
+        if len(own) == len(levels):
+            said = ", ".join(f"{level}: {setting!r}" for level, setting in own.items())
+            raise ConfigError(f"task.settings.{name}: {value!r} is never used: every level sets its own ({said}); "
+                              "set it in task.levels, one value a level")
+
+
+# A level's first record: reasoning-gym's knights_knaves makes one of 12 people in ~2 s and one of 20 in ~60 s
+# (its solver tries every assignment); one it cannot make in this long would hold a run's pools up for hours.
+FIRST_RECORD_SECONDS = 30
+
+
+@contextmanager
+def first_record_limit(message: str, seconds: float) -> Iterator[None]:
+    """End what runs inside with ConfigError(`message`) after `seconds` (a real-time alarm: the main thread
+    only; elsewhere it runs unlimited), the previous alarm handler put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise ConfigError(message)
+
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def format_ok(text: str) -> bool:
     """One ``<answer>`` block, closed, with only whitespace after it.
 
@@ -98,12 +143,21 @@ class ReasoningGymTask(Task):
         chosen = curriculum_levels(dataset) if levels is None else levels
         if not isinstance(chosen, Mapping) or not chosen:
             raise ConfigError(f"task.levels: must be a non-empty mapping of level -> settings (got {levels!r})")
+        for key, value in chosen.items():
+            if value is not None and not isinstance(value, Mapping):
+                raise ConfigError(f"task.levels.{key}: {value!r} is not a mapping of {dataset}'s settings (such as "
+                                  "{n_people: 3}); a level is named by its settings")
         base = dict(settings or {})
+        check_shared_settings(base, chosen)
         self.level_settings = {check_level_key(key, "task.levels"): {**base, **dict(value or {})}
                                for key, value in chosen.items()}
         self._score = factory.get_score_answer_fn(dataset)
         for key in self.level_settings:  # reasoning-gym checks each config (and the JSON copy) now, not mid-run
-            self.records(key, "train", n=1)
+            with first_record_limit(f"task.levels.{key}: reasoning-gym made no {dataset} record in "
+                                    f"{FIRST_RECORD_SECONDS} s with {self.level_settings[key]} (a level it cannot "
+                                    "generate, or one whose pools would take hours); lower its settings",
+                                    FIRST_RECORD_SECONDS):
+                self.records(key, "train", n=1)
 
     @property
     def levels(self) -> tuple[str, ...]:
