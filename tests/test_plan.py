@@ -95,6 +95,18 @@ BAD_CONFIGS = [
      "curriculum.stages[0].overrides.warmup_steps"),
     # a stage at learning rate 0 never moves
     (("+curriculum=kk_ladder", "grpo.learning_rate=0"), "grpo.learning_rate"),
+    # TRL divides the logits by the temperature: 0 passed the check and failed after the baseline validation
+    (("+curriculum=kk_ladder", "grpo.temperature=0"), "grpo.temperature"),
+    (("+curriculum=kk_ladder", "grpo.temperature=-0.5"), "grpo.temperature"),
+    (("+curriculum=kk_ladder", "grpo.temperature=inf"), "grpo.temperature"),
+    (("+curriculum=kk_ladder", "+curriculum.stages.2.overrides.temperature=0"),
+     "curriculum.stages[2].overrides.temperature"),
+    # the other sampling fields, each outside what transformers generates with
+    (("+curriculum=kk_ladder", "grpo.top_p=0"), "grpo.top_p"),
+    (("+curriculum=kk_ladder", "grpo.top_p=1.5"), "grpo.top_p"),
+    (("+curriculum=kk_ladder", "grpo.top_k=-1"), "grpo.top_k"),
+    (("+curriculum=kk_ladder", "+grpo.min_p=2.0"), "grpo.min_p"),
+    (("+curriculum=kk_ladder", "+grpo.repetition_penalty=0.0"), "grpo.repetition_penalty"),
     # an open TRL group is typed by TRL's dataclass: a rate that is not a number (was int()'s traceback)
     (("+curriculum=kk_ladder", "grpo.learning_rate=abc"), "grpo.learning_rate"),
     # ... and a count that is not whole

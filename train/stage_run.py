@@ -283,6 +283,27 @@ def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
     if (fields.get("warmup_steps") or 0) > 0:
         raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
                           "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+    check_sampling(fields, key)
+
+
+# The sampling fields of a trainer that generates (GRPOConfig), with the values they may take: TRL divides the
+# logits by `temperature` and transformers checks the others only when it first generates, after the baseline
+# validation (grpo.temperature=0 ended there in a 121-line traceback).
+SAMPLING_RANGES = {
+    "temperature": (lambda v: v > 0, "> 0 (TRL divides the logits by it; GRPO needs sampled, differing completions)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1: every token)"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: no top-k filter)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1], or null"),
+    "repetition_penalty": (lambda v: v > 0, "> 0 (1: none)"),
+}
+
+
+def check_sampling(fields: Mapping, key: str) -> None:
+    """Each sampling field `fields` sets (a number: its type is checked before) is finite and in its range."""
+    for name, (fits, wanted) in SAMPLING_RANGES.items():
+        value = fields.get(name)
+        if is_number(value) and not (is_number(value, finite=True) and fits(value)):
+            raise ConfigError(f"{key}.{name}: must be {wanted} (got {value!r})")
 
 
 # The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
