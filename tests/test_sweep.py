@@ -4,11 +4,17 @@ not kill the sweep, and the Optuna / SLURM configs composing as documented."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import run_cli
+from core.checks import ConfigError
+from tests.conftest import ROOT, run_cli
 
 
 def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
@@ -79,7 +85,20 @@ def test_two_sweeps_never_share_a_wandb_run_and_each_job_is_named_and_grouped(tm
     assert len(set(ids.values())) == 4, ids
 
 
-def test_the_gsm8k_reward_search_stores_its_study_in_the_sweep_folder_and_resumes_it(tmp_path, cache_dir):
+def killed_when(args: list[str], ready: Path) -> None:
+    """Run `python -m <args>` and SIGKILL it once `ready` exists (a sweep's job has started its run)."""
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not ready.exists():
+        assert proc.poll() is None, "the sweep ended before the moment to kill it"
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def test_a_killed_gsm8k_search_resumes_its_killed_trial_in_its_folder_and_runs_to_n_trials(tmp_path, cache_dir):
     optuna = pytest.importorskip("optuna")
     sweep_dir = tmp_path / "sweep"
     search = ["train", "-m", "+curriculum=gsm8k_grpo", "+hparams_search=gsm8k_reward_optuna", "experiment=smoke",
@@ -88,24 +107,79 @@ def test_the_gsm8k_reward_search_stores_its_study_in_the_sweep_folder_and_resume
     def study():
         return optuna.load_study(study_name="gsm8k_reward_weights", storage=f"sqlite:///{sweep_dir / 'optuna.db'}")
 
-    done = run_cli(*search, "hydra.sweeper.n_trials=2")
-    assert done.returncode == 0, done.stderr[-3000:]
-    first = study().trials
-    assert [t.state.name for t in first] == ["COMPLETE"] * 2
-    before = {job: (sweep_dir / job / "run.json").read_bytes() for job in ("0", "1")}
-    for trial in first:  # each trial is the job of its number: its weights and its objective
+    killed_when([*search, "hydra.sweeper.n_trials=2"], ready=sweep_dir / "1" / "run.json")  # trial 1 mid-run
+    assert [t.state.name for t in study().trials] == ["COMPLETE", "RUNNING"]
+    job0 = (sweep_dir / "0" / "run.json").read_bytes()
+    # the same folder and command, 3 trials in all: was 3 more, beside a trial RUNNING for ever and its half job
+    resumed = run_cli(*search, "hydra.sweeper.n_trials=3")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (f"trial 1 (job {sweep_dir / '1'}) was left running by a sweep that was killed: resuming its run in its "
+            "own folder") in resumed.stdout
+    assert "2 of n_trials=3 trials finished; running 1 more" in resumed.stdout
+    trials = study().trials
+    assert [(t.number, t.state.name) for t in trials] == [(0, "COMPLETE"), (1, "COMPLETE"), (2, "COMPLETE")]
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.name.isdigit()) == ["0", "1", "2"], "a folder a trial"
+    for trial in trials:  # each trial is the job of its number: its weights and its objective
         job = sweep_dir / str(trial.number)
         manifest = json.loads((job / "run.json").read_text())
         assert manifest["status"] == "done" and manifest["objective"] == trial.value
         weights = OmegaConf.load(job / "config.yaml").reward.weights
         assert {f"reward.weights.{k}": v for k, v in weights.items()} == trial.params
-    resumed = run_cli(*search, "hydra.sweeper.n_trials=1")  # the same folder: the study continues
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    trials = study().trials
-    assert [t.number for t in trials] == [0, 1, 2] and trials[2].state.name == "COMPLETE"
-    assert json.loads((sweep_dir / "2" / "run.json").read_text())["objective"] == trials[2].value
+    assert list((sweep_dir / "1" / ".hydra").glob("resume-*")), "trial 1's run was resumed (its own record kept)"
     assert trials[2].params != trials[0].params, "a resumed sampler does not propose the first point again"
-    assert {job: (sweep_dir / job / "run.json").read_bytes() for job in ("0", "1")} == before, "earlier jobs kept"
+    assert (sweep_dir / "0" / "run.json").read_bytes() == job0, "a finished job is left as it was"
+
+
+def a_stored_study(sweep_dir: Path) -> str:
+    """A sweep folder as a first run of the search leaves it: a study of one finished trial, its job folder 0."""
+    import optuna
+
+    storage = f"sqlite:///{sweep_dir / 'optuna.db'}"
+    (sweep_dir / "0").mkdir(parents=True)
+    study = optuna.create_study(study_name="gsm8k_reward_weights", storage=storage, direction="maximize")
+    trial = study.ask()
+    trial.suggest_float("reward.weights.correctness", 0.5, 4.0)
+    study.tell(trial, 0.25)
+    return storage
+
+
+def truncate(path: Path, size: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.truncate(size)
+
+
+@pytest.mark.parametrize("damage, refusal", [
+    # SQLite opens an empty file as a new database: the search silently started over, numbering over job 0
+    (lambda db: truncate(db, 0), r"optuna.db: empty \(0 bytes\): the sweep's study is gone"),
+    # cut inside its header: was an 89-line SQLAlchemy traceback ("file is not a database") that never named it
+    (lambda db: truncate(db, 10), r"optuna.db: not an SQLite database \(damaged or truncated\)"),
+    # cut further on: the header is whole, the pages are not
+    (lambda db: truncate(db, 100), r"optuna.db: not a readable study \(database disk image is malformed\)"),
+    (lambda db: db.unlink(), r"holds job folders 0..0 but its storage .* holds no study 'gsm8k_reward_weights'"),
+])
+def test_a_damaged_study_file_is_refused_naming_it(tmp_path, damage, refusal):
+    pytest.importorskip("optuna")
+    from hydra_plugins.kk_optuna_store.stored_optuna import StoredSweeperImpl
+
+    storage = a_stored_study(tmp_path)
+    damage(tmp_path / "optuna.db")
+    sweeper = StoredSweeperImpl(sampler=None, direction="maximize", storage=storage, study_name="gsm8k_reward_weights",
+                                n_trials=3, n_jobs=1, max_failure_rate=0.0, search_space=None,
+                                custom_search_space=None, params=None)
+    with pytest.raises(ConfigError, match=refusal):
+        sweeper.open_study(tmp_path)
+
+
+def test_a_damaged_study_file_ends_the_search_in_one_line(tmp_path, cache_dir):
+    pytest.importorskip("optuna")
+    a_stored_study(tmp_path)
+    truncate(tmp_path / "optuna.db", 100)
+    done = run_cli("train", "-m", "+curriculum=gsm8k_grpo", "+hparams_search=gsm8k_reward_optuna", "experiment=smoke",
+                   f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={tmp_path}")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"config error: sqlite:///{tmp_path / 'optuna.db'}: not a readable study (database disk image is malformed); "
+        "restore it, or start the sweep in a new folder (hydra.sweep.dir)")
 
 
 def test_gsm8k_reward_search_space_is_the_recipes_five_weights(make_cfg):
