@@ -15,6 +15,12 @@ moment a fresh run is started, killed then, and brought to the end as a user wou
 Each finished run must match the reference exactly: every stage's final weights (the bytes of its
 `model.safetensors`), every validation summary, every global step logged once and in order.
 
+Then two runs are killed while stage 3 trains and changed before the resume, as a copy or a hand may
+leave a folder (`TAMPERING`): two done stages' finals swapped (each intact, its stage.json with it), and
+metrics.jsonl a hard link to a file outside the run. The resume must refuse each in a line naming it,
+leaving the folder (and the outside file) as they were; put right as the message says (retrain the
+stages, a copy of its own), the run must go on to the reference's exact results.
+
 The summary (one line per kill: when, what the run was doing, the resume's time, identical or not)
 goes to the console and `<out>/drill.json`; the exit status is 1 if any kill did not resume to the
 reference. `tests/test_kill_windows.py` and `tests/test_resume.py` kill at chosen points; this draws them.
@@ -164,6 +170,63 @@ def kill_and_resume(run_dir: Path, common: list[str], share: float, span: float,
             "stderr_tail": err if code else ""}
 
 
+def swap_finals(run_dir: Path) -> tuple[str, list[str], list[str]]:
+    """Stages 1's and 2's finals exchanged: (what the refusal names, the resume's extra arguments that put it right,
+    the files that must stay as they are until then)."""
+    one, two = (run_dir / "stages" / name / "final" for name in ("1-2ppl", "2-3ppl"))
+    one.rename(one.with_name("swapping"))
+    two.rename(one)
+    one.with_name("swapping").rename(two)
+    return ("its stage.json names stage '2ppl', not '3ppl': another stage's final is in its place",
+            ["on_damaged_checkpoint=retrain"], [str(p / "model.safetensors") for p in (one, two)])
+
+
+def hard_link_metrics(run_dir: Path) -> tuple[str, list[str], list[str]]:
+    """metrics.jsonl made one file with one outside the run, which a resume would truncate and append to; put
+    right as the refusal says (a copy of its own)."""
+    metrics, outside = run_dir / METRICS, run_dir.parent / f"{run_dir.name}-outside.jsonl"
+    outside.write_bytes(metrics.read_bytes())
+    metrics.unlink()
+    os.link(outside, metrics)
+    return "metrics.jsonl: a hard link (2 names for one file", [], [str(outside), str(metrics)]
+
+
+def own_copies(run_dir: Path) -> None:
+    """Put hard links right as the refusal says: every file with another name replaced by a copy of its own."""
+    for path in run_dir.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_nlink > 1:
+            copy = path.with_name(f"{path.name}.copy")
+            shutil.copyfile(path, copy)
+            copy.replace(path)
+
+
+TAMPERING = {"swapped finals": swap_finals, "metrics.jsonl hard-linked out": hard_link_metrics}
+
+
+def in_stage_3(run_dir: Path) -> bool:
+    stages = read_mapping(run_dir / RUN_JSON).get("stages") or []
+    return len(stages) > 2 and stages[2].get("status") == "running"
+
+
+def tampered(run_dir: Path, common: list[str], name: str) -> dict:
+    """Kill a run while stage 3 trains, change it (`TAMPERING[name]`), resume: refused naming it, nothing written;
+    then put right and resumed to the end."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    proc = train([*common, f"hydra.run.dir={run_dir}"])
+    if _until(proc, lambda: in_stage_3(run_dir), 1800) is None:
+        raise RuntimeError(f"{run_dir}: the run ended before stage 3:\n{proc.stderr.read()[-2000:]}")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    refusal, fix, kept = TAMPERING[name](run_dir)
+    before = {path: Path(path).read_bytes() for path in kept}
+    code, err, _ = finish([*common, f"resume={run_dir}"])
+    refused = code != 0 and refusal in err and {path: Path(path).read_bytes() for path in kept} == before
+    own_copies(run_dir)
+    code, err, seconds = finish([*common, f"resume={run_dir}", *fix])
+    return {"tampering": name, "refused": refused, "resumed_with": " ".join(["resume", *fix]), "resume_exit": code,
+            "resume_s": round(seconds, 1), "stderr_tail": err if code or not refused else ""}
+
+
 def reference_run(run_dir: Path, common: list[str]) -> tuple[float, float]:
     """Run the reference to its end: (seconds of start-up until run.json, seconds of work after it until
     run.json says done)."""
@@ -200,8 +263,16 @@ def drill(out: Path, kills: int, seed: int, *, startup_kills: int = 2, cache_dir
         when = f"{at:4.1f} s into the work ({work:.1f} s)" if after_start else f"{at:4.1f} s into start-up"
         print(f"kill {k + 1:2d}/{len(plan)} {when:<28}: {result['doing']:<44} -> {result['resumed_with']:<13} "
               f"{result['resume_s']:5.1f} s, {'identical' if result['identical'] else 'DIFFERENT'}", flush=True)
-    summary = {"kills": len(plan), "in_work": kills, "in_startup": startup_kills, "seed": seed,
-               "reference_startup_seconds": round(startup, 1), "reference_work_seconds": round(work, 1),
+    for k, name in enumerate(TAMPERING):
+        result = tampered(out / f"tampered-{k}", common, name)
+        result["identical"] = result["refused"] and result["resume_exit"] == 0 and \
+            outcome(out / f"tampered-{k}") == reference
+        results.append(result)
+        print(f"kill in stage 3, {name:<30}: {'refused by name' if result['refused'] else 'NOT REFUSED'}, then "
+              f"{result['resumed_with']:<40} {result['resume_s']:5.1f} s, "
+              f"{'identical' if result['identical'] else 'DIFFERENT'}", flush=True)
+    summary = {"kills": len(results), "in_work": kills, "in_startup": startup_kills, "tampered": len(TAMPERING),
+               "seed": seed, "reference_startup_seconds": round(startup, 1), "reference_work_seconds": round(work, 1),
                "identical": sum(r["identical"] for r in results), "results": results}
     (out / "drill.json").write_text(json.dumps(summary, indent=2))
     return summary
