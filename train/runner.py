@@ -180,8 +180,7 @@ class CurriculumRun:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
         plan, kinds = self.settings.plan, self.settings.kinds
-        to_train = resume.stages_to_train(self.run_dir, self.manifest, plan, self.finals_read,
-                                          on_damaged=self.settings.on_damaged)
+        to_train = self.stages_to_train()
         previous, rl_start = self.base, None
         for stage in plan:
             kind = kinds[stage.kind]
@@ -197,6 +196,18 @@ class CurriculumRun:
                 self.manifest.stage_validated(stage.index, summary, cost)
                 self.compact_finals()
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
+
+    def stages_to_train(self) -> set[int]:
+        """The stages still to train (train/resume.py `stages_to_train`), decided by the main process, which alone
+        sets a refused final aside; every rank sends the same done stages back to pending."""
+        done = {s.index for s in self.manifest.stages if s.done}
+        to_train = on_main(lambda: resume.stages_to_train(self.run_dir, self.manifest, self.settings.plan,
+                                                          self.finals_read, on_damaged=self.settings.on_damaged),
+                           self.processes)
+        if not self.processes.is_main:
+            for index in sorted(to_train & done):
+                self.manifest.stage_reset(index)
+        return to_train
 
     @property
     def rl_start_index(self) -> int | None:
