@@ -31,7 +31,7 @@ from core.jsonl import JsonlWriter, read_jsonl
 from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
 from core.stats import rate_text
-from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source
+from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_data_config, check_eval_config, check_task_format
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
@@ -71,7 +71,7 @@ def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
     if run_dir is None:
         return {}
     saved = run_config(run_dir)
-    chosen = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+    chosen = overrides_keys(overrides)
     groups = {}
     for name, record in RUN_GROUPS.items():
         if name in chosen and name != "model" or saved.get(name) is None:
@@ -84,6 +84,15 @@ def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
             OmegaConf.update(group, key, OmegaConf.select(composed[name], key), merge=False)
         groups[name] = group
     return groups
+
+
+def overrides_keys(overrides: list[str]) -> set[str]:
+    """The keys (or groups) the command line's overrides set.
+
+    >>> sorted(overrides_keys(["eval.n=4", "+prompt=answer_only", "cpu_threads=2"]))
+    ['cpu_threads', 'eval.n', 'prompt']
+    """
+    return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
 # The groups every run's config.yaml holds, without which a final would be validated with this command's defaults
@@ -135,18 +144,26 @@ def interrupted_line(out_dir: Path) -> str:
     return f"interrupted: kept {done} in {out_dir / VALIDATION} (graded completions in {out_dir / SAMPLES})"
 
 
+def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
+    """The checkpoint `model=` names (None: a model config), checked before any model loads (eval/checkpoint.py);
+    a run's final puts its run's groups into `cfg` (`run_settings`) first, so its chat setting is the run's."""
+    if not cfg.checkpoint:
+        return None
+    checkpoint = checkpoint_source(str(cfg.checkpoint))
+    composed = {name: cfg.get(name) for name in RUN_GROUPS}
+    for name, group in run_settings(Path(checkpoint), composed, overrides).items():
+        cfg[name] = group
+    check_tokenizer_files(checkpoint, chat=bool(cfg.model.chat))
+    check_final(checkpoint)
+    return checkpoint
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     quiet_libraries()
     overrides = list(HydraConfig.get().overrides.task)
     try:
-        checkpoint = checkpoint_source(str(cfg.checkpoint)) if cfg.checkpoint else None
-        composed = {name: cfg.get(name) for name in RUN_GROUPS}
-        for name, group in (run_settings(Path(checkpoint), composed, overrides) if checkpoint else {}).items():
-            cfg[name] = group
-        if checkpoint:
-            check_tokenizer_files(checkpoint, chat=bool(cfg.model.chat))
-            check_final(checkpoint)
+        checkpoint = checked_checkpoint(cfg, overrides)
         task = run_task(cfg.task, str(cfg.prompt.fmt))
         if checkpoint:
             check_task(checkpoint, task.name)
@@ -155,7 +172,10 @@ def main(cfg: DictConfig) -> float:
         check_data_config(cfg.data)
         settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
         pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
-        configure_cpu_threads(cfg.cpu_threads)
+        # a run's final: the run's own thread count, unless the command line sets one
+        recorded = run_cpu_threads(checkpoint) if checkpoint and "cpu_threads" not in overrides_keys(overrides) \
+            else None
+        configure_cpu_threads(recorded or cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)

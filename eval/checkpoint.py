@@ -16,7 +16,7 @@ import json
 import re
 from pathlib import Path
 
-from core.checks import ConfigError
+from core.checks import ConfigError, is_int
 from core.confined import read_inside
 from core.published import FINAL_MARKER, final_info, final_problem, recorded_final_problem
 from core.rundir import RUN_JSON, run_of_final, stage_dirname, stage_records
@@ -90,14 +90,28 @@ def check_final(value: str) -> None:
                           f"({problem}); restore it, or copy it out of the run folder to validate it as it is")
 
 
-def _recorded_stage(value: str, run_dir: Path, dirname: str):
-    """run.json's record of the stage whose folder is `dirname` (`<k>-<name>`), read without following a link out
-    of the run folder; ConfigError when run.json does not record it."""
+def _run_manifest(run_dir: Path) -> dict | None:
+    """A run's run.json, read without following a link out of the run folder; None when it is not a mapping."""
     raw = read_inside(run_dir, run_dir / RUN_JSON)
     try:
         manifest = json.loads(raw) if raw is not None else None
     except ValueError:
-        manifest = None
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def run_cpu_threads(value: str) -> int | None:
+    """The CPU threads the run of a final inside its run folder trained and validated with (run.json's
+    `cpu_threads`): validating with another count could sum floats otherwise than the run did. None elsewhere."""
+    run_dir = run_of_final(Path(value).resolve())
+    threads = (_run_manifest(run_dir) or {}).get("cpu_threads") if run_dir is not None else None
+    return threads if is_int(threads) and threads > 0 else None
+
+
+def _recorded_stage(value: str, run_dir: Path, dirname: str):
+    """run.json's record of the stage whose folder is `dirname` (`<k>-<name>`), read without following a link out
+    of the run folder; ConfigError when run.json does not record it."""
+    manifest = _run_manifest(run_dir)
     found = [s for s in stage_records(manifest) if stage_dirname(s.index, s.name) == dirname] \
         if isinstance(manifest, dict) else []
     if not found:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from core.checks import ConfigError
 from core.published import FINAL_MARKER, final_digests, marker_digest
 from eval.__main__ import run_config
-from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source
+from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from tests.conftest import compose_cfg, run_cli
 
 
@@ -155,6 +155,18 @@ def test_a_run_config_it_cannot_read_is_refused_not_replaced_by_the_defaults(run
     change(run)
     with pytest.raises(ConfigError, match=rf"{run / 'config.yaml'}: {refusal}"):
         run_config(run)
+
+
+@pytest.mark.parametrize("recorded, expected", [
+    (3, 3),  # the run's count: validating with another could sum floats otherwise than the run did
+    (None, None),  # a run recorded before the count was kept: this command's cpu_threads
+    ("3", None),  # run.json is untrusted: a count that is not a whole number > 0 is not used
+    (0, None),
+])
+def test_a_runs_final_is_validated_on_the_runs_thread_count(run, recorded, expected):
+    manifest = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**manifest, "cpu_threads": recorded}))
+    assert run_cpu_threads(final(run)) == expected
 
 
 def test_python_m_eval_refuses_a_swapped_final_in_one_line(run, tmp_path):
