@@ -40,8 +40,8 @@ from core.tiny_model import build_tiny_checkpoint
 from core.weights import zero3_init_paused
 
 __all__ = [
-    "ModelUnavailableError", "configure_cpu_threads", "defer_bitsandbytes", "device_settings", "load_for_inference",
-    "lora_config", "merge_lora_and_save", "merged_lora", "resolve_model",
+    "ModelUnavailableError", "configure_cpu_threads", "defer_bitsandbytes", "defer_deepspeed", "defer_vllm",
+    "device_settings", "load_for_inference", "lora_config", "merge_lora_and_save", "merged_lora", "resolve_model",
 ]
 
 log = logging.getLogger(__name__)
@@ -311,10 +311,7 @@ def defer_bitsandbytes(optimizers: set[str]) -> bool:
     ask. Call it at an entry point, before transformers.trainer is imported; returns whether it deferred.
     """
     wants_8bit = any("8bit" in name or "bnb" in name for name in optimizers)
-    if wants_8bit or "bitsandbytes" in sys.modules or torch.cuda.is_available():
-        return False
-    sys.modules["bitsandbytes"] = None
-    return True
+    return not (wants_8bit or torch.cuda.is_available()) and _keep_unloaded("bitsandbytes")
 
 
 def defer_vllm(rollouts: bool) -> bool:
@@ -325,7 +322,24 @@ def defer_vllm(rollouts: bool) -> bool:
     `import_vllm`, `eval.backend` vllm or auto). The same None in sys.modules as `defer_bitsandbytes`; call it at
     an entry point before trl is imported; returns whether it deferred.
     """
-    if rollouts or "vllm" in sys.modules:
+    return not rollouts and _keep_unloaded("vllm")
+
+
+def defer_deepspeed(env: Mapping[str, str] = os.environ) -> bool:
+    """Keep DeepSpeed unloaded unless the launch is DeepSpeed's (accelerate tells its processes so:
+    ACCELERATE_USE_DEEPSPEED). transformers imports it wherever it is installed, once a trainer or a save
+    asks whether it runs, and on a machine without CUDA its accelerator detection prints "Setting accelerator
+    to CPU" into every run. The same None in sys.modules as `defer_bitsandbytes`; returns whether it deferred.
+
+    >>> defer_deepspeed({"ACCELERATE_USE_DEEPSPEED": "true"})
+    False
+    """
+    return env.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true" and _keep_unloaded("deepspeed")
+
+
+def _keep_unloaded(package: str) -> bool:
+    """Make `import <package>` fail as if it were not installed, unless it is loaded already; whether it did."""
+    if package in sys.modules:
         return False
-    sys.modules["vllm"] = None
+    sys.modules[package] = None
     return True

@@ -28,7 +28,7 @@ from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.confined import read_inside
 from core.jsonl import JsonlWriter, read_jsonl
-from core.models import ModelUnavailableError, configure_cpu_threads, quiet_libraries, resolve_model
+from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
 from core.stats import rate_text
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
@@ -161,6 +161,7 @@ def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     quiet_libraries()
+    defer_deepspeed()  # one process validating: DeepSpeed's import only adds its start-up warning
     overrides = list(HydraConfig.get().overrides.task)
     try:
         checkpoint = checked_checkpoint(cfg, overrides)

@@ -100,12 +100,13 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
     """This process trains (alone, or as one rank of a launch): the config checked, then the curriculum run."""
     # imported here, not above: a config error is refused in a second, before torch and TRL load, and a job
     # that starts its run (launch=) never loads them
-    from core.models import defer_bitsandbytes, defer_vllm, quiet_libraries
+    from core.models import defer_bitsandbytes, defer_deepspeed, defer_vllm, quiet_libraries
 
     optims = requested_optimizers(cfg.get("grpo"), cfg.get("sft"), OmegaConf.select(cfg, "curriculum.stages"),
                                   cfg.get("stage_overrides"))
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
+    defer_deepspeed()  # before transformers imports it: only a DeepSpeed launch needs it
     from train.runner import run_curriculum
     from train.settings import read_settings
 
