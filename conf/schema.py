@@ -76,7 +76,7 @@ class ValidationPlan(Choice):
 
 
 class PromptFormat(Choice):
-    """The answer formats: K&K's grader's (curriculum.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
+    """The answer formats: K&K's grader's (curriculum.tasks.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
     (eval/config_check.py holds a K&K run to K&K's)."""
 
     think_answer = "think_answer"

@@ -2,7 +2,7 @@
 
 It exists so that the whole pipeline (tokenize, chat template, generate, GRPO, handoff, eval) runs
 offline in seconds. The tokenizer is trained on a small Knights-and-Knaves-style corpus generated
-from templates in this module (kept independent of `curriculum.kk`, so the model can be built even
+from templates in this module (kept independent of `curriculum.tasks.kk`, so the model can be built even
 while the puzzle code changes); being byte-level, it still encodes any text.
 """
 

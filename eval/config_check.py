@@ -10,8 +10,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from core.checks import ConfigError
-from curriculum.kk.grading.grader import FORMATS
 from curriculum.tasks.base import Task
+from curriculum.tasks.kk.grading.grader import FORMATS
 from eval.settings import subset_levels
 from eval.vllm_backend import vllm_installed
 

@@ -33,7 +33,7 @@ class Scored:
     answered: bool
     tokens: int
     truncated: bool
-    has_reasoning: bool = False  # a non-empty closed <think> block (`curriculum.kk.grading.reasoning`)
+    has_reasoning: bool = False  # a non-empty closed <think> block (`curriculum.tasks.kk.grading.reasoning`)
     reasoning_agrees: bool = False  # ... that settles someone, its last claim about each matching the answer
     invented: bool = False  # names a person not in the puzzle (reasoning or answer)
     lenient_correct: bool = False  # right under the lenient reading of an untagged answer (grading/lenient.py)
@@ -60,7 +60,7 @@ def subset_metrics(scored: Sequence[Scored]) -> dict:
 
     With several samples per puzzle, `accuracy` is mean@k and `pass_at_k` the share of puzzles
     with at least one correct sample. `lenient_accuracy` reads an untagged answer's final
-    conclusion (`curriculum.kk.grading.lenient`); `accuracy` (strict) stays the headline. Reasoning:
+    conclusion (`curriculum.tasks.kk.grading.lenient`); `accuracy` (strict) stays the headline. Reasoning:
     `reasoning_agrees_rate` is over the completions whose reasoning settles at least one person (None
     when none does), `reasoning_settles_nobody` over those with a reasoning block (None when none has
     one); `correct_but_disagrees` (right answers whose reasoning settles someone otherwise) and

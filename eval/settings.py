@@ -14,10 +14,10 @@ from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.kk.grading.grader import grade
 from curriculum.prompts import render_prompt
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task, TaskRecord
+from curriculum.tasks.kk.grading.grader import grade
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
@@ -38,7 +38,7 @@ class ValidationSettings:
     vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
     subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
     every: int  # in-stage validation every this many steps (0 = off)
-    fmt: str  # the grader's format (curriculum.kk.grading.grader.FORMATS)
+    fmt: str  # the grader's format (curriculum.tasks.kk.grading.grader.FORMATS)
     chat: bool  # prompts are chat messages rendered by the tokenizer's template
     prompt: Mapping[str, str] = field(default_factory=dict)  # system, user, prefill, plain
     chat_kwargs: Mapping = field(default_factory=dict)  # extra apply_chat_template arguments

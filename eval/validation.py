@@ -31,10 +31,10 @@ from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import level_fields, row_level, samples_file
 from core.stats import percent_text
-from curriculum.kk.grading.grader import grade
-from curriculum.kk.grading.lenient import lenient_grade
-from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.base import Task, TaskRecord
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.lenient import lenient_grade
+from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
 from eval.settings import ValidationSettings

@@ -26,12 +26,12 @@ from trl import GRPOTrainer
 
 from core.models import load_for_inference, merge_lora_and_save, resolve_model
 from core.weights import fingerprint
-from curriculum import kk
 from curriculum.data import to_rows
-from curriculum.kk.grading.grader import grade
-from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.plan import Stage, build_plan
 from curriculum.prompts import render_prompt
+from curriculum.tasks import kk
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import generate
 from tests.conftest import compose_cfg
 from tests.pools import held_out_pools, stage_pool

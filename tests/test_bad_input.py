@@ -8,8 +8,8 @@ import os
 import pytest
 
 from core.checks import ConfigError
-from curriculum.kk import generate
-from curriculum.sources import RecordError
+from curriculum.tasks.kk import generate
+from curriculum.tasks.kk.sources import RecordError
 from eval.report import latest_output
 from tests.conftest import run_cli
 from train.runner import run_curriculum

@@ -10,7 +10,7 @@ from conf import CONF_DIR
 from conf.errors import run_app
 from conf.schema import PromptFormat
 from core.checks import ConfigError
-from curriculum.kk.grading.grader import FORMATS
+from curriculum.tasks.kk.grading.grader import FORMATS
 from tests.conftest import compose_cfg, run_cli
 
 # (arguments after `python -m train +curriculum=kk_ladder experiment=smoke`, the one line it must print)
@@ -140,7 +140,7 @@ def test_the_schemas_prompt_formats_are_the_graders():
 def test_a_choice_reads_as_its_name(cache_dir):
     cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder")
     assert cfg.reference == "previous_stage" and str(cfg.reference) == "previous_stage"
-    assert f"{cfg.eval.backend}" == "hf" and cfg.curriculum.stages[0].kind == "grpo"
+    assert f"{cfg.eval.backend}" == "auto" and cfg.curriculum.stages[0].kind == "grpo"
 
 
 def test_run_app_prints_a_config_error_as_one_line_and_lets_a_bug_raise(monkeypatch):

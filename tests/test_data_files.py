@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import curriculum.sources
-from curriculum.kk import generate
+import curriculum.tasks.kk.sources
 from curriculum.plan import build_plan
-from curriculum.sources import RecordError, load_records
+from curriculum.tasks.kk import generate
+from curriculum.tasks.kk.sources import RecordError, load_records
 from tests.pools import held_out_pools, stage_pool
 
 
@@ -36,8 +36,8 @@ def test_a_pool_reads_a_large_file_only_as_far_as_it_needs(tmp_path, make_cfg, m
     for split, seed in (("train", 1), ("test", 2)):
         _write(tmp_path / split / "people3_num5000.jsonl", [json.dumps(r).encode() for r in generate(3, 5000, seed)])
     checked = []
-    real = curriculum.sources.normalize_record
-    monkeypatch.setattr(curriculum.sources, "normalize_record",
+    real = curriculum.tasks.kk.sources.normalize_record
+    monkeypatch.setattr(curriculum.tasks.kk.sources, "normalize_record",
                         lambda raw, *a, **k: checked.append(1) or real(raw, *a, **k))
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "data=local", f"data.path={tmp_path}",
                    "eval.subsets=[3]", "eval.n=4", "curriculum.stages=[{name: a, ppl: 3, steps: 1, pool: 100}]",

@@ -1,4 +1,4 @@
-"""Table-driven tests of `curriculum.kk.grading.grader.grade`: every phrasing it must read and every refusal.
+"""Table-driven tests of `curriculum.tasks.kk.grading.grader.grade`: every phrasing it must read and every refusal.
 
 Each case: (fmt, completion, names, solution, correct, format_ok, reason substring or None), with a
 comment saying why it should pass or fail. Most answers are wrapped by `T(...)` (a well-formed
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.kk.grading.grader import Grade, completion_text, grade
+from curriculum.tasks.kk.grading.grader import Grade, completion_text, grade
 
 
 def T(answer: str) -> str:

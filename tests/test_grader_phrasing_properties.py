@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from curriculum.kk import COMMON_NAMES
-from curriculum.kk.grading.grader import grade
+from curriculum.tasks.kk import COMMON_NAMES
+from curriculum.tasks.kk.grading.grader import grade
 from tests.conftest import SHARED_DATA
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from curriculum.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.grader import grade
 
 
 def T(answer: str) -> str:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from curriculum.kk.grading.grader import FORMATS, grade
+from curriculum.tasks.kk.grading.grader import FORMATS, grade
 
 DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 # K&K's common names plus names that contain one another (Ava/Avery, Mia/Amelia, Ella/Isabella/Bella,

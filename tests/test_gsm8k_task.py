@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.checks import ConfigError
-from curriculum.sources import RecordError
-from curriculum.tasks.base import normalized_question, task_row
+from curriculum.tasks.base import RecordError, normalized_question, task_row
 from curriculum.tasks.gsm8k import LEVELS, GSM8KTask
 from curriculum.tasks.gsm8k.task import SAMPLE_DIR, solution_steps, step_level
 

@@ -1,4 +1,4 @@
-"""curriculum.kk.canonical_key: equal exactly for puzzles equal up to renaming/reordering people."""
+"""curriculum.tasks.kk.canonical_key: equal exactly for puzzles equal up to renaming/reordering people."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from curriculum.kk import canonical_key, generate, parse_statements, solve
-from curriculum.kk.grammar import COMMUTATIVE, LEAF_KINDS, OPERATORS
+from curriculum.tasks.kk import canonical_key, generate, parse_statements, solve
+from curriculum.tasks.kk.grammar import COMMUTATIVE, LEAF_KINDS, OPERATORS
 
 
 def relabel(statements, new_label, rng=None):

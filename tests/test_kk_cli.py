@@ -1,4 +1,4 @@
-"""python -m curriculum.kk: generate files, check stored solutions, fail loudly on bad ones."""
+"""python -m curriculum.tasks.kk: generate files, check stored solutions, fail loudly on bad ones."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.kk.__main__ import main
+from curriculum.tasks.kk.__main__ import main
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ def test_bad_file_is_an_error_naming_the_line(tmp_path, capsys):
 
 def test_module_runs_as_a_program_and_writes_jsonl_to_stdout():
     command = ["generate", "--ppl", "3", "-n", "4", "--role-pair", "a sage,a fool"]
-    program = [sys.executable, "-m", "curriculum.kk", *command]
+    program = [sys.executable, "-m", "curriculum.tasks.kk", *command]
     done = subprocess.run(program, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stdout.splitlines()]

@@ -1,4 +1,4 @@
-"""curriculum.kk English and chain of thought reproduce the published records word for word."""
+"""curriculum.tasks.kk English and chain of thought reproduce the published records word for word."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.kk import SPEECH_TEMPLATES, chain_of_thought, claim_text, parse_statements, role_words
-from curriculum.kk.english import COMMON_NAMES, ROLE_PAIRS, quiz_text, solution_text, solution_text_format
+from curriculum.tasks.kk import SPEECH_TEMPLATES, chain_of_thought, claim_text, parse_statements, role_words
+from curriculum.tasks.kk.english import COMMON_NAMES, ROLE_PAIRS, quiz_text, solution_text, solution_text_format
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 COLUMNS = ["quiz", "names", "knight_knave", "solution", "solution_text", "solution_text_format", "cot_head",

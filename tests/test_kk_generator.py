@@ -1,4 +1,4 @@
-"""curriculum.kk.generate: unique solutions, every field, distinct, seeded, the published mix."""
+"""curriculum.tasks.kk.generate: unique solutions, every field, distinct, seeded, the published mix."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.kk import (
+from curriculum.tasks.kk import (
     COMMON_NAMES,
     RECORD_FIELDS,
     count_unique_puzzles,
@@ -21,8 +21,8 @@ from curriculum.kk import (
     solve,
     top_label,
 )
-from curriculum.kk import generator as generator_module
-from curriculum.kk.space import statement_probabilities
+from curriculum.tasks.kk import generator as generator_module
+from curriculum.tasks.kk.space import statement_probabilities
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 PPLS = range(2, 9)

@@ -1,4 +1,4 @@
-"""curriculum.kk grammar and solver: the published records, a brute-force reference, bad input."""
+"""curriculum.tasks.kk grammar and solver: the published records, a brute-force reference, bad input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from curriculum.kk import StatementError, parse_statements, solve
-from curriculum.kk.grammar import LEAF_KINDS
+from curriculum.tasks.kk import StatementError, parse_statements, solve
+from curriculum.tasks.kk.grammar import LEAF_KINDS
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 

@@ -10,12 +10,12 @@ from transformers import AutoTokenizer
 
 from core.models import resolve_model
 from curriculum.data import to_rows
-from curriculum.kk.grading.grader import grade
 from curriculum.prompts import model_prompt, prompt_text, render_prompt
-from curriculum.sources import load_records, split_disjoint
 from curriculum.tasks import build_task
 from curriculum.tasks.base import disjoint, task_row
 from curriculum.tasks.kk import KKTask
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.sources import load_records, split_disjoint
 from train.rewards import answer_reward, format_reward
 
 THINK = "<think>Zoey lies.</think><answer>{}</answer>"

@@ -1,13 +1,13 @@
-"""Lenient accuracy (curriculum/kk/grading/lenient.py): the final conclusion of an untagged answer, with the
+"""Lenient accuracy (curriculum/tasks/kk/grading/lenient.py): the final conclusion of an untagged answer, with the
 strict grader's refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from curriculum.kk.grading.grader import grade
-from curriculum.kk.grading.lenient import MAX_LINES, lenient_grade
 from curriculum.tasks.kk import KKTask, kk_record
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.lenient import MAX_LINES, lenient_grade
 from eval.generation import Completion
 from eval.metrics import subset_metrics
 from eval.validation import grade_subset

@@ -1,8 +1,8 @@
 """reward=logic_rl_strict reads answers exactly as Logic-RL's parser does, and +curriculum=kk_logicrl is its recipe.
 
 The oracle is the published parser itself, kept verbatim in tests/reference/logic_rl_kk.py: the port
-(curriculum/kk/grading/logic_rl.py) must give its score on a table of cases, on random responses, and on the published
-records; the table also shows where this project's lenient grader (reward=logic_rl) and Logic-RL part.
+(curriculum/tasks/kk/grading/logic_rl.py) must give its score on a table of cases, on random responses, and on the
+published records; the table also shows where this project's lenient grader (reward=logic_rl) and Logic-RL part.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from transformers import AutoTokenizer
 from core.jsonl import read_jsonl
 from core.models import resolve_model
 from core.rundir import METRICS
-from curriculum.kk.grading.logic_rl import logic_rl_scores, solution_text_format
 from curriculum.prompts import model_prompt
+from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_format
 from tests.conftest import SHARED_DATA, compose_cfg
 from tests.reference import logic_rl_kk as published
 from train.rewards import build_reward_funcs, tiered_reward

@@ -14,10 +14,9 @@ from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 from core.models import resolve_model
 from curriculum.data import to_rows
-from curriculum.kk import generate
 from curriculum.prompts import prompt_ids, render_prompt
-from curriculum.sft import to_sft_rows
-from curriculum.tasks.kk import kk_record
+from curriculum.tasks.kk import generate, kk_record
+from curriculum.tasks.kk.sft import to_sft_rows
 from eval.generation import encode_prompts
 from tests.conftest import compose_cfg
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from rich.console import Console
 
-from curriculum.kk.grading.claims import last_claims
-from curriculum.kk.grading.grader import grade
-from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.kk import KKTask, kk_record
+from curriculum.tasks.kk.grading.claims import last_claims
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
 from eval.metrics import subset_metrics
 from eval.report import write_report

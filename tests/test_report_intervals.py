@@ -10,10 +10,9 @@ import pytest
 from rich.console import Console
 
 from core.stats import change
-from curriculum.kk import canonical_key
 from curriculum.plan import Stage
-from curriculum.sources import load_records
-from curriculum.tasks.kk import kk_record
+from curriculum.tasks.kk import canonical_key, kk_record
+from curriculum.tasks.kk.sources import load_records
 from eval.report.cli import write_report
 from eval.validation import results_table
 from tests.pools import held_out_pools, stage_pool

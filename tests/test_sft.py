@@ -12,10 +12,10 @@ from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
-from curriculum.kk import canonical_key, generate
-from curriculum.kk.grading.grader import FORMATS, grade
 from curriculum.plan import build_plan
-from curriculum.sft import reference_response
+from curriculum.tasks.kk import canonical_key, generate
+from curriculum.tasks.kk.grading.grader import FORMATS, grade
+from curriculum.tasks.kk.sft import reference_response
 from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
 from train.runner import run_curriculum

@@ -1,4 +1,4 @@
-"""curriculum.sources: generated, hub and local records, validation errors, disjoint splits."""
+"""curriculum.tasks.kk.sources: generated, hub and local records, validation errors, disjoint splits."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curriculum.kk import RECORD_FIELDS, generate, parse_statements
-from curriculum.kk.grading.grader import grade
-from curriculum.sources import RecordError, load_records, published_count, read_records, split_disjoint
+from curriculum.tasks.kk import RECORD_FIELDS, generate, parse_statements
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.sources import RecordError, load_records, published_count, read_records, split_disjoint
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 

@@ -9,7 +9,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
-from curriculum.kk.grading.grader import grade as kk_grade
 from curriculum.tasks import TASKS, build_task, task_class
 from curriculum.tasks.base import (
     AnswerGrade,
@@ -21,6 +20,7 @@ from curriculum.tasks.base import (
     task_row,
     weighted_rewards,
 )
+from curriculum.tasks.kk.grading.grader import grade as kk_grade
 
 
 @pytest.mark.parametrize(("columns", "error"), [

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from core.jsonl import read_jsonl
-from curriculum.kk.grading.grader import grade
-from curriculum.kk.grading.lenient import lenient_grade
-from curriculum.kk.grading.reasoning import check_reasoning
 from curriculum.tasks.kk import KKTask, kk_record
+from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.grading.lenient import lenient_grade
+from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
 from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
 from eval.validation import grade_subset

@@ -35,8 +35,8 @@ from core.checks import ConfigError
 from core.models import lora_config
 from core.weights import fingerprint
 from curriculum.data import to_rows
-from curriculum.kk.grading.grader import completion_text
 from curriculum.plan import Stage, grpo_batch
+from curriculum.tasks.kk.grading.grader import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine, process_kept, release
 from eval.vllm_cpu import colocated_engine

@@ -1,4 +1,4 @@
-"""Reward components for GRPO on K&K, all built on the one grader (`curriculum.kk.grading.grader.grade`).
+"""Reward components for GRPO on K&K, all built on the one grader (`curriculum.tasks.kk.grading.grader.grade`).
 
 Each component has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]`
 (completions are strings or conversational lists; unknown kwargs such as trainer_state, ppl, id,
@@ -22,7 +22,7 @@ components:
     unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
     wrong        -- format_ok, every person has one role, at least one is wrong.
 - `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
-  (`curriculum/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
+  (`curriculum/tasks/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
 
 `build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
 group and returns the weighted components bound to the prompt format and length, sharing one grade
@@ -36,9 +36,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 
 from core.checks import ConfigError, is_number, plain, whole_number
-from curriculum.kk.grading.grader import Grade, completion_text, grade
-from curriculum.kk.grading.logic_rl import logic_rl_scores
 from curriculum.tasks.base import Task, weighted_rewards
+from curriculum.tasks.kk.grading.grader import Grade, completion_text, grade
+from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
 from train.custom_rewards import load_custom_reward
 from train.reward_checks import check_timeout
 
@@ -189,7 +189,7 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
 
 
 def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
-    """Logic-RL's score of each prompt + completion, by its own parser (curriculum/kk/grading/logic_rl.py),
+    """Logic-RL's score of each prompt + completion, by its own parser (curriculum/tasks/kk/grading/logic_rl.py),
     not the grader.
 
     >>> prompt = "<|im_start|>assistant\\n<think>"

@@ -15,7 +15,7 @@ from trl import SFTConfig, SFTTrainer
 from core.checks import ConfigError
 from core.models import lora_config
 from curriculum.plan import Stage
-from curriculum.sft import to_sft_rows
+from curriculum.tasks.kk.sft import to_sft_rows
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
 
 

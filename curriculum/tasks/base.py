@@ -37,6 +37,10 @@ ROW_KEYS = ("prompt", "completion", "id", "level")
 RewardFunc = Callable[..., list[float]]
 
 
+class RecordError(ValueError):
+    """Malformed record data in a task's source; the message starts with the file and line, row or column."""
+
+
 @dataclass(frozen=True)
 class TaskRecord:
     """One problem of a task, in the form the runner, validation and report read.
@@ -67,8 +71,8 @@ class TaskRecord:
 class Grade(Protocol):
     """The verdict on one completion, as validation and the report read it.
 
-    `curriculum.kk.grading.grader.Grade` (K&K) has these four and more (assignment, n_right, ...); :class:`AnswerGrade`
-    has them for tasks whose answer is one value.
+    `curriculum.tasks.kk.grading.grader.Grade` (K&K) has these four and more (assignment, n_right, ...);
+    :class:`AnswerGrade` has them for tasks whose answer is one value.
     """
 
     @property

@@ -96,7 +96,7 @@ def _summary(run: rs.RunData) -> list:
     return blocks
 
 
-# Beside accuracy and length: does the reasoning support the answer (curriculum/kk/grading/reasoning.py)?
+# Beside accuracy and length: does the reasoning support the answer (curriculum/tasks/kk/grading/reasoning.py)?
 REASONING_GRIDS = (
     ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions whose reasoning settles "
                               "at least one person)"),

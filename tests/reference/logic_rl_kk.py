@@ -1,13 +1,14 @@
-# Logic-RL's K&K reward, VERBATIM: a test oracle for curriculum/kk/grading/logic_rl.py (tests/test_logic_rl_strict.py).
+# Logic-RL's K&K reward, VERBATIM: a test oracle for curriculum/tasks/kk/grading/logic_rl.py
+# (tests/test_logic_rl_strict.py).
 # Source: https://github.com/Unakar/Logic-RL verl/utils/reward_score/kk.py at commit
 # 9d2c457525ec14639e85afa12d49bb16efb053a4 (file last changed in e3e47ae, "stricter reward func", 2025-02-08).
 # Copyright the Logic-RL authors, Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0).
 # Not edited below this header, so that a test against it is a test against the published parser.
 
 import re
-from typing import Dict, Tuple, Optional
 
-def extract_solution(solution_str: str) -> Tuple[Optional[str], str]:
+
+def extract_solution(solution_str: str) -> tuple[str | None, str]:
     """Extracts the final answer from the model's response string.
     
     Args:
@@ -36,7 +37,7 @@ def extract_solution(solution_str: str) -> Tuple[Optional[str], str]:
     final_answer = matches[-1].group(1).strip()
     return final_answer, processed_str
 
-def parse_solution_text_format(solution_text: str) -> Dict[str, str]:
+def parse_solution_text_format(solution_text: str) -> dict[str, str]:
     """Parses ground truth solution text into status dictionary.
     
     Args:
@@ -63,7 +64,7 @@ def parse_solution_text_format(solution_text: str) -> Dict[str, str]:
     
     return status_dict
 
-def parse_model_answer(answer_text: str, expected_names: list) -> Optional[Dict[str, str]]:
+def parse_model_answer(answer_text: str, expected_names: list) -> dict[str, str] | None:
     """Parses model's answer text into status dictionary.
     
     Args:
@@ -145,7 +146,7 @@ def validate_response_structure(processed_str: str) -> bool:
     return validation_passed
 
 def compute_score(solution_str: str, 
-                 ground_truth: Dict[str, str],
+                 ground_truth: dict[str, str],
                  format_reward: int = 1,
                  answer_reward: float = 1.0) :
     """Computes comprehensive score for model response.
@@ -183,7 +184,7 @@ def compute_score(solution_str: str,
     if format_correct and answer_text:
         pred_status = parse_model_answer(answer_text, expected_names)
         if pred_status:
-            print(f"\n[Content Validation]")
+            print("\n[Content Validation]")
             print(f"  Expected: {gt_status}")
             print(f"  Predicted: {pred_status}")
             
@@ -202,7 +203,7 @@ def compute_score(solution_str: str,
 
     total_score = format_score + answer_score
     print("\n" + "-"*80)
-    print(f" Final Score ".center(80, '-'))
+    print(" Final Score ".center(80, '-'))
     print(f"  Format: {format_score}")
     print(f"  Answer: {answer_score}")
     print(f"  Total: {total_score}")

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError
-from curriculum.sources import RecordError
-from curriculum.tasks.base import ALL, AnswerGrade, Task, TaskRecord, check_split, disjoint
+from curriculum.tasks.base import ALL, AnswerGrade, RecordError, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
 

@@ -1,7 +1,7 @@
 """Generate Knights-and-Knaves puzzle files, or check the solutions stored in them.
 
-    python -m curriculum.kk generate --ppl 6 -n 1000 --seed 0 -o puzzles.jsonl
-    python -m curriculum.kk solve puzzles.jsonl      # exit 1 if any stored solution is wrong
+    python -m curriculum.tasks.kk generate --ppl 6 -n 1000 --seed 0 -o puzzles.jsonl
+    python -m curriculum.tasks.kk solve puzzles.jsonl      # exit 1 if any stored solution is wrong
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from curriculum.kk.generator import generate
-from curriculum.kk.solver import solve
-from curriculum.sources import located_records
+from curriculum.tasks.kk.generator import generate
+from curriculum.tasks.kk.solver import solve
+from curriculum.tasks.kk.sources import located_records
 
 
 def _role_pair(text: str):
@@ -26,7 +26,7 @@ def _role_pair(text: str):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m curriculum.kk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m curriculum.tasks.kk", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("generate", help="write unique-solution puzzles as K&K jsonl records")
     make.add_argument("--ppl", type=int, required=True, help="people per puzzle (2..20)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from curriculum.kk.grammar import (
+from curriculum.tasks.kk.grammar import (
     COMMUTATIVE,
     LEAF_KINDS,
     Statement,

@@ -5,7 +5,7 @@ person guessed so far (in person order), whether some completion of the still-op
 that person's claim true for a knight (false for a knave); the first person for whom none does
 is "contradicted". A consistent guess moves on to the next person, preferring the people the
 guessed person just talked about; a person with both roles refuted sends the search back. With
-bitmasks (see :mod:`curriculum.kk.solver`) "some completion" is one ``&`` against the mask of
+bitmasks (see :mod:`curriculum.tasks.kk.solver`) "some completion" is one ``&`` against the mask of
 the assignments that agree with the guesses so far.
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from curriculum.kk.english import KNIGHT_KNAVE, claim_text, list_in_words, role_words
-from curriculum.kk.grammar import Statements, StatementsLike, mentioned_people, parse_statements
-from curriculum.kk.solver import all_assignments_mask, knight_masks, statement_mask
+from curriculum.tasks.kk.english import KNIGHT_KNAVE, claim_text, list_in_words, role_words
+from curriculum.tasks.kk.grammar import Statements, StatementsLike, mentioned_people, parse_statements
+from curriculum.tasks.kk.solver import all_assignments_mask, knight_masks, statement_mask
 
 COT_HEAD = (
     "Let's think step by step, by considering whether each person is lying "

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from curriculum.kk.grammar import Statement
+from curriculum.tasks.kk.grammar import Statement
 
 #: The 51 common first names the published puzzles draw from (without replacement).
 COMMON_NAMES = (

@@ -1,6 +1,6 @@
 """Generate distinct unique-solution puzzles as records in the published K&K field format.
 
-Two ways to pick puzzles, both drawing like the published sampler (see :mod:`curriculum.kk.space`):
+Two ways to pick puzzles, both drawing like the published sampler (see :mod:`curriculum.tasks.kk.space`):
 
 - a space small enough to list (2 people: 900 combinations, 399 with one solution) is listed in
   full and ordered by weighted sampling without replacement (Efraimidis-Spirakis keys). That is
@@ -21,8 +21,8 @@ import random
 import warnings
 from functools import lru_cache
 
-from curriculum.kk.cot import COT_HEAD, told_search
-from curriculum.kk.english import (
+from curriculum.tasks.kk.cot import COT_HEAD, told_search
+from curriculum.tasks.kk.english import (
     COMMON_NAMES,
     KNIGHT_KNAVE,
     ROLE_PAIRS,
@@ -33,10 +33,24 @@ from curriculum.kk.english import (
     solution_text,
     solution_text_format,
 )
-from curriculum.kk.grammar import Statements
-from curriculum.kk.solver import assignments_in
-from curriculum.kk.space import PuzzleSpace, puzzle_space
+from curriculum.tasks.kk.grammar import Statements
+from curriculum.tasks.kk.solver import assignments_in
+from curriculum.tasks.kk.space import PuzzleSpace, puzzle_space
 
+#: The fields of a published K&K record, in the published order (every record `generate` makes has them).
+RECORD_FIELDS = (
+    "quiz",
+    "names",
+    "knight_knave",
+    "solution",
+    "solution_text",
+    "solution_text_format",
+    "cot_head",
+    "cot_repeat_steps",
+    "cot_foot",
+    "statements",
+    "index",
+)
 #: Spaces with at most this many statement combinations are listed instead of sampled.
 ENUMERATION_LIMIT = 100_000
 #: Rejection sampling gives up after this many draws per requested puzzle (plus a fixed reserve);
@@ -141,10 +155,10 @@ def generate(
     bare claims only, which never pin down a unique solution (flipping everyone keeps it
     consistent), so it yields nothing. ``width`` is the most operands of ``and``/``or``.
     ``role_pair`` is None (knight/knave), a pair like ``("a saint", "a sinner")``, or "random" (one
-    of :data:`~curriculum.kk.english.ROLE_PAIRS` per puzzle). ``index`` counts from 0. The same
+    of :data:`~curriculum.tasks.kk.english.ROLE_PAIRS` per puzzle). ``index`` counts from 0. The same
     arguments give the same records; more puzzles than exist warn and return all that exist.
 
-    >>> from curriculum.kk import solve
+    >>> from curriculum.tasks.kk import solve
     >>> records = generate(3, 2, seed=0)
     >>> [len(solve(r["statements"])) for r in records], records[0]["quiz"].endswith("who is a knave?")
     ([1, 1], True)

@@ -43,7 +43,7 @@ def parse_statements(statements: StatementsLike) -> Statements:
     >>> parse_statements("(('lying', 2),)")
     Traceback (most recent call last):
     ...
-    curriculum.kk.grammar.StatementError: statement 0: person 2 out of range for 1 people in ('lying', 2)
+    curriculum.tasks.kk.grammar.StatementError: statement 0: person 2 out of range for 1 people in ('lying', 2)
     """
     if isinstance(statements, str):
         return _parse_text(statements)

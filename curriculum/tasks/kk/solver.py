@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from curriculum.kk.grammar import Statement, Statements, StatementsLike, parse_statements
+from curriculum.tasks.kk.grammar import Statement, Statements, StatementsLike, parse_statements
 
 #: 2**20 assignments make million-bit masks; beyond that a truth table is the wrong tool.
 MAX_PEOPLE = 20
@@ -76,7 +76,7 @@ def statement_mask(stmt: Statement, knights: tuple[int, ...], all_bits: int) -> 
 def consistent_mask(parsed: Statements) -> int:
     """The assignments in which every person is a knight exactly when their statement is true.
 
-    ``parsed`` must already be validated (:func:`~curriculum.kk.grammar.parse_statements`).
+    ``parsed`` must already be validated (:func:`~curriculum.tasks.kk.grammar.parse_statements`).
     """
     n_people = len(parsed)
     knights = knight_masks(n_people)

@@ -1,7 +1,7 @@
 """Where K&K records come from: generated offline, the Hugging Face hub, or local files.
 
 Every source returns plain-Python records with the published fields (see
-:data:`curriculum.kk.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
+:data:`curriculum.tasks.kk.generator.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
 str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
 Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
 (jsonl) or the column (parquet): bytes that are not UTF-8, a record whose `solution` is not the one
@@ -24,17 +24,17 @@ from itertools import islice
 from pathlib import Path
 
 from core.checks import is_int
-from curriculum.kk import RECORD_FIELDS, StatementError, canonical_key, generate, parse_statements, solve
+from curriculum.tasks.base import RecordError
+from curriculum.tasks.kk.canonical import canonical_key
+from curriculum.tasks.kk.generator import RECORD_FIELDS, generate
+from curriculum.tasks.kk.grammar import StatementError, parse_statements
+from curriculum.tasks.kk.solver import solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
 SPLITS = ("train", "test")
 SOURCES = ("generated", "hub", "local")
 
 _TEXT_FIELDS = ("quiz", "solution_text", "solution_text_format", "cot_head", "cot_foot", "statements")
-
-
-class RecordError(ValueError):
-    """Malformed record data; the message starts with the file and line, row or column."""
 
 
 def published_count(ppl: int, split: str) -> int:

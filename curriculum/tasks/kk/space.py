@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
-from curriculum.kk.grammar import Statement, Statements
-from curriculum.kk.solver import MAX_PEOPLE, all_assignments_mask, knight_masks, statement_mask
+from curriculum.tasks.kk.grammar import Statement, Statements
+from curriculum.tasks.kk.solver import MAX_PEOPLE, all_assignments_mask, knight_masks, statement_mask
 
 _DIE_FACE = 1 / 6  # probability of one face of the published die
 #: Listing more statements per person than this takes seconds and memory for no real use.

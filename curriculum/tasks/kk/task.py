@@ -1,12 +1,12 @@
 """Knights and Knaves as a task: the project's own puzzles, behind the task interface, unchanged.
 
-Levels are "2ppl".."8ppl" (people per puzzle); records come from `curriculum.sources.load_records`
+Levels are "2ppl".."8ppl" (people per puzzle); records come from `curriculum.tasks.kk.sources.load_records`
 (generated, hub or local, with its seeds), the prompt from `curriculum.prompts.render_prompt` on the
 quiz, and a record's columns are the rows' of `curriculum.data.to_rows` (names, solution, ppl), so
 the runner's rows and validation's puzzles stay what they are. Two puzzles are the same problem
 when their `canonical_key` is (renamed or reordered people).
 
-The grader is `curriculum.kk.grading.grader.grade` at the prompt's format, which the task does not know:
+The grader is `curriculum.tasks.kk.grading.grader.grade` at the prompt's format, which the task does not know:
 whoever builds the task hands it in (`eval.settings.run_task`:
 ``build_task(cfg.task, grader=functools.partial(grade, fmt=cfg.prompt.fmt))``).
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from core.checks import ConfigError, is_int
-from curriculum.kk import canonical_key
-from curriculum.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
 from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
+from curriculum.tasks.kk.canonical import canonical_key
+from curriculum.tasks.kk.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
 
 # People per puzzle that the grammar and the published data cover.
 KNOWN_PPL = range(2, 9)
@@ -90,7 +90,7 @@ class KKTask(Task):
         return f"{int(text)}ppl"
 
     def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
-        """Of the first `n` test puzzles, those distinct up to renaming (`curriculum.sources.distinct_puzzles`)."""
+        """Of the first `n` test puzzles, those distinct up to renaming (`sources.distinct_puzzles`)."""
         ppl = ppl_of_level(self.check_level(level))
         records = load_records(self.source, ppl, "test", n=n, seed=seed, path=self.path, hub_id=self.hub_id)
         if len(records) < n:
@@ -113,7 +113,7 @@ class KKTask(Task):
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
         if self.grader is None:
             raise RuntimeError("KKTask.grade needs the K&K grader: build_task(cfg.task, grader=...) "
-                               "(curriculum.kk.grading.grader.grade with the prompt's fmt)")
+                               "(curriculum.tasks.kk.grading.grader.grade with the prompt's fmt)")
         return self.grader(completion, columns["names"], columns["solution"])
 
     def reward_functions(self) -> dict[str, RewardFunc]:
@@ -121,7 +121,7 @@ class KKTask(Task):
 
         The rest of K&K's components (think, partial, overlong, tiered) and their presets are still in
         train/rewards.py (a run builds K&K's rewards there: `train.rewards.task_reward_funcs`); the grader
-        they read now lives below, in curriculum/kk/grading/, so they can move here next.
+        they read now lives below, in curriculum/tasks/kk/grading/, so they can move here next.
         """
         return {"answer": self.answer_reward, "format": self.format_reward}
 

@@ -2,8 +2,8 @@
 
 Three steps, each one linear pass:
 
-1. **Tables** with a telling header become "name: role" lines (`curriculum.kk.grading.answer_tables`).
-2. **Claims** are read by `curriculum.kk.grading.claims.read_claims`, the parser validation also runs on reasoning
+1. **Tables** with a telling header become "name: role" lines (`curriculum.tasks.kk.grading.answer_tables`).
+2. **Claims** are read by `curriculum.tasks.kk.grading.claims.read_claims`, the parser validation also runs on reasoning
    blocks, so both read "X is a knight / knave" phrasings the same way (its docstring lists them).
 3. **Refuse rather than guess.** A person given both roles anywhere in the block, or named in a
    hedged sentence, is undecided. Everyone is undecided when a sentence that names nobody hedges
@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from curriculum.kk.grading.answer_tables import rewrite_tables
-from curriculum.kk.grading.claims import read_claims
+from curriculum.tasks.kk.grading.answer_tables import rewrite_tables
+from curriculum.tasks.kk.grading.claims import read_claims
 
 
 @dataclass(frozen=True)

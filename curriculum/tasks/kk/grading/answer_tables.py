@@ -18,7 +18,7 @@ as they are, read as prose.
 
 from __future__ import annotations
 
-from curriculum.kk.grading.claim_words import REPORTING, ROLE_WORDS, tokenize
+from curriculum.tasks.kk.grading.claim_words import REPORTING, ROLE_WORDS, tokenize
 
 NAME_HEADERS = frozenset({"name", "names", "person", "people", "inhabitant", "inhabitants", "character",
                           "characters", "who", "individual", "islander", "speaker"})

@@ -1,4 +1,4 @@
-"""Driving the claims binder (`curriculum.kk.grading.claim_binder`) over tokens: one action per kind of word.
+"""Driving the claims binder (`curriculum.tasks.kk.grading.claim_binder`) over tokens: one action per kind of word.
 
 `feed` runs the binder over a span of tokens; `pair_respectively` reads a sentence with
 "respectively". Both append to the binder's events, one (person, knight?, sentence) per claim.
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from curriculum.kk.grading.claim_binder import Binder
-from curriculum.kk.grading.claim_words import (
+from curriculum.tasks.kk.grading.claim_binder import Binder
+from curriculum.tasks.kk.grading.claim_words import (
     ALL_BUT,
     ASSUMPTIONS,
     CLAUSE_SYMBOLS,

@@ -1,4 +1,4 @@
-"""The words the claims parser (`curriculum.kk.grading.claims`) knows, and how text becomes its tokens.
+"""The words the claims parser (`curriculum.tasks.kk.grading.claims`) knows, and how text becomes its tokens.
 
 Each word belongs to one kind (`KIND`): a role, a negation, a hedge, a quantifier, a reporting
 verb ... Everything else is noise, except names: the puzzle's, and the ones a model invents
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Sequence
 
-from curriculum.kk import COMMON_NAMES
+from curriculum.tasks.kk.english import COMMON_NAMES
 
 _TOKEN = re.compile(r"[^\W_]+|[\n.;!?]|[,&()\[\]{}|/:\"“”‘]|'(?!\w)")
 # An apostrophe that opens a word is an opening single quote; one that ends a word may close it

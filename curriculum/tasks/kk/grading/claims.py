@@ -1,7 +1,7 @@
 """Claims about who is a knight and who is a knave, read out of free text.
 
 The one reader of "X is a knight / knave" phrasings: the grader reads answer blocks with it
-(`curriculum.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`last_claims`), so both read
+(`curriculum.tasks.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`last_claims`), so both read
 a sentence the same way. Every step is a single pass over the tokens: linear in the text.
 
 1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline
@@ -38,9 +38,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from curriculum.kk.grading.claim_binder import Binder
-from curriculum.kk.grading.claim_feed import feed, pair_respectively
-from curriculum.kk.grading.claim_words import SENTENCE_BREAKS, capitalised_strangers, merge_names, name_tokens, tokenize
+from curriculum.tasks.kk.grading.claim_binder import Binder
+from curriculum.tasks.kk.grading.claim_feed import feed, pair_respectively
+from curriculum.tasks.kk.grading.claim_words import (
+    SENTENCE_BREAKS,
+    capitalised_strangers,
+    merge_names,
+    name_tokens,
+    tokenize,
+)
 
 
 def _sentences(tokens: Sequence[str]) -> list[tuple[int, int, bool]]:

@@ -9,9 +9,9 @@ Parsing approach, in two layers, each a single linear pass (no regex that can ba
    any `<think>` block: an answer only inside `<think>`, or a block never closed, is no answer.
    For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk runs over `"<think>" + completion`
    and a second `<think>` from the model breaks the format.
-2. **Answer text.** `curriculum.kk.grading.answer_parse.parse_answer` tokenizes each block and binds names to roles
-   with the claims parser shared with validation (`curriculum.kk.grading.claims`; the docstrings list the phrasings
-   and refusals). The final block is the answer; a person whom two blocks give different roles is
+2. **Answer text.** `curriculum.tasks.kk.grading.answer_parse.parse_answer` tokenizes each block and binds names
+   to roles with the claims parser shared with validation (`curriculum.tasks.kk.grading.claims`; the docstrings list
+   the phrasings and refusals). The final block is the answer; a person whom two blocks give different roles is
    undecided ("answer blocks disagree"), so several blocks can never be more right than one.
 
 `correct` is judged on the answer alone (every person decided and equal to the solution, and no one
@@ -27,8 +27,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from curriculum.kk.grading.answer_parse import parse_answer
 from curriculum.tasks.base import completion_text
+from curriculum.tasks.kk.grading.answer_parse import parse_answer
 
 FORMATS = ("think_answer", "answer_only", "logic_rl")
 _ROLE = {True: "knight", False: "knave"}

@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from curriculum.kk.grading.answer_parse import parse_answer
-from curriculum.kk.grading.grader import Grade
+from curriculum.tasks.kk.grading.answer_parse import parse_answer
+from curriculum.tasks.kk.grading.grader import Grade
 
 MAX_LINES = 20  # a conclusion is short; a tail longer than this is reasoning, not a conclusion
 _TAG = re.compile(r"</?(?:think|answer)>")
@@ -45,7 +45,7 @@ def conclusion_text(text: str) -> str:
 def lenient_grade(text: str, names: Sequence[str], solution: Sequence[bool], strict: Grade) -> Lenient:
     """The lenient verdict on one completion, given its strict grade.
 
-    >>> from curriculum.kk.grading.grader import grade
+    >>> from curriculum.tasks.kk.grading.grader import grade
     >>> names, solution = ["Zoey", "Oliver"], [False, True]
     >>> text = "Zoey's claim is false.\\nSo Zoey is a knave and Oliver is a knight."
     >>> lenient_grade(text, names, solution, grade(text, names, solution)).correct

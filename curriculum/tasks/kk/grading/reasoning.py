@@ -1,4 +1,5 @@
-"""Does the reasoning agree with the answer? Read with the grader's own claims parser (`curriculum.kk.grading.claims`).
+"""Does the reasoning agree with the answer? Read with the grader's own claims parser
+(`curriculum.tasks.kk.grading.claims`).
 
 A right answer reached by wrong reasoning (the chain concludes "Aiden is a knave", the answer says
 knight) and people who never appear in the puzzle are invisible to accuracy; validation reports
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from curriculum.kk.grading.claim_words import KIND
-from curriculum.kk.grading.claims import read_claims
+from curriculum.tasks.kk.grading.claim_words import KIND
+from curriculum.tasks.kk.grading.claims import read_claims
 
 _OPEN, _CLOSE = "<think>", "</think>"
 
