@@ -1,13 +1,14 @@
-"""`make gpu-check` (`python -m train.gpu_check [overrides]`): the first command on a new GPU machine.
+"""`make gpu-check` (`python -m train.gpu_check [--device cpu] [overrides]`): the first command on a new GPU machine.
 
 In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs:
 1. the machine: CUDA, bf16, vLLM, bitsandbytes (an 8-bit AdamW step on the card);
-2. our path: the runner on kk_ladder's first stage cut to 2 GRPO steps under single_gpu, on the
-   configured model (or `model.id=<local path>`, `make gpu-check MODEL=<path>`), validating subsets 2
-   and 3 through vLLM before and after the stage (a fresh engine each) and once inside it through the
-   trainer's own engine (`eval.every=1`);
-3. bare TRL: the same two steps with GRPOTrainer alone (the same GRPOConfig, rewards and rows), for
-   the overhead ratio of everything this project wraps around it;
+2. our path: the runner on kk_ladder's first two stages cut to 2 GRPO steps each under single_gpu (the
+   handoff, a second trainer and its second vLLM engine), on the configured model (or `model.id=<local
+   path>`, `make gpu-check MODEL=<path>`), validating subsets 2 and 3 through vLLM before and after each
+   stage (a fresh engine each) and once inside each through the trainer's own engine (`eval.every=1`);
+3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
+   process of its own (train/gpu_bare.py), for the overhead ratio of everything this project wraps around
+   it: training time against training time, our in-stage validation taken out;
 4. peak GPU memory (the device's used memory, sampled: everything in the process, vLLM included;
    torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
    cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
@@ -15,6 +16,8 @@ In under ten minutes it says whether `experiment=single_gpu` works on this card 
 vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set to the card's size), so
 the peaks compare with the 24 GB arithmetic in the README. Without CUDA it stops at once: one line on
 stderr, exit status 2. `--cuda-only` does just that check (the Makefile runs it before installing vLLM).
+`--device cpu` runs every phase on this CPU instead (vLLM's CPU build, the tiny model with heads of 64, no
+bf16, 8-bit AdamW or sleep mode: train/gpu_measure.py DEVICE_OVERRIDES): the test suite runs it so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ import sys
 from pathlib import Path
 
 import torch
+
+# Where the check runs: a CUDA card (what it is for), or this CPU with vLLM's CPU build (`--device cpu`)
+DEVICES = ("cuda", "cpu")
 
 
 class GpuCheckError(RuntimeError):
@@ -36,25 +42,44 @@ def require_cuda(available: bool) -> None:
                             "with an NVIDIA GPU, its driver and the CUDA build of torch")
 
 
+def split_device(argv: list[str]) -> tuple[str, list[str]]:
+    """(`--device` cuda | cpu, the rest): the check's own argument, apart from the Hydra overrides.
+
+    >>> split_device(["--device", "cpu", "eval.n=4"]), split_device(["eval.n=4"])
+    (('cpu', ['eval.n=4']), ('cuda', ['eval.n=4']))
+    """
+    if "--device" not in argv:
+        return "cuda", list(argv)
+    at = argv.index("--device")
+    device = argv[at + 1] if at + 1 < len(argv) else None
+    if device not in DEVICES:
+        raise GpuCheckError(f"gpu-check: --device {device}: not one of {', '.join(DEVICES)}")
+    return device, [*argv[:at], *argv[at + 2:]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    """0 when every phase ran; 2 without CUDA (before anything heavy is imported); 1 on any other failure."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """0 when every phase ran; 2 without CUDA or with a bad `--device` (before anything heavy is imported);
+    1 on any other failure."""
     try:
-        require_cuda(torch.cuda.is_available())
+        device, overrides = split_device(list(sys.argv[1:] if argv is None else argv))
+        if device == "cuda":
+            require_cuda(torch.cuda.is_available())
     except GpuCheckError as err:
         print(err, file=sys.stderr)
         return 2
-    if argv == ["--cuda-only"]:
+    if overrides == ["--cuda-only"]:
         return 0
-    from core.models import quiet_libraries
+    from core.models import defer_bitsandbytes, quiet_libraries
+
+    defer_bitsandbytes(set())  # before transformers.trainer imports it: single_gpu's 8-bit AdamW is CUDA's, kept
     from train.gpu_measure import gpu_check_cfg, run_check
 
     quiet_libraries()
-    cfg = gpu_check_cfg(argv)
+    cfg = gpu_check_cfg(overrides, device=device)
     out = Path(cfg.paths.output_dir) / "gpu_check.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
-        report = run_check(cfg, argv, out)
+        report = run_check(cfg, overrides, out, device)
     except Exception as err:  # say what failed in the file too
         out.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}, indent=2))
         print(f"gpu-check failed: {type(err).__name__}: {err} (see {out})", file=sys.stderr)

