@@ -53,6 +53,8 @@ from tests.bench_parts import (
     validation_comparison,
 )
 from tests.bench_tasks import gsm8k_grader_throughput
+from tests.bench_vllm import AIMS as VLLM_AIMS
+from tests.bench_vllm import vllm_figures, vllm_jobs, vllm_rows
 from tests.conftest import compose_cfg
 
 # figure -> (comparison, aim). Where an aim comes from: the overhead budget of the project brief;
@@ -80,6 +82,7 @@ AIMS = {
     # two processes on two cores: the second core's generation and backward, less gloo's all-reduce of a
     # 60k-parameter model and the runner's gathers, should bring at least a third more completions per second
     "processes_speedup": (">=", 1.33),
+    **VLLM_AIMS,
 }
 VALIDATION_PPL = 3
 TIMED = ("per stage, both sides: tokenizer + policy and reference load + GRPOTrainer + train "
@@ -107,6 +110,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads here and in children (0: auto)")
     parser.add_argument("--smollm2", action="store_true", help="also compare batching on SmolLM2-135M")
     parser.add_argument("--smollm2-n", type=int, default=16, help="puzzles for the SmolLM2 comparison")
+    parser.add_argument("--no-vllm", action="store_true", help="skip validation through vLLM against HF")
+    parser.add_argument("--vllm-n", type=int, default=32, help="puzzles for vLLM against HF (SmolLM2-135M)")
+    parser.add_argument("--vllm-tokens", type=int, default=200, help="max_new_tokens for vLLM against HF")
     return parser.parse_args(argv)
 
 
@@ -127,6 +133,7 @@ def jobs(args: argparse.Namespace, work_dir: Path) -> list[tuple[str, str, objec
         cfg_args = [*val, f"model={name}", f"eval.n={n}"]
         out.append((f"validation:{name}", f"validation batching, {name}",
                     partial(_validation, cfg_args, args.val_batch, args.val_tokens)))
+    out += [] if args.no_vllm else vllm_jobs(args, work_dir)
     out.append(("handoff", "handoff: save, load policy + reference",
                 partial(handoff_seconds, compose_cfg(None, *ladder), work_dir / "handoff", args.handoff_repeats)))
     for r in range(args.repeats):
@@ -198,6 +205,7 @@ def assemble(raw: dict, settings: dict) -> dict:
         "validation_batched_speedup": validation["tiny"]["speedup"],
         "validation_verdict_agreement": validation["tiny"]["verdict_agreement"],
         "peak_rss_mb": max(peaks["ours"]),
+        **(vllm_figures(raw) if "vllm_validation" in raw else {}),
         "aims": {k: f"{op} {v}" for k, (op, v) in AIMS.items()},
         "details": {
             "overhead": {**overhead, "timed": TIMED},
@@ -206,6 +214,7 @@ def assemble(raw: dict, settings: dict) -> dict:
             "gsm8k_grader": raw["gsm8k_grader"],
             "canonical": raw["canonical"],
             "validation": validation,
+            **{key: raw[key] for key in ("vllm_validation", "demo_validation") if key in raw},
             "peak_rss_mb": {**peaks, "vs_bare": round(max(peaks["ours"]) / max(peaks["bare"]), 3)},
             "runs": {"ours": ours, "bare": bare},
             **({"many_processes": many} if many else {}),
@@ -299,6 +308,7 @@ def _rows(bench: dict) -> list[tuple[str, str, str, str, float | dict]]:
              "validation_verdict_agreement", "", v["verdict_agreement"]),
         ]
     rows += _many_process_rows(bench)
+    rows += vllm_rows(bench) if "vllm_validation" in bench["details"] else []
     bare_peak = max(peaks["bare"])
     rows.append(("peak RSS, smoke ladder (ours, max of runs)",
                  f"{bench['peak_rss_mb']:,.0f} MB (bare {bare_peak:,.0f} MB, {peaks['vs_bare']:.2f}×)",
