@@ -3,7 +3,7 @@
 Light on purpose: the stage's own subsets only, greedy, no saved samples; rows go to
 `validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, level, K&K's ppl, metrics, cost}) and the
 tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
-(`colocated`, set by the stage with `eval.backend=vllm`), else through HF `generate` on the live
+(`colocated`, set by the stage with `eval.backend` vllm or auto), else through HF `generate` on the live
 model: a second vLLM engine beside a training model would compete with it for the card. With many
 processes every rank is called at the same step and generates its share of the batches on its own
 copy of the live model (data parallelism: every rank holds the whole model; ZeRO-3 and FSDP, which

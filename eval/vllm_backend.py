@@ -32,6 +32,7 @@ import os
 import random
 import sys
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -54,23 +55,21 @@ def vllm_installed() -> bool:
     return importlib.machinery.PathFinder.find_spec("vllm") is not None
 
 
-def import_vllm():
-    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it).
+def vllm_log_level() -> str:
+    """What vLLM logs in this process: VLLM_LOGGING_LEVEL where the user set it, else errors only. Its
+    start-up notes (Triton found without its backends, libtcmalloc not preloaded, every engine's
+    configuration, ~40 lines an engine) would fill the run's console between validation tables."""
+    return os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper()
 
-    Loaded here, vLLM logs errors only, unless VLLM_LOGGING_LEVEL says otherwise: its start-up notes (Triton
-    found without its backends, libtcmalloc not preloaded, every engine's configuration) would fill the
-    run's console between validation tables; it reads the variable once, as it is imported.
-    """
+
+def import_vllm():
+    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it),
+    its import quiet to `vllm_log_level` (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
     if "vllm" in sys.modules and sys.modules["vllm"] is None:
         del sys.modules["vllm"]
-    user_set = "VLLM_LOGGING_LEVEL" in os.environ
-    if not user_set:
-        os.environ["VLLM_LOGGING_LEVEL"] = "ERROR"
-    try:
-        import vllm
-    finally:
-        if not user_set:
-            os.environ.pop("VLLM_LOGGING_LEVEL", None)
+    logging.getLogger("vllm").setLevel(vllm_log_level())
+    import vllm
+
     return vllm
 
 
@@ -201,15 +200,18 @@ def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int, opti
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     single_process_env()
-    return vllm.LLM(
-        model=model_path, tensor_parallel_size=1, gpu_memory_utilization=gpu_memory_utilization,
-        distributed_executor_backend="external_launcher", seed=seed,
-        # TRL's value: vLLM's memory profiler is misled by its larger default
-        max_num_batched_tokens=4096,
-        use_tqdm_on_load=False,  # a progress bar per engine start, between the run's validation tables
-        **{"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch."), **engine_options(),
-           **(options or {})},
-    )
+    with warnings.catch_warnings():  # vLLM 0.31's kernel dispatcher reads a name torch 2.13 deprecates
+        warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
+        return vllm.LLM(
+            model=model_path, tensor_parallel_size=1, gpu_memory_utilization=gpu_memory_utilization,
+            distributed_executor_backend="external_launcher", seed=seed,
+            # TRL's value: vLLM's memory profiler is misled by its larger default
+            max_num_batched_tokens=4096,
+            use_tqdm_on_load=False,  # a progress bar per engine start, between the run's validation tables
+            log_level=vllm_log_level(),
+            **{"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch."), **engine_options(),
+               **(options or {})},
+        )
 
 
 def release(llm) -> None:

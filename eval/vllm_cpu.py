@@ -105,10 +105,10 @@ def kv_cache_gib() -> int:
 def engine_options() -> dict:
     """What a fresh validation engine is started with on this platform, beyond TRL's colocate settings.
 
-    CPU: no sleep mode; the KV cache in RAM (`kv_cache_gib`); eager execution (`enforce_eager`): on 2 cores
-    SmolLM2-135M's engine started in 2.7 s eager and 56-65 s compiled, and compiling bought no faster
-    generation (32 prompts x 200 tokens: 27 s eager, 92-126 s compiled, load 2-4; `make bench` measures
-    both). CUDA: sleep mode, so that the release hands the memory back at once (`eval.vllm_backend.release`).
+    CPU: no sleep mode; the KV cache in RAM (`kv_cache_gib`); eager execution (`enforce_eager`): SmolLM2-135M's
+    engine started in 2.4-3.4 s eager and 56-72 s compiled, for 5% faster generation compiled (32 prompts x
+    200 tokens, one thread: 40.8 s eager, 38.7 s compiled; `make bench` measures both). CUDA: sleep mode, so
+    that the release hands the memory back at once (`eval.vllm_backend.release`).
     """
     if cpu_build():
         return {"enable_sleep_mode": False, "kv_cache_memory_bytes": kv_cache_gib() * 2**30, "enforce_eager": True}

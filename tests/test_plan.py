@@ -139,8 +139,11 @@ BAD_CONFIGS = [
     # no CUDA here: experiment=single_gpu (device: cuda) is refused before anything loads
     (("+curriculum=kk_ladder", "device=cuda"), "device"),
     (("+curriculum=kk_ladder", "experiment=single_gpu"), "device"),
-    # vLLM rollouts need CUDA and the vllm extra
-    (("+curriculum=kk_ladder", "+grpo.use_vllm=true"), "grpo.use_vllm"),
+    # vLLM rollouts run on vLLM's CPU build here, but without sleep mode (CUDA's)
+    (("+curriculum=kk_ladder", "+grpo.use_vllm=true", "+grpo.vllm_enable_sleep_mode=true"),
+     "grpo.vllm_enable_sleep_mode"),
+    # ... and are set for the whole run, never by one stage
+    (("+curriculum=kk_ladder", "stage_overrides={2ppl: {use_vllm: true}}"), "stage_overrides.2ppl.use_vllm"),
     # a per-stage budget for a stage that does not exist (a typo would otherwise be ignored)
     (("+curriculum=kk_ladder", "++limits.stage_steps={7ppl: 3}"), "limits.stage_steps.7ppl"),
     # a GRPOConfig field that does not exist (TRL 1.x removed max_prompt_length)
@@ -153,8 +156,8 @@ BAD_CONFIGS = [
     # sampled validation needs a temperature
     (("+curriculum=kk_ladder", "eval.samples=4"), "eval.samples"),
     (("+curriculum=kk_ladder", "data.source=web"), "data.source"),
-    # no CUDA and no vllm here: the vLLM backend is refused before anything loads
-    (("+curriculum=kk_ladder", "eval.backend=vllm"), "eval.backend"),
+    # a validation backend that does not exist
+    (("+curriculum=kk_ladder", "eval.backend=tgi"), "eval.backend"),
     (("+curriculum=kk_ladder", "data=local", "data.path=/nonexistent"), "data.path"),
     (("+curriculum=kk_ladder", "prompt.fmt=xml"), "prompt.fmt"),
     (("+curriculum=kk_ladder", "model.source=s3"), "model.source"),
