@@ -163,12 +163,13 @@ class VllmEngine:
 
 @contextmanager
 def process_kept(*, rng: bool) -> Iterator[None]:
-    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch, as
-    they were before the block, whatever a vLLM engine started inside did to them."""
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch (CPU and
+    this process's GPU), as they were before the block, whatever a vLLM engine started inside did to them."""
     environ = dict(os.environ)
-    states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state()) if rng else None
+    states = (random.getstate(), np.random.get_state()) if rng else None
+    devices = [torch.cuda.current_device()] if rng and torch.cuda.is_available() else []
     try:
-        with thread_setting_kept():
+        with thread_setting_kept(), torch.random.fork_rng(devices=devices, enabled=rng):
             yield
     finally:
         os.environ.clear()
@@ -176,7 +177,6 @@ def process_kept(*, rng: bool) -> Iterator[None]:
         if states is not None:
             random.setstate(states[0])
             np.random.set_state(states[1])
-            torch.random.set_rng_state(states[2])
 
 
 def single_process_env() -> None:
