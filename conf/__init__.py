@@ -12,7 +12,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from conf.schema import KKConfig
+from conf.schema import RootConfig
 from core.checks import ConfigError
 from core.gpu_pool import jobs_at_once, visible_gpus
 from core.rundir import RUN_JSON
@@ -20,7 +20,7 @@ from core.rundir import RUN_JSON
 CONF_DIR = Path(__file__).resolve().parent
 # The root schema config.yaml's defaults list starts from; stored on import, so that whatever composes
 # these files (the apps, the report, the tests) types them alike.
-ConfigStore.instance().store(name="base_config", node=KKConfig)
+ConfigStore.instance().store(name="base_config", node=RootConfig)
 
 
 def run_dir(resume: str | None, fresh: str) -> str:

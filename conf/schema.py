@@ -13,7 +13,7 @@ inside a typed block that is null).
 
 Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `level` or `ppl` (a level, a list or {level: weight}), `model.lora`, `model.chat_template_kwargs` and
+its `level` (a level, a list or {level: weight}; `ppl`, its older name), `model.lora`, `model.chat_template_kwargs` and
 `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take those. Ranges (a count
 > 0, a share in [0, 1]) and rules across keys stay hand checks too.
 """
@@ -77,7 +77,7 @@ class ValidationPlan(Choice):
 
 class PromptFormat(Choice):
     """The answer formats: K&K's grader's (curriculum.tasks.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
-    (eval/config_check.py holds a K&K run to K&K's)."""
+    (a task that reads only some refuses the others: Task.check_format)."""
 
     think_answer = "think_answer"
     answer_only = "answer_only"
@@ -167,16 +167,17 @@ class OverlongConfig:
 
 @dataclass
 class TieredConfig:
-    scheme: str = MISSING  # a train.rewards.TIERED_SCHEMES name, or custom
+    scheme: str = MISSING  # a curriculum.tasks.kk.rewards.TIERED_SCHEMES name, or custom
     table: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
 class RewardConfig:
-    task: str | None = None  # the task whose components `weights` names (null: kk)
-    weights: dict[str, float] = MISSING  # built-in components and reward.custom names
+    task: str | None = None  # the task whose components `weights` names (null: the run's, whichever it is)
+    preset: str | None = None  # a preset of the task's (Task.reward_presets) under `weights` (null: none)
+    weights: dict[str, float] = MISSING  # the task's components and reward.custom names
     allow_negative_weights: bool = False
-    # K&K's components' settings (conf/reward/default.yaml); a task's own preset (gsm8k_stack) has none
+    # the K&K components' blocks (conf/reward/default.yaml: curriculum/tasks/kk/rewards.py); other tasks have none
     overlong: OverlongConfig | None = None
     tiered: TieredConfig | None = None
     custom: dict[str, Any] = field(default_factory=dict)
@@ -187,7 +188,7 @@ class RewardConfig:
 
 @dataclass
 class EvalConfig:
-    subsets: list[Any] = MISSING  # levels of the task; a number names the level it starts with (2: 2ppl, 2steps)
+    subsets: list[Any] | None = None  # levels of the task; a number names the level it starts with; null: the task's
     n: int = MISSING
     temperature: float = MISSING
     samples: int = MISSING
@@ -266,7 +267,7 @@ class GpuConfig:
 
 @dataclass
 class PromoteConfig:
-    """End a stage once held-out accuracy on its own ppl reaches `accuracy`, checked every `every` steps."""
+    """End a stage once held-out accuracy on its own levels reaches `accuracy`, checked every `every` steps."""
 
     accuracy: float = MISSING
     every: int = 10
@@ -286,9 +287,10 @@ class GuardConfig:
 
 @dataclass
 class StageConfig:
-    name: str = MISSING
-    level: Any = None  # a level of the task, a list (uniform mix), {level: weight}, or all (the whole split)
-    ppl: Any = None  # K&K's people count instead of level: a number, a list or {ppl: weight}
+    name: str | None = None  # required, but for a `level: each` stage (curriculum/plan.py ladder_stages)
+    # a level of the task, a list (uniform mix), {level: weight}, all (the whole split) or each (a stage per level)
+    level: Any = None
+    ppl: Any = None  # the older name of `level` (K&K's curricula wrote people counts: 3, [2, 3], {2: 1, 3: 3})
     steps: int | None = None
     epochs: float | None = None  # instead of steps: passes over the pool
     pool: int = MISSING
@@ -307,7 +309,7 @@ class CurriculumConfig:
 
 
 @dataclass
-class KKConfig:
+class RootConfig:
     """The root: what `python -m train` and `python -m eval` compose from conf/config.yaml."""
 
     model: ModelConfig = MISSING
@@ -325,7 +327,7 @@ class KKConfig:
     reference: Reference = MISSING
     device: Device = MISSING
     resume: str | None = None
-    objective: str = MISSING  # mean_final_accuracy or final_accuracy_<n>ppl
+    objective: str = MISSING  # mean_final_accuracy or final_accuracy_<level>
     run_name: str = MISSING
     limits: LimitsConfig = MISSING
     on_damaged_checkpoint: OnDamagedCheckpoint = MISSING
@@ -337,7 +339,7 @@ class KKConfig:
     checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
     # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)
     stage_overrides: Any = None  # a mapping or null (OmegaConf 2.3 cannot set a key inside a typed null)
-    task: Any = MISSING  # task=<name> (conf/task): {name, the task's own settings} (curriculum/tasks build_task)
+    task: Any = MISSING  # task=<name> (conf/task): {_target_: the task's class, its settings} (curriculum.tasks)
     offline: bool = False  # tasks read their offline data (experiment=smoke)
 
 
@@ -354,7 +356,7 @@ def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
     model, curriculum = config.get("model") or {}, config.get("curriculum") or {}
     stages = curriculum.get("stages") or []
     root = {**config, "curriculum": {**curriculum, "stages": []}} if curriculum else config
-    blocks = [("", root, KKConfig), ("gpu", config.get("gpu"), GpuConfig), ("model.tiny", model.get("tiny"),
+    blocks = [("", root, RootConfig), ("gpu", config.get("gpu"), GpuConfig), ("model.tiny", model.get("tiny"),
               TinyModelConfig), ("curriculum.guard", curriculum.get("guard"), GuardConfig)]
     for index, stage in enumerate(stages):
         key = f"curriculum.stages[{index}]"

@@ -2,7 +2,7 @@
 
 A run directory holds `run.json` (the manifest), `metrics.jsonl` (every trainer log line),
 `validation.jsonl` (one row per stage and subset), `validation_steps.jsonl` (validations inside a
-stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<n>ppl.jsonl` (graded completions)
+stage), `config.yaml` (the resolved config), `samples/<k>-<name>/<level>.jsonl` (graded completions)
 and `stages/<k>-<name>/final/` (a loadable checkpoint; `trainer/` beside it while the stage trains).
 Everything here is plain Python: reading a run needs neither torch nor the trainer. Its JSON and
 JSONL files are written and read through `core/jsonl.py` (a kill never leaves half a record), and
@@ -75,7 +75,7 @@ def run_of_final(checkpoint: Path) -> Path | None:
 
 
 def samples_dir(run_dir: Path, dirname: str) -> Path:
-    """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<n>ppl.jsonl` per subset."""
+    """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<level>.jsonl` per subset."""
     return run_dir / SAMPLES / dirname
 
 
@@ -148,8 +148,8 @@ class StageRecord:
     pool_levels: dict = field(default_factory=dict)  # the pool's mix, with any replay of earlier levels
     level_label: str | None = None  # "3ppl", "2-6ppl" (a mix), "2steps"
     steps_budget: int | None = None
-    pool: int | None = None  # training puzzles
-    removed_overlap: int | None = None  # training puzzles dropped for being among the held-out ones
+    pool: int | None = None  # training records
+    removed_overlap: int | None = None  # training records dropped for being among the held-out ones
     # its training
     status: str | None = None
     policy_init: str | None = None  # the checkpoint it started from
@@ -172,7 +172,7 @@ class StageRecord:
     warnings: list = field(default_factory=list)  # what the run saw that the stage's numbers hide (a reward unscored)
     error: str | None = None
     # the validation after it
-    final_metrics: dict = field(default_factory=dict)  # "<n>ppl" -> {accuracy, mean_tokens}
+    final_metrics: dict = field(default_factory=dict)  # level -> {accuracy, mean_tokens}
     validation_cost: dict = field(default_factory=dict)  # what validating the final took (eval.cost)
 
     @classmethod
@@ -278,16 +278,6 @@ def row_level(row: Mapping) -> str | None:
     return level_key(ppl) if is_int(ppl) else None
 
 
-def level_fields(level: str) -> dict:
-    """A row's level columns: `level`, and for a K&K level its people count `ppl` as rows always had it.
-
-    >>> level_fields("3ppl"), level_fields("2steps")
-    ({'level': '3ppl', 'ppl': 3}, {'level': '2steps'})
-    """
-    match = re.fullmatch(r"(\d+)ppl", level)
-    return {"level": level, "ppl": int(match.group(1))} if match else {"level": level}
-
-
 def level_order(key: str) -> tuple:
     """A sort key that puts levels in their natural order: by the first number in them, then by text
     ("2ppl" < "10ppl", "5steps" < "6+steps", "level2" < "level10").
@@ -302,14 +292,14 @@ def level_order(key: str) -> tuple:
 
 
 def samples_file(samples: Path, level) -> Path:
-    """`<samples dir>/<level>.jsonl` (K&K: `<n>ppl.jsonl`): one subset's graded completions."""
+    """`<samples dir>/<level>.jsonl`: one subset's graded completions."""
     return samples / f"{level_key(level)}.jsonl"
 
 
 def validation_summary(rows: Iterable[Mapping]) -> dict:
     """run.json's summary of validation rows: {level: {accuracy, mean_tokens}}.
 
-    >>> validation_summary([{"ppl": 2, "accuracy": 0.5, "mean_tokens": 30.0, "n": 8}])
+    >>> validation_summary([{"level": "2ppl", "accuracy": 0.5, "mean_tokens": 30.0, "n": 8}])
     {'2ppl': {'accuracy': 0.5, 'mean_tokens': 30.0}}
     """
     return {row_level(r): {"accuracy": r["accuracy"], "mean_tokens": r["mean_tokens"]} for r in rows}

@@ -14,6 +14,16 @@ import math
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
 
 
+def rounded_mean(values) -> float | None:
+    """The mean to 4 decimals, as validation rows hold their rates; None for no values.
+
+    >>> rounded_mean([1.0, 0.0, 0.0]), rounded_mean([])
+    (0.3333, None)
+    """
+    values = list(values)
+    return round(sum(values) / len(values), 4) if values else None
+
+
 def wilson_interval(rate: float, n: int, z: float = Z95) -> tuple[float, float]:
     """The Wilson score interval of a proportion `rate` observed over `n` trials.
 

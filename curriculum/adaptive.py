@@ -25,7 +25,7 @@ GUARD_SIGNALS = (
 
 @dataclass(frozen=True)
 class Promote:
-    """End a stage once held-out accuracy on its own ppl reaches `accuracy` (checked every `every` steps)."""
+    """End a stage once held-out accuracy on its own levels reaches `accuracy` (checked every `every` steps)."""
 
     accuracy: float  # threshold in [0, 1]
     every: int  # optimizer steps between checks
@@ -91,33 +91,33 @@ def parse_guard(value, key: str) -> Guard | None:
     return Guard(**thresholds, window=whole_number(block["window"], f"{key}.window", least=1), action=block["action"])
 
 
-def replay_weights(share, earlier_ppls: Sequence[int], key: str) -> dict[int, float]:
-    """`replay: share` as pool weights spread evenly over the ppl of earlier stages.
+def replay_weights(share, earlier_levels: Sequence[str], key: str) -> dict[str, float]:
+    """`replay: share` as pool weights spread evenly over the levels of earlier stages.
 
-    >>> replay_weights(0.2, [2, 3, 2], "replay")
-    {2: 0.1, 3: 0.1}
+    >>> replay_weights(0.2, ["2steps", "3steps", "2steps"], "replay")
+    {'2steps': 0.1, '3steps': 0.1}
     >>> replay_weights(0.0, [], "replay")
     {}
     """
     share = _share(share, key)
     if share == 0.0:
         return {}
-    ppls = sorted(set(earlier_ppls))
-    if not ppls:
+    levels = sorted(set(earlier_levels))
+    if not levels:
         raise ConfigError(f"{key}: the first stage has no earlier stage to replay")
     if share >= 1.0:
-        raise ConfigError(f"{key}: must be < 1 (the stage must keep some of its own puzzles)")
-    return {ppl: share / len(ppls) for ppl in ppls}
+        raise ConfigError(f"{key}: must be < 1 (the stage must keep some of its own records)")
+    return {level: share / len(levels) for level in levels}
 
 
-def mixed_weights(own: Mapping[int, float], replay: Mapping[int, float]) -> dict[int, float]:
-    """A stage's own ppl mix scaled down to make room for the replay shares (a ppl in both adds up).
+def mixed_weights(own: Mapping[str, float], replay: Mapping[str, float]) -> dict[str, float]:
+    """A stage's own level mix scaled down to make room for the replay shares (a level in both adds up), by key.
 
-    >>> mixed_weights({3: 1.0}, {2: 0.2})
-    {2: 0.2, 3: 0.8}
+    >>> mixed_weights({"3ppl": 1.0}, {"2ppl": 0.2})
+    {'2ppl': 0.2, '3ppl': 0.8}
     """
     scale = 1.0 - sum(replay.values())
-    merged = {ppl: weight * scale for ppl, weight in own.items()}
-    for ppl, weight in replay.items():
-        merged[ppl] = merged.get(ppl, 0.0) + weight
-    return {ppl: round(weight, 12) for ppl, weight in sorted(merged.items())}
+    merged = {level: weight * scale for level, weight in own.items()}
+    for level, weight in replay.items():
+        merged[level] = merged.get(level, 0.0) + weight
+    return {level: round(weight, 12) for level, weight in sorted(merged.items())}

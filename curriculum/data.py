@@ -17,7 +17,7 @@ from datasets import Dataset
 
 from core.checks import ConfigError
 from curriculum.plan import Stage
-from curriculum.prompts import model_prompt
+from curriculum.prompts import prompt_text
 from curriculum.tasks.base import ALL, Task, TaskRecord, task_row
 
 log = logging.getLogger(__name__)
@@ -73,11 +73,32 @@ def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int,
     return Pools(held_out, training, removed)
 
 
-def to_rows(records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
+def task_prompt(task: Task, record: TaskRecord, prompt_cfg: Mapping, tokenizer, *, chat: bool,
+                chat_kwargs: Mapping | None = None) -> str:
+    """The text a model is fed for `record`: the task renders it (`Task.render`), the tokenizer's chat template
+    makes it text (`curriculum.prompts.prompt_text`); GRPO, SFT and validation all feed this."""
+    return prompt_text(task.render(record, prompt_cfg, chat=chat), tokenizer, chat_kwargs)
+
+
+def to_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
             chat_kwargs: Mapping | None = None) -> Dataset:
-    """TRL rows (`curriculum.tasks.base.task_row`): prompt (rendered text, see `curriculum.prompts`), id,
-    level and the task's columns (K&K: names, solution, ppl)."""
+    """TRL rows (`curriculum.tasks.base.task_row`): prompt (`task_prompt`), id, level and the task's columns
+    (K&K: names, solution and its people count)."""
     return Dataset.from_list([
-        task_row(r, model_prompt(r.question, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs))
+        task_row(r, task_prompt(task, r, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs)) for r in records
+    ])
+
+
+def to_sft_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
+                chat_kwargs: Mapping | None = None) -> Dataset:
+    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it (prefill included), the task's
+    reference response in the prompt's answer format (`Task.sft_target`).
+
+    An assistant prefill (logic_rl's <think>) stays in the prompt and out of the loss; TRL appends
+    the end-of-turn token.
+    """
+    return Dataset.from_list([
+        {"prompt": task_prompt(task, r, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
+         "completion": task.sft_target(r, prompt_cfg["fmt"])}
         for r in records
     ])

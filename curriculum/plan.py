@@ -22,6 +22,8 @@ from curriculum.tasks.base import ALL, Task
 
 # `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
 VALIDATION_PLANS = ("all", "near")
+#: A stage's `level: each`: that stage once per level of the task, easiest first, each named by its level.
+EACH = "each"
 
 
 @dataclass(frozen=True)
@@ -83,20 +85,42 @@ def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -
 
     >>> from conf.schema import StageConfig
     >>> from curriculum.tasks.kk import KKTask
-    >>> stages = [OmegaConf.structured(StageConfig(name="a", ppl=2, steps=3, pool=9))]
+    >>> stages = [OmegaConf.structured(StageConfig(name="a", level=2, steps=3, pool=9))]
     >>> cfg = OmegaConf.create({"curriculum": {"stages": stages}, "limits": {"max_steps": 2}, "grpo": {}})
     >>> build_plan(cfg, task=KKTask())[0].steps
     2
     """
     if OmegaConf.select(cfg, "curriculum") is None:
-        raise ConfigError("curriculum: missing; choose one with +curriculum=kk_ladder "
-                          "(or kk_adaptive, kk_logicrl, kk_mixed, kk_r1, gsm8k_grpo, gsm8k_ladder)")
+        raise ConfigError("curriculum: missing; choose one with +curriculum=<a file of conf/curriculum/> "
+                          "(ladder: a stage per level of any task)")
     task = task if task is not None else build_task(cfg.task)
     sections = PlanSections(
         limits=plain(cfg.get("limits")) or {}, grpo=plain(cfg.get("grpo")) or {},
         named_overrides=_named_overrides(OmegaConf.select(cfg, "stage_overrides")),
         guard=OmegaConf.select(cfg, "curriculum.guard"), task=task, world_size=world_size)
-    return stages_of(cfg.curriculum.stages, sections)
+    return stages_of(ladder_stages(cfg.curriculum.stages, task), sections)
+
+
+def ladder_stages(stages_cfg, task: Task) -> list:
+    """`curriculum.stages` with a `level: each` stage written out: one stage per level of `task`, easiest first,
+    each named by its level and otherwise that stage (a ladder over any task's levels, +curriculum=ladder). It is
+    the curriculum's only stage, and has no name of its own. ConfigError names the key.
+
+    >>> from curriculum.tasks.gsm8k import GSM8KTask
+    >>> [(s["name"], s["level"], s["steps"]) for s in ladder_stages([{"level": "each", "steps": 3}], GSM8KTask())][:2]
+    [('2steps', '2steps', 3), ('3steps', '3steps', 3)]
+    """
+    blocks = [plain(block) for block in stages_cfg or []]
+    each = [i for i, block in enumerate(blocks) if block.get("level") == EACH]
+    if not each:
+        return blocks
+    if len(blocks) > 1:
+        raise ConfigError(f"curriculum.stages[{each[0]}].level: {EACH} is the whole ladder (a stage per level of the "
+                          "task): give it as the curriculum's only stage")
+    if blocks[0].get("name") is not None:
+        raise ConfigError(f"curriculum.stages[0].name: a `level: {EACH}` stage is one stage per level, each named by "
+                          f"its level; leave name out (got {blocks[0]['name']!r})")
+    return [{**blocks[0], "name": level, "level": level} for level in task.levels]
 
 
 @dataclass(frozen=True)
@@ -187,13 +211,14 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
 
 
 def _stage_level(block: dict, key: str) -> tuple[object, str]:
-    """(the stage's levels as written, the key that holds them): `level`, or K&K's `ppl`, not both."""
-    level, ppl = block.get("level"), block.get("ppl")
-    if level is not None and ppl is not None:
-        raise ConfigError(f"{key}: give level or ppl (K&K's people count), not both")
-    if level is None and ppl is None:
-        raise ConfigError(f"{key}.level: missing; a level of the task (K&K: ppl: <n> also works)")
-    return (level, f"{key}.level") if level is not None else (ppl, f"{key}.ppl")
+    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, its older name (K&K's
+    curricula wrote a people count there), not both."""
+    level, older = block.get("level"), block.get("ppl")
+    if level is not None and older is not None:
+        raise ConfigError(f"{key}: give level or ppl (its older name), not both")
+    if level is None and older is None:
+        raise ConfigError(f"{key}.level: missing; a level of the task")
+    return (level, f"{key}.level") if level is not None else (older, f"{key}.ppl")
 
 
 def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> Stage:
@@ -209,10 +234,10 @@ def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> S
 
 def parse_levels(written: tuple[object, str], stage_key: str, task: Task) -> dict[str, float]:
     """A stage's levels as normalised weights, in the task's order: one level, a list (uniform) or
-    {level: weight}; K&K's `ppl` gives people counts (3, [2, 3], {2: 1, 3: 3}).
+    {level: weight}; a number names a level as the task reads it (K&K: a people count, 3, [2, 3], {2: 1, 3: 3}).
 
     >>> from curriculum.tasks.kk import KKTask
-    >>> parse_levels(({2: 1, 3: 3}, "ppl"), "stage", KKTask())
+    >>> parse_levels(({2: 1, 3: 3}, "level"), "stage", KKTask())
     {'2ppl': 0.25, '3ppl': 0.75}
     """
     value, key = plain(written[0]), written[1]

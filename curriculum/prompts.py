@@ -60,8 +60,3 @@ def _adds_bos(tokenizer) -> bool:
 def prompt_ids(text: str, tokenizer) -> list[int]:
     """The token ids of a rendered prompt, tokenized as TRL's GRPO and SFT trainers do (`tokenizer(text)`)."""
     return tokenizer(text)["input_ids"]
-
-
-def model_prompt(quiz: str, prompt_cfg: Mapping, tokenizer, *, chat: bool, chat_kwargs: Mapping | None = None) -> str:
-    """`render_prompt` then `prompt_text`: the one prompt text for a quiz, used by every stage and validation."""
-    return prompt_text(render_prompt(quiz, prompt_cfg, chat=chat), tokenizer, chat_kwargs)

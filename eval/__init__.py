@@ -1,1 +1,1 @@
-"""Per-level validation of any task, `python -m eval` and the run report (K&K's grader: curriculum/tasks/kk/grading/)."""
+"""Per-level validation of any task (graded by the task), `python -m eval` and the run report."""

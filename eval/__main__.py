@@ -31,8 +31,9 @@ from core.jsonl import JsonlWriter, read_jsonl
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
 from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
 from core.stats import rate_text
+from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
-from eval.config_check import check_data_config, check_eval_config, check_task_format
+from eval.config_check import check_eval_config
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
 from eval.validation import validate
@@ -122,14 +123,15 @@ def run_config(run_dir: Path) -> DictConfig:
     return OmegaConf.create(data)
 
 
-def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: str, out_dir: Path) -> str:
-    """What the validation will generate (the `eval` group `ev`), as which task, and where it writes, said before
-    any model loads."""
-    puzzles = sum(len(p) for p in pools.values())
-    completions = puzzles * int(ev.samples)
+def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, out_dir: Path) -> str:
+    """What the validation will generate (the `eval` group `ev`), as which task (its records in its words), and
+    where it writes, said before any model loads."""
+    records = sum(len(p) for p in pools.values())
+    completions = records * int(ev.samples)
     sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
     subsets = ", ".join(f"{p} {len(r)}" for p, r in pools.items())
-    return (f"validating {model} as task {task}: {len(pools)} subsets ({subsets} puzzles), {completions} "
+    return (f"validating {model} as task {task.name}: {len(pools)} subsets ({subsets} {task.report.record}s), "
+            f"{completions} "
             f"completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
             f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
 
@@ -168,9 +170,8 @@ def main(cfg: DictConfig) -> float:
         task = run_task(cfg.task, str(cfg.prompt.fmt))
         if checkpoint:
             check_task(checkpoint, task.name)
-        check_task_format(task, str(cfg.prompt.fmt))
+        task.check_format(str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
-        check_data_config(cfg.data)
         settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
         pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
         # a run's final: the run's own thread count, unless the command line sets one
@@ -180,7 +181,7 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), task.name, out_dir), flush=True)
+    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), task, out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
     try:
@@ -194,9 +195,9 @@ def main(cfg: DictConfig) -> float:
     except ModelUnavailableError as err:  # no network, nothing cached: one line naming the offline choices
         raise SystemExit(f"model unavailable: {err}") from None
     mean = sum(r["accuracy"] for r in rows) / len(rows)
-    # the mean over subsets, with the interval of all their puzzles together (exact when the subsets are of one size)
-    puzzles = sum(trials(r, "accuracy") or 0 for r in rows)
-    print(f"mean accuracy over {len(rows)} subsets: {rate_text(mean, puzzles)}; rows in {out_dir / VALIDATION}, "
+    # the mean over subsets, with the interval of all their records together (exact when the subsets are of one size)
+    records = sum(trials(r, "accuracy") or 0 for r in rows)
+    print(f"mean accuracy over {len(rows)} subsets: {rate_text(mean, records)}; rows in {out_dir / VALIDATION}, "
           f"graded completions in {out_dir / SAMPLES}")
     return mean
 

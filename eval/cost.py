@@ -41,9 +41,9 @@ def timed_generation(backend: str, generate: Callable[[], list], *, setup_second
 def validation_cost(rows: Sequence[Mapping]) -> dict | None:
     """One validation's cost from its subset rows (what run.json records per validation); None without costs.
 
-    >>> rows = [{"ppl": 2, "cost": {"backend": "vllm", "seconds": 3.0, "setup_seconds": 20.0, "tokens": 900,
+    >>> rows = [{"level": "2ppl", "cost": {"backend": "vllm", "seconds": 3.0, "setup_seconds": 20.0, "tokens": 900,
     ...                             "completions": 100}},
-    ...         {"ppl": 3, "cost": {"backend": "vllm", "seconds": 5.0, "setup_seconds": 0.0, "tokens": 1500,
+    ...         {"level": "3ppl", "cost": {"backend": "vllm", "seconds": 5.0, "setup_seconds": 0.0, "tokens": 1500,
     ...                             "completions": 100}}]
     >>> cost = validation_cost(rows)
     >>> cost["subsets"], cost["seconds"], cost["setup_seconds"], cost["tokens"], cost["tokens_per_second"]

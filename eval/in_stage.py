@@ -1,8 +1,8 @@
 """`eval.every=N`: validate the current stage's levels every N steps inside a stage, on the live model.
 
 Light on purpose: the stage's own subsets only, greedy, no saved samples; rows go to
-`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, level, K&K's ppl, metrics, cost}) and the
-tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
+`validation_steps.jsonl` ({stage, stage_name, stage_step, global_step, level, the task's columns, metrics,
+cost}) and the tracker. Generation goes through the GRPO trainer's colocated vLLM engine when the stage lends one
 (`colocated`, set by the stage with `eval.backend` vllm or auto), else through HF `generate` on the live
 model: a second vLLM engine beside a training model would compete with it for the card. With many
 processes every rank is called at the same step and generates its share of the batches on its own
@@ -18,12 +18,10 @@ import torch
 from transformers import TrainerCallback
 
 from core.distributed import SINGLE, Processes
-from core.rundir import level_fields
 from curriculum.tasks.base import TaskRecord
 from eval.generation import HfEngine
-from eval.metrics import METRIC_COLUMNS, subset_metrics
 from eval.settings import ValidationSettings
-from eval.validation import grade_subset
+from eval.validation import grade_subset, subset_row, tracked_metrics
 
 
 class InStageValidation(TrainerCallback):
@@ -60,8 +58,8 @@ class InStageValidation(TrainerCallback):
             model.train()
         self.writer.write(rows)
         for row in rows:
-            self.tracker.log({f"val_step/{row['level']}/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None},
-                             step=row["global_step"])
+            tracked = tracked_metrics(row, self.settings.task)
+            self.tracker.log({f"val_step/{row['level']}/{k}": v for k, v in tracked.items()}, step=row["global_step"])
         return rows
 
     def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:
@@ -70,6 +68,6 @@ class InStageValidation(TrainerCallback):
             s.prompts(records), max_new_tokens=s.max_new_tokens, seed=s.seed, chat_kwargs=dict(s.chat_kwargs),
             label=f"validating {self.tags['stage_name']} step {step}",
         )
-        scored, _ = grade_subset(records, completions, s.fmt, s.task)
-        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step, **level_fields(level),
-                **subset_metrics(scored), "cost": cost.as_dict()}
+        samples = grade_subset(records, completions, s.task)
+        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step,
+                **subset_row(s.task, level, samples), "cost": cost.as_dict()}

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.prompts import render_prompt
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task, TaskRecord
-from curriculum.tasks.kk.grading.grader import grade
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
@@ -38,32 +35,32 @@ class ValidationSettings:
     vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
     subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
     every: int  # in-stage validation every this many steps (0 = off)
-    fmt: str  # the grader's format (curriculum.tasks.kk.grading.grader.FORMATS)
+    fmt: str  # the prompt's answer format (`prompt.fmt`), which the task grades
     chat: bool  # prompts are chat messages rendered by the tokenizer's template
     prompt: Mapping[str, str] = field(default_factory=dict)  # system, user, prefill, plain
     chat_kwargs: Mapping = field(default_factory=dict)  # extra apply_chat_template arguments
-    task: Task | None = None  # grades a completion (K&K: with the reward's grader at `fmt`)
+    task: Task | None = None  # renders each prompt, grades each completion, says what a row holds
 
     def prompts(self, records: list[TaskRecord]) -> list:
-        """Each record's prompt, rendered as training renders it."""
-        return [render_prompt(r.question, self.prompt, chat=self.chat) for r in records]
+        """Each record's prompt, rendered by the task as training renders it."""
+        return [self.task.render(r, self.prompt, chat=self.chat) for r in records]
 
 
 def run_task(task_cfg, fmt: str) -> Task:
-    """The task `task_cfg` names, K&K's with the reward's grader at the prompt's format `fmt`."""
-    name = task_cfg.get("name") if task_cfg is not None else None
-    if name == "kk":
-        return build_task(task_cfg, grader=partial(grade, fmt=fmt))
-    return build_task(task_cfg)
+    """The task `task_cfg` describes, grading the prompt's answer format `fmt` where it reads one."""
+    return build_task(task_cfg, fmt=fmt)
 
 
 def subset_levels(task: Task, subsets) -> tuple[str, ...]:
     """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
-    it) or `all` (every level); ConfigError naming eval.subsets for any other.
+    it), `all` (every level) or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
 
-    >>> subset_levels(build_task({"name": "kk"}), [3, "2ppl"]), len(subset_levels(build_task({"name": "kk"}), ["all"]))
-    (('2ppl', '3ppl'), 7)
+    >>> kk = build_task({"name": "kk"})
+    >>> subset_levels(kk, [3, "2ppl"]), len(subset_levels(kk, ["all"])), subset_levels(kk, None)[-1]
+    (('2ppl', '3ppl'), 7, '7ppl')
     """
+    if subsets is None:
+        return task.validation_levels
     named = set(task.levels) if ALL in list(subsets) else {task.level_of(p, "eval.subsets") for p in subsets}
     return tuple(level for level in task.levels if level in named)
 

@@ -1,11 +1,13 @@
-"""Validation of one checkpoint on every subset, with the reward's grader (one grader).
+"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use).
 
 Writes one row per subset (a task's level) to `validation.jsonl` ({stage, stage_name, global_step, level,
-K&K's ppl, metrics, cost}), every completion with its grade to `samples/<stage>/<level>.jsonl` (so a person can read
-what the model wrote, and a recount can check the metrics), and prints a rich table. One generator
-serves all the subsets: the model loaded once (hf), or one vLLM engine started once and released
-after (vllm; `auto` takes it where vLLM can validate the model); `cost` says what each subset's generation
-took (`eval.cost.validation_cost` sums them).
+the task's level columns, metrics, cost}), every completion with its grade to
+`samples/<stage>/<level>.jsonl` (so a person can read what the model wrote, and a recount can check the
+metrics), and prints a rich table. What a row and a sample hold beyond every task's, and what the table
+and the tracker show of them, is the task's (`Task.level_columns`, `sample_fields`, `subset_metrics`,
+`report`). One generator serves all the subsets: the model loaded once (hf), or one vLLM engine started
+once and released after (vllm; `auto` takes it where vLLM can validate the model); `cost` says what each
+subset's generation took (`eval.cost.validation_cost` sums them).
 
 With many processes every rank loads the checkpoint on its own device and generates its share of
 the batches (`eval.generation`); every rank grades all the gathered completions (the same rows
@@ -29,64 +31,40 @@ from transformers import AutoTokenizer
 
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
-from core.rundir import level_fields, row_level, samples_file
+from core.rundir import row_level, samples_file
 from core.stats import percent_text
 from curriculum.tasks.base import Task, TaskRecord
-from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.grading.lenient import lenient_grade
-from curriculum.tasks.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
-from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics, trials
+from eval.metrics import METRIC_COLUMNS, subset_metrics, trials
 from eval.settings import ValidationSettings
 from eval.vllm_backend import fresh_engine, validation_backend
 
 
-def grade_subset(records: list[TaskRecord], completions, fmt: str, task: Task) -> tuple[list[Scored], list[dict]]:
-    """Grade every completion of a subset; returns the scores and the sample rows to save. K&K's are graded
-    with the reward's grader and its reasoning checks; any other task's by its own `grade`."""
-    if task.name != "kk":
-        return _grade_answers(records, completions, task)
-    scored, samples = [], []
-    for task_record, outs in zip(records, completions, strict=True):
-        puzzle, record = task_record.id, task_record.source
-        for k, out in enumerate(outs):
-            g = grade(out.text, record["names"], record["solution"], fmt=fmt)
-            r = check_reasoning(out.text, record["names"], g.assignment, fmt)
-            lenient = lenient_grade(out.text, record["names"], record["solution"], g)
-            invented = sorted({*r.invented, *g.invented})
-            scored.append(Scored(puzzle, g.correct, g.n_right, len(record["names"]), g.format_ok, g.answered,
-                                 out.tokens, out.truncated, r.has_reasoning, r.agrees, bool(invented), lenient.correct,
-                                 r.settles))
-            samples.append({
-                "id": puzzle, "sample": k, "completion": out.text, "tokens": out.tokens,
-                "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok,
-                "answered": g.answered, "n_right": g.n_right, "n_people": len(record["names"]),
-                "assignment": g.assignment, "reasons": list(g.reasons),
-                "solution": list(record["solution"]), "names": list(record["names"]),
-                "has_reasoning": r.has_reasoning, "reasoning_claims": r.settled, "reasoning_settles": r.settles,
-                "reasoning_agrees": r.agrees,
-                "invented": invented, "lenient_correct": lenient.correct, "lenient_assignment": lenient.assignment,
-                "lenient_reason": lenient.reason,
-            })
-    return scored, samples
-
-
-def _grade_answers(records: list[TaskRecord], completions, task: Task) -> tuple[list[Scored], list[dict]]:
-    """A task with one answer per record (GSM8K, reasoning-gym): right, formatted, answered; no people, so
-    person accuracy and the reasoning checks stay empty (None in the row). Lenient accuracy is strict's."""
-    scored, samples = [], []
+def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
+    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, then the
+    task's own `sample_fields`)."""
+    samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
             g = task.grade(out.text, record.columns)
-            scored.append(Scored(record.id, g.correct, int(g.correct), 0, g.format_ok, g.answered, out.tokens,
-                                 out.truncated, lenient_correct=g.correct))
             samples.append({
                 "id": record.id, "sample": k, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok, "answered": g.answered,
-                "answer": getattr(g, "answer", None), "reference": record.columns.get("answer"),
-                "reasons": list(g.reasons), "lenient_correct": g.correct,
+                "reasons": list(g.reasons), **task.sample_fields(record, out.text, g),
             })
-    return scored, samples
+    return samples
+
+
+def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
+    """A validation row's level and metrics for one subset's graded samples: `level`, the task's level columns,
+    every task's metrics and the task's own."""
+    return {"level": level, **task.level_columns(level), **subset_metrics(samples), **task.subset_metrics(samples)}
+
+
+def tracked_metrics(row: dict, task: Task) -> dict:
+    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value."""
+    return {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
 
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,
@@ -109,25 +87,26 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
             records = pools[level]
             label = f"validating {tag.get('stage_name')} {level}"
             completions, cost = engine.generate(s.prompts(records), label=label, **generation)
-            scored, samples = grade_subset(records, completions, s.fmt, s.task)
+            samples = grade_subset(records, completions, s.task)
             if record:
                 _write_samples(samples_file(out_dir, level), samples)
-            rows.append({**tag, **level_fields(level), **subset_metrics(scored), "cost": cost.as_dict()})
+            rows.append({**tag, **subset_row(s.task, level, samples), "cost": cost.as_dict()})
             if not record:
                 continue
             if writer is not None:
                 writer.write(rows[-1:])
             if tracker is not None:
-                tracker.table(f"val/{level}/samples", [sample_cells(tag, level, sample) for sample in samples], step)
+                tracker.table(f"val/{level}/samples", [sample_cells(tag, level, sample, s.task.report.sample_columns)
+                                                       for sample in samples], step)
             console.print(progress_line(rows, [len(pools[later]) * s.samples for later in levels[i + 1:]]),
                           highlight=False)
     if tracker is not None and record:
         for row in rows:  # `stage` beside: validation panels are drawn over the stage (train/tracking.py)
             tracker.log({"stage": tag.get("stage"),
-                         **{f"val/{row['level']}/{k}": row[k] for k in METRIC_COLUMNS if row[k] is not None}},
+                         **{f"val/{row['level']}/{k}": v for k, v in tracked_metrics(row, s.task).items()}},
                         step=step)
     if record:
-        console.print(results_table(rows, title=f"validation after {tag.get('stage_name')}"))
+        console.print(results_table(rows, f"validation after {tag.get('stage_name')}", s.task.report))
     return rows
 
 
@@ -161,9 +140,14 @@ def progress_line(rows: list[dict], left: list[int]) -> str:
     return f"{line}; {subsets} left, ~{per_completion * sum(left):.0f} s at this rate"
 
 
-def sample_cells(tag: Mapping, level: str, sample: Mapping) -> dict:
-    """One graded completion as a tracker table row: what a person filters on, then the text."""
-    keys = ("id", "correct", "lenient_correct", "format_ok", "tokens", "truncated", "reasoning_agrees", "invented")
+# The tracker's sample table: what a person filters on (and the answer against the reference), then the text.
+SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer", "reference")
+
+
+def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[str, ...] = ()) -> dict:
+    """One graded completion as a tracker table row: every task's columns, the task's own (`TaskReport`), the
+    completion."""
+    keys = (*SAMPLE_COLUMNS, *task_columns)
     return {"stage": tag.get("stage_name"), "level": level, **{k: sample.get(k) for k in keys},
             "completion": sample.get("completion")}
 
@@ -190,40 +174,34 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
     tmp.replace(path)
 
 
-# (validation row key, console header): the rates a person reads first, each in % with its interval.
-CONSOLE_RATES = (("accuracy", "accuracy %"), ("lenient_accuracy", "lenient %"), ("format_rate", "format %"),
-                 ("truncation_rate", "truncated %"), ("reasoning_agrees_rate", "reasoning\nagrees %"),
-                 ("reasoning_settles_nobody", "settles\nnobody %"),
-                 ("invented_name_rate", "invented\nname %"))
+# (validation row key, console header): every task's rates a person reads first, each in % with its interval.
+CONSOLE_RATES = (("format_rate", "format %"), ("truncation_rate", "truncated %"))
 
 
-# K&K's rates that read the reasoning and the people named: a task without people (GSM8K) has none.
-PEOPLE_RATES = ("reasoning_agrees_rate", "reasoning_settles_nobody", "invented_name_rate")
-
-
-def results_table(rows: list[dict], title: str) -> Table:
-    """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its
-    95% Wilson interval, n the distinct puzzles it counts (every metric is in validation.jsonl). The
-    lenient column is left out where it equals strict accuracy in every row (the caption says so)."""
-    lenient_differs = any(row.get("lenient_accuracy") != row.get("accuracy") for row in rows)
-    # K&K's subsets by their people count, as the table always showed them (and one line a subset at 100 columns)
-    by_people = all(isinstance(row.get("ppl"), int) for row in rows)
-    shown = [(k, header) for k, header in CONSOLE_RATES if (k != "lenient_accuracy" or lenient_differs)
-             and (by_people or k not in PEOPLE_RATES)]  # a task without people has no reasoning or name checks
-    lenient = "an untagged final answer counts" if lenient_differs else "equal to accuracy here, not shown"
+def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
+    """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its 95% Wilson
+    interval, n the distinct records it counts (every metric is in validation.jsonl): accuracy, the task's
+    readings of it that differ from it somewhere (`Rate.beside_accuracy`; one equal to it everywhere is left
+    out and the caption says so), format, truncation, the task's other rates with a console header."""
+    variants = [r for r in report.rates if r.beside_accuracy and r.header]
+    shown = [r for r in variants if any(row.get(r.key) != row.get("accuracy") for row in rows)]
+    columns = [("accuracy", "accuracy %", ()), *((r.key, r.header, r.counted) for r in shown),
+               *((key, header, ()) for key, header in CONSOLE_RATES),
+               *((r.key, r.header, r.counted) for r in report.rates if r.header and not r.beside_accuracy)]
+    captions = [f"n: {report.distinct}", *(f"{r.name}: {r.caption}" for r in report.rates
+                                           if r.header and r.caption and (r in shown or not r.beside_accuracy)),
+                *(f"{r.name}: equal to accuracy here, not shown" for r in variants if r not in shown)]
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
-                  caption="rates in % (95% Wilson interval); " + (
-                      "n: distinct puzzles; reasoning agrees: of those whose reasoning settles someone; settles "
-                      f"nobody: of those with reasoning; lenient: {lenient}" if by_people else "n: distinct problems"))
+                  caption="rates in % (95% Wilson interval); " + "; ".join(captions))
     # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
-    table.add_column("ppl" if by_people else "level", justify="right", no_wrap=True)
+    table.add_column(report.level_column, justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
-    for _, header in shown:
+    for _, header, _ in columns:
         table.add_column(header, justify="right", overflow="fold")
     table.add_column("mean\ntokens", justify="right", no_wrap=True)
     for row in rows:
-        rates = (percent_text(row.get(k), trials(row, k)) for k, _ in shown)
-        label = row["ppl"] if by_people else row_level(row)
+        rates = (percent_text(row.get(key), trials(row, key, counted)) for key, _, counted in columns)
+        label = row.get(report.level_column) if report.level_column in row else row_level(row)
         table.add_row(str(label), str(trials(row, "accuracy") or "-"), *rates, _tokens(row.get("mean_tokens")))
     return table
 

@@ -34,9 +34,9 @@ from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import generate
 from tests.conftest import compose_cfg
-from tests.pools import held_out_pools, stage_pool
+from tests.pools import config_task, held_out_pools, stage_pool
 from train.grpo_stage import grpo_config
-from train.rewards import build_reward_funcs
+from train.rewards import task_reward_funcs
 from train.stage_run import publish_final
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,7 +233,7 @@ def bare_ladder(cfg: DictConfig, run_dir: Path) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(base)
     for stage in plan:
         records, _ = stage_pool(cfg, stage, held_out)
-        rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
+        rows = to_rows(config_task(cfg), records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
         timings.append(_bare_stage(cfg, stage, previous, rows, run_dir / stage.dirname))
         previous = str(run_dir / stage.dirname / "final")
     return timings
@@ -253,8 +253,8 @@ def build_trainer(cfg: DictConfig, stage: Stage, init: str, rows, output_dir: Pa
     """GRPOTrainer as `GrpoStage.trainer` builds it: config, rewards, tokenizer, policy + reference."""
     args = grpo_config(OmegaConf.to_container(cfg.grpo, resolve=True), stage, output_dir, seed=int(cfg.seed),
                        lora=cfg.model.get("lora"))
-    funcs, args.reward_weights = build_reward_funcs(cfg.reward, fmt=cfg.prompt.fmt,
-                                                    max_completion_length=args.max_completion_length)
+    funcs, args.reward_weights = task_reward_funcs(cfg.reward, config_task(cfg), fmt=cfg.prompt.fmt,
+                                                   max_completion_length=args.max_completion_length)
     tokenizer = AutoTokenizer.from_pretrained(init, padding_side="left")
     return GRPOTrainer(model=init, reward_funcs=funcs, args=args, train_dataset=rows,
                        processing_class=tokenizer)
@@ -285,8 +285,8 @@ def handoff_seconds(cfg: DictConfig, work_dir: Path, repeats: int = 3) -> dict:
     first, second = build_plan(cfg)[:2]
     base = resolve_model(cfg.model, cfg.paths.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    rows = {s.name: to_rows(stage_pool(cfg, s, {})[0], cfg.prompt, tokenizer, chat=bool(cfg.model.chat))
-            for s in (first, second)}
+    rows = {s.name: to_rows(config_task(cfg), stage_pool(cfg, s, {})[0], cfg.prompt, tokenizer,
+                            chat=bool(cfg.model.chat)) for s in (first, second)}
     trainer = build_trainer(cfg, first, base, rows[first.name], work_dir / "stage1")
     saves, loads = [], []
     for k in range(repeats):

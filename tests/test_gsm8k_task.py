@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from core.checks import ConfigError
-from curriculum.tasks.base import RecordError, normalized_question, task_row
+from curriculum.tasks.base import ALL, RecordError, normalized_question, task_row
 from curriculum.tasks.gsm8k import LEVELS, GSM8KTask
 from curriculum.tasks.gsm8k.task import SAMPLE_DIR, solution_steps, step_level
 
@@ -141,7 +141,8 @@ def test_a_level_outside_the_task_is_named():
 def test_a_row_carries_the_reference_for_the_rewards():
     record = GSM8KTask(source="sample").records("2steps", "test", n=1)[0]
     row = task_row(record, "prompt text")
-    assert set(row) == {"prompt", "id", "level", "answer"} and row["level"] == "2steps"
+    # the number, and the #### text as written (what the recipe's own rewards compare: reward=gsm8k_stack_verbatim)
+    assert set(row) == {"prompt", "id", "level", "answer", "answer_text"} and row["level"] == "2steps"
     assert row["id"].startswith("gsm8k-test-")
 
 
@@ -152,3 +153,20 @@ def test_the_shipped_sample_is_what_its_generator_writes(tmp_path):
     assert write_sample(tmp_path) == {"train": 200, "test": 60}
     for split in ("train", "test"):
         assert (tmp_path / f"{split}.jsonl").read_bytes() == (SAMPLE_DIR / f"{split}.jsonl").read_bytes(), split
+
+
+@pytest.mark.parametrize("split", ["train", "test"])
+def test_every_supervised_target_of_the_sample_is_right_and_in_the_strict_format(split):
+    """What `kind: sft` trains on must be what the rewards pay for: right, strictly formatted, no calculator."""
+    task = GSM8KTask(source="sample")
+    for record in task.records(ALL, split):
+        target = task.sft_target(record, "reasoning_answer")
+        g = task.grade(target, record.columns)
+        assert (g.correct, g.format_ok, "<<" in target) == (True, True, False), (record.id, target)
+
+
+def test_a_supervised_target_is_only_in_the_recipes_format():
+    task = GSM8KTask(source="sample")
+    record = task.records("2steps", "train", n=1)[0]
+    with pytest.raises(ConfigError, match=r"prompt.fmt: think_answer: GSM8K's worked solutions are written in"):
+        task.sft_target(record, "think_answer")

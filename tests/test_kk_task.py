@@ -3,20 +3,19 @@ grades, rewards and held-out split (so moving the runner onto tasks changes no r
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 from transformers import AutoTokenizer
 
 from core.models import resolve_model
 from curriculum.data import to_rows
-from curriculum.prompts import model_prompt, prompt_text, render_prompt
+from curriculum.prompts import prompt_text, render_prompt
 from curriculum.tasks import build_task
 from curriculum.tasks.base import disjoint, task_row
 from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.grader import grade
+from curriculum.tasks.kk.rewards import answer_reward, format_reward
 from curriculum.tasks.kk.sources import load_records, split_disjoint
-from train.rewards import answer_reward, format_reward
+from curriculum.tasks.rewards import RewardSettings
 
 THINK = "<think>Zoey lies.</think><answer>{}</answer>"
 
@@ -38,13 +37,13 @@ def test_rows_and_prompts_are_those_of_to_rows(make_cfg):
     task = KKTask()
     records = task.records("3ppl", "train", n=6, seed=3)
     # the rows K&K trained on before the task layer: prompt, names, solution, ppl, id
-    before = [{"prompt": model_prompt(r.source["quiz"], cfg.prompt, tokenizer, chat=bool(cfg.model.chat)),
+    before = [{"prompt": prompt_text(render_prompt(r.source["quiz"], cfg.prompt, chat=bool(cfg.model.chat)), tokenizer),
                "names": list(r.source["names"]), "solution": [bool(x) for x in r.source["solution"]],
                "ppl": len(r.source["names"]), "id": f"{len(r.source['names'])}ppl-{r.source['index']}"}
               for r in records]
     ours = [task_row(r, prompt_text(task.render(r, cfg.prompt, chat=bool(cfg.model.chat)), tokenizer))
             for r in records]
-    rows = to_rows(records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat)).to_list()
+    rows = to_rows(task, records, cfg.prompt, tokenizer, chat=bool(cfg.model.chat)).to_list()
     assert rows == ours
     assert [{k: v for k, v in row.items() if k != "level"} for row in ours] == before  # a level column is added
     assert all(row["level"] == "3ppl" for row in ours)
@@ -60,18 +59,18 @@ def test_rows_and_prompts_are_those_of_to_rows(make_cfg):
 ])
 def test_grades_and_rewards_are_the_graders(answer, fmt):
     completion, names, solution = THINK.format(answer), ["Zoey", "Oliver"], [False, True]
-    task = build_task({"name": "kk"}, grader=partial(grade, fmt=fmt))
+    task = build_task({"name": "kk"}, fmt=fmt)  # the prompt's format, handed in as a run builds the task
     assert task.grade(completion, {"names": names, "solution": solution}) == grade(completion, names, solution,
                                                                                   fmt=fmt)
     batch = {"completions": [completion], "names": [names], "solution": [solution]}
-    funcs = task.reward_functions()
+    funcs = task.reward_functions(RewardSettings(fmt, 256))
     assert funcs["answer"](**batch) == answer_reward(**batch, fmt=fmt)
     assert funcs["format"](**batch) == format_reward(**batch, fmt=fmt)
 
 
-def test_grading_without_a_grader_says_how_to_get_one():
-    with pytest.raises(RuntimeError, match=r"build_task\(cfg.task, grader=...\)"):
-        KKTask().grade("<answer>x</answer>", {"names": ["A"], "solution": [True]})
+def test_a_task_built_without_a_format_grades_the_default_one():
+    completion, columns = THINK.format("Zoey is a knight."), {"names": ["Zoey"], "solution": [True]}
+    assert KKTask().grade(completion, columns) == grade(completion, ["Zoey"], [True], fmt="think_answer")
 
 
 def test_held_out_split_is_split_disjoints():

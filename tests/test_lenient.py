@@ -9,8 +9,7 @@ from curriculum.tasks.kk import KKTask, kk_record
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.lenient import MAX_LINES, lenient_grade
 from eval.generation import Completion
-from eval.metrics import subset_metrics
-from eval.validation import grade_subset
+from eval.validation import grade_subset, subset_row
 
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]  # Zoey is a knave, Oliver a knight
 
@@ -53,8 +52,9 @@ def test_lenient_reading(completion, strict, lenient):
 def test_validation_reports_both_and_strict_stays_the_headline():
     record = {"names": NAMES, "solution": SOLUTION, "index": 1, "quiz": "..."}
     outs = [Completion(text, tokens=10, truncated=False) for text, _, _ in CASES]
-    scored, samples = grade_subset([kk_record(record)], [outs], "think_answer", KKTask())
-    m = subset_metrics(scored)
+    task = KKTask(fmt="think_answer")
+    samples = grade_subset([kk_record(record)], [outs], task)
+    m = subset_row(task, "2ppl", samples)
     strict, lenient = sum(s for _, s, _ in CASES), sum(v for _, _, v in CASES)
     assert (m["accuracy"], m["lenient_accuracy"]) == (round(strict / len(CASES), 4), round(lenient / len(CASES), 4))
     assert lenient > strict  # the point: untagged right answers count only in the lenient column

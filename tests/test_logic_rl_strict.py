@@ -20,11 +20,13 @@ from transformers import AutoTokenizer
 from core.jsonl import read_jsonl
 from core.models import resolve_model
 from core.rundir import METRICS
-from curriculum.prompts import model_prompt
+from curriculum.prompts import prompt_text, render_prompt
+from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_format
+from curriculum.tasks.kk.rewards import tiered_reward
 from tests.conftest import SHARED_DATA, compose_cfg
 from tests.reference import logic_rl_kk as published
-from train.rewards import build_reward_funcs, tiered_reward
+from train.rewards import task_reward_funcs
 
 # The end of a Logic-RL qwen-instruct prompt: the assistant turn, <think> pre-filled.
 PROMPT = "<|im_start|>system\nS\n<|im_end|>\n<|im_start|>user\nQ\n<|im_end|>\n<|im_start|>assistant\n<think>"
@@ -102,8 +104,8 @@ def test_the_port_scores_every_response_as_the_published_parser(completion, prom
 
 
 def test_the_preset_is_logic_rls_score_alone_with_accuracy_logged(make_cfg):
-    funcs, weights = build_reward_funcs(make_cfg("reward=logic_rl_strict").reward, fmt="logic_rl",
-                                        max_completion_length=64)
+    funcs, weights = task_reward_funcs(make_cfg("reward=logic_rl_strict").reward, KKTask(), fmt="logic_rl",
+                                       max_completion_length=64)
     assert [f.__name__ for f in funcs] == ["answer_reward", "logic_rl_strict_reward"] and weights == [0.0, 1.0]
     completion = "x</think><answer>Knights: Zoey, Ava</answer>"
     batch = {"completions": [completion], "names": [NAMES], "solution": [SOLUTION], "prompts": [PROMPT]}
@@ -141,7 +143,7 @@ def test_on_the_published_records_prompt_truth_and_score_are_logic_rls(cache_dir
     rows = published_rows()
     assert len(rows) == 5000
     for row in rows:
-        assert model_prompt(row["quiz"], cfg.prompt, tokenizer, chat=True) == row["prompt"][0]["content"]
+        assert prompt_text(render_prompt(row["quiz"], cfg.prompt, chat=True), tokenizer) == row["prompt"][0]["content"]
         truth = row["reward_model"]["ground_truth"]["solution_text_format"]
         assert solution_text_format(row["names"], row["solution"]) == truth
         answer = f"Reasoning.</think><answer>{truth}</answer>"

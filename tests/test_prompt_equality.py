@@ -13,10 +13,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 from core.models import resolve_model
-from curriculum.data import to_rows
+from curriculum.data import to_rows, to_sft_rows
 from curriculum.prompts import prompt_ids, render_prompt
-from curriculum.tasks.kk import generate, kk_record
-from curriculum.tasks.kk.sft import to_sft_rows
+from curriculum.tasks.kk import KKTask, generate, kk_record
 from eval.generation import encode_prompts
 from tests.conftest import compose_cfg
 
@@ -54,10 +53,10 @@ def _sft_prompt_ids(rows, tokenizer, model, tmp_path) -> list[int]:
 def test_every_consumer_sees_the_same_prompt_tokens(template, tiny, make_cfg, tmp_path):
     path, tokenizer, model = tiny
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", f"prompt={template}")
-    records = generate(3, 2, seed=7)
-    grpo_rows = to_rows([kk_record(r) for r in records], cfg.prompt, tokenizer, chat=True)
+    task, records = KKTask(fmt=template), [kk_record(r) for r in generate(3, 2, seed=7)]
+    grpo_rows = to_rows(task, records, cfg.prompt, tokenizer, chat=True)
     grpo = _grpo_ids(grpo_rows, path, tokenizer, model, tmp_path)
-    sft = _sft_prompt_ids(to_sft_rows(records, cfg.prompt, tokenizer, chat=True), tokenizer, model, tmp_path)
+    sft = _sft_prompt_ids(to_sft_rows(task, records, cfg.prompt, tokenizer, chat=True), tokenizer, model, tmp_path)
     encoded = encode_prompts([grpo_rows[0]["prompt"]], tokenizer)
     validation = encoded["input_ids"][0][encoded["attention_mask"][0].bool()].tolist()
     length_check = prompt_ids(grpo_rows[0]["prompt"], tokenizer)
@@ -74,7 +73,7 @@ def test_trl_given_chat_messages_would_close_the_prefilled_turn(tiny, make_cfg, 
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "prompt=logic_rl")
     record = generate(3, 1, seed=7)[0]
     messages = render_prompt(record["quiz"], cfg.prompt, chat=True)
-    ours = prompt_ids(to_rows([kk_record(record)], cfg.prompt, tokenizer, chat=True)[0]["prompt"], tokenizer)
+    ours = prompt_ids(to_rows(KKTask(), [kk_record(record)], cfg.prompt, tokenizer, chat=True)[0]["prompt"], tokenizer)
     with torch.no_grad():
         trl_chat = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                  return_dict=True)["input_ids"]

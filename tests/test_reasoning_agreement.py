@@ -13,9 +13,8 @@ from curriculum.tasks.kk.grading.claims import last_claims
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
-from eval.metrics import subset_metrics
 from eval.report import write_report
-from eval.validation import grade_subset, results_table
+from eval.validation import grade_subset, results_table, subset_row
 from tests.conftest import SHARED_DATA
 
 NAMES, SOLUTION = ["Aiden", "Zoey"], [False, True]  # Aiden knave, Zoey knight
@@ -115,8 +114,9 @@ def test_metric_arithmetic_on_known_completions():
               "<answer>Aiden is a knave; Zoey is a knight; Liam is a knave.</answer>"),  # ... so wrong
         think("Let me read the statements again."),  # right, its reasoning settles nobody
     )]
-    scored, samples = grade_subset([kk_record(record)], [outs], "think_answer", KKTask())
-    m = subset_metrics(scored)
+    task = KKTask(fmt="think_answer")
+    samples = grade_subset([kk_record(record)], [outs], task)
+    m = subset_row(task, "2ppl", samples)
     assert [s["correct"] for s in samples] == [True, True, False, True, False, True]
     assert m["accuracy"] == 0.6667
     # 3 of the 4 whose reasoning settles someone (the one that settles nobody counted as agreeing before)
@@ -130,10 +130,10 @@ def test_metric_arithmetic_on_known_completions():
 
 def test_the_results_table_prints_the_reasoning_metrics():
     record = {"names": NAMES, "solution": SOLUTION, "index": 3, "quiz": "..."}
-    scored, _ = grade_subset([kk_record(record)], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]],
-                             "think_answer", KKTask())
+    task = KKTask(fmt="think_answer")
+    samples = grade_subset([kk_record(record)], [[Completion(think("Aiden lies."), tokens=5, truncated=False)]], task)
     console = Console(width=100, record=True)
-    console.print(results_table([{"ppl": 2, **subset_metrics(scored)}], title="t"))
+    console.print(results_table([subset_row(task, "2ppl", samples)], "t", task.report))
     text = console.export_text()
     # short headers at 100 columns: the reasoning rates, each a % with its interval over 1 puzzle
     assert all(k in text for k in ("reasoning", "agrees %", "settles", "nobody %", "invented", "name %"))

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from core.stats import change
 from curriculum.plan import Stage
-from curriculum.tasks.kk import canonical_key, kk_record
+from curriculum.tasks.kk import KKTask, canonical_key, kk_record
 from curriculum.tasks.kk.sources import load_records
 from eval.report.cli import write_report
 from eval.validation import results_table
@@ -71,7 +71,7 @@ def test_the_console_table_carries_intervals_and_fits_100_columns():
              "mean_tokens": 1512.3, "n": 100, "puzzles": 100, "with_reasoning": 64, "with_settling_reasoning": 48}
             for ppl in range(2, 8)]
     console = Console(width=100, record=True)
-    console.print(results_table(rows, "validation after 6ppl"))
+    console.print(results_table(rows, "validation after 6ppl", KKTask.report))
     lines = console.export_text().splitlines()
     assert max(map(len, lines)) <= 100
     body = [line for line in lines if re.match(r"\s+[2-7]\s+100\s", line)]

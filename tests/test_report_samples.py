@@ -13,6 +13,7 @@ import pytest
 from markdown_it import MarkdownIt
 
 from core.jsonl import read_jsonl
+from curriculum.tasks.kk import KKTask
 from eval.report.cli import write_report
 from eval.report.samples import pick
 from tests.test_report import stage_entry, write_jsonl
@@ -73,8 +74,9 @@ PICK_CASES = [
     # nothing right: no "first right"; the one wrong row is also the longest and the shortest
     ([{"correct": False, "tokens": 5}], [(["first wrong", "longest", "shortest"], 0)]),
     # reasoning that disagrees needs reasoning and an answer; row 1 has both
-    ([{"correct": True, "tokens": 5, "has_reasoning": False, "answered": True},
-      {"correct": True, "tokens": 9, "has_reasoning": True, "answered": True, "reasoning_agrees": False}],
+    ([{"correct": True, "tokens": 5, "has_reasoning": False, "answered": True, "reasoning_disagrees": False},
+      {"correct": True, "tokens": 9, "has_reasoning": True, "answered": True, "reasoning_agrees": False,
+       "reasoning_disagrees": True}],
      [(["first right", "shortest"], 0), (["longest", "reasoning disagrees with its answer"], 1)]),
     # an invented person is picked even when the row is otherwise unremarkable
     ([{"correct": False, "tokens": 1}, {"correct": False, "tokens": 3, "invented": ["liam"]},
@@ -86,7 +88,7 @@ PICK_CASES = [
 
 @pytest.mark.parametrize(("rows", "expected"), PICK_CASES)
 def test_the_teaching_picks(rows, expected):
-    assert [(labels, rows.index(row)) for labels, row in pick(rows)] == expected
+    assert [(labels, rows.index(row)) for labels, row in pick(rows, KKTask.report.picks)] == expected
 
 
 # --- a crafted run folder ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""Tests of train/rewards.py: each component's values, every preset's tier table, config errors,
-TRL's calling convention, and grading once per completion per batch."""
+"""Tests of K&K's rewards (curriculum/tasks/kk/rewards.py) as a run builds them (train/rewards.py): each
+component's values, every preset's tier table, config errors, TRL's calling convention, and grading once
+per completion per batch."""
 
 from __future__ import annotations
 
@@ -9,26 +10,32 @@ import pytest
 import yaml
 from trl.trainer.utils import get_callable_name
 
-import train.rewards as rewards
+import curriculum.tasks.kk.rewards as rewards
 from core.checks import ConfigError
-from tests.conftest import ROOT
-from train.rewards import (
+from curriculum.tasks.kk import KKTask
+from curriculum.tasks.kk.rewards import (
     COMPONENTS,
     TIERED_SCHEMES,
     answer_reward,
-    build_reward_funcs,
     format_reward,
     overlong_reward,
     partial_reward,
     think_reward,
     tiered_reward,
 )
+from tests.conftest import ROOT
+from train.rewards import task_reward_funcs
 
 # K&K's presets; a preset for another task names it (`task: gsm8k`) and is tested with that task.
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml")
                  if (yaml.safe_load(p.read_text()) or {}).get("task", "kk") == "kk")
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RIGHT = "Zoey is a knave, and Oliver is a knight."
+
+
+def build_reward_funcs(reward_cfg, *, fmt: str, max_completion_length: int):
+    """K&K's (functions, weights) as a K&K run builds them."""
+    return task_reward_funcs(reward_cfg, KKTask(fmt=fmt), fmt=fmt, max_completion_length=max_completion_length)
 
 
 def think_answer(answer: str) -> str:
@@ -96,8 +103,9 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_reproduces_its_scheme(preset, load_preset):
     cfg = load_preset(preset)
-    assert set(cfg) == {"task", "weights", "overlong", "tiered", "custom", "allow_negative_weights", "timeout_s"}
-    assert cfg.task is None  # K&K's components (reward.task null: kk)
+    assert set(cfg) == {"task", "preset", "weights", "overlong", "tiered", "custom", "allow_negative_weights",
+                        "timeout_s"}
+    assert cfg.task == "kk" and cfg.preset is None  # K&K's components, weighed by the file itself
     assert set(cfg.weights) == set(COMPONENTS)
     assert not cfg.tiered.table, "one source for each tier table: the code's (TIERED_SCHEMES)"
     assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]
@@ -269,3 +277,11 @@ def test_reward_keys_and_types_are_the_schemas(make_cfg, override, message):
     with pytest.raises(ConfigError) as err:
         make_cfg(override)
     assert str(err.value).startswith(message), str(err.value)
+
+
+def test_the_tasks_default_preset_is_the_default_file(load_preset, make_cfg):
+    """reward=preset takes the task's `default` preset: K&K's is conf/reward/default.yaml's mix, in code too."""
+    assert KKTask().reward_presets()["default"] == {k: v for k, v in load_preset("default").weights.items() if v}
+    funcs, weights = build_reward_funcs(make_cfg("reward=preset").reward, fmt="think_answer", max_completion_length=512)
+    assert [f.__name__ for f in funcs] == ["format_reward", "answer_reward", "overlong_reward"]
+    assert weights == [0.5, 2.0, 0.5]

@@ -16,8 +16,11 @@ reasoning_gym = pytest.importorskip("reasoning_gym",
 from core.checks import ConfigError  # noqa: E402
 from curriculum.tasks import build_task, rgym  # noqa: E402
 from curriculum.tasks.base import normalized_question, task_row  # noqa: E402
+from curriculum.tasks.rewards import RewardSettings  # noqa: E402
 from curriculum.tasks.rgym import ReasoningGymTask, format_ok  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402
+
+SETTINGS = RewardSettings("answer_tag", 200)  # what the run hands every task's rewards (reasoning-gym's read neither)
 
 KK_LEVELS = {"2ppl": {"n_people": 2}, "3ppl": {"n_people": 3}}
 
@@ -64,7 +67,7 @@ def test_the_answer_reward_is_score_answer_on_the_final_block(kk):
         f"<answer>{right}</answer> I mean <answer>{wrong}</answer>",  # the final block decides
         right,  # no answer block: 0, whatever the text says
     ]
-    scores = kk.reward_functions()["answer"](completions, entry=[record.columns["entry"]] * 4)
+    scores = kk.reward_functions(SETTINGS)["answer"](completions, entry=[record.columns["entry"]] * 4)
     expected_wrong = reasoning_gym.get_score_answer_fn("knights_knaves")(wrong, entry)
     assert scores == [1.0, expected_wrong, expected_wrong, 0.0] and expected_wrong < 1.0
     graded = kk.grade(completions[0], record.columns)
@@ -83,7 +86,7 @@ def test_the_answer_reward_is_score_answer_on_the_final_block(kk):
 ])
 def test_format(kk, text, ok):
     assert format_ok(text) is ok
-    assert kk.reward_functions()["format"]([text]) == [float(ok)]
+    assert kk.reward_functions(SETTINGS)["format"]([text]) == [float(ok)]
 
 
 def test_rows_carry_the_entry_as_text(kk):
@@ -95,7 +98,7 @@ def test_rows_carry_the_entry_as_text(kk):
 def test_gsm_symbolic_scores_numbers():
     task = build_task({"name": "reasoning_gym", "dataset": "gsm_symbolic"})
     record = task.records("default", "test", n=1)[0]
-    score = task.reward_functions()["answer"]
+    score = task.reward_functions(SETTINGS)["answer"]
     assert score([f"<answer>{record.columns['answer']}</answer>", "<answer>-1</answer>"],
                  entry=[record.columns["entry"]] * 2) == [1.0, 0.01]  # 0.01: gsm_symbolic's score for any number
 

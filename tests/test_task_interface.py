@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
-from curriculum.tasks import TASKS, build_task, task_class
+from curriculum.tasks import BUILT_IN, build_task, task_class
 from curriculum.tasks.base import (
     AnswerGrade,
     Grade,
@@ -18,9 +18,9 @@ from curriculum.tasks.base import (
     final_answer_block,
     normalized_question,
     task_row,
-    weighted_rewards,
 )
 from curriculum.tasks.kk.grading.grader import grade as kk_grade
+from curriculum.tasks.rewards import weighted_rewards
 
 
 @pytest.mark.parametrize(("columns", "error"), [
@@ -76,7 +76,7 @@ def test_disjoint_drops_held_out_problems_and_counts_them():
     ({"a": 1.0, "b": 0.5}, None),
     ({"a": 0, "b": 2}, None),  # a zero weight leaves its function out
     ({"c": 1.0}, r"reward.weights.c: unknown component"),  # a typo is named
-    ({"a": -1.0}, r"reward.weights.a: -1.0 is not a finite number >= 0"),  # negative rewards the opposite
+    ({"a": -1.0}, r"reward.weights.a: -1.0 is negative, which rewards the opposite"),  # unless allowed
     ({"a": float("nan")}, r"reward.weights.a: nan"),
     ({"a": True}, r"reward.weights.a: True"),  # a bool is not a weight
     ({"a": 0, "b": 0}, "every weight is 0"),  # nothing to learn from
@@ -102,22 +102,24 @@ def test_both_grade_kinds_meet_the_grade_protocol():
     assert isinstance(kk_grade("<answer>Zoey is a knight</answer>", ["Zoey"], [True], fmt="answer_only"), Grade)
 
 
-def test_every_registered_task_loads_by_name():
-    assert {name: task_class(name).name for name in TASKS} == {name: name for name in TASKS}
+def test_every_built_in_task_loads_by_its_old_name():
+    assert {name: task_class(path).name for name, path in BUILT_IN.items()} == {name: name for name in BUILT_IN}
 
 
 @pytest.mark.parametrize(("cfg", "error"), [
     ({"name": "gsm9k"}, r"task.name: 'gsm9k' is not a task; known: kk, gsm8k, reasoning_gym"),
+    # an import path is looked up as Python would, and what it names must be a Task
+    ({"_target_": "no_such_module.Task"}, r"task._target_: 'no_such_module.Task': no module no_such_module"),
+    ({"_target_": "curriculum.tasks.base.TaskRecord"}, r"task._target_: .* is not a Task subclass"),
     ({"name": "gsm8k", "sorce": "hub"}, r"task.sorce: not a setting of task gsm8k"),
     ({"name": "gsm8k", "source": "web"}, r"task.source: 'web' is not one of hub, local, sample"),
     ({"name": "gsm8k", "source": "local"}, r"task.path: source=local needs a folder"),
     ({"name": "kk", "source": "hubb"}, r"task.source: 'hubb' is not one of generated, hub, local"),
-    ({"name": "kk", "grader": "x"}, r"task.grader: not a setting of task kk"),  # injected, never configured
+    ({"name": "kk", "fmt": "x"}, r"task.fmt: not a setting of task kk"),  # the prompt's, never configured
 ])
 def test_a_bad_task_config_is_named(cfg, error):
-    injected = {"grader": None} if cfg["name"] == "kk" else {}
     with pytest.raises(ConfigError, match=error):
-        build_task(cfg, **injected)
+        build_task(cfg, fmt="think_answer")
 
 
 def test_build_task_takes_a_composed_config():
@@ -128,7 +130,7 @@ def test_build_task_takes_a_composed_config():
 def test_without_reasoning_gym_only_its_task_is_refused_and_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "reasoning_gym", None)  # as if not installed: `import` raises ImportError
     assert build_task({"name": "gsm8k", "source": "sample"}).records("2steps", "test", n=1)
-    assert build_task({"name": "kk"}, grader=kk_grade).records("2ppl", "test", n=1)
+    assert build_task({"name": "kk"}, fmt="think_answer").records("2ppl", "test", n=1)
     with pytest.raises(ImportError, match=r"task=reasoning_gym needs reasoning-gym, an optional extra: "
                                           r"pip install -e '\.\[rgym\]'"):
         build_task({"name": "reasoning_gym", "dataset": "knights_knaves"})

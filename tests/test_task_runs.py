@@ -16,6 +16,7 @@ from tests.conftest import run_cli
 from train.config_check import check_config
 
 GSM_LEVELS = ["2steps", "3steps", "4steps", "5steps", "6+steps"]
+SMOKE_LEVELS = GSM_LEVELS[:2]  # experiment=smoke's eval.subsets [2, 3]: the task's first two levels
 
 
 def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and_a_report(tmp_path, cache_dir):
@@ -27,27 +28,32 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     # one stage a level, easiest first, each trained on its own level only (smoke's pool cap: 16)
     assert [(s["name"], s["levels"], s["pool"]) for s in manifest["stages"]] == [
         (level, {level: 1.0}, 16) for level in GSM_LEVELS]
-    assert list(manifest["stages"][-1]["final_metrics"]) == GSM_LEVELS
+    assert list(manifest["stages"][-1]["final_metrics"]) == SMOKE_LEVELS
     rows = read_jsonl(run_dir / "validation.jsonl")
-    # the baseline and the last stage on every level; in between each stage's own level and the next (near)
+    # smoke's two subsets at the baseline and the end; in between a stage's own level and the next among them,
+    # else both (near: 3steps' stage is near 3steps only, 4steps' and 5steps' near neither)
     by_stage = {k: [r["level"] for r in rows if r["stage"] == k] for k in range(6)}
-    assert by_stage[0] == by_stage[5] == GSM_LEVELS
-    assert by_stage[1] == ["2steps", "3steps"] and by_stage[4] == ["5steps", "6+steps"]
-    assert all(r["n"] == 4 and "ppl" not in r and r["person_accuracy"] is None for r in rows)  # no people here
+    assert by_stage == {**dict.fromkeys(range(6), SMOKE_LEVELS), 2: ["3steps"]}
+    # every task's columns, and none of K&K's: no people count, no person accuracy, no reasoning or lenient rates
+    assert all(r["n"] == 4 and not {"ppl", "person_accuracy", "lenient_accuracy", "reasoning_agrees_rate"} & set(r)
+               for r in rows)
     # TRL ran the recipe's five rewards (and smoke's probe reward), by their names
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step"]
     names = {k.split("/")[1] for k in steps[0] if k.startswith("rewards/") and k.endswith("/mean")}
     assert names == {"correctness_reward", "integer_reward", "strict_format_reward", "soft_format_reward",
                      "xml_count_reward", "low_tokens"}
     # the graded completions name the reference answer of the shipped sample's test record they were asked
-    samples = read_jsonl(run_dir / "samples" / "0-baseline" / "6+steps.jsonl")
-    references = {r.id: r.columns["answer"] for r in GSM8KTask(source="sample").records("6+steps", "test")}
+    samples = read_jsonl(run_dir / "samples" / "0-baseline" / "3steps.jsonl")
+    references = {r.id: r.columns["answer"] for r in GSM8KTask(source="sample").records("3steps", "test")}
     assert len(samples) == 4 and all(s["reference"] == references[s["id"]] for s in samples)
     report = (write_report(run_dir) / "report.md").read_text()
-    assert "| after stage | 2steps | 3steps | 4steps | 5steps | 6+steps |" in report
+    assert "| after stage | 2steps | 3steps |" in report
     # K&K's people, roles and their chance are not GSM8K's: no chance lines, no reasoning or lenient sections
     assert "(distinct problems): 2steps 4" in report and "chance for n people" not in report
     assert "Reasoning that agrees" not in report and "lenient accuracy" not in report
+    # ... nor K&K's words: its puzzles, renaming, people not in the puzzle; the format drawn is GSM8K's own reward
+    assert not [word for word in ("puzzle", "renaming", "person", "people") if word in report]
+    assert "problem `gsm8k-test-" in report and "no rewards/" not in report
     # `python -m eval` on the run's final validates it with the run's task, prompt and pools: the same rows
     evaluated = run_cli("eval", f"model={run_dir / 'stages' / '5-6+steps' / 'final'}", f"paths.cache_dir={cache_dir}",
                         f"hydra.run.dir={tmp_path / 'eval'}")
@@ -69,8 +75,23 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     # the whole split is a training stage's level only where the task can draw it (K&K cannot)
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, level: all, steps: 1, pool: 8}]"],
      r"curriculum.stages\[0\].level: 'all' is not a number of people"),
+    # ... and no held-out pool is the whole split's own: a promotion there would check nothing
+    (["+curriculum=gsm8k_grpo", "curriculum.stages=[{name: a, level: all, steps: 4, pool: 8, promote: {accuracy: 1}}]"],
+     r"curriculum.stages\[0\].promote: a stage on level all \(the whole split\) has no held-out pool"),
+    # a supervised stage needs the task's reference responses: reasoning-gym's entries have none
+    (["+curriculum=reasoning_gym", "task.dataset=knights_knaves",
+      "curriculum.stages=[{name: a, kind: sft, level: all, steps: 1, pool: 8}]"],
+     r"curriculum.stages\[0\].kind: sft trains on reference responses, and task reasoning_gym gives none"),
+    # the ladder is a stage per level, named by it: a name of its own would name them all alike
+    (["+curriculum=ladder", "task=gsm8k", "curriculum.stages=[{name: x, level: each, steps: 1, pool: 8}]"],
+     r"curriculum.stages\[0\].name: a `level: each` stage is one stage per level"),
+    # a preset the task does not offer
+    (["+curriculum=gsm8k_grpo", "reward=preset", "reward.preset=nope"],
+     r"reward.preset: 'nope' is not a preset of task gsm8k; its presets: gsm8k_stack, default, gsm8k_stack_verbatim"),
 ])
 def test_a_task_and_its_config_must_fit(make_cfg, overrides, message):
+    if "+curriculum=reasoning_gym" in overrides:
+        pytest.importorskip("reasoning_gym", reason="reasoning-gym is an optional extra: pip install -e '.[rgym]'")
     cfg = make_cfg(*overrides)
     with pytest.raises(ConfigError, match=message):
         check_config(cfg, build_plan(cfg))

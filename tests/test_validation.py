@@ -13,9 +13,12 @@ from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.lenient import lenient_grade
 from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
-from eval.metrics import METRIC_COLUMNS, Scored, subset_metrics
-from eval.validation import grade_subset
+from eval.metrics import METRIC_COLUMNS, subset_metrics
+from eval.validation import grade_subset, subset_row
 from tests.conftest import run_cli
+
+# a K&K row's metrics: every task's and K&K's own
+KK_COLUMNS = (*METRIC_COLUMNS, *KKTask.metric_columns)
 
 NAMES, SOLUTION = ["Zoey", "Oliver"], [False, True]
 RECORD = {"names": NAMES, "solution": SOLUTION, "index": 7, "quiz": "..."}
@@ -32,8 +35,9 @@ def test_metric_arithmetic_on_known_verdicts():
         Completion("<answer>Zoey is a knave, Oliver is a knight", tokens=30, truncated=True),  # unclosed: none
         Completion("Zoey is a knave and Oliver is a knight.", tokens=40, truncated=True),  # no tags: none
     ]]
-    scored, samples = grade_subset([kk_record(RECORD)], completions, "think_answer", KKTask())
-    m = subset_metrics(scored)
+    task = KKTask(fmt="think_answer")
+    samples = grade_subset([kk_record(RECORD)], completions, task)
+    m = subset_row(task, "2ppl", samples)
     assert m["n"] == 4 and m["puzzles"] == 1
     assert m["accuracy"] == 0.25
     assert m["person_accuracy"] == round((1 + 0.5 + 0 + 0) / 4, 4)
@@ -48,9 +52,10 @@ def test_metric_arithmetic_on_known_verdicts():
 
 
 def test_mean_at_k_and_pass_at_k_differ():
-    scored = [Scored("a", True, 2, 2, True, True, 5, False), Scored("a", False, 0, 2, True, True, 5, False),
-              Scored("b", False, 1, 2, True, True, 5, False), Scored("b", False, 1, 2, True, True, 5, False)]
-    m = subset_metrics(scored)
+    graded = {"format_ok": True, "answered": True, "tokens": 5, "truncated": False}
+    samples = [{"id": "a", "correct": True, **graded}, {"id": "a", "correct": False, **graded},
+               {"id": "b", "correct": False, **graded}, {"id": "b", "correct": False, **graded}]
+    m = subset_metrics(samples)
     assert m["accuracy"] == 0.25 and m["pass_at_k"] == 0.5
     assert m["mean_tokens_correct"] == 5.0
 
@@ -65,7 +70,8 @@ def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
     stage_dirs = {0: "0-baseline"} | {
         s["index"]: f"{s['index']}-{s['name']}" for s in json.loads((run_dir / "run.json").read_text())["stages"]}
     rows = read_jsonl(run_dir / "validation.jsonl")
-    assert rows and all(set(METRIC_COLUMNS) <= set(r) for r in rows)
+    assert rows and all(set(KK_COLUMNS) <= set(r) for r in rows)
+    task = KKTask(fmt="think_answer")
     for row in rows:
         samples = read_jsonl(run_dir / "samples" / stage_dirs[row["stage"]] / f"{row['ppl']}ppl.jsonl")
         regraded = []
@@ -77,11 +83,13 @@ def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
             assert sorted({*r.invented, *g.invented}) == s["invented"]
             lenient = lenient_grade(s["completion"], s["names"], s["solution"], g)
             assert lenient.correct == s["lenient_correct"]
-            regraded.append(Scored(s["id"], g.correct, g.n_right, s["n_people"], g.format_ok, g.answered,
-                                   s["tokens"], s["truncated"], r.has_reasoning, r.agrees, bool(s["invented"]),
-                                   lenient.correct, r.settles))
-        recount = subset_metrics(regraded)
-        assert {k: row[k] for k in METRIC_COLUMNS} == {k: recount[k] for k in METRIC_COLUMNS}
+            regraded.append({"id": s["id"], "correct": g.correct, "format_ok": g.format_ok, "answered": g.answered,
+                             "tokens": s["tokens"], "truncated": s["truncated"], "n_right": g.n_right,
+                             "n_people": s["n_people"], "has_reasoning": r.has_reasoning, "reasoning_agrees": r.agrees,
+                             "reasoning_settles": r.settles, "invented": s["invented"],
+                             "lenient_correct": lenient.correct})
+        recount = subset_row(task, row["level"], regraded)
+        assert {k: row[k] for k in KK_COLUMNS} == {k: recount[k] for k in KK_COLUMNS}
 
 
 def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
@@ -96,7 +104,7 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     # python -m eval validates every subset; the run, after this stage, those near it (eval.subsets_after_stage)
     assert expected and set(expected) <= set(got) == {2, 3}
     for ppl, row in expected.items():
-        assert {k: got[ppl][k] for k in METRIC_COLUMNS} == {k: row[k] for k in METRIC_COLUMNS}
+        assert {k: got[ppl][k] for k in KK_COLUMNS} == {k: row[k] for k in KK_COLUMNS}
     # the mean over the subsets, with its 95% interval and the puzzles behind it (4 a subset)
     assert re.search(r"mean accuracy over 2 subsets: \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=8", done.stdout), done.stdout
 
@@ -112,4 +120,4 @@ def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):
     rows = read_jsonl(run_dir / "validation_steps.jsonl")
     # step 4 is each stage's last: the stage-end validation covers it
     assert [(r["stage"], r["stage_step"], r["global_step"], r["ppl"]) for r in rows] == [(1, 2, 2, 2), (2, 2, 6, 3)]
-    assert all(set(METRIC_COLUMNS) <= set(r) and r["n"] == 4 for r in rows)
+    assert all(set(KK_COLUMNS) <= set(r) and r["n"] == 4 for r in rows)

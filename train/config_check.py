@@ -15,9 +15,9 @@ from core.checks import ConfigError, is_int, is_number, plain
 from core.distributed import FSDP_ON_CPU, SINGLE, Processes, weight_sharding, whole_final_problem
 from core.models import LORA_KEYS
 from core.rundir import objective
-from curriculum.plan import Stage
-from curriculum.tasks.base import Task
-from eval.config_check import check_data_config, check_eval_config, check_task_format
+from curriculum.plan import Stage, ladder_stages
+from curriculum.tasks.base import ALL, Task
+from eval.config_check import check_eval_config
 from eval.settings import run_task, subset_levels
 from train.grpo_stage import check_grpo_fields
 from train.rewards import task_reward_funcs
@@ -43,11 +43,10 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
-    _check_stage_overrides(kinds, cfg.curriculum.stages, cfg.get("stage_overrides") or {}, plan)
+    _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
     _check_task(task, str(cfg.prompt.fmt), plan)
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
-    check_data_config(cfg.data)
     _check_lora(cfg.model.lora)
     _check_reference(str(cfg.reference), cfg.model.lora)
     task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
@@ -55,12 +54,17 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
 
 
 def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
-    """K&K's grader reads K&K's formats; a supervised stage trains on K&K's worked solutions only."""
-    check_task_format(task, fmt)
+    """The task's grader reads the prompt's format; a supervised stage needs the task's reference responses; a
+    promotion checks a stage's own levels, which `level: all` is not."""
+    task.check_format(fmt)
     for stage in plan:
-        if stage.kind == "sft" and task.name != "kk":
-            raise ConfigError(f"curriculum.stages[{stage.index - 1}].kind: sft trains on K&K's worked solutions; "
-                              f"task {task.name} has none")
+        key = f"curriculum.stages[{stage.index - 1}]"
+        if stage.kind == "sft" and not task.supervised:
+            raise ConfigError(f"{key}.kind: sft trains on reference responses, and task {task.name} gives none "
+                              "(Task.supervised, Task.sft_target)")
+        if stage.promote is not None and ALL in stage.level_weights:
+            raise ConfigError(f"{key}.promote: a stage on level {ALL} (the whole split) has no held-out pool of its "
+                              "own to be promoted on; promote stages of named levels")
 
 
 def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan: list[Stage]) -> None:

@@ -8,8 +8,7 @@
 
 Each entry becomes one more TRL reward function, logged as `rewards/<name>/mean`. The function is
 called as TRL 1.16 calls reward functions - keywords only: `prompts`, `completions`,
-`completion_ids`, every dataset column (`id`, `level`; K&K's `names`,
-`solution`, `ppl`; GSM8K's `answer`; reasoning-gym's `answer`, `entry`), `trainer_state`,
+`completion_ids`, every dataset column (`id`, `level` and the task's `columns`), `trainer_state`,
 `log_extra`, `log_metric` - and returns one float (or None) per completion. Everything is checked
 here, before any model loads: the import path, that the bound keywords exist, and that TRL's call
 binds to the signature.
@@ -27,9 +26,9 @@ from hydra.utils import instantiate
 from core.checks import ConfigError
 
 # The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
-# dataset columns of this project's rows.
+# dataset columns every row has (`curriculum.tasks.base.task_row`); the task's own columns come beside them.
 TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
-                     "names", "solution", "ppl", "id", "level", "answer", "entry")
+                     "id", "level")
 
 
 class NamedReward:
@@ -52,8 +51,9 @@ class AsyncNamedReward(NamedReward):
         return await self.func(**kwargs)
 
 
-def load_custom_reward(name: str, spec, reserved: tuple[str, ...]) -> NamedReward:
-    """The reward function of `reward.custom.<name>`, checked; raises ConfigError naming the key.
+def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> NamedReward:
+    """The reward function of `reward.custom.<name>`, checked against TRL's call with the task's `columns`;
+    raises ConfigError naming the key.
 
     >>> load_custom_reward("tokens", {"_target_": "train.probe_rewards.low_token_share", "below": 3}, ()).__name__
     'tokens'
@@ -75,12 +75,12 @@ def load_custom_reward(name: str, spec, reserved: tuple[str, ...]) -> NamedRewar
     target = func.func if isinstance(func, functools.partial) else func
     if not callable(target):
         raise ConfigError(f"{key}._target_: {spec['_target_']!r} is not a function")
-    _check_signature(key, func)
+    _check_signature(key, func, columns)
     wrapper = AsyncNamedReward if inspect.iscoroutinefunction(target) else NamedReward
     return wrapper(name, func)
 
 
-def _check_signature(key: str, func: Callable) -> None:
+def _check_signature(key: str, func: Callable, columns: tuple[str, ...]) -> None:
     """TRL's call must bind: every bound keyword is a named parameter, nothing required is left unsupplied.
 
     A bound keyword that only `**kwargs` would swallow is a typo that would otherwise pass silently.
@@ -94,7 +94,7 @@ def _check_signature(key: str, func: Callable) -> None:
                               f"(it takes {', '.join(sorted(named))})")
     signature = inspect.signature(func)
     try:
-        signature.bind(**dict.fromkeys(TRL_CALL_KEYWORDS))
+        signature.bind(**dict.fromkeys((*TRL_CALL_KEYWORDS, *columns)))
     except TypeError as err:
         raise ConfigError(
             f"{key}: the function cannot be called as GRPOTrainer calls reward functions ({err}); accept "

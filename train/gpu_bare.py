@@ -69,7 +69,7 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(init, padding_side="left")
     pools = draw_pools(task, run.plan, subset_levels(task, run.ev.subsets), n=int(run.ev.n),
                        eval_seed=int(run.ev.seed), seed=run.seed)
-    rows = to_rows(pools.training[stage.name], run.prompt, tokenizer, chat=bool(run.model.chat),
+    rows = to_rows(task, pools.training[stage.name], run.prompt, tokenizer, chat=bool(run.model.chat),
                    chat_kwargs=run.model.get("chat_template_kwargs"))
     args = grpo_config(OmegaConf.to_container(run.grpo, resolve=True), stage, out_dir / stage.dirname / "trainer",
                        seed=run.seed, lora=run.model.get("lora"))

@@ -36,7 +36,7 @@ from core.models import lora_config
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
-from curriculum.tasks.kk.grading.grader import completion_text
+from curriculum.tasks.base import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine, process_kept, release
 from eval.vllm_cpu import colocated_engine
@@ -145,7 +145,7 @@ def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
 
 
 class GrpoStage:
-    """`kind: grpo` (the default): rewards from the grader, KL to a reference checkpoint unless beta is 0."""
+    """`kind: grpo` (the default): the task's rewards, KL to a reference checkpoint unless beta is 0."""
 
     name = "grpo"
     learns_from_rewards = True
@@ -155,7 +155,7 @@ class GrpoStage:
 
     def rows(self, records: list[dict], tokenizer):
         model = self.shared.model
-        return to_rows(records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
+        return to_rows(self.shared.task, records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
                        chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:

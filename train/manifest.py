@@ -156,7 +156,7 @@ class Manifest:
 
     @property
     def baseline(self) -> dict | None:
-        """The baseline validation's summary ("<n>ppl" -> accuracy, mean_tokens), None until it ran."""
+        """The baseline validation's summary (level -> accuracy, mean_tokens), None until it ran."""
         return self.fields["baseline"]
 
     def update(self, **fields) -> None:

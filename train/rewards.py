@@ -1,316 +1,32 @@
-"""Reward components for GRPO on K&K, all built on the one grader (`curriculum.tasks.kk.grading.grader.grade`).
+"""A run's rewards: the task's reward functions at `reward.weights`, and the user's own beside them.
 
-Each component has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]`
-(completions are strings or conversational lists; unknown kwargs such as trainer_state, ppl, id,
-log_metric or prompts are ignored). TRL logs each as `rewards/<__name__>/mean`, so the names are the
-components:
-
-- `format_reward`: 1.0 when the format is strict (`Grade.format_ok`), else 0.0.
-- `think_reward`: 1.0 when a non-empty <think> block is present, else 0.0.
-- `answer_reward`: 1.0 when the answer is correct, else 0.0 (format not required).
-- `partial_reward` (reasoning-gym style): 1.0 if correct; 0.3 + 0.7 * (people right / people) when
-  every person has exactly one role but some are wrong; 0.0 when anyone is missing, hedged or
-  contradictory, or there is no answer. A blind guess therefore earns at least 0.3.
-- `overlong_reward` (DAPO soft overlong punishment), with L = len(completion_ids), M = max length and
-  B = buffer: 0 when L <= M - B; -(L - (M - B)) / B in between; -1 when L >= M (truncated, no EOS).
-- `tiered_reward`: one value per outcome tier, from a table (`TIERED_SCHEMES` holds the seeds' and
-  Logic-RL's). The tiers, checked in this order:
-    no_format    -- not format_ok and none of the format's tags in the completion;
-    half_format  -- not format_ok, but some of the format's tags are there (missing, repeated, out of
-                    order, or text after </answer>): `Grade.partial_format`;
-    correct      -- format_ok and the answer correct;
-    unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
-    wrong        -- format_ok, every person has one role, at least one is wrong.
-- `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
-  (`curriculum/tasks/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
-
-`build_reward_funcs(reward_cfg, fmt=..., max_completion_length=...)` validates a `conf/reward/*.yaml`
-group and returns the weighted components bound to the prompt format and length, sharing one grade
-cache so each completion is graded once per batch however many components there are, followed by
-the user's own functions from `reward.custom` (`train/custom_rewards.py`).
+The task offers its components (`Task.reward_functions`, built with the run's prompt format, completion
+length and the reward group's blocks for it) and its presets (`Task.reward_presets`); the reward group
+(conf/reward/*.yaml) names the task whose components it weighs (`reward.task`), a preset of the task's
+to start from (`reward.preset`) and the weights. `reward.custom` adds functions from the user's modules
+(`train/custom_rewards.py`), weight 1 unless given.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from core.checks import ConfigError, is_number, plain, whole_number
-from curriculum.tasks.base import Task, weighted_rewards
-from curriculum.tasks.kk.grading.grader import Grade, completion_text, grade
-from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
+from core.checks import ConfigError, plain
+from curriculum.tasks.base import Task
+from curriculum.tasks.rewards import RewardSettings, weighted_rewards
 from train.custom_rewards import load_custom_reward
 from train.reward_checks import check_timeout
 
-COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
-TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
-TIERED_SCHEMES: dict[str, dict[str, float]] = {
-    # seed v1: format fail -5, half format 1, full format but wrong 3, correct 5
-    "seed_v1": {"no_format": -5.0, "half_format": 1.0, "unparsed": 3.0, "wrong": 3.0, "correct": 5.0},
-    # seed v2: the same tiers, -1 / -0.3 / 0.3 / 5
-    "seed_v2": {"no_format": -1.0, "half_format": -0.3, "unparsed": 0.3, "wrong": 0.3, "correct": 5.0},
-    # seed v4-instruct: no format -1 (no half tier), wrong -0.1, correct 5
-    "seed_v4_instruct": {"no_format": -1.0, "half_format": -1.0, "unparsed": -0.1, "wrong": -0.1,
-                         "correct": 5.0},
-    # Logic-RL: format +1/-1 plus answer +2 / -1.5 wrong / -2 unparseable (and -2 on a format failure)
-    "logic_rl": {"no_format": -3.0, "half_format": -3.0, "unparsed": -1.0, "wrong": -0.5, "correct": 3.0},
-}
-PARTIAL_FLOOR, PARTIAL_SPAN = 0.3, 0.7
-
-Grader = Callable[[object, Sequence[str], Sequence[bool]], Grade]
-
-
-class GradeCache:
-    """`grade` for one prompt format, memoised on (text, names, solution), least recently used out.
-
-    Every component of a batch grades the same completions; with the cache they are graded once.
-    Picklable (the memo is dropped), so the bound rewards survive multiprocessing launchers.
-
-    >>> cache, text = GradeCache("answer_only"), "<answer>Zoey is a knight</answer>"
-    >>> cache(text, ["Zoey"], [True]) is cache(text, ["Zoey"], [True])
-    True
-    """
-
-    def __init__(self, fmt: str, maxsize: int = 4096):
-        self.fmt, self.maxsize = fmt, maxsize
-        self._memo: OrderedDict[tuple, Grade] = OrderedDict()
-
-    def __call__(self, completion, names: Sequence[str], solution: Sequence[bool]) -> Grade:
-        key = (completion_text(completion), tuple(names), tuple(bool(s) for s in solution))
-        hit = self._memo.get(key)
-        if hit is not None:
-            self._memo.move_to_end(key)
-            return hit
-        result = self._memo[key] = grade(key[0], key[1], key[2], fmt=self.fmt)
-        if len(self._memo) > self.maxsize:
-            self._memo.popitem(last=False)
-        return result
-
-    def __getstate__(self) -> dict:
-        return {"fmt": self.fmt, "maxsize": self.maxsize}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["fmt"], state["maxsize"])
-
-
-def _grades(completions, names, solution, fmt: str, grader: Grader | None) -> list[Grade]:
-    grade_one = grader or GradeCache(fmt)
-    return [grade_one(c, n, s) for c, n, s in zip(completions, names, solution, strict=True)]
-
-
-def format_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
-    """1.0 for the strict format, else 0.0.
-
-    >>> format_reward(["<think>a</think><answer>Zoey is a knight</answer>", "Zoey is a knight"],
-    ...               [["Zoey"]] * 2, [[True]] * 2)
-    [1.0, 0.0]
-    """
-    return [float(g.format_ok) for g in _grades(completions, names, solution, fmt, grader)]
-
-
-def think_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
-    """1.0 when a non-empty <think> block is present, else 0.0.
-
-    >>> think_reward(["<think>Zoey lies.</think>", "<think> </think>"], [["Zoey"]] * 2, [[False]] * 2)
-    [1.0, 0.0]
-    """
-    return [float(g.think_ok) for g in _grades(completions, names, solution, fmt, grader)]
-
-
-def answer_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
-    """1.0 when the answer is correct (format not required), else 0.0.
-
-    >>> chat = [{"role": "assistant", "content": "<answer>Zoey: knave</answer>"}]
-    >>> answer_reward([chat, "<answer>Zoey: knight</answer>"], [["Zoey"]] * 2, [[False]] * 2)
-    [1.0, 0.0]
-    """
-    return [float(g.correct) for g in _grades(completions, names, solution, fmt, grader)]
-
-
-def partial_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
-    """1.0 if correct; 0.3 + 0.7 * share right when everyone has one role; else 0.0.
-
-    >>> people, truth = [["A", "B", "C", "D"]] * 3, [[True, True, False, False]] * 3
-    >>> partial_reward(["<answer>A and B are knights, C and D are knaves</answer>",
-    ...                 "<answer>All four are knights</answer>", "<answer>A is a knight</answer>"],
-    ...                people, truth, fmt="answer_only")  # all four knights: 2 of 4 right
-    [1.0, 0.65, 0.0]
-    """
-    out = []
-    for g in _grades(completions, names, solution, fmt, grader):
-        if g.correct or not g.complete:
-            out.append(float(g.correct))
-            continue
-        # rounded: 0.3 + 0.7 * 0.5 is 0.6499999...; six digits keep the documented values exact
-        out.append(round(PARTIAL_FLOOR + PARTIAL_SPAN * g.n_right / len(g.assignment), 6))
-    return out
-
-
-def overlong_reward(completions, names, solution, *, max_completion_length: int, buffer: int = 128,
-                    completion_ids=None, **kwargs) -> list[float]:
-    """DAPO's soft overlong punishment from token lengths (module docstring has the formula).
-
-    >>> overlong_reward(["a"] * 4, [["A"]] * 4, [[True]] * 4, max_completion_length=10, buffer=4,
-    ...                 completion_ids=[[0] * 6, [0] * 7, [0] * 9, [0] * 10])
-    [0.0, -0.25, -0.75, -1.0]
-    """
-    if completion_ids is None:
-        raise ValueError("overlong_reward needs completion_ids (GRPOTrainer passes them)")
-    start = max_completion_length - buffer
-    return [-1.0 if len(ids) >= max_completion_length else -max(0, len(ids) - start) / buffer
-            for ids in completion_ids]
-
-
-def tier(g: Grade) -> str:
-    """The tier of one grade (module docstring).
-
-    >>> tier(grade("<think>x</think><answer>Zoey is a knave</answer>", ["Zoey"], [True]))
-    'wrong'
-    """
-    if not g.format_ok:
-        return "half_format" if g.partial_format else "no_format"
-    if g.correct:
-        return "correct"
-    return "wrong" if g.complete else "unparsed"
-
-
-def tiered_reward(completions, names, solution, *, fmt="think_answer",
-                  table: Mapping[str, float] | None = None, grader=None, **kwargs) -> list[float]:
-    """The table's value for each completion's tier (default table: Logic-RL's).
-
-    >>> tiered_reward(["reasoning</think><answer>(1) Zoey is a knight</answer>",
-    ...                "reasoning</think><answer>(1) Zoey is a knave</answer>",
-    ...                "reasoning</think><answer>I cannot determine it</answer>", "Zoey is a knight"],
-    ...               [["Zoey"]] * 4, [[True]] * 4, fmt="logic_rl")
-    [3.0, -0.5, -1.0, -3.0]
-    """
-    table = TIERED_SCHEMES["logic_rl"] if table is None else table
-    return [float(table[tier(g)]) for g in _grades(completions, names, solution, fmt, grader)]
-
-
-def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
-    """Logic-RL's score of each prompt + completion, by its own parser (curriculum/tasks/kk/grading/logic_rl.py),
-    not the grader.
-
-    >>> prompt = "<|im_start|>assistant\\n<think>"
-    >>> logic_rl_strict_reward(["Hmm.</think><answer>Knights: Zoey, Ava</answer>"], [["Zoey", "Ava"]],
-    ...                        [[True, True]], prompts=[prompt])  # +3 with the grader: a -2 answer here
-    [-1.0]
-    """
-    if not all(isinstance(p, str) for p in prompts):
-        raise ValueError("logic_rl_strict_reward scores the prompt's text with the completion; the rows' prompts "
-                         "are rendered text (curriculum.prompts), so a chat-message prompt is a wiring error")
-    return logic_rl_scores(prompts, [completion_text(c) for c in completions], names, solution)
-
-
-_FUNCS = {"format": format_reward, "think": think_reward, "answer": answer_reward, "partial": partial_reward,
-          "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
-
-
-class BoundReward:
-    """A component with its settings bound, keeping the component's `__name__` for TRL's logs.
-
-    Bound settings win over same-named dataset columns; module-level and picklable, unlike a closure.
-    """
-
-    def __init__(self, func: Callable[..., list[float]], **settings):
-        self.func, self.settings = func, settings
-        self.__name__, self.__doc__ = func.__name__, func.__doc__
-
-    def __call__(self, completions, **kwargs) -> list[float]:
-        return self.func(completions, **{**kwargs, **self.settings})
-
-    def __repr__(self) -> str:
-        return f"BoundReward({self.__name__}, {sorted(self.settings)})"
-
-
-def _finite(value, key: str) -> float:
-    if not is_number(value, finite=True):
-        raise ConfigError(f"{key}: {value!r} is not a finite number")
-    return float(value)
-
-
-def _unknown(keys, known: Sequence[str], where: str, what: str) -> None:
-    for key in keys:
-        if key not in known:
-            raise ConfigError(f"{where}.{key}: unknown {what}; known: {', '.join(known)}")
-
-
-def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
-    """The tier table of a `tiered` config: the named scheme's, overridden by `table` entries.
-
-    `scheme: custom` starts from nothing and needs no_format, wrong and correct; a missing
-    half_format falls back to no_format and a missing unparsed to wrong.
-
-    >>> tier_table({"scheme": "custom", "table": {"no_format": -1, "wrong": 0, "correct": 1}})
-    {'no_format': -1.0, 'half_format': -1.0, 'unparsed': 0.0, 'wrong': 0.0, 'correct': 1.0}
-    """
-    scheme = tiered.get("scheme", "logic_rl")
-    if scheme != "custom" and scheme not in TIERED_SCHEMES:
-        raise ConfigError(f"{key}.scheme: {scheme!r} unknown; known: custom, {', '.join(TIERED_SCHEMES)}")
-    table = tiered.get("table") or {}
-    _unknown(table, TIERS, f"{key}.table", "tier")
-    values = dict(TIERED_SCHEMES.get(scheme, {}))
-    values.update({name: _finite(v, f"{key}.table.{name}") for name, v in table.items()})
-    for required in ("no_format", "wrong", "correct"):
-        if required not in values:
-            raise ConfigError(f"{key}.table.{required}: required with scheme 'custom'")
-    values.setdefault("half_format", values["no_format"])
-    values.setdefault("unparsed", values["wrong"])
-    return {name: values[name] for name in TIERS}
-
-
-def build_reward_funcs(reward_cfg, *, fmt: str,
-                       max_completion_length: int) -> tuple[list[Callable], list[float]]:
-    """Check a reward group config and return (components, weights) for GRPOTrainer.
-
-    Its keys and types are the schema's (conf/schema.py RewardConfig); checked here is what a type cannot
-    say: component and tier names, finite and non-negative weights, a buffer > 0, the user's functions.
-    Components with weight exactly 0 are left out, except `answer_reward`, which always runs so
-    accuracy is logged (`rewards/answer_reward/mean`) even when it does not shape the advantage.
-    `overlong.buffer` is capped at `max_completion_length`.
-    Raises ConfigError (a ValueError) naming the bad key.
-
-    >>> cfg = {"weights": {"format": 0.5, "answer": 2.0, "overlong": 0.5}, "overlong": {"buffer": 128}}
-    >>> funcs, weights = build_reward_funcs(cfg, fmt="think_answer", max_completion_length=1024)
-    >>> [f.__name__ for f in funcs], weights
-    (['format_reward', 'answer_reward', 'overlong_reward'], [0.5, 2.0, 0.5])
-    >>> build_reward_funcs({"weights": {"fromat": 1}}, fmt="think_answer", max_completion_length=1024)
-    ... # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    core.checks.ConfigError: reward.weights.fromat: unknown component; known: format, think, answer, ...
-    """
-    cfg = plain(reward_cfg)
-    check_timeout(cfg.get("timeout_s"))
-    custom = cfg.get("custom") or {}
-    weights = _weights(cfg.get("weights") or {}, custom, allow_negative=cfg.get("allow_negative_weights") is True)
-    buffer = whole_number((cfg.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")
-    table = tier_table(cfg.get("tiered") or {})
-    cache = GradeCache(fmt)
-    settings = {
-        # a buffer longer than the completion (a CPU smoke run) ramps over the whole length
-        "overlong": {"max_completion_length": max_completion_length,
-                     "buffer": min(buffer, max_completion_length)},
-        "tiered": {"fmt": fmt, "grader": cache, "table": table},
-    }
-    funcs, kept = [], []
-    for name in COMPONENTS:
-        if weights[name] == 0 and name != "answer":
-            continue
-        funcs.append(BoundReward(_FUNCS[name], **settings.get(name, {"fmt": fmt, "grader": cache})))
-        kept.append(weights[name])
-    for name, spec in custom.items():
-        funcs.append(load_custom_reward(str(name), spec, reserved=COMPONENTS))
-        kept.append(weights[name])
-    return funcs, kept
+#: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
+REWARD_KEYS = ("task", "preset", "weights", "allow_negative_weights", "custom", "timeout_s")
 
 
 def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
                       max_completion_length: int) -> tuple[list[Callable], list[float]]:
-    """The reward group's (components, weights) for `task`: K&K's from `build_reward_funcs`; any other
-    task's from its own reward functions (`Task.reward_functions`) at `reward.weights`, with `reward.custom`
-    beside them (weight 1 unless given). `reward.task` (null: kk) must name the task the weights were
-    written for. ConfigError names the bad key.
+    """The reward group's (functions, weights) for `task`, for GRPOTrainer's `reward_funcs` and `reward_weights`.
+
+    Components at weight 0 are left out but for the task's `always_rewarded` (their means are logged); a
+    negative weight needs `reward.allow_negative_weights`. ConfigError names the bad key.
 
     >>> from curriculum.tasks import build_task
     >>> funcs, weights = task_reward_funcs({"task": "gsm8k", "weights": {"correctness": 2.0, "integer": 0.5}},
@@ -320,35 +36,33 @@ def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
     (['correctness_reward', 'integer_reward'], [2.0, 0.5])
     """
     cfg = plain(reward_cfg)
-    named = cfg.get("task") or "kk"
-    if named != task.name:
-        raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
-                          f"choose a reward preset of {task.name} (reward=gsm8k_stack for gsm8k, "
-                          "reward=score_answer for reasoning_gym, any other for kk)")
-    if task.name == "kk":
-        return build_reward_funcs(cfg, fmt=fmt, max_completion_length=max_completion_length)
     check_timeout(cfg.get("timeout_s"))
-    functions, weights = task.reward_functions(), dict(cfg.get("weights") or {})
+    _check_task(cfg.get("task"), task)
+    options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
+    functions = task.reward_functions(RewardSettings(fmt, max_completion_length, options))
+    weights = {**_preset(cfg.get("preset"), task), **(cfg.get("weights") or {})}
     for name, spec in (cfg.get("custom") or {}).items():
-        functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(task.reward_functions()))
+        functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)
         weights.setdefault(str(name), 1.0)
-    return weighted_rewards(functions, weights)
+    return weighted_rewards(functions, weights, always=task.always_rewarded,
+                            allow_negative=cfg.get("allow_negative_weights") is True)
 
 
-def _weights(raw: Mapping, custom: Mapping, *, allow_negative: bool) -> dict[str, float]:
-    """Every component's weight: built-ins default to 0, custom functions to 1; negatives refused.
+def _check_task(named, task: Task) -> None:
+    """`reward.task` (null: any task) names the task whose components the weights weigh."""
+    if named is not None and named != task.name:
+        presets = ", ".join(task.reward_presets()) or "none"
+        raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
+                          f"choose a reward of {task.name}'s: a conf/reward/ file whose task is {task.name}, or "
+                          f"reward=preset [reward.preset=<one of its presets: {presets}>]")
 
-    A negative weight turns a component's reward into a penalty for the same behaviour (a negative
-    answer weight trains wrong answers), so it needs `reward.allow_negative_weights: true`.
-    """
-    names = (*COMPONENTS, *(str(n) for n in custom))
-    _unknown(raw, names, "reward.weights", "component")
-    weights = {name: _finite(raw.get(name, 1.0 if name in custom else 0.0), f"reward.weights.{name}")
-               for name in names}
-    for name, value in weights.items():
-        if value < 0 and not allow_negative:
-            raise ConfigError(f"reward.weights.{name}: {value} is negative, which rewards the opposite of the "
-                              "component; set reward.allow_negative_weights=true if that is what you want")
-    if not any(weights.values()):
-        raise ConfigError("reward.weights: every weight is 0, so every advantage would be 0")
-    return weights
+
+def _preset(name, task: Task) -> Mapping[str, float]:
+    """The weights of the task's preset `name` (None: none, the weights alone)."""
+    if name is None:
+        return {}
+    presets = task.reward_presets()
+    if name not in presets:
+        raise ConfigError(f"reward.preset: {name!r} is not a preset of task {task.name}; its presets: "
+                          f"{', '.join(presets) or 'none (give reward.weights)'}")
+    return presets[name]

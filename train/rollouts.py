@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
-from curriculum.tasks.kk.grading.grader import completion_text
+from curriculum.tasks.base import completion_text
 
 log = logging.getLogger(__name__)
 

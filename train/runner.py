@@ -97,7 +97,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         identity = identity or RunIdentity(run_dir.name, None, None)
         threads = run_threads(manifest.fields.get("cpu_threads"), settings.cpu_threads, processes)
         manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads,
-                        tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash))
+                        tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
+                        task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],

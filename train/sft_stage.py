@@ -14,8 +14,8 @@ from trl import SFTConfig, SFTTrainer
 
 from core.checks import ConfigError
 from core.models import lora_config
+from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
-from curriculum.tasks.kk.sft import to_sft_rows
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
 
 
@@ -33,10 +33,10 @@ class SftStage:
         return {**self.sft, **stage.overrides}
 
     def rows(self, records: list, tokenizer):
-        """SFT rows from K&K's own records (`TaskRecord.source`: quiz, names, solution; check_config keeps
-        kind: sft to task kk)."""
+        """SFT rows: each record's prompt and the task's reference response (`Task.sft_target`; check_config
+        keeps kind: sft to a supervised task)."""
         model = self.shared.model
-        return to_sft_rows([r.source for r in records], self.shared.prompt, tokenizer, chat=bool(model["chat"]),
+        return to_sft_rows(self.shared.task, records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
                            chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:

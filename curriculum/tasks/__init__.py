@@ -1,8 +1,11 @@
-"""Tasks by name: K&K, GSM8K and reasoning-gym datasets behind one interface (`curriculum.tasks.base`).
+"""Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets, and a user's own.
 
-``build_task(cfg.task)`` turns a task config (conf/task/<name>.yaml: ``name`` plus the task's own
-settings) into a :class:`~curriculum.tasks.base.Task`. A task's module is imported only when it is
-built, so K&K never imports reasoning-gym (an optional extra: ``pip install -e '.[rgym]'``).
+``build_task(cfg.task, fmt=cfg.prompt.fmt)`` turns a task config into a :class:`~curriculum.tasks.base.Task`:
+``_target_`` is the import path of its class (conf/task/<name>.yaml for the built-ins; a user's own
+module on PYTHONPATH, ``task=custom task._target_=my_pkg.MyTask``), every other key one of its
+settings. A config written before tasks had import paths names a built-in by ``name``. A task's
+module is imported only when it is built, so K&K never imports reasoning-gym (an optional extra:
+``pip install -e '.[rgym]'``).
 """
 
 from __future__ import annotations
@@ -15,29 +18,46 @@ from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError
 from curriculum.tasks.base import Task
+from curriculum.tasks.report import TaskReport
 
-#: task name -> "module:class"
-TASKS = {
-    "kk": "curriculum.tasks.kk:KKTask",
-    "gsm8k": "curriculum.tasks.gsm8k:GSM8KTask",
-    "reasoning_gym": "curriculum.tasks.rgym:ReasoningGymTask",
+#: The built-in tasks by the `name` a task config gave before `_target_` (run folders keep such configs).
+BUILT_IN = {
+    "kk": "curriculum.tasks.kk.KKTask",
+    "gsm8k": "curriculum.tasks.gsm8k.GSM8KTask",
+    "reasoning_gym": "curriculum.tasks.rgym.ReasoningGymTask",
 }
+#: What a run folder written before tasks existed ran (its config names no task).
+BEFORE_TASKS = "kk"
 
 
-def task_class(name: str) -> type[Task]:
-    """The class registered as `name`; ConfigError naming task.name when there is none."""
-    if name not in TASKS:
-        raise ConfigError(f"task.name: {name!r} is not a task; known: {', '.join(TASKS)}")
-    module, _, attr = TASKS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+def task_class(path: str, key: str = "task._target_") -> type[Task]:
+    """The Task subclass at import path `path` ("my_pkg.tasks.MyTask"); ConfigError naming `key` otherwise.
+
+    >>> task_class("curriculum.tasks.gsm8k.GSM8KTask").name
+    'gsm8k'
+    >>> task_class("curriculum.tasks.gsm8k.Nothing")
+    Traceback (most recent call last):
+    core.checks.ConfigError: task._target_: 'curriculum.tasks.gsm8k.Nothing': curriculum.tasks.gsm8k has no Nothing
+    """
+    module, _, attr = str(path).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), attr) if module else None
+    except ModuleNotFoundError as err:
+        raise ConfigError(f"{key}: {path!r}: no module {err.name} (is its folder on PYTHONPATH?)") from err
+    except AttributeError:
+        raise ConfigError(f"{key}: {path!r}: {module} has no {attr}") from None
+    if not (isinstance(found, type) and issubclass(found, Task)):
+        raise ConfigError(f"{key}: {path!r} is not a Task subclass (curriculum.tasks.base.Task)")
+    return found
 
 
-def build_task(task_cfg: Mapping, **injected) -> Task:
-    """The task a task config describes; `injected` are objects from layers above (K&K's grader).
+def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
+    """The task a task config describes. `fmt` (the prompt's answer format) goes to a task that takes it.
 
-    Every key but ``name`` must be a parameter of the task's class: a typo is a ConfigError naming it.
+    Every key but ``_target_`` (or ``name``) must be a parameter of the task's class: a typo is a ConfigError
+    naming it; `fmt` is the prompt's, never a task setting.
 
-    >>> build_task({"name": "gsm8k", "source": "sample"}).levels
+    >>> build_task({"_target_": "curriculum.tasks.gsm8k.GSM8KTask", "source": "sample"}).levels
     ('2steps', '3steps', '4steps', '5steps', '6+steps')
     >>> build_task({"name": "gsm8k", "sorce": "hub"})
     Traceback (most recent call last):
@@ -45,13 +65,40 @@ def build_task(task_cfg: Mapping, **injected) -> Task:
     """
     if isinstance(task_cfg, DictConfig):
         task_cfg = OmegaConf.to_container(task_cfg, resolve=True)
-    settings = {str(k): v for k, v in task_cfg.items() if k != "name"}
-    cls = task_class(str(task_cfg.get("name")))
-    params = [p for p in inspect.signature(cls).parameters if p not in injected]
+    settings = {str(k): v for k, v in task_cfg.items() if k not in ("_target_", "name")}
+    cls = task_class(*_class_path(task_cfg))
+    params = [p for p in inspect.signature(cls).parameters if p != "fmt"]
     for name in settings:
         if name not in params:
             raise ConfigError(f"task.{name}: not a setting of task {cls.name}; settings: {', '.join(params)}")
+    injected = {"fmt": fmt} if fmt is not None and "fmt" in inspect.signature(cls).parameters else {}
     return cls(**settings, **injected)
 
 
-__all__ = ["TASKS", "Task", "build_task", "task_class"]
+def _class_path(task_cfg: Mapping) -> tuple[str, str]:
+    """(import path, the key that gave it) of a task config: `_target_`, or a built-in's `name`."""
+    if task_cfg.get("_target_") is not None:
+        return str(task_cfg["_target_"]), "task._target_"
+    name = task_cfg.get("name")
+    if name not in BUILT_IN:
+        raise ConfigError(f"task.name: {name!r} is not a task; known: {', '.join(BUILT_IN)} "
+                          "(or task=custom task._target_=<your module.YourTask>)")
+    return BUILT_IN[name], "task.name"
+
+
+def built_in_report(task_cfg) -> TaskReport:
+    """How a run's report shows its task when its run.json predates `task_report`: as the built-in task its
+    config names (no task at all: a run from before tasks). A class no built-in is is never imported here (a
+    run folder may come from anyone): such a run is shown as every task is.
+
+    >>> built_in_report(None).record, built_in_report({"name": "gsm8k"}).record
+    ('puzzle', 'problem')
+    >>> built_in_report({"_target_": "os.system"}) == TaskReport()
+    True
+    """
+    named = task_cfg if isinstance(task_cfg, Mapping) else {"name": BEFORE_TASKS}
+    path = named.get("_target_") or BUILT_IN.get(str(named.get("name")))
+    return task_class(path).report if path in BUILT_IN.values() else TaskReport()
+
+
+__all__ = ["BUILT_IN", "Task", "build_task", "built_in_report", "task_class"]

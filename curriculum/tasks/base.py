@@ -7,7 +7,14 @@ deterministic by seed, train disjoint from test. It **renders** a record's promp
 config (conf/prompt/*.yaml), **grades** a completion against a record's reference columns (a
 :class:`Grade`: right, formatted, reasons) and offers **reward functions** in TRL's form: pure,
 batched, ``f(completions, **columns) -> list[float]``, named by component, with **presets** of
-weights over them (conf/reward/*.yaml).
+weights over them (conf/reward/*.yaml). A task with reference solutions gives **supervised
+targets** in its prompt's format (`kind: sft`). Validation asks it for the **columns** of its rows
+and samples beyond every task's (K&K: its people count, reasoning agreement, invented names), and
+the report, the console and the tracker show what its :class:`~curriculum.tasks.report.TaskReport`
+says; nothing outside a task branches on its name.
+
+A task comes from a config: `task._target_` (its import path, a user's own module included) or a
+built-in's `task.name` (`curriculum.tasks.build_task`).
 
 Columns are the reference a grader reads (K&K: names, solution; GSM8K: answer). They become dataset
 columns that TRL hands to every reward function, so no column may hold a dict: `datasets` would
@@ -23,8 +30,10 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from core.checks import ConfigError, is_int, is_number
+from core.checks import ConfigError, is_int
 from curriculum.prompts import render_prompt
+from curriculum.tasks.report import TaskReport
+from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 SPLITS = ("train", "test")
 #: A stage's `level: all`: the task's whole training split, every level in its natural share (tasks with `has_all`).
@@ -33,8 +42,6 @@ ALL = "all"
 LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 #: Row keys every task's rows carry besides its columns; a column must not take one of these names.
 ROW_KEYS = ("prompt", "completion", "id", "level")
-
-RewardFunc = Callable[..., list[float]]
 
 
 class RecordError(ValueError):
@@ -197,12 +204,25 @@ def check_level_key(level, key: str) -> str:
 class Task(ABC):
     """A task: levels, records per level and split, prompts, grades and reward functions.
 
-    Subclasses set `name` and implement the abstract members; `render` and `content_key` have
-    defaults that fit a task whose record is a question (override `content_key` when two differently
-    worded records can be the same problem, as K&K's renamed puzzles are).
+    Subclasses set `name` and implement the abstract members; the rest have defaults that fit a task
+    whose record is a question with one answer (override `content_key` when two differently worded
+    records can be the same problem, as K&K's renamed puzzles are). A task whose grading depends on
+    the prompt's answer format takes `fmt` in its constructor: `build_task` hands it `prompt.fmt`.
     """
 
     name: str = ""
+    #: how the report, the console and the tracker show its validation (run.json records it)
+    report: TaskReport = TaskReport()
+    #: reward components that run even at weight 0, so their mean is logged (K&K's answer: accuracy)
+    always_rewarded: tuple[str, ...] = ()
+    #: the answer formats (`prompt.fmt`) its grader reads; empty: it reads any
+    formats: tuple[str, ...] = ()
+    #: whether `sft_target` gives a reference response for every record (`kind: sft` needs it)
+    supervised: bool = False
+    #: the validation row columns it adds (`subset_metrics`' keys), beside every task's
+    metric_columns: tuple[str, ...] = ()
+    #: the reference columns of its records (`TaskRecord.columns`): TRL hands them to every reward function
+    columns: tuple[str, ...] = ("answer",)
 
     @property
     @abstractmethod
@@ -218,11 +238,43 @@ class Task(ABC):
         """Grade one completion (a str or TRL's conversational form) against a record's columns."""
 
     @abstractmethod
-    def reward_functions(self) -> dict[str, RewardFunc]:
-        """Component name -> reward function, ``f(completions, **columns) -> list[float]``."""
+    def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
+        """Component name -> reward function, ``f(completions, **columns) -> list[float]``, built with the
+        run's `settings` (its prompt format, its completion length, the reward group's blocks for the task)."""
+
+    @property
+    def validation_levels(self) -> tuple[str, ...]:
+        """The levels validated when `eval.subsets` is null: every level."""
+        return self.levels
 
     def reward_presets(self) -> dict[str, dict[str, float]]:
-        """Preset name -> weight per component (a recipe's reward); conf/reward/<preset>.yaml holds the same."""
+        """Preset name -> weight per component (a recipe's reward): `reward=preset reward.preset=<name>` runs
+        one; `default` is the one `reward=preset` takes."""
+        return {}
+
+    def check_format(self, fmt: str) -> None:
+        """ConfigError naming prompt.fmt when the grader cannot read answers in format `fmt` (`formats`)."""
+        if self.formats and fmt not in self.formats:
+            raise ConfigError(f"prompt.fmt: {fmt} is not an answer format of task {self.name} "
+                              f"({', '.join(self.formats)})")
+
+    def sft_target(self, record: TaskRecord, fmt: str) -> str:
+        """The completion a supervised stage trains on for `record`, in answer format `fmt` (tasks that are
+        `supervised`); it must grade right and formatted."""
+        raise NotImplementedError(f"task {self.name} has no reference responses (supervised: false)")
+
+    def level_columns(self, level: str) -> dict[str, Any]:
+        """Columns a validation row about `level` carries beside `level` itself (K&K: its people count)."""
+        return {}
+
+    def sample_fields(self, record: TaskRecord, text: str, grade: Grade) -> dict[str, Any]:
+        """What a graded sample (`samples/<stage>/<level>.jsonl`) holds of one completion beside every task's
+        fields (its grade, tokens, reasons): by default the answer read and the reference, as text."""
+        answer = getattr(grade, "answer", None)
+        return {"answer": None if answer is None else str(answer), "reference": record.columns.get("answer")}
+
+    def subset_metrics(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """The `metric_columns` of one subset's validation row, from its graded samples."""
         return {}
 
     def left_out(self, split: str) -> str:
@@ -284,28 +336,3 @@ def check_split(split: str) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     return split
-
-
-def weighted_rewards(functions: Mapping[str, RewardFunc], weights: Mapping,
-                     key: str = "reward.weights") -> tuple[list[RewardFunc], list[float]]:
-    """The functions with a non-zero weight and their weights, in `functions`' order (TRL's reward_weights).
-
-    Every weight must name a component, be a finite number and be >= 0; a missing weight is 0, and
-    at least one must be positive (else every advantage is 0). ConfigError names the bad key.
-
-    >>> funcs, w = weighted_rewards({"a": len, "b": abs}, {"b": 0.5})
-    >>> [f.__name__ for f in funcs], w
-    (['abs'], [0.5])
-    >>> weighted_rewards({"a": len}, {"c": 1})
-    Traceback (most recent call last):
-    core.checks.ConfigError: reward.weights.c: unknown component; known: a
-    """
-    for name, value in weights.items():
-        if name not in functions:
-            raise ConfigError(f"{key}.{name}: unknown component; known: {', '.join(functions)}")
-        if not is_number(value, finite=True) or value < 0:
-            raise ConfigError(f"{key}.{name}: {value!r} is not a finite number >= 0")
-    kept = [(functions[name], float(weights.get(name, 0))) for name in functions if weights.get(name, 0)]
-    if not kept:
-        raise ConfigError(f"{key}: every weight is 0, so every advantage would be 0")
-    return [f for f, _ in kept], [w for _, w in kept]

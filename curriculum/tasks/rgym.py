@@ -38,7 +38,6 @@ from core.checks import ConfigError
 from curriculum.tasks.base import (
     ALL,
     AnswerGrade,
-    RewardFunc,
     Task,
     TaskRecord,
     check_level_key,
@@ -46,6 +45,8 @@ from curriculum.tasks.base import (
     completion_text,
     final_answer_block,
 )
+from curriculum.tasks.report import TaskReport
+from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 TEST_SEED_OFFSET = 2**31
 
@@ -131,6 +132,8 @@ class ReasoningGymTask(Task):
     """One reasoning-gym dataset, its levels from `levels` or its curriculum (module docstring)."""
 
     name = "reasoning_gym"
+    report = TaskReport(format_reward="format_reward")
+    columns = ("answer", "entry")
     has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
 
     def __init__(self, dataset: str, levels: Mapping[str, Mapping] | None = None,
@@ -238,13 +241,13 @@ class ReasoningGymTask(Task):
             reasons.append(f"score_answer gave {score:g}")
         return AnswerGrade(score >= 1.0, formatted, True, answer, score, tuple(reasons))
 
-    def reward_functions(self) -> dict[str, RewardFunc]:
+    def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
         """answer: reasoning-gym's score of the final answer block (partial credit where it gives it);
         format: 1 for one answer block, last."""
         return {"answer": self.answer_reward, "format": self.format_reward}
 
     def reward_presets(self) -> dict[str, dict[str, float]]:
-        return {"score_answer": {"answer": 1.0}}
+        return {"score_answer": {"answer": 1.0}, "default": {"answer": 1.0}}
 
     def answer_reward(self, completions, entry, **kwargs) -> list[float]:
         return [self.grade(c, {"entry": e}).score for c, e in zip(completions, entry, strict=True)]

@@ -18,7 +18,7 @@ from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Heading, Image, Table, Text, code, fmt
 from eval.report.plots import plot_sweep_curves, plot_sweep_lines
-from eval.report.tables import CHANGE_NOTE, DOWN, UP, rate_cells
+from eval.report.tables import DOWN, UP, change_note, rate_cells
 
 # Config keys that differ between any two runs on the same machine and say nothing about the method.
 NOT_SETTINGS = ("paths.", "hydra.", "run_name", "wandb_id")
@@ -156,7 +156,7 @@ def compare_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[str, list]:
                                    "its 95% interval), and training mean length per step"))
     else:
         blocks.append(Text("no run has validated a stage or logged a step yet: curves skipped", True))
-    blocks += [Heading("Accuracy per stage"), _per_stage_table(labels, runs), Text(CHANGE_NOTE),
+    blocks += [Heading("Accuracy per stage"), _per_stage_table(labels, runs), Text(change_note(runs[0].task_report)),
                Heading("How each stage ended"),
                Table(["run", "stage", "kind", "level", "status", "steps", "ended by", "held-out accuracy",
                       "KL reference", "wall s"],

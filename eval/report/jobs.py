@@ -104,7 +104,7 @@ def load_job(job_dir: Path) -> Job:
 def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]:
     """The puzzles behind each subset's accuracy after the last stage (run.json does not record them).
 
-    >>> final_trials([{"stage": 0, "ppl": 2, "n": 4}, {"stage": 2, "ppl": 2, "n": 8, "puzzles": 4}], 2)
+    >>> final_trials([{"stage": 0, "level": "2ppl", "n": 4}, {"stage": 2, "level": "2ppl", "n": 8, "puzzles": 4}], 2)
     {'2ppl': 4}
     """
     found = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +22,12 @@ from matplotlib.ticker import MaxNLocator
 from eval.report.adaptive import PROMOTION, Event
 from eval.report.series import Boundary, Series, StageGrid, intervals
 
-# Subsets keep one colour and marker in every figure (2ppl is always the green circle). The
+# Subsets keep one colour and marker in every figure, by the first number of their level (2ppl and 2steps are
+# always the green circle). The
 # colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink
 # with the level's number so that subsets with equal values (common early in training) stay visible on top
 # of each other.
-PPL_STYLE = {2: ("#1b9e77", "o"), 3: ("#d95f02", "s"), 4: ("#7570b3", "D"), 5: ("#e7298a", "^"),
+LEVEL_STYLE = {2: ("#1b9e77", "o"), 3: ("#d95f02", "s"), 4: ("#7570b3", "D"), 5: ("#e7298a", "^"),
              6: ("#66a61e", "v"), 7: ("#a6761d", "P"), 8: ("#666666", "X")}
 # Heatmap cells without a finished job are light grey, apart from every accuracy colour.
 NO_VALUE_GREY = colormaps["viridis"].with_extremes(bad="0.88")
@@ -51,7 +52,7 @@ def level_style(label: str) -> dict:
     "2steps": the green circle), the same in every figure."""
     found = re.search(r"\d+", label)
     number = int(found.group()) if found else 0
-    color, marker = PPL_STYLE.get(number, ("black", "o"))
+    color, marker = LEVEL_STYLE.get(number, ("black", "o"))
     return {"color": color, "marker": marker, "markersize": max(4.0, 12.0 - 2.0 * (number - 2)),
             "markeredgecolor": "black", "markeredgewidth": 0.5}
 
@@ -166,17 +167,27 @@ def plot_step_panels(panels: Sequence[Panel], boundaries: Sequence[Boundary], ti
     return _save(fig, path)
 
 
+def chance_text(value: float) -> str:
+    """A chance accuracy as it is written: a unit fraction as one, else its value.
+
+    >>> chance_text(0.25), chance_text(0.3)
+    ('1/4', '0.3')
+    """
+    inverse = 1 / value if value > 0 else 0
+    return f"1/{round(inverse)}" if inverse >= 2 and abs(inverse - round(inverse)) < 1e-9 else f"{value:.3g}"
+
+
 @literal_text
 def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool,
-                    chance: bool = False) -> Path:
+                    chance: Mapping[str, float] | None = None) -> Path:
     """One line per subset across stages (baseline first), the x axis labelled with stage names; `chance`: each
-    K&K subset's chance accuracy (a guess of every role: 1/2^n for n people) as a dotted line in its colour."""
+    subset's accuracy by chance (level -> share; the task's `TaskReport.chance`) as a dotted line in its colour."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(grid.stages)))
-    people = [int(m.group(1)) for level in grid.levels if (m := re.fullmatch(r"(\d+)ppl", level))]
-    for ppl in people if chance else ():
-        ax.axhline(0.5 ** ppl, color=PPL_STYLE.get(ppl, ("black", "o"))[0], linestyle=":", linewidth=1.2,
-                   label=f"chance {ppl}ppl (1/{2 ** ppl})", zorder=0)
+    for level in grid.levels:
+        if level in (chance or {}):
+            ax.axhline(chance[level], color=level_style(level)["color"], linestyle=":", linewidth=1.2,
+                       label=f"chance {level} ({chance_text(chance[level])})", zorder=0)
     # subsets side by side around each stage's tick, so their 95% interval bars do not hide each other
     spread = 0.3 / max(1, len(grid.levels) - 1) if len(grid.levels) > 1 else 0.0
     for k, level in enumerate(grid.levels):

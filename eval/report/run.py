@@ -9,13 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.rundir import ERROR, Status, stage_records
+from curriculum.tasks.report import Rate
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
 from eval.report.samples import samples_blocks
 from eval.report.story import story_blocks
-from eval.report.tables import CHANGE_NOTE, grid_table, pool_sizes
+from eval.report.tables import change_note, grid_table, pool_sizes
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
 # A share is drawn on a fixed 0..1 axis.
@@ -96,43 +97,33 @@ def _summary(run: rs.RunData) -> list:
     return blocks
 
 
-# Beside accuracy and length: does the reasoning support the answer (curriculum/tasks/kk/grading/reasoning.py)?
-REASONING_GRIDS = (
-    ("reasoning_agrees_rate", "Reasoning that agrees with the answer (share of completions whose reasoning settles "
-                              "at least one person)"),
-    ("reasoning_settles_nobody", "Reasoning that settles nobody (share of completions with reasoning)"),
-    ("correct_but_disagrees", "Right answers whose reasoning says otherwise (share of all completions)"),
-    ("invented_name_rate", "Completions naming a person not in the puzzle (share of all completions)"),
-)
-
-
 def _validation(run: rs.RunData, out_dir: Path) -> list:
+    """Accuracy per subset (plot and table), then the task's readings of accuracy, format and length, then its
+    other rates: what the run's task shows (`TaskReport`), no more."""
     blocks: list = [Heading("Validation accuracy per subset")]
     if not run.validation:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
-    planned = rs.planned_stages(run.manifest)
+    report, planned = run.task_report, rs.planned_stages(run.manifest)
     plotted = rs.stage_grid(run.validation, "accuracy")
-    # K&K's rows name their people count; another task (GSM8K, reasoning-gym) has no people, roles or chance
-    people = any(isinstance(row.get("ppl"), int) for row in run.validation)
-    image = plot_stage_grid(plotted, "accuracy (exact: every person right)" if people else "accuracy (answer right)",
-                            "Accuracy per subset across stages", out_dir / "accuracy.png", unit_range=True,
-                            chance=people)
-    blocks += [b for b in (pool_sizes(run.validation),) if b is not None]
-    chance = "; dotted: chance for n people, 1/2^n (a guess of every role)" if people else ""
-    blocks += [Image(image, f"accuracy per subset after each stage, with 95% Wilson intervals{chance}"),
-               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(CHANGE_NOTE)]
-    if not people:
-        return [*blocks, *_format_and_length(run, planned)]
-    blocks += [Heading("Validation lenient accuracy (an untagged answer read by its final conclusion)"),
-               grid_table(rs.stage_grid(run.validation, "lenient_accuracy", planned)),
-               Text("Strict accuracy above is the reward's verdict and the headline. The lenient one reads "
-                    "an answer given without tags by its last lines (after any reasoning block), with the same "
-                    "refusals of hedges, both roles and invented people: an instruct model that answers in prose "
-                    "scores here, not above."),
-               *_format_and_length(run, planned)]
-    for key, title in REASONING_GRIDS:
-        blocks += [Heading(title), grid_table(rs.stage_grid(run.validation, key, planned))]
+    chance = {level: value for level, value in report.chance.items() if level in plotted.levels}
+    image = plot_stage_grid(plotted, f"accuracy ({report.accuracy})", "Accuracy per subset across stages",
+                            out_dir / "accuracy.png", unit_range=True, chance=chance)
+    blocks += [b for b in (pool_sizes(run.validation, report),) if b is not None]
+    dotted = f"; dotted: {report.chance_note}" if chance and report.chance_note else ""
+    blocks += [Image(image, f"accuracy per subset after each stage, with 95% Wilson intervals{dotted}"),
+               grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(change_note(report))]
+    shown = [rate for rate in report.rates if rate.title]
+    for rate in [r for r in shown if r.beside_accuracy]:
+        blocks += _rate_grid(run, rate, planned)
+    blocks += _format_and_length(run, planned)
+    for rate in [r for r in shown if not r.beside_accuracy]:
+        blocks += _rate_grid(run, rate, planned)
     return blocks
+
+
+def _rate_grid(run: rs.RunData, rate: Rate, planned) -> list:
+    grid = rs.stage_grid(run.validation, rate.key, planned, rate.counted)
+    return [Heading(rate.title), grid_table(grid), *([Text(rate.note)] if rate.note else [])]
 
 
 def _format_and_length(run: rs.RunData, planned) -> list:
@@ -183,13 +174,17 @@ def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
 
 
 def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
-    train = rs.step_series(run.steps, "rewards/format_reward/mean", "format_reward (training)")
+    """The task's format reward per training step (`TaskReport.format_reward`), the validation format rate after
+    each stage."""
+    reward = run.task_report.format_reward
+    key = f"rewards/{reward}/mean"
+    train = rs.step_series(run.steps, key, f"{reward} (training)") if reward else None
     markers = rs.validation_points(run.validation, "format_rate")
-    blocks = [] if train else [Text("no rewards/format_reward/mean in metrics.jsonl (format weight 0?): "
-                                    "only the validation format rate is drawn", True)]
+    blocks = [] if train or not reward else [Text(f"no {key} in metrics.jsonl (weight 0, or no GRPO step logged): "
+                                                  "only the validation format rate is drawn", True)]
     if not train and not markers:
         return [Text("no format reward and no validation format rate yet: format plot skipped", True)]
-    panel = Panel("format reward per step, validation format rate after each stage (markers)", "rate",
+    panel = Panel(f"{reward or 'format'} per step, validation format rate after each stage (markers)", "rate",
                   [train] if train else [], markers, unit_range=True)
     image = plot_step_panels([panel], boundaries, "Format", out_dir / "format.png")
     return [*blocks, Image(image, "share of completions in the required format")]
@@ -234,5 +229,5 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
               Heading("Reward"), *_rewards(run, boundaries, out_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
-              *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)))]
+              *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)), run.task_report)]
     return f"Run report: {run_dir.name}", blocks

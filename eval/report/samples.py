@@ -1,10 +1,10 @@
 """The report's Samples section: a few graded completions per stage and subset, chosen to teach.
 
-From `samples/<k>-<name>/<level>.jsonl` (K&K: `<n>ppl.jsonl`) (every validation completion with its grade): the first
-right and the first wrong, the longest and the shortest, one whose reasoning disagrees with its
-answer and one naming a person not in the puzzle (when such exist). A completion picked for two
-reasons is shown once, with both. The folders are listed, never built from run.json's names, and
-only those inside the run's `samples/` are read.
+From `samples/<k>-<name>/<level>.jsonl` (every validation completion with its grade): the first right
+and the first wrong, the longest and the shortest, and the first of each kind the task names
+(`TaskReport.picks`; K&K: one whose reasoning disagrees with its answer, one naming a person not in the
+puzzle), when such exist. A completion picked for two reasons is shown once, with both. The folders
+are listed, never built from run.json's names, and only those inside the run's `samples/` are read.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from core.jsonl import scan_jsonl
 from core.rundir import BASELINE, SAMPLES, level_order
+from curriculum.tasks.report import TaskReport
 from eval.report.blocks import Completion, Heading, Text, code, md_escape
 from eval.report.series import as_number
 
@@ -27,66 +28,69 @@ def _tokens(row: dict) -> float:
     return as_number(row.get("tokens")) or 0.0
 
 
-def _disagrees(row: dict) -> bool:
-    """Reasoning that settles someone otherwise than the answer (samples from before `reasoning_settles`: any)."""
-    settles = row.get("reasoning_settles", row.get("has_reasoning"))
-    return bool(settles) and bool(row.get("answered")) and not row.get("reasoning_agrees")
-
-
-# (label, picker over the rows): each picks one row or None.
+# (label, picker over the rows) of every task: each picks one row or None.
 PICKS: tuple[tuple[str, Callable[[list[dict]], dict | None]], ...] = (
     ("first right", lambda rows: next((r for r in rows if r.get("correct") is True), None)),
     ("first wrong", lambda rows: next((r for r in rows if r.get("correct") is False), None)),
     ("longest", lambda rows: max(rows, key=_tokens, default=None)),
     ("shortest", lambda rows: min(rows, key=_tokens, default=None)),
-    ("reasoning disagrees with its answer", lambda rows: next((r for r in rows if _disagrees(r)), None)),
-    ("names an invented person", lambda rows: next((r for r in rows if r.get("invented")), None)),
 )
 
 
-def pick(rows: list[dict]) -> list[tuple[list[str], dict]]:
-    """The teaching picks of one subset's rows, in first-chosen order: (labels, row), each row once.
+def pick(rows: list[dict], task_picks: Sequence[tuple[str, str]] = ()) -> list[tuple[list[str], dict]]:
+    """The teaching picks of one subset's rows, in first-chosen order: (labels, row), each row once; the task's
+    picks (label, key) take the first row whose `key` is true.
 
     >>> rows = [{"correct": False, "tokens": 9}, {"correct": True, "tokens": 3, "invented": ["liam"]}]
-    >>> [(labels, row["tokens"]) for labels, row in pick(rows)]
+    >>> [(labels, row["tokens"]) for labels, row in pick(rows, [("names an invented person", "invented")])]
     [(['first right', 'shortest', 'names an invented person'], 3), (['first wrong', 'longest'], 9)]
     """
+    pickers = [*PICKS, *((label, _first_with(key)) for label, key in task_picks)]
     chosen: dict[int, tuple[list[str], dict]] = {}
-    for label, picker in PICKS:
+    for label, picker in pickers:
         row = picker(rows)
         if row is not None:
             chosen.setdefault(id(row), ([], row))[0].append(label)
     return list(chosen.values())
 
 
+def _first_with(key: str) -> Callable[[list[dict]], dict | None]:
+    return lambda rows: next((r for r in rows if r.get(key)), None)
+
+
 def _roles(names, roles) -> str:
-    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None)."""
+    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None): a K&K sample written
+    before samples said their reference and answer in words."""
     words = {True: "knight", False: "knave", None: "?"}
     return ", ".join(f"{name} {words.get(role, '?')}" for name, role in zip(names, roles, strict=False))
 
 
-def describe(labels: Sequence[str], row: dict) -> str:
-    """One Markdown line: why it was picked, its grade, tokens, solution, answer and reasons (all escaped)."""
+def reference_and_answer(row: dict) -> tuple[object, object]:
+    """A sample's reference and answer as text (a K&K sample from before they were written: from its roles)."""
     names = row.get("names") if isinstance(row.get("names"), list) else []
+    if "reference" in row or not names:
+        return row.get("reference"), row.get("answer")
     solution = row.get("solution") if isinstance(row.get("solution"), list) else []
     assignment = row.get("assignment") if isinstance(row.get("assignment"), dict) else {}
+    return _roles(names, solution), _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else None
+
+
+def _fact(value) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
+    """One Markdown line: why it was picked, its grade, tokens, reference, answer, the task's facts and the
+    reasons (all escaped)."""
     grade = "right" if row.get("correct") is True else "wrong"
-    people = f" ({md_escape(row.get('n_right'))}/{md_escape(row.get('n_people'))} people)" if names else ""
-    facts = [f"**{' · '.join(labels)}**", f"puzzle {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
-             f"**{grade}**{people}", "format ok" if row.get("format_ok") else "format broken"]
-    if "lenient_correct" in row:
-        why = f" ({md_escape(row['lenient_reason'])})" if row.get("lenient_reason") else ""
-        facts.append("lenient: right" if row["lenient_correct"] else f"lenient: wrong{why}")
-    facts.append(f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else ""))
-    if names:  # K&K: roles
-        facts.append(f"solution: {md_escape(_roles(names, solution))}")
-        answer = _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else "none"
-    else:  # a task with one answer (GSM8K, reasoning-gym)
-        facts.append(f"reference: {md_escape(row.get('reference'))}")
-        answer = str(row.get("answer")) if row.get("answered") else "none"
-    facts.append(f"answer: {md_escape(answer)}")
-    if row.get("invented"):
-        facts.append(f"invented: {md_escape(', '.join(map(str, row['invented'])))}")
+    facts = [f"**{' · '.join(labels)}**",
+             f"{md_escape(report.record)} {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
+             f"**{grade}**", "format ok" if row.get("format_ok") else "format broken",
+             f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else "")]
+    reference, answer = reference_and_answer(row)
+    facts += [f"reference: {md_escape(reference)}", f"answer: {md_escape(answer if row.get('answered') else 'none')}"]
+    facts += [f"{md_escape(label)}: {md_escape(_fact(row[key]))}" for label, key in report.facts
+              if row.get(key) not in (None, "", [])]
     reasons = row.get("reasons") if isinstance(row.get("reasons"), list) else []
     if reasons:
         facts.append(f"reasons: {md_escape('; '.join(map(str, reasons)))}")
@@ -122,19 +126,18 @@ def stage_folders(run_dir: Path) -> list[tuple[int, Path]]:
 
 
 def subset_files(folder: Path) -> list[tuple[str, Path]]:
-    """(level, file) of the regular `<level>.jsonl` files of one stage's folder (K&K: `<n>ppl.jsonl`), in
-    level order."""
+    """(level, file) of the regular `<level>.jsonl` files of one stage's folder, in level order."""
     found = [(f.name.removesuffix(".jsonl"), f) for f in folder.glob("*.jsonl") if f.is_file() and not f.is_symlink()]
     return sorted(found, key=lambda item: level_order(item[0]))
 
 
-def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
+def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
     """The Samples section: per stage (baseline first) and subset, the picks with their grades."""
+    kinds = f", and one of each of these: {', '.join(label for label, _ in report.picks)}" if report.picks else ""
     blocks: list = [Heading("Samples"),
                     Text("A few graded validation completions per stage and subset, chosen to teach: the first "
-                         "right and the first wrong, the longest and the shortest, one whose reasoning "
-                         "disagrees with its answer, one naming a person not in the puzzle (when such exist). "
-                         f"Every completion: {code('samples/<k>-<name>/<level>.jsonl')}.")]
+                         f"right and the first wrong, the longest and the shortest{md_escape(kinds)} (when such "
+                         f"exist). Every completion: {code('samples/<k>-<name>/<level>.jsonl')}.")]
     folders = stage_folders(run_dir)
     if not folders:
         return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
@@ -146,11 +149,11 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str]) -> list:
         for level, path in files:
             blocks += [Heading(f"after {name}: {md_escape(level)}" if index else f"{name}: {md_escape(level)}",
                                level=3),
-                       *_subset_blocks(path)]
+                       *_subset_blocks(path, report)]
     return blocks
 
 
-def _subset_blocks(path: Path) -> list:
+def _subset_blocks(path: Path, report: TaskReport) -> list:
     if path.stat().st_size > MAX_SAMPLES_BYTES:
         return [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
     scan = scan_jsonl(path)
@@ -162,6 +165,6 @@ def _subset_blocks(path: Path) -> list:
         return [*blocks, Text("no graded completions in this file", True)]
     right = sum(r.get("correct") is True for r in rows)
     blocks.append(Text(f"{len(rows)} completions, {right} right"))
-    for labels, row in pick(rows):
-        blocks += [Text(describe(labels, row)), Completion(_shown(row.get("completion")))]
+    for labels, row in pick(rows, report.picks):
+        blocks += [Text(describe(labels, row, report)), Completion(_shown(row.get("completion")))]
     return blocks

@@ -27,6 +27,8 @@ from core.rundir import (
     stage_records,
 )
 from core.stats import wilson_interval
+from curriculum.tasks import built_in_report
+from curriculum.tasks.report import TaskReport
 from eval.metrics import RATES, trials
 
 
@@ -70,6 +72,13 @@ class RunData:
     steps: list[dict]
     validation: list[dict]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def task_report(self) -> TaskReport:
+        """How the run's task is shown: what run.json recorded (`task_report`), else the built-in task its
+        config names (`curriculum.tasks.built_in_report`: a run from before runs recorded it)."""
+        recorded = TaskReport.from_json(self.manifest.get("task_report"))
+        return recorded if recorded is not None else built_in_report(self.config.get("task"))
 
 
 # --- reading --------------------------------------------------------------------------------------
@@ -178,9 +187,9 @@ def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
     """`key` of each validation at its global step (a stage's `global_step_end`), one series per level;
     a rate (`eval.metrics.RATES`) with its 95% interval.
 
-    >>> rows = [{"stage": 0, "global_step": 0, "ppl": 3, "mean_tokens": 40.0},
-    ...         {"stage": 0, "global_step": 0, "ppl": 2, "mean_tokens": 30.0},
-    ...         {"stage": 1, "global_step": 10, "ppl": 2, "mean_tokens": 25.0}]
+    >>> rows = [{"stage": 0, "global_step": 0, "level": "3ppl", "mean_tokens": 40.0},
+    ...         {"stage": 0, "global_step": 0, "level": "2ppl", "mean_tokens": 30.0},
+    ...         {"stage": 1, "global_step": 10, "level": "2ppl", "mean_tokens": 25.0}]
     >>> [(s.label, s.x, s.y) for s in validation_points(rows, "mean_tokens")]
     [('2ppl', [0, 10], [30.0, 25.0]), ('3ppl', [0], [40.0])]
     """
@@ -210,15 +219,17 @@ def intervals(values: Sequence[float | None], ns: Sequence[int | None]) -> tuple
     return [b[0] for b in bounds], [b[1] for b in bounds]
 
 
-def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = ()) -> StageGrid:
+def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = (),
+               counted: Sequence[str] = ()) -> StageGrid:
     """`key` after each stage for each level: baseline first, then stages by index.
 
     `planned` ((index, name) of every stage in run.json) adds columns for stages not validated
-    yet, so a table of a run in progress shows what is still to come (as None).
+    yet, so a table of a run in progress shows what is still to come (as None); `counted`: a task's rate
+    over only some completions counts its trials by these columns (`eval.metrics.trials`).
 
-    >>> rows = [{"stage": 1, "stage_name": "2ppl", "ppl": 2, "accuracy": 0.5},
-    ...         {"stage": 0, "stage_name": "baseline", "ppl": 2, "accuracy": 0.1},
-    ...         {"stage": 0, "stage_name": "baseline", "ppl": 3, "accuracy": 0.0}]
+    >>> rows = [{"stage": 1, "stage_name": "2ppl", "level": "2ppl", "accuracy": 0.5},
+    ...         {"stage": 0, "stage_name": "baseline", "level": "2ppl", "accuracy": 0.1},
+    ...         {"stage": 0, "stage_name": "baseline", "level": "3ppl", "accuracy": 0.0}]
     >>> grid = stage_grid(rows, "accuracy", planned=[(1, "2ppl"), (2, "3ppl")])
     >>> grid.stages, grid.levels, grid.values
     (['baseline', '2ppl', '3ppl'], ['2ppl', '3ppl'], {'2ppl': [0.1, 0.5, None], '3ppl': [0.0, None, None]})
@@ -230,7 +241,7 @@ def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]
             continue
         index = int(row["stage"])
         names.setdefault(index, row.get("stage_name") or (BASELINE if index == 0 else f"stage {index}"))
-        cells[index, row_level(row)] = (as_number(row.get(key)), trials(row, key))
+        cells[index, row_level(row)] = (as_number(row.get(key)), trials(row, key, counted))
     order = sorted(names)
     levels = sorted({level for _, level in cells}, key=level_order)
     values = {level: [cells.get((index, level), (None, None))[0] for index in order] for level in levels}
@@ -248,10 +259,10 @@ def accuracy_curve(rows: Sequence[dict], label: str) -> Series | None:
     """Mean accuracy over the subsets at each validation's global step (0 = baseline), with the 95%
     interval of all their puzzles together (exact when the subsets are of one size).
 
-    >>> rows = [{"stage": 0, "global_step": 0, "ppl": 2, "accuracy": 0.1, "n": 100},
-    ...         {"stage": 0, "global_step": 0, "ppl": 3, "accuracy": 0.0, "n": 100},
-    ...         {"stage": 1, "global_step": 10, "ppl": 2, "accuracy": 0.5, "n": 100},
-    ...         {"stage": 1, "global_step": 10, "ppl": 3, "accuracy": 0.3, "n": 100}]
+    >>> rows = [{"stage": 0, "global_step": 0, "level": "2ppl", "accuracy": 0.1, "n": 100},
+    ...         {"stage": 0, "global_step": 0, "level": "3ppl", "accuracy": 0.0, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "level": "2ppl", "accuracy": 0.5, "n": 100},
+    ...         {"stage": 1, "global_step": 10, "level": "3ppl", "accuracy": 0.3, "n": 100}]
     >>> curve = accuracy_curve(rows, "kk_ladder")
     >>> curve, curve.low, curve.high
     (Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4]), [0.0274, 0.3346], [0.0896, 0.4692])

@@ -1,5 +1,5 @@
 """Validation tables: stage rows x subset columns, each rate with its 95% interval and n, and the
-changes between stages that chance does not explain marked (how: `CHANGE_NOTE`)."""
+changes between stages that chance does not explain marked (how: `change_note`)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,26 @@ from collections.abc import Sequence
 
 from core.rundir import level_order, row_level
 from core.stats import change, rate_text
+from curriculum.tasks.report import TaskReport
 from eval.report.blocks import Table, Text, fmt
 from eval.report.series import StageGrid
 
 UP, DOWN = "▲", "▼"
-CHANGE_NOTE = (
-    "Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct puzzles it counts "
-    "(validation pools hold no two puzzles equal up to renaming the people). "
-    f"{UP} / {DOWN}: up / down from the last validated stage above it, beyond chance: Newcombe's 95% "
-    "interval for the difference (built from the two Wilson intervals) excludes 0. An unmarked change "
-    "is within noise. Every stage is validated on the same puzzles, so a paired test would be sharper: "
-    "this one marks less rather than more."
-)
+
+
+def change_note(report: TaskReport) -> str:
+    """How a rate cell reads and when a change is marked, in the words of the run's task.
+
+    >>> change_note(TaskReport()).startswith("Each rate: its value, its 95% Wilson interval [low, high] and n, "
+    ...                                      "the distinct problems it counts. ▲")
+    True
+    """
+    pool = f" ({report.pool_note})" if report.pool_note else ""
+    return (f"Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct {report.record}s it "
+            f"counts{pool}. {UP} / {DOWN}: up / down from the last validated stage above it, beyond chance: "
+            "Newcombe's 95% interval for the difference (built from the two Wilson intervals) excludes 0. An "
+            f"unmarked change is within noise. Every stage is validated on the same {report.record}s, so a paired "
+            "test would be sharper: this one marks less rather than more.")
 
 
 def change_marks(values: Sequence[float | None], ns: Sequence[int | None]) -> list[str]:
@@ -52,14 +60,14 @@ def grid_table(grid: StageGrid, *, rate: bool = True, digits: int = 1, first: st
     return Table([first, *grid.levels], rows)
 
 
-def pool_sizes(rows: Sequence[dict]) -> Text | None:
-    """What the accuracies count: the distinct puzzles of each subset and the samples per puzzle.
+def pool_sizes(rows: Sequence[dict], report: TaskReport) -> Text | None:
+    """What the accuracies count: the distinct records of each subset and the samples per record.
 
-    >>> pool_sizes([{"ppl": 2, "n": 63, "puzzles": 63}, {"ppl": 3, "n": 200, "puzzles": 100}]).text
-    '**validation pools** (distinct puzzles up to renaming): 2ppl 63 · 3ppl 100 (2 samples each)'
+    >>> pool_sizes([{"level": "2steps", "n": 63, "puzzles": 63}, {"level": "3steps", "n": 200, "puzzles": 100}],
+    ...            TaskReport()).text
+    '**validation pools** (distinct problems): 2steps 63 · 3steps 100 (2 samples each)'
     """
     latest: dict[str, dict] = {}
-    people = any(isinstance(row.get("ppl"), int) for row in rows)  # K&K: distinct up to renaming the people
     for row in rows:
         if row_level(row) is not None:
             latest[row_level(row)] = row
@@ -71,5 +79,4 @@ def pool_sizes(rows: Sequence[dict]) -> Text | None:
         puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
         samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
         parts.append(f"{level} {fmt(puzzles)}{samples}")
-    distinct = "distinct puzzles up to renaming" if people else "distinct problems"
-    return Text(f"**validation pools** ({distinct}): " + " · ".join(parts))
+    return Text(f"**validation pools** ({report.distinct}): " + " · ".join(parts))

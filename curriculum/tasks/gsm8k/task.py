@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +31,17 @@ from core.checks import ConfigError
 from curriculum.tasks.base import ALL, AnswerGrade, RecordError, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
+from curriculum.tasks.gsm8k.verbatim import VERBATIM_FUNCTIONS
+from curriculum.tasks.report import TaskReport
+from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("hub", "local", "sample")
 LEVELS = ("2steps", "3steps", "4steps", "5steps", "6+steps")
 SAMPLE_DIR = Path(__file__).resolve().parent / "data"
+#: GSM8K's calculator annotations in a solution step: "48/2 = <<48/2=24>>24"
+CALCULATOR = re.compile(r"<<[^<>]*>>")
 
 
 def solution_steps(solution: str) -> int:
@@ -76,7 +82,8 @@ def gsm8k_record(raw, where: str, split: str, index: int) -> TaskRecord | None:
     if level is None:
         return None
     return TaskRecord(id=f"gsm8k-{split}-{index}", level=level, question=raw["question"].strip(),
-                      columns={"answer": number.text},
+                      # the number, canonical; and the text after #### as written (the recipe's reference)
+                      columns={"answer": number.text, "answer_text": raw["answer"].split("####")[1].strip()},
                       source={"question": raw["question"], "answer": raw["answer"]})
 
 
@@ -114,6 +121,24 @@ def _hub_rows(hub_id: str, hub_config: str, split: str) -> Iterator[tuple[str, A
         yield f"{hub_id}/{hub_config}/{split}, row {index}", row
 
 
+def worked_solution(solution: str, answer: str) -> str:
+    """A reference solution as the recipe's prompt asks for it: its steps (the lines before ``####``, their
+    calculator annotations ``<<48/2=24>>`` dropped: the model never sees a calculator) in <reasoning>, the
+    answer in <answer>.
+
+    >>> print(worked_solution("Half of 48 is 48/2 = <<48/2=24>>24.\\n#### 24", "24"))
+    <reasoning>
+    Half of 48 is 48/2 = 24.
+    </reasoning>
+    <answer>
+    24
+    </answer>
+    """
+    body, _, _ = solution.rpartition("####")
+    steps = [CALCULATOR.sub("", line).strip() for line in body.splitlines() if line.strip()]
+    return "<reasoning>\n" + "\n".join(steps) + f"\n</reasoning>\n<answer>\n{answer}\n</answer>"
+
+
 @dataclass(frozen=True)
 class LoadedSplit:
     """A split's leveled records, with what loading left out (short solutions, test questions in train)."""
@@ -128,6 +153,9 @@ class GSM8KTask(Task):
 
     name = "gsm8k"
     has_all = True  # a stage's `level: all` trains on the whole split (the one-stage recipe)
+    supervised = True  # every record has its worked solution (`sft_target`)
+    columns = ("answer", "answer_text")
+    report = TaskReport(format_reward="strict_format_reward")
 
     def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
                  hub_config: str = "main"):
@@ -199,8 +227,18 @@ class GSM8KTask(Task):
     def grade(self, completion, columns: Mapping[str, Any]) -> AnswerGrade:
         return grade(completion, columns["answer"])
 
-    def reward_functions(self) -> dict:
-        return dict(REWARD_FUNCTIONS)
+    def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
+        """The recipe's five rewards (`rewards.py`), and the same five as its code writes them (`verbatim.py`,
+        components recipe_*); none reads the prompt's format or its length."""
+        return {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS}
 
     def reward_presets(self) -> dict[str, dict[str, float]]:
-        return {"gsm8k_stack": dict(RECIPE_WEIGHTS)}
+        return {"gsm8k_stack": dict(RECIPE_WEIGHTS), "default": dict(RECIPE_WEIGHTS),
+                "gsm8k_stack_verbatim": dict.fromkeys(VERBATIM_FUNCTIONS, 1.0)}
+
+    def sft_target(self, record: TaskRecord, fmt: str) -> str:
+        """The worked solution and its ``####`` answer in the recipe's tags (`worked_solution`)."""
+        if fmt != "reasoning_answer":
+            raise ConfigError(f"prompt.fmt: {fmt}: GSM8K's worked solutions are written in the recipe's "
+                              "<reasoning>/<answer> tags (reasoning_answer: prompt=gsm8k_reasoning)")
+        return worked_solution(record.source["answer"], record.columns["answer"])

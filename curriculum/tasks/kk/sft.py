@@ -1,4 +1,5 @@
-"""Reference responses for a supervised cold start: the published chain of thought, then the answer.
+"""K&K's reference responses for a supervised cold start (`KKTask.sft_target`): the published chain of
+thought, then the answer.
 
 The target is what the prompt format asks for (think_answer: <think>cot</think> then <answer>;
 answer_only: just <answer>; logic_rl: the prompt pre-fills <think>, so the target starts inside it).
@@ -9,10 +10,6 @@ right answer is (tests/test_sft.py checks it on the published records).
 from __future__ import annotations
 
 from collections.abc import Mapping
-
-from datasets import Dataset
-
-from curriculum.prompts import model_prompt
 
 
 def chain_of_thought(record: Mapping) -> str:
@@ -36,17 +33,3 @@ def reference_response(record: Mapping, fmt: str) -> str:
     if fmt == "logic_rl":  # the prompt already ends with "<think>"
         return f"{chain_of_thought(record)}</think>\n{answer}"
     raise ValueError(f"prompt.fmt: no reference response for format {fmt!r}")
-
-
-def to_sft_rows(records: list[dict], prompt_cfg: Mapping, tokenizer, *, chat: bool,
-                chat_kwargs: Mapping | None = None) -> Dataset:
-    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it (prefill included).
-
-    An assistant prefill (logic_rl's <think>) stays in the prompt and out of the loss; TRL appends
-    the end-of-turn token.
-    """
-    return Dataset.from_list([
-        {"prompt": model_prompt(r["quiz"], prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
-         "completion": reference_response(r, prompt_cfg["fmt"])}
-        for r in records
-    ])

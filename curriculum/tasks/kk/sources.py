@@ -31,6 +31,8 @@ from curriculum.tasks.kk.grammar import StatementError, parse_statements
 from curriculum.tasks.kk.solver import solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
+#: People per puzzle that the grammar and the published data cover.
+KNOWN_PPL = range(2, 9)
 SPLITS = ("train", "test")
 SOURCES = ("generated", "hub", "local")
 

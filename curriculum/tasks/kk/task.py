@@ -1,31 +1,42 @@
-"""Knights and Knaves as a task: the project's own puzzles, behind the task interface, unchanged.
+"""Knights and Knaves as a task: the project's own puzzles, behind the task interface.
 
-Levels are "2ppl".."8ppl" (people per puzzle); records come from `curriculum.tasks.kk.sources.load_records`
-(generated, hub or local, with its seeds), the prompt from `curriculum.prompts.render_prompt` on the
-quiz, and a record's columns are the rows' of `curriculum.data.to_rows` (names, solution, ppl), so
-the runner's rows and validation's puzzles stay what they are. Two puzzles are the same problem
-when their `canonical_key` is (renamed or reordered people).
-
-The grader is `curriculum.tasks.kk.grading.grader.grade` at the prompt's format, which the task does not know:
-whoever builds the task hands it in (`eval.settings.run_task`:
-``build_task(cfg.task, grader=functools.partial(grade, fmt=cfg.prompt.fmt))``).
+Levels are "2ppl".."8ppl" (people per puzzle); records come from `sources.load_records` (generated,
+hub or local, with its seeds), the prompt from the prompt config on the quiz, and a record's columns
+are names, solution and its people count. Two puzzles are the same problem when their `canonical_key`
+is (renamed or reordered people). Everything else K&K is lives here too: the grader at the prompt's
+answer format (`grading/`), the reward components (`rewards.py`; presets: conf/reward/), the supervised
+targets (`sft.py`: the published chain of thought), what its validation rows and samples add
+(`metrics.py`) and how its report shows them (`report.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError, is_int
-from curriculum.tasks.base import Grade, RewardFunc, Task, TaskRecord, check_split
+from curriculum.tasks.base import Task, TaskRecord, check_split
+from curriculum.tasks.kk import metrics
 from curriculum.tasks.kk.canonical import canonical_key
-from curriculum.tasks.kk.sources import HUB_ID, SOURCES, distinct_puzzles, iter_records, load_records, split_disjoint
+from curriculum.tasks.kk.grading.grader import FORMATS, Grade, grade
+from curriculum.tasks.kk.report import REPORT
+from curriculum.tasks.kk.rewards import reward_components
+from curriculum.tasks.kk.sft import reference_response
+from curriculum.tasks.kk.sources import (
+    HUB_ID,
+    KNOWN_PPL,
+    SOURCES,
+    distinct_puzzles,
+    iter_records,
+    load_records,
+    split_disjoint,
+)
+from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
-# People per puzzle that the grammar and the published data cover.
-KNOWN_PPL = range(2, 9)
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
-
-KKGrader = Callable[[Any, Sequence[str], Sequence[bool]], Grade]
+#: The default reward's weights (conf/reward/default.yaml; its other presets are deltas on that file).
+DEFAULT_WEIGHTS = {"format": 0.5, "answer": 2.0, "overlong": 0.5}
 
 
 def ppl_of_level(level: str) -> int:
@@ -47,19 +58,33 @@ def kk_record(record: Mapping) -> TaskRecord:
 
 
 class KKTask(Task):
-    """K&K puzzles of 2..8 people (module docstring); `grader` grades a completion against names and solution."""
+    """K&K puzzles of 2..8 people (module docstring), graded at answer format `fmt` (the prompt's)."""
 
     name = "kk"
+    report = REPORT
+    always_rewarded = ("answer",)  # accuracy is logged (rewards/answer_reward/mean) whatever its weight
+    formats = FORMATS
+    supervised = True
+    metric_columns = metrics.METRIC_COLUMNS
+    columns = ("names", "solution", "ppl")
 
     def __init__(self, source: str = "generated", path: str | None = None, hub_id: str = HUB_ID,
-                 grader: KKGrader | None = None):
+                 fmt: str = "think_answer"):
         if source not in SOURCES:
             raise ConfigError(f"task.source: {source!r} is not one of {', '.join(SOURCES)}")
-        self.source, self.path, self.hub_id, self.grader = source, path, hub_id, grader
+        # conf/task/kk.yaml takes its source from the data group, where a user sets it
+        if source == "local" and (path is None or not Path(str(path)).is_dir()):
+            raise ConfigError(f"data.path: {path!r} is not a folder (needed by data.source=local)")
+        self.source, self.path, self.hub_id, self.fmt = source, path, hub_id, fmt
 
     @property
     def levels(self) -> tuple[str, ...]:
         return LEVELS
+
+    @property
+    def validation_levels(self) -> tuple[str, ...]:
+        """2..7 people, as runs validated before tasks chose (8ppl only where eval.subsets names it)."""
+        return LEVELS[:-1]
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
         """`load_records` for the level's ppl, as TaskRecords.
@@ -111,24 +136,30 @@ class KKTask(Task):
         return [kk_record(record) for record in kept[:want]], dropped
 
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
-        if self.grader is None:
-            raise RuntimeError("KKTask.grade needs the K&K grader: build_task(cfg.task, grader=...) "
-                               "(curriculum.tasks.kk.grading.grader.grade with the prompt's fmt)")
-        return self.grader(completion, columns["names"], columns["solution"])
+        return grade(completion, columns["names"], columns["solution"], fmt=self.fmt)
 
-    def reward_functions(self) -> dict[str, RewardFunc]:
-        """The two components that need only a grade: answer (correct) and format (format_ok).
+    def check_format(self, fmt: str) -> None:
+        if fmt not in FORMATS:
+            raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
+                              "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
 
-        The rest of K&K's components (think, partial, overlong, tiered) and their presets are still in
-        train/rewards.py (a run builds K&K's rewards there: `train.rewards.task_reward_funcs`); the grader
-        they read now lives below, in curriculum/tasks/kk/grading/, so they can move here next.
-        """
-        return {"answer": self.answer_reward, "format": self.format_reward}
+    def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
+        """Every component of `rewards.py` (format, think, answer, partial, overlong, tiered, logic_rl_strict)."""
+        return reward_components(settings)
 
-    def answer_reward(self, completions, names, solution, **kwargs) -> list[float]:
-        return [float(self.grade(c, {"names": n, "solution": s}).correct)
-                for c, n, s in zip(completions, names, solution, strict=True)]
+    def reward_presets(self) -> dict[str, dict[str, float]]:
+        return {"default": dict(DEFAULT_WEIGHTS)}
 
-    def format_reward(self, completions, names, solution, **kwargs) -> list[float]:
-        return [float(self.grade(c, {"names": n, "solution": s}).format_ok)
-                for c, n, s in zip(completions, names, solution, strict=True)]
+    def sft_target(self, record: TaskRecord, fmt: str) -> str:
+        """The published chain of thought and answer in format `fmt` (`sft.reference_response`)."""
+        return reference_response(record.source, fmt)
+
+    def level_columns(self, level: str) -> dict[str, Any]:
+        """A K&K row names its people count, `ppl`, as its rows always have."""
+        return {"ppl": ppl_of_level(level)}
+
+    def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:
+        return metrics.sample_fields(text, record.columns["names"], record.columns["solution"], g, self.fmt)
+
+    def subset_metrics(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return metrics.subset_metrics(samples)
