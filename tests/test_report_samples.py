@@ -111,7 +111,13 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
     names = ["![leak](secret.txt)", f"![abs]({outside / 'secret.png'})", "<script>alert(3)</script>"]
     stages = [{**stage_entry(k + 1, 2, "done", k, k + 1), "name": name, "error": HOSTILE, "ppl_label": HOSTILE}
               for k, name in enumerate(names)]
-    manifest = {"status": HOSTILE, "curriculum": HOSTILE, "base_model": f"`x` {HOSTILE}", "stages": stages}
+    # run.json's record of the task: every word the report takes from it is the folder's too
+    task_report = {"record": HOSTILE, "distinct": HOSTILE, "pool_note": HOSTILE, "accuracy": HOSTILE,
+                   "rates": [{"key": "accuracy", "name": HOSTILE, "title": HOSTILE, "note": HOSTILE}],
+                   "picks": [[HOSTILE, "correct"]], "facts": [[HOSTILE, "tokens"]], "chance": {"2ppl": 0.25},
+                   "chance_note": HOSTILE}
+    manifest = {"status": HOSTILE, "curriculum": HOSTILE, "base_model": f"`x` {HOSTILE}", "stages": stages,
+                "task_report": task_report}
     (run / "run.json").write_text(json.dumps(manifest))
     (run / "config.yaml").write_text(json.dumps({"model": {"name": HOSTILE}, "reward": {"weights": {HOSTILE: 1}},
                                                  "grpo": {"loss_type": HOSTILE}, "eval": {"subsets": HOSTILE}}))

@@ -123,7 +123,7 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
 
 def _rate_grid(run: rs.RunData, rate: Rate, planned) -> list:
     grid = rs.stage_grid(run.validation, rate.key, planned, rate.counted)
-    return [Heading(rate.title), grid_table(grid), *([Text(rate.note)] if rate.note else [])]
+    return [Heading(rate.title), grid_table(grid), *([Text(md_escape(rate.note))] if rate.note else [])]
 
 
 def _format_and_length(run: rs.RunData, planned) -> list:

@@ -83,7 +83,7 @@ def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
     """One Markdown line: why it was picked, its grade, tokens, reference, answer, the task's facts and the
     reasons (all escaped)."""
     grade = "right" if row.get("correct") is True else "wrong"
-    facts = [f"**{' · '.join(labels)}**",
+    facts = [f"**{md_escape(' · '.join(labels))}**",  # a task's pick labels come from run.json
              f"{md_escape(report.record)} {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
              f"**{grade}**", "format ok" if row.get("format_ok") else "format broken",
              f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else "")]

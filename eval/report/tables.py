@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from core.rundir import level_order, row_level
 from core.stats import change, rate_text
 from curriculum.tasks.report import TaskReport
-from eval.report.blocks import Table, Text, fmt
+from eval.report.blocks import Table, Text, fmt, md_escape
 from eval.report.series import StageGrid
 
 UP, DOWN = "▲", "▼"
@@ -21,11 +21,11 @@ def change_note(report: TaskReport) -> str:
     ...                                      "the distinct problems it counts. ▲")
     True
     """
-    pool = f" ({report.pool_note})" if report.pool_note else ""
-    return (f"Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct {report.record}s it "
+    record, pool = md_escape(report.record), f" ({md_escape(report.pool_note)})" if report.pool_note else ""
+    return (f"Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct {record}s it "
             f"counts{pool}. {UP} / {DOWN}: up / down from the last validated stage above it, beyond chance: "
             "Newcombe's 95% interval for the difference (built from the two Wilson intervals) excludes 0. An "
-            f"unmarked change is within noise. Every stage is validated on the same {report.record}s, so a paired "
+            f"unmarked change is within noise. Every stage is validated on the same {record}s, so a paired "
             "test would be sharper: this one marks less rather than more.")
 
 
@@ -79,4 +79,4 @@ def pool_sizes(rows: Sequence[dict], report: TaskReport) -> Text | None:
         puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
         samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
         parts.append(f"{level} {fmt(puzzles)}{samples}")
-    return Text(f"**validation pools** ({report.distinct}): " + " · ".join(parts))
+    return Text(f"**validation pools** ({md_escape(report.distinct)}): " + " · ".join(parts))
