@@ -286,7 +286,9 @@ class Task(ABC):
         return normalized_question(record.question)
 
     def render(self, record: TaskRecord, prompt_cfg: Mapping, *, chat: bool) -> list[dict[str, str]] | str:
-        """The prompt of `record`: chat messages, or plain text for a base model (`curriculum.prompts`)."""
+        """The prompt of `record`: chat messages, or plain text for a base model (`chat` false); by default the
+        prompt config's template around the question (`curriculum.prompts`). GRPO's rows, SFT's and validation's
+        prompts are all this, made text by the tokenizer's chat template (`curriculum.data.task_prompt`)."""
         return render_prompt(record.question, prompt_cfg, chat=chat)
 
     #: whether `records` takes `ALL` (the whole split) as a training stage's level

@@ -10,9 +10,10 @@ Numbers compare exactly by their canonical text (no float): ``$1,000.`` equals `
 
 Both format checks are the recipe's regular expressions (module constants, the specification);
 they run as plain scans, so a long completion costs linear time. The recipe's code applies them
-with ``re.match`` and no flags, so ``.`` never crosses a line: its format rewards are never earned
-by a reasoning of more than one line, which is nearly every reasoning. Here they mean what they say
-with ``re.DOTALL`` (``.*?`` crosses lines); `tests/test_gsm8k_grader.py` checks the scans against
+with no flags (the strict one by ``re.match``, the soft one by ``re.search``), so ``.`` never crosses a
+line: its format rewards are never earned by a reasoning of more than one line, which is nearly every
+reasoning (`verbatim.py` keeps that code, ``reward=gsm8k_stack_verbatim``). Here they mean what they
+say with ``re.DOTALL`` (``.*?`` crosses lines); `tests/test_gsm8k_grader.py` checks the scans against
 the compiled patterns.
 """
 

@@ -20,6 +20,8 @@ conf/reward/gsm8k_stack.yaml), so a sweep over the weights searches the stack:
   the end-of-sequence token) has no such text, so that split returned the whole completion and
   a well-formed answer lost 0.001 per character of everything it wrote. Here the text after
   ``</answer>`` is counted once.
+
+`verbatim.py` (``reward=gsm8k_stack_verbatim``) keeps the recipe's code as it is, for reproduction.
 """
 
 from __future__ import annotations
