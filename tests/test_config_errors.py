@@ -88,7 +88,7 @@ REFUSED = [
     (["device=tpu"], "device: Invalid value 'tpu'"),
     (["on_damaged_checkpoint=ignore"],
      "on_damaged_checkpoint: Invalid value 'ignore', expected one of [error, retrain]"),
-    (["eval.backend=onnx"], "eval.backend: Invalid value 'onnx', expected one of [hf, vllm]"),
+    (["eval.backend=onnx"], "eval.backend: Invalid value 'onnx', expected one of [auto, hf, vllm]"),
     (["+curriculum=kk_ladder", "curriculum.stages.0.kind=ppo"], "curriculum.stages[0].kind: Invalid value 'ppo'"),
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, guard: {zero_std: 0.9, "
       "action: halt}}]"], "curriculum.stages[0].guard.action: Invalid value 'halt', expected one of [warn, stop]"),
