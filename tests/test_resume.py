@@ -24,15 +24,12 @@ from tests.test_runlock import hold_lock
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
 
 
-def _wait_for_stage_step(metrics: Path, proc, stage: int, step: int, timeout: float = 300) -> None:
+def _wait_for(path: Path, proc, timeout: float = 300) -> None:
     deadline = time.time() + timeout
-    while time.time() < deadline:
-        assert proc.poll() is None, "the run ended before it could be killed"
-        rows = read_jsonl(metrics) if metrics.exists() else []
-        if any(r["stage"] == stage and r.get("stage_step", 0) >= step for r in rows):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"stage {stage} never reached step {step}")
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended before {path} appeared"
+        assert time.time() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
 
 
 def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
@@ -41,7 +38,11 @@ def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
     proc = subprocess.Popen([sys.executable, "-m", "train", *common, f"hydra.run.dir={run_dir}"], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ})
     try:
-        _wait_for_stage_step(run_dir / "metrics.jsonl", proc, stage=3, step=2)
+        # stage 3's first checkpoint complete (its digests are written last), then the run frozen at once: the
+        # kill lands mid-stage, and not where checkpoint-2 has replaced it without its digests yet
+        _wait_for(run_dir / "stages" / "3-4ppl" / "trainer" / "checkpoint-1" / "checksums.json", proc)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert not (run_dir / "stages" / "3-4ppl" / "final").exists(), "stage 3 is mid-way"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
