@@ -70,7 +70,7 @@ def test_sweep_report_overlays_each_jobs_accuracy_and_length(tmp_path):
                 enumerate(points)]
         write_jsonl(job / "validation.jsonl", rows)
         write_jsonl(job / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3, 4)])
-        curves.append(rs.accuracy_curve(rows, name))
+        curves.append(rs.accuracy_curve(rows, name, ["2ppl"]))
     # different stage counts, one axis: the global step where each validation happened
     assert [(c.x, c.y) for c in curves] == [([0, 2, 4], [0.0, 0.5, 0.75]), ([0, 4], [0.0, 0.25])]
     assert curves[1].low == [0.0, 0.0456] and curves[1].high == [0.4899, 0.6994]  # 95% over 4 puzzles

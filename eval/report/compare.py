@@ -17,7 +17,7 @@ from eval.metrics import trials
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Heading, Image, Table, Text, code, fmt
-from eval.report.plots import plot_sweep_curves, plot_sweep_lines
+from eval.report.plots import CURVES_NOTE, plot_sweep_curves, plot_sweep_lines
 from eval.report.tables import DOWN, UP, change_note, rate_cells
 
 # Config keys that differ between any two runs on the same machine and say nothing about the method.
@@ -146,14 +146,13 @@ def compare_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[str, list]:
     if lines:
         image = plot_sweep_lines(lines, "run", out_dir / "compare_final.png", connect=False)
         blocks.append(Image(image, "final accuracy per subset, each run with its 95% Wilson interval"))
-    curves = [rs.accuracy_curve(run.validation, label) for label, run in zip(labels, runs, strict=True)]
+    curves = rs.accuracy_panels([(label, run.validation) for label, run in zip(labels, runs, strict=True)])
     lengths = [ra.length_curve(run.steps, label) for label, run in zip(labels, runs, strict=True)]
-    curves, lengths = [c for c in curves if c is not None], [c for c in lengths if c is not None]
+    lengths = [c for c in lengths if c is not None]
     blocks.append(Heading("Accuracy after each stage and response length"))
-    if curves or lengths:
+    if any(lines for _, lines in curves) or lengths:
         image = plot_sweep_curves(curves, lengths, out_dir / "compare_curves.png", title="The runs compared")
-        blocks.append(Image(image, "one colour per run: mean accuracy over the subsets after each stage (band: "
-                                   "its 95% interval), and training mean length per step"))
+        blocks.append(Image(image, f"one colour per run: {CURVES_NOTE}; and training mean length per step"))
     else:
         blocks.append(Text("no run has validated a stage or logged a step yet: curves skipped", True))
     blocks += [Heading("Accuracy per stage"), _per_stage_table(labels, runs), Text(change_note(runs[0].task_report)),

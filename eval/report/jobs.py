@@ -20,6 +20,7 @@ from core.rundir import (
     VALIDATION,
     Status,
     final_accuracy,
+    level_order,
     load_file,
     objective,
     read_mapping,
@@ -138,19 +139,43 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def mean_accuracy(job: Job) -> float | None:
-    """Mean final accuracy over the validated subsets, or None before the last stage is validated."""
-    return _mean(list(job.final_accuracy.values()))
+def shared_levels(jobs: Sequence[Job]) -> list[str]:
+    """The subsets every job with a final validation has: a mean over these alone compares the jobs like with like.
+
+    >>> a = Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1}, None, None)
+    >>> shared_levels([a, Job("1", Path("1"), {}, "done", 1, 1, {"2ppl": 0.2}, None, None)])
+    ['2ppl']
+    """
+    finals = [set(job.final_accuracy) for job in jobs if job.final_accuracy]
+    return sorted(set.intersection(*finals), key=level_order) if finals else []
 
 
-def mean_trials(job: Job) -> int | None:
-    """The puzzles behind `mean_accuracy`: all the subsets' together (its interval is then exact when
-    the subsets are of one size, as with the default pools), None when a subset's count is unknown."""
-    counts = [job.final_trials.get(level) for level in job.final_accuracy]
-    return sum(counts) if counts and all(counts) else None
+Measure = tuple[Callable[[Job], float | None], Callable[[Job], int | None]]
 
 
-def subset_measure(level: str) -> tuple[Callable[[Job], float | None], Callable[[Job], int | None]]:
+def mean_measure(levels: Sequence[str]) -> Measure:
+    """(job -> its mean final accuracy over `levels`, job -> the puzzles behind it: all the subsets' together, so
+    its interval is exact when the subsets are of one size, as with the default pools); None where a job lacks
+    one of them (or its count).
+
+    >>> accuracy, puzzles = mean_measure(["2ppl", "3ppl"])
+    >>> job = Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1, "4ppl": 0.0}, None, None,
+    ...           {"2ppl": 10, "3ppl": 10})
+    >>> accuracy(job), puzzles(job)
+    (0.3, 20)
+    """
+    def value(job: Job) -> float | None:
+        found = [job.final_accuracy.get(level) for level in levels]
+        return _mean(found) if levels and None not in found else None
+
+    def puzzles(job: Job) -> int | None:
+        counts = [job.final_trials.get(level) for level in levels]
+        return sum(counts) if counts and all(counts) else None
+
+    return value, puzzles
+
+
+def subset_measure(level: str) -> Measure:
     """(job -> final accuracy of subset `level`, job -> its puzzles)."""
     return (lambda job: job.final_accuracy.get(level)), (lambda job: job.final_trials.get(level))
 
@@ -203,7 +228,7 @@ def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job
 
     >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {"2ppl": acc}, None, None)
     ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0)])]
-    >>> param_grid(jobs, "a", "b", mean_accuracy)
+    >>> param_grid(jobs, "a", "b", mean_measure(["2ppl"])[0])
     (['0', '1'], ['1', '2'], [[0.5, 1.0], [0.25, None]])
     """
     row_values = value_order(job.overrides.get(rows) for job in jobs)

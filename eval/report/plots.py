@@ -273,15 +273,45 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row
     return _save(fig, path)
 
 
+def _nan(values: Sequence) -> list[float]:
+    """None as NaN: matplotlib breaks a line (and a band) there, so a gap shows as a gap."""
+    return [float("nan") if v is None else v for v in values]
+
+
+# What the accuracy panels of the sweep's and the comparison's curves show, said under them.
+CURVES_NOTE = ("accuracy after each stage (band: its 95% interval), the mean over the subsets validated at every "
+               "point of every curve, else each subset in its own panel, broken where a validation left it out")
+
+
+def isolated(values: Sequence) -> list[int]:
+    """The points with a value whose neighbours have none: a band cannot be drawn around them.
+
+    >>> isolated([0.5, None, 0.2, 0.3, None]), isolated([0.1])
+    ([0], [0])
+    """
+    known = [v is not None for v in values]
+    return [i for i, here in enumerate(known)
+            if here and not (i > 0 and known[i - 1]) and not (i + 1 < len(known) and known[i + 1])]
+
+
+def _bar_isolated(ax, series: Series, color: str) -> None:
+    """A 95% interval bar on each isolated point of `series` (a subset validated there alone)."""
+    points = [i for i in isolated(series.y) if series.low[i] is not None and series.high[i] is not None]
+    if points:
+        ys = [series.y[i] for i in points]
+        ax.errorbar([series.x[i] for i in points], ys, linestyle="none", color=color, capsize=3, alpha=0.6,
+                    yerr=error_bars(ys, [series.low[i] for i in points], [series.high[i] for i in points]))
+
+
 @literal_text
-def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path: Path,
+def plot_sweep_curves(accuracy: Sequence[tuple[str, Sequence[Series]]], length: Sequence[Series], path: Path,
                       title: str = "The sweep's jobs compared") -> Path:
-    """Jobs (or runs) overlaid: mean validation accuracy after each stage (markers at stage ends, a band
-    for its 95% interval) and training mean length per step, one colour per job in both panels, on
-    the global-step axis."""
-    panels = [p for p in (("mean validation accuracy after each stage (0 = baseline)", accuracy, True),
-                          ("training mean completion length per step (tokens)", length, False)) if p[1]]
-    fig, axes = _figure(len(panels), height=3.6)
+    """Jobs (or runs) overlaid: each accuracy panel (title, one curve per job: the mean over shared subsets, or one
+    subset with its gaps; `series.accuracy_panels`) with markers at stage ends and a band for the 95% interval,
+    then training mean length per step; one colour per job in every panel, on the global-step axis."""
+    panels = [(name, lines, True) for name, lines in accuracy if lines]
+    panels += [("training mean completion length per step (tokens)", length, False)] if length else []
+    fig, axes = _figure(len(panels), height=3.6 if len(panels) < 4 else 2.8)
     labels = list(dict.fromkeys(s.label for _, lines, _ in panels for s in lines))
     # colour, dash and marker all differ per job: jobs with equal values (common early on) stay visible
     styles = {label: {"color": f"C{i}", "linestyle": ("-", "--", ":", "-.")[i % 4], "marker": "os^Dv"[i % 5]}
@@ -289,10 +319,12 @@ def plot_sweep_curves(accuracy: Sequence[Series], length: Sequence[Series], path
     for ax, (panel_title, lines, is_accuracy) in zip(axes, panels, strict=True):
         for series in lines:
             style = styles[series.label] if is_accuracy else {**styles[series.label], "marker": None}
-            ax.plot(series.x, series.y, label=series.label, linewidth=1.8 if is_accuracy else 1.2,
+            ax.plot(series.x, _nan(series.y), label=series.label, linewidth=1.8 if is_accuracy else 1.2,
                     markersize=max(4.0, 9.0 - 1.5 * labels.index(series.label)), **style)
-            if series.low is not None and series.high is not None and None not in series.low + series.high:
-                ax.fill_between(series.x, series.low, series.high, color=style["color"], alpha=0.12, linewidth=0)
+            if series.low is not None and series.high is not None:
+                ax.fill_between(series.x, _nan(series.low), _nan(series.high), color=style["color"], alpha=0.12,
+                                linewidth=0)
+                _bar_isolated(ax, series, style["color"])
         if is_accuracy:
             ax.set_ylim(-0.03, 1.03)
         ax.set_title(panel_title, fontsize=10)

@@ -255,27 +255,85 @@ def planned_stages(manifest: dict) -> list[tuple[int, str]]:
     return [(0, BASELINE), *((int(s.index), str(s.index if s.name is None else s.name)) for s in stages)]
 
 
-def accuracy_curve(rows: Sequence[dict], label: str) -> Series | None:
-    """Mean accuracy over the subsets at each validation's global step (0 = baseline), with the 95%
-    interval of all their puzzles together (exact when the subsets are of one size).
+def _accuracies(rows: Sequence[dict]) -> dict[int, dict[str, tuple[float, int | None]]]:
+    """Each validation's accuracies by global step, then level: (value, its records)."""
+    found: dict[int, dict[str, tuple[float, int | None]]] = {}
+    for row in rows:
+        step, value = as_number(row.get("global_step")), as_number(row.get("accuracy"))
+        if step is not None and value is not None and row_level(row) is not None:
+            found.setdefault(int(step), {})[row_level(row)] = (value, trials(row, "accuracy"))
+    return found
+
+
+def common_levels(runs: Sequence[Sequence[dict]]) -> list[str]:
+    """The subsets validated at every validation of every run (their validation rows): a mean over these alone
+    compares like with like; a mean over whatever each validation had would move with the plan
+    (`eval.subsets_after_stage: near` validates 2 subsets between stages and 6 at the ends).
+
+    >>> near = [{"global_step": 0, "level": l, "accuracy": 0.0} for l in ("2ppl", "3ppl", "4ppl")]
+    >>> near += [{"global_step": 5, "level": l, "accuracy": 0.5} for l in ("2ppl", "3ppl")]
+    >>> common_levels([near]), common_levels([near, [{"global_step": 0, "level": "4ppl", "accuracy": 0.2}]])
+    (['2ppl', '3ppl'], [])
+    """
+    validations = [levels.keys() for rows in runs for levels in _accuracies(rows).values()]
+    if not validations:
+        return []
+    return sorted(set.intersection(*map(set, validations)), key=level_order)
+
+
+def accuracy_curve(rows: Sequence[dict], label: str, levels: Sequence[str]) -> Series | None:
+    """Mean accuracy over `levels` at each validation's global step (0 = baseline) that has them all, with the
+    95% interval of all their puzzles together (exact when the subsets are of one size); None without levels
+    or such a validation.
 
     >>> rows = [{"stage": 0, "global_step": 0, "level": "2ppl", "accuracy": 0.1, "n": 100},
     ...         {"stage": 0, "global_step": 0, "level": "3ppl", "accuracy": 0.0, "n": 100},
     ...         {"stage": 1, "global_step": 10, "level": "2ppl", "accuracy": 0.5, "n": 100},
     ...         {"stage": 1, "global_step": 10, "level": "3ppl", "accuracy": 0.3, "n": 100}]
-    >>> curve = accuracy_curve(rows, "kk_ladder")
+    >>> curve = accuracy_curve(rows, "kk_ladder", ["2ppl", "3ppl"])
     >>> curve, curve.low, curve.high
     (Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4]), [0.0274, 0.3346], [0.0896, 0.4692])
     """
-    by_step: dict[int, list[tuple[float, int | None]]] = {}
-    for row in rows:
-        step, value = as_number(row.get("global_step")), as_number(row.get("accuracy"))
-        if step is not None and value is not None:
-            by_step.setdefault(int(step), []).append((value, trials(row, "accuracy")))
-    if not by_step:
+    points = {step: [found[level] for level in levels] for step, found in sorted(_accuracies(rows).items())
+              if levels and all(level in found for level in levels)}
+    if not points:
         return None
-    steps = sorted(by_step)
-    means = [round(sum(v for v, _ in by_step[s]) / len(by_step[s]), 4) for s in steps]
-    totals = [sum(n for _, n in by_step[s]) if all(n for _, n in by_step[s]) else None for s in steps]
+    means = [round(sum(v for v, _ in cell) / len(cell), 4) for cell in points.values()]
+    totals = [sum(n for _, n in cell) if all(n for _, n in cell) else None for cell in points.values()]
     low, high = intervals(means, totals)
-    return Series(label, steps, means, low, high)
+    return Series(label, list(points), means, low, high)
+
+
+def subset_curve(rows: Sequence[dict], level: str, label: str) -> Series | None:
+    """One subset's accuracy at every validation of a run, None where that validation left the subset out (a gap
+    the plot shows, not a point it draws); None when the subset was never validated.
+
+    >>> rows = [{"global_step": s, "level": l, "accuracy": a, "n": 4}
+    ...         for s, l, a in [(0, "2ppl", 0.0), (0, "4ppl", 0.0), (5, "2ppl", 0.5), (9, "4ppl", 0.25)]]
+    >>> curve = subset_curve(rows, "4ppl", "run")
+    >>> curve, curve.low
+    (Series(label='run', x=[0, 5, 9], y=[0.0, None, 0.25]), [0.0, None, 0.0456])
+    """
+    validations = sorted(_accuracies(rows).items())
+    if not any(level in found for _, found in validations):
+        return None
+    cells = [found.get(level, (None, None)) for _, found in validations]
+    low, high = intervals([v for v, _ in cells], [n for _, n in cells])
+    return Series(label, [step for step, _ in validations], [v for v, _ in cells], low, high)
+
+
+def accuracy_panels(runs: Sequence[tuple[str, Sequence[dict]]]) -> list[tuple[str, list[Series]]]:
+    """(title, one curve per run) of the accuracy after each validation of several runs (label, validation rows),
+    like with like: the mean over the subsets every validation of every run has, or, where they share none, one
+    panel per subset with a gap where a run did not validate it."""
+    levels = common_levels([rows for _, rows in runs])
+    if levels:
+        everything = {row_level(r) for _, rows in runs for r in rows if row_level(r) is not None}
+        left = sorted(everything - set(levels), key=level_order)
+        out = f"; left out, not validated at every point: {', '.join(left)}" if left else ""
+        curves = [accuracy_curve(rows, label, levels) for label, rows in runs]
+        return [(f"mean validation accuracy over {', '.join(levels)}{out}", [c for c in curves if c is not None])]
+    every = sorted({level for _, rows in runs for found in _accuracies(rows).values() for level in found},
+                   key=level_order)
+    return [(f"{level} validation accuracy (a gap: not validated there)",
+             [c for label, rows in runs if (c := subset_curve(rows, level, label)) is not None]) for level in every]

@@ -16,26 +16,33 @@ from core.stats import rate_text, wilson_interval
 from eval.report import adaptive as ra
 from eval.report import jobs as js
 from eval.report import series as rs
-from eval.report.blocks import Heading, Image, Table, Text, code, fmt
-from eval.report.plots import plot_sweep_curves, plot_sweep_heatmaps, plot_sweep_lines
+from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
+from eval.report.plots import CURVES_NOTE, plot_sweep_curves, plot_sweep_heatmaps, plot_sweep_lines
 from eval.report.seeds import SEED_KEYS, seed_blocks, seed_param
 
 Measure = tuple[str, Callable[[js.Job], float | None], Callable[[js.Job], int | None]]
 
 
 def _accuracy_measures(jobs: Sequence[js.Job]) -> list[Measure]:
-    """(label, job -> value, job -> its puzzles): the mean final accuracy, then each subset's."""
+    """(label, job -> value, job -> its puzzles): the mean final accuracy over the subsets every finished job has
+    (`jobs.shared_levels`), then each subset's."""
     levels = sorted({level for job in jobs for level in job.final_accuracy}, key=level_order)
-    return [("mean", js.mean_accuracy, js.mean_trials), *((level, *js.subset_measure(level)) for level in levels)]
+    mean = ("mean", *js.mean_measure(js.shared_levels(jobs)))
+    return [mean, *((level, *js.subset_measure(level)) for level in levels)]
+
+
+def mean_note(jobs: Sequence[js.Job]) -> str:
+    """Which subsets "mean" is over (plain text: level names come from the jobs' folders)."""
+    return f"mean: over {', '.join(js.shared_levels(jobs)) or 'no subset every finished job has'}"
 
 
 def _jobs_table(jobs: Sequence[js.Job], params: list[str], ranked: bool = False) -> Table:
     levels = sorted({level for job in jobs for level in job.final_accuracy}, key=level_order)
+    mean, puzzles = js.mean_measure(js.shared_levels(jobs))
     if ranked:  # best first; unfinished jobs last
-        jobs = sorted(jobs, key=lambda j: (js.mean_accuracy(j) is None, -(js.mean_accuracy(j) or 0.0)))
+        jobs = sorted(jobs, key=lambda j: (mean(j) is None, -(mean(j) or 0.0)))
     rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
-             f"{job.stages_done}/{job.stages_total}", fmt(job.objective),
-             rate_text(js.mean_accuracy(job), js.mean_trials(job)),
+             f"{job.stages_done}/{job.stages_total}", fmt(job.objective), rate_text(mean(job), puzzles(job)),
              *(rate_text(job.final_accuracy.get(level), job.final_trials.get(level)) for level in levels),
              fmt(job.error)]
             for job in jobs]
@@ -65,38 +72,34 @@ def _cell_note(cell: Sequence[js.Job], value, trials) -> str:
 
 def _sweep_accuracy(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
     measures = _accuracy_measures(jobs)
-    if not any(js.mean_accuracy(job) is not None for job in jobs):
+    if not any(job.final_accuracy for job in jobs):
         return [Text("no job has finished its last stage: nothing to plot yet", True)]
     if len(params) == 1:
         lines = [js.param_line(jobs, params[0], value, label, trials) for label, value, trials in measures]
         return [Image(plot_sweep_lines(lines, params[0], out_dir / "sweep_accuracy.png"),
-                      f"final accuracy vs {params[0]}; bars: a lone job's 95% Wilson interval, "
-                      "or min..max over the jobs sharing the value (seeds)")]
+                      f"final accuracy vs {params[0]} ({mean_note(jobs)}); bars: a lone job's 95% Wilson "
+                      "interval, or min..max over the jobs sharing the value (seeds)")]
     if len(params) == 2:
         grids = [_heatmap(jobs, params[0], params[1], measure) for measure in measures]
         image = plot_sweep_heatmaps(grids, params[0], params[1], out_dir / "sweep_accuracy.png")
-        return [Image(image, f"final accuracy over {params[0]} x {params[1]}, with a lone job's 95% Wilson "
-                             "interval under its value")]
+        return [Image(image, f"final accuracy over {params[0]} x {params[1]} ({mean_note(jobs)}), with a lone "
+                             "job's 95% Wilson interval under its value")]
     if not params:
         return [Text("no swept parameter to plot against but the seed: see the seeds table below", True)]
-    return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy instead of a plot"),
+    return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy ({md_escape(mean_note(jobs))}) "
+                 "instead of a plot"),
             _jobs_table(jobs, params, ranked=True)]
 
 
 def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
     """Every job's accuracy-after-each-stage and length curves overlaid on the global-step axis."""
-    accuracy, length = [], []
-    for job in jobs:
-        label = ra.job_label(job.overrides, params, job.name)
-        run = rs.load_run(job.path)
-        accuracy.append(rs.accuracy_curve(run.validation, label))
-        length.append(ra.length_curve(run.steps, label))
-    accuracy, length = [s for s in accuracy if s is not None], [s for s in length if s is not None]
-    if not accuracy and not length:
+    runs = [(ra.job_label(job.overrides, params, job.name), rs.load_run(job.path)) for job in jobs]
+    accuracy = rs.accuracy_panels([(label, run.validation) for label, run in runs])
+    length = [s for label, run in runs if (s := ra.length_curve(run.steps, label)) is not None]
+    if not any(lines for _, lines in accuracy) and not length:
         return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
     image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
-    return [Image(image, "one colour per job: mean accuracy after each stage (band: its 95% interval), "
-                         "and mean length per step")]
+    return [Image(image, f"one colour per job: {CURVES_NOTE}; and mean length per step")]
 
 
 def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
@@ -115,5 +118,6 @@ def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
               *_sweep_accuracy(jobs, plotted, out_dir), *seed_blocks(jobs, params),
               Heading("The jobs compared: accuracy after each stage and response length"),
               *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
+              Text(md_escape(f"mean acc: {mean_note(jobs)}")),
               Text(f"one job's curves: {code(f'python -m eval.report {sweep_dir}/<job>')}")]
     return f"Sweep report: {sweep_dir.name}", blocks
