@@ -27,6 +27,7 @@ import yaml
 
 from core.checks import is_int, is_number
 from core.confined import OutsideRunError, inside_run, read_inside
+from core.stage_kinds import StageKindFacts, recorded_kind
 
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
@@ -195,6 +196,11 @@ class StageRecord:
     @property
     def done(self) -> bool:
         return self.status == Status.DONE
+
+    @property
+    def kind_facts(self) -> StageKindFacts:
+        """What its kind is (core/stage_kinds.py): an entry without a kind, or with an unknown one, reads as GRPO."""
+        return recorded_kind(self.kind)
 
 
 def entry_problem(record: StageRecord, planned: str) -> str | None:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir import stage_dirname
+from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
@@ -45,6 +46,11 @@ class Stage:
     def pool_weights(self) -> dict[str, float]:
         """level -> share of the training pool: the stage's own mix, with the replay shares made room for."""
         return mixed_weights(self.level_weights, self.replay)
+
+    @property
+    def kind_facts(self) -> StageKindFacts:
+        """What its kind is (core/stage_kinds.py): its step cap, whether it learns from rewards, its label."""
+        return STAGE_KIND_FACTS[self.kind]
 
     @property
     def dirname(self) -> str:
@@ -194,18 +200,19 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
     steps = _stage_steps(block, key, pool, sections, overrides)
     if limits.get("max_pool"):
         pool = min(pool, int(limits["max_pool"]))
-    cap = limits.get("max_sft_steps") if kind == "sft" else limits.get("max_steps")
+    facts = STAGE_KIND_FACTS[kind]
+    cap = limits.get(facts.step_cap)
     if cap:
         steps = min(steps, int(cap))
     named = (limits.get("stage_steps") or {}).get(name)
     if named is not None:  # a CPU twin giving one stage more (or fewer) steps than the caps
         steps = whole_number(named, f"limits.stage_steps.{name}")
     for own in ("promote", "guard"):
-        if block[own] is not None and kind != "grpo":
+        if block[own] is not None and not facts.learns_from_rewards:
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
     promote = parse_promote(block["promote"], f"{key}.promote")
     guard = parse_guard(block["guard"], f"{key}.guard")
-    if guard is None and kind == "grpo":  # the curriculum-wide guard watches every GRPO stage
+    if guard is None and facts.learns_from_rewards:  # the curriculum-wide guard watches every GRPO stage
         guard = parse_guard(sections.guard, "curriculum.guard")
     return Stage(index, name, kind, level_weights, steps, pool, overrides, promote, guard=guard)
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conf.schema import StageKindName
+from conf.schema import StageConfig, StageKindName
 from core.checks import ConfigError
+from core.stage_kinds import STAGE_KIND_FACTS
 from core.weights import fingerprint
 from tests.conftest import compose_cfg
 from train.runner import run_curriculum
@@ -21,7 +22,10 @@ SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"
 
 def test_every_kind_the_schema_accepts_has_one_entry():
     assert set(STAGE_KINDS) == {kind.value for kind in StageKindName}
-    assert [kind.name for kind in STAGE_KINDS.values()] == list(STAGE_KINDS)
+    assert [kind.facts.name for kind in STAGE_KINDS.values()] == list(STAGE_KINDS)
+    # the facts the layers below train/ read (the plan, the report) are the trainers' own
+    assert {name: kind.facts for name, kind in STAGE_KINDS.items()} == STAGE_KIND_FACTS
+    assert [facts.name for facts in STAGE_KIND_FACTS.values() if facts.default] == [StageConfig.kind.value]
 
 
 TOO_LONG = [

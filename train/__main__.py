@@ -37,6 +37,7 @@ from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
 from core.rundir import ERROR
 from core.runlock import RunLockedError
+from core.stage_kinds import STAGE_KIND_FACTS
 from train.exits import interrupted_line, refusal_line
 from train.failures import record_error, record_refusal
 from train.identity import RunIdentity, requested_optimizers, run_identity
@@ -102,8 +103,8 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
     # that starts its run (launch=) never loads them
     from core.models import defer_bitsandbytes, defer_deepspeed, defer_vllm, quiet_libraries
 
-    optims = requested_optimizers(cfg.get("grpo"), cfg.get("sft"), OmegaConf.select(cfg, "curriculum.stages"),
-                                  cfg.get("stage_overrides"))
+    optims = requested_optimizers([cfg.get(kind) for kind in STAGE_KIND_FACTS],
+                                  OmegaConf.select(cfg, "curriculum.stages"), cfg.get("stage_overrides"))
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
     defer_deepspeed()  # before transformers imports it: only a DeepSpeed launch needs it

@@ -59,7 +59,7 @@ def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
     task.check_format(fmt)
     for stage in plan:
         key = f"curriculum.stages[{stage.index - 1}]"
-        if stage.kind == "sft" and not task.supervised:
+        if stage.kind_facts.supervised and not task.supervised:
             raise ConfigError(f"{key}.kind: sft trains on reference responses, and task {task.name} gives none "
                               "(Task.supervised, Task.sft_target)")
         if stage.promote is not None and ALL in stage.level_weights:

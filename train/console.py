@@ -126,7 +126,7 @@ def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0) -> str:
     parts = [f"stage {stage.index}/{stages}", stage.name]
     if stage.name != stage.level_label:
         parts.append(stage.level_label)
-    if stage.kind != "grpo":
+    if not stage.kind_facts.default:
         parts.append(stage.kind)
     parts.append(f"{steps} steps")
     if resumed_at:

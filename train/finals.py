@@ -56,8 +56,8 @@ def finals_to_compact(stages: Sequence[StageRecord], rl_start: int | None) -> li
     out = []
     for i, stage in enumerate(stages[:-1]):
         after = stages[i + 1:]
-        pending_grpo = any(s.kind != "sft" and not s.done for s in after)
-        if stage.done and after[0].done and not (stage.index == rl_start and pending_grpo):
+        pending_rl = any(s.kind_facts.learns_from_rewards and not s.done for s in after)
+        if stage.done and after[0].done and not (stage.index == rl_start and pending_rl):
             out.append(stage)
     return out
 

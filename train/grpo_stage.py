@@ -33,6 +33,7 @@ from trl.trainer.utils import is_async_callable
 
 from core.checks import ConfigError
 from core.models import lora_config
+from core.stage_kinds import GRPO
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
@@ -147,8 +148,7 @@ def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
 class GrpoStage:
     """`kind: grpo` (the default): the task's rewards, KL to a reference checkpoint unless beta is 0."""
 
-    name = "grpo"
-    learns_from_rewards = True
+    facts = GRPO
 
     def __init__(self, grpo: Mapping, shared: KindSettings):
         self.grpo, self.shared = grpo, shared

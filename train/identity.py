@@ -75,10 +75,10 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def requested_optimizers(grpo: Mapping | None, sft: Mapping | None, stages: Sequence | None,
-                         stage_overrides: Mapping | None) -> set[str]:
-    """Every `optim` a config names: the grpo and sft groups, each stage's overrides and `stage_overrides`."""
-    blocks: list = [grpo, sft]
+def requested_optimizers(kind_groups: Sequence, stages: Sequence | None, stage_overrides: Mapping | None) -> set[str]:
+    """Every `optim` a config names: the stage kinds' groups (`grpo`, `sft`), each stage's overrides and
+    `stage_overrides`."""
+    blocks: list = list(kind_groups)
     blocks += [stage.get("overrides") for stage in (stages or [])]
     blocks += list((stage_overrides or {}).values())
     return {str(block.get("optim")) for block in _mappings(blocks) if block.get("optim") is not None}

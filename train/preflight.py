@@ -73,7 +73,7 @@ def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSetting
     `processes` processes (TRL's batch arithmetic: each process generates its per-device batch)."""
     grpo_steps = sft_steps = completions = tokens = longest = 0
     for stage in plan:
-        if stage.kind != "grpo":
+        if not stage.kind_facts.learns_from_rewards:  # trains on given text (SFT): generates nothing
             sft_steps += stage.steps
             continue
         fields: Mapping = {**grpo, **stage.overrides}

@@ -185,7 +185,7 @@ class CurriculumRun:
         previous, rl_start = self.base, None
         for stage in plan:
             kind = kinds[stage.kind]
-            if kind.learns_from_rewards and rl_start is None:
+            if kind.facts.learns_from_rewards and rl_start is None:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
             if stage.index in to_train:
                 reference = self.reference_of(kind, stage, previous, rl_start)
@@ -215,7 +215,7 @@ class CurriculumRun:
         """The stage whose final `reference: rl_start` measures KL against (0: the base model), None when the
         reference is another or no stage learns from rewards."""
         settings = self.settings
-        first_rl = next((s.index for s in settings.plan if settings.kinds[s.kind].learns_from_rewards), None)
+        first_rl = next((s.index for s in settings.plan if s.kind_facts.learns_from_rewards), None)
         return first_rl - 1 if settings.reference == "rl_start" and first_rl else None
 
     def finals_read(self, stage: Stage) -> set[int]:
@@ -273,7 +273,7 @@ class CurriculumRun:
         """The stage's console and its sampled rollouts (GRPO), as callbacks."""
         found = [self.console.stage(stage)] if self.console is not None else []
         rollouts = self.settings.rollouts
-        if self.settings.kinds[stage.kind].learns_from_rewards and self.logs.rollouts is not None and rollouts.every:
+        if stage.kind_facts.learns_from_rewards and self.logs.rollouts is not None and rollouts.every:
             found.append(RolloutSampler(self.logs.rollouts, self.logs.tracker, every=rollouts.every,
                                         groups=rollouts.groups, stage_index=stage.index, stage_name=stage.name,
                                         step_offset=start))

@@ -14,6 +14,7 @@ from trl import SFTConfig, SFTTrainer
 
 from core.checks import ConfigError
 from core.models import lora_config
+from core.stage_kinds import SFT
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
 from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
@@ -22,8 +23,7 @@ from train.stage_run import KindSettings, StageContext, check_trainer_fields, to
 class SftStage:
     """`kind: sft`: next-token loss on the reference completion after the prompt; no rewards, no reference."""
 
-    name = "sft"
-    learns_from_rewards = False
+    facts = SFT
 
     def __init__(self, sft: Mapping, shared: KindSettings):
         self.sft, self.shared = sft, shared

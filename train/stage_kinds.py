@@ -1,7 +1,9 @@
 """The stage kinds by the name a curriculum's `kind:` gives them, each built with the config it reads.
 
-The config schema's `conf.schema.StageKindName` holds the same names, so a config is checked without
-importing the trainers; `tests/test_stage_kinds.py` holds the two together.
+Each kind carries its facts (core/stage_kinds.py: its step cap, label, whether it learns from rewards),
+which the layers below train/ read by the same name; the config schema's `conf.schema.StageKindName`
+accepts the same names, so a config is checked without importing the trainers. `tests/test_stage_kinds.py`
+holds the three together.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from train.grpo_stage import GrpoStage
 from train.sft_stage import SftStage
 from train.stage_run import KindSettings, StageKind
 
-STAGE_KINDS: dict[str, type[StageKind]] = {kind.name: kind for kind in (GrpoStage, SftStage)}
+STAGE_KINDS: dict[str, type[StageKind]] = {kind.facts.name: kind for kind in (GrpoStage, SftStage)}
 
 
 #: The config groups the kinds read: those all of them share, and each kind's own (`grpo`, `sft`).

@@ -41,6 +41,7 @@ from core.jsonl import JsonlWriter
 from core.models import LORA_LEARNING_RATE, device_settings, merged_lora
 from core.published import FINAL_MARKER, final_digests, marker_digest
 from core.rundir import final_checkpoint, stage_path
+from core.stage_kinds import StageKindFacts
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
@@ -124,8 +125,7 @@ class StageKind(Protocol):
     A kind is built from its config group (`cfg.<name>`) and the `KindSettings` every kind shares.
     """
 
-    name: str
-    learns_from_rewards: bool  # reinforcement learning starts at the first such stage (`reference: rl_start`)
+    facts: StageKindFacts  # its name, label, step cap, whether it learns from rewards (`reference: rl_start`)
 
     def rows(self, records: list[dict], tokenizer):
         """The stage's training rows (a datasets.Dataset) from its pool's records."""

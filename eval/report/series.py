@@ -178,7 +178,7 @@ def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
     for stage in stage_records(manifest):
         if stage.global_step_start is not None:
             label = stage.level_label or stage.name or stage.index
-            kind = " SFT" if stage.kind == "sft" else ""  # a cold start is not a GRPO stage
+            kind = "" if stage.kind_facts.default else f" {stage.kind_facts.label}"  # a cold start is not GRPO
             starts[stage.index] = (int(stage.global_step_start), f"{label}{kind}")
     return [Boundary(step + 0.5, label) for step, label in sorted(starts.values())]
 

@@ -121,11 +121,11 @@ def validation_words(validation: Sequence[dict], index: int) -> str | None:
 
 def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[dict]) -> str:
     rows = stage_steps(steps, stage.index)
-    kind = "SFT" if stage.kind == "sft" else "GRPO"
+    kind = stage.kind_facts
     done = stage.steps_done or len(rows)
-    head = f"**{md_escape(stage.name)}** ({done} {kind} step{'s' if done != 1 else ''} of {stage.steps_budget})"
-    words = [curve_words(rows, "loss", "loss") if stage.kind == "sft" else curve_words(rows, "reward", "reward")]
-    if stage.kind != "sft":
+    head = f"**{md_escape(stage.name)}** ({done} {kind.label} step{'s' if done != 1 else ''} of {stage.steps_budget})"
+    words = [curve_words(rows, kind.curve, kind.curve)]
+    if kind.learns_from_rewards:
         words.append(no_signal_words(rows))
     words.append(validation_words(validation, stage.index))
     said = [w for w in words if w]

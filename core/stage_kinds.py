@@ -1,0 +1,43 @@
+"""What each stage kind is, as plain facts: what the plan, the console and the report need to know of a kind
+(its step cap, its label, whether it learns from rewards) without importing the trainers.
+
+`train/stages/` builds one trainer per kind named here, each carrying its facts; conf/schema.py's
+`StageKindName` accepts the same names (tests/test_stage_kinds.py holds the three together). A kind's
+name is also the config group of its trainer's fields (`grpo`, `sft`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StageKindFacts:
+    """One kind of stage (`kind:` in a curriculum)."""
+
+    name: str  # `kind:` in a curriculum, run.json's `kind`, and the config group of its trainer's fields
+    label: str  # how the console and the report name it
+    learns_from_rewards: bool  # generates completions the task's rewards score: reinforcement learning starts
+    # at the first such stage, and only such a stage has a KL reference, promotion, the collapse guard, rollouts
+    supervised: bool  # trains on the task's reference responses (`Task.supervised`)
+    step_cap: str  # the `limits` key that caps its steps
+    curve: str  # the metrics.jsonl key its training curve follows
+    default: bool  # the kind of a stage without `kind:`; the console and the plots name every other kind
+
+
+GRPO = StageKindFacts("grpo", "GRPO", learns_from_rewards=True, supervised=False, step_cap="max_steps",
+                      curve="reward", default=True)
+SFT = StageKindFacts("sft", "SFT", learns_from_rewards=False, supervised=True, step_cap="max_sft_steps",
+                     curve="loss", default=False)
+STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (GRPO, SFT)}
+
+
+def recorded_kind(name: str | None) -> StageKindFacts:
+    """The facts of a stage kind as run.json records it. A record read back is untrusted: one without a kind (a
+    run older than kinds) or with a kind this version does not know is read as the default kind's, as the
+    report always read it.
+
+    >>> recorded_kind("sft").label, recorded_kind(None).label, recorded_kind("ppo").label
+    ('SFT', 'GRPO', 'GRPO')
+    """
+    return STAGE_KIND_FACTS.get(name, GRPO) if isinstance(name, str) else GRPO
