@@ -14,7 +14,8 @@ import pytest
 from core.jsonl import read_jsonl
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
-from train.gpu_measure import gpu_check_cfg, size_to_card, validation_projection
+from train.gpu.config import gpu_check_cfg, size_to_card
+from train.gpu.measure import validation_projection
 
 
 def test_without_cuda_it_stops_at_once_with_one_named_line(tmp_path):

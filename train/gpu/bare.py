@@ -1,7 +1,7 @@
 """The GPU check's yardstick: the check's stages with TRL's GRPOTrainer alone, each stage in a process of its own.
 
-`python -m train.gpu_bare STAGE OUT_DIR [--device cpu] [overrides]`: stage STAGE (1, 2, ...) of the check's
-plan (`train.gpu_measure.gpu_check_cfg`, the same overrides as our run), with the GRPOConfig, reward functions,
+`python -m train.gpu.bare STAGE OUT_DIR [--device cpu] [overrides]`: stage STAGE (1, 2, ...) of the check's
+plan (`train.gpu.config.gpu_check_cfg`, the same overrides as our run), with the GRPOConfig, reward functions,
 rows and seed the runner would give it, from the previous stage's saved final (`OUT_DIR/<k-1>-<name>/final`,
 stage 1 from the base model) to its own. Nothing of ours runs around it: no validation, no run directory.
 It writes `OUT_DIR/<k>-<name>.json`: construction and training seconds, TRL's step lines, memory.
@@ -90,15 +90,15 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
 
 def bare_stage_command(stage: Stage, out_dir: Path, device: str, overrides: list[str]) -> list[str]:
     """The command line of bare TRL's process for `stage`."""
-    return [sys.executable, "-m", "train.gpu_bare", str(stage.index), str(out_dir), "--device", device, *overrides]
+    return [sys.executable, "-m", "train.gpu.bare", str(stage.index), str(out_dir), "--device", device, *overrides]
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run one bare stage (see the module docstring); its report in OUT_DIR/<k>-<name>.json."""
     from core.models import defer_bitsandbytes, quiet_libraries
     from curriculum.plan import build_plan
-    from train.gpu_check import split_device
-    from train.gpu_measure import MemoryWatch, gpu_check_cfg
+    from train.gpu.config import gpu_check_cfg
+    from train.gpu.device import MemoryWatch, split_device
 
     index, out_dir, *rest = sys.argv[1:] if argv is None else argv
     device, overrides = split_device(rest)
