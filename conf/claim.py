@@ -38,7 +38,7 @@ class ClaimRunDirectory(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         # With many processes the main one claims the directory for all (and holds the run's lock later,
-        # train/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
+        # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
         processes = start_processes()
         refusal = self._claim(Path(config.hydra.run.dir), config) if processes.is_main else None
         refusal = broadcast(refusal, processes)

@@ -98,7 +98,7 @@ class WandbMode(Choice):
 
 
 class StageKindName(Choice):
-    """The stage kinds' names; train/stage_kinds.py builds one kind (a train.stage_run.StageKind) per name."""
+    """The stage kinds' names; train/stages/kinds.py builds one kind (a train.stages.base.StageKind) per name."""
 
     grpo = "grpo"
     sft = "sft"
@@ -249,7 +249,7 @@ class RolloutsConfig:
 
 @dataclass
 class LaunchConfig:
-    """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch.py."""
+    """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch/relaunch.py."""
 
     launcher: Launcher | None = None
     processes: int = 1

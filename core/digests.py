@@ -5,7 +5,7 @@ one it records each file's size and sha256 (`checksums.json` in a trainer checkp
 final's `stage.json`); read back, a file that is missing, of another size or with another hash is
 damage (a flipped bit, a truncated copy, a full disk, an edit), and the checkpoint is not used.
 
-Why per-file hashes of the bytes on disk, not the weights' fingerprint (`train.stage_run.fingerprint`,
+Why per-file hashes of the bytes on disk, not the weights' fingerprint (`core.weights.fingerprint`,
 which run.json keeps to say which weights a stage started from): they check a file without loading it
 (a truncated safetensors file does not even load), they cover what a fingerprint cannot (optimizer and
 scheduler state, RNG state, tokenizer, config: each changes what a resume trains), and they name the

@@ -2,7 +2,7 @@
 
 A job claims the GPUs it needs by taking an exclusive kernel lock (flock) on one file per GPU in a folder
 all jobs of the sweep share (the sweep folder's `.gpus/`), and holds them while its run trains; the run is
-started with CUDA_VISIBLE_DEVICES naming them (train/launch.py). Kernel locks, not a counter in a file:
+started with CUDA_VISIBLE_DEVICES naming them (train/launch/relaunch.py). Kernel locks, not a counter in a file:
 two jobs that claim in the same instant never get the same GPU, joblib may hand jobs to reused workers and
 jobs may end in any order, and a job that dies (killed, out of memory) lets its GPUs go with its process,
 so nothing is ever left to clean up by hand.

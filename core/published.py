@@ -9,7 +9,7 @@ as a reference, validated by `python -m eval` inside its run) only when
   stages' finals swapped, or one of another run put in place, are each intact with their own marker, and
   would otherwise be trained from as the stage run.json says they are.
 The marker's digest covers its files' digests, so comparing it with run.json checks every byte of the final
-at the cost of hashing its files once. A final rewritten in bfloat16 once nothing reads it (train/finals.py)
+at the cost of hashing its files once. A final rewritten in bfloat16 once nothing reads it (train/run/finals.py)
 gets a new marker naming the one it replaces (`compacted_from`), so run.json's record still vouches for it,
 also after a kill between the rewrite and run.json's next write.
 """

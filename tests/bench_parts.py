@@ -35,9 +35,9 @@ from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import generate
 from tests.conftest import compose_cfg
 from tests.pools import config_task, held_out_pools, stage_pool
-from train.grpo_stage import grpo_config
-from train.rewards import task_reward_funcs
-from train.stage_run import publish_final
+from train.rewards.reward_group import task_reward_funcs
+from train.stages.grpo import grpo_config
+from train.stages.training import publish_final
 
 ROOT = Path(__file__).resolve().parents[1]
 # Subprocesses never reach a hub and never phone wandb.

@@ -79,7 +79,7 @@ def smoke_ladder(tmp_path_factory, cache_dir):
 
     Returns (run_dir, objective).
     """
-    from train.runner import run_curriculum
+    from train.run.runner import run_curriculum
     from train.settings import read_settings
 
     run_dir = tmp_path_factory.mktemp("smoke-ladder")

@@ -10,17 +10,17 @@ Run as `python -c <driver> <arg> <train's overrides>`, or as a script file under
 # processes the main one, which alone publishes, is the one that dies.
 KILL_WHILE_PUBLISHING = """
 import os, signal, sys
-import train.stage_run
+import train.stages.training
 
 target = os.sep + sys.argv.pop(1) + os.sep
-real_publish = train.stage_run.publish_final
+real_publish = train.stages.training.publish_final
 
 def die_before_publishing(tmp_dir, final_dir, info):
     if target in str(tmp_dir):
         os.kill(os.getpid(), signal.SIGKILL)
     real_publish(tmp_dir, final_dir, info)
 
-train.stage_run.publish_final = die_before_publishing
+train.stages.training.publish_final = die_before_publishing
 from conf.errors import run_app
 from train.__main__ import _start, main
 _start()

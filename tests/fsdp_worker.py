@@ -2,7 +2,7 @@
 
 accelerate runs FSDP only on GPUs, so this drives PyTorch's own FSDP2 (`fully_shard`) directly: the tiny model
 sharded over both ranks, one optimizer step on it (and the same step on a whole copy), then the project's
-publishing of a stage's final from the shards, as `train/stage_run.py` does under FSDP: `gather_weights` on
+publishing of a stage's final from the shards, as `train/stages/training.py` does under FSDP: `gather_weights` on
 every rank (a collective per parameter), `save_whole` and `publish_final` on the main process. It writes
 `<out>/rank<k>.json` (what it saw) and `<out>/final` (the published final).
 """
@@ -21,7 +21,7 @@ from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from core.weights import fingerprint, gather_weights, save_whole
-from train.stage_run import publish_final
+from train.stages.training import publish_final
 
 
 def sgd_step(model: torch.nn.Module, batch: torch.Tensor) -> None:

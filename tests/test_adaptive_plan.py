@@ -11,7 +11,7 @@ from core.checks import ConfigError
 from curriculum.adaptive import Guard, Promote
 from curriculum.plan import build_plan
 from tests.pools import held_out_pools, stage_pool
-from train.manifest import Manifest
+from train.run.manifest import Manifest
 
 
 def _stages(make_cfg, stages: str, *extra: str):

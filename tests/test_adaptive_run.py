@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
-from train.grpo_stage import DISTINCT_KEY
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
+from train.stages.grpo import DISTINCT_KEY
 
 LENGTH = "completions/mean_length"
 

@@ -12,7 +12,7 @@ from curriculum.tasks.kk import generate
 from curriculum.tasks.kk.sources import RecordError
 from eval.report import latest_output
 from tests.conftest import run_cli
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 ONE_STAGE = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]",

@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from core import models
 from tests.test_finals import FailInStage
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 TWO_STAGES = ("+curriculum=kk_ladder", "experiment=smoke",

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import compose_cfg
-from train.manifest import Manifest
-from train.runner import run_curriculum
+from train.run.manifest import Manifest
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 TWO_STAGES = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true", "cpu_threads=1",
@@ -231,7 +231,7 @@ def test_a_marker_that_is_not_the_one_run_json_recorded_is_refused(whole_run, tm
 ])
 def test_a_final_changed_between_stages_is_not_trained_from(whole_run, tmp_path, change, named):
     """No resume at all: the previous stage's final is checked against run.json when the next stage starts."""
-    from train.runner import intact
+    from train.run.runner import intact
 
     source, _ = whole_run
     run_dir = _copy(source, tmp_path)

@@ -150,7 +150,7 @@ def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_
     launcher = subprocess.Popen([*TORCHRUN, "-m", "train", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # checkpoint-1 complete: its digests are written last, after every rank's files (train/checkpoints.py)
+        # checkpoint-1 complete: its digests are written last, after every rank's files (train/stages/checkpoints.py)
         _wait_for(run_dir / "stages" / "3-4ppl" / "trainer" / "checkpoint-1" / "checksums.json", launcher)
         ranks = _ranks(launcher)
         for process in ranks.values():  # freeze both: the kill lands mid-stage, whatever the machine's speed
@@ -234,7 +234,7 @@ def test_a_killed_rank_is_named_by_the_rank_that_lost_it_as_the_cause_not_its_ow
 
 
 def test_a_job_that_starts_its_ranks_names_a_killed_rank_and_its_signal(tmp_path, cache_dir):
-    """launch=torchrun: the job runs torchrun's agent in train/launch_agent.py, which sees rank 1's SIGKILL."""
+    """launch=torchrun: the job runs torchrun's agent in train/launch/agent.py, which sees rank 1's SIGKILL."""
     kill = "+reward.custom.kill={_target_: tests.rank_drill.killed_on_rank, _partial_: true, rank: 1}"
     done = run_cli("train", *SMOKE, ONE_STAGE, kill, "launch=torchrun", "launch.processes=2",
                    f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}", timeout=300)

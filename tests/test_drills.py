@@ -14,10 +14,10 @@ from core.checks import ConfigError
 from core.jsonl import JsonlWriter, read_jsonl
 from core.published import final_info
 from tests.conftest import compose_cfg
-from train.checkpoints import last_complete_checkpoint
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
+from train.run.stage_end import DivergenceStop, NonFiniteLossError
 from train.settings import read_settings
-from train.stage_end import DivergenceStop, NonFiniteLossError
+from train.stages.checkpoints import last_complete_checkpoint
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
         "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]

@@ -12,7 +12,7 @@ from transformers import TrainerCallback
 
 from core.published import recorded_final_problem
 from core.rundir import StageRecord
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1")

@@ -9,7 +9,7 @@ from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
 from curriculum.tasks.gsm8k.verbatim import VERBATIM_FUNCTIONS
 from tests.conftest import compose_cfg
-from train.rewards import task_reward_funcs
+from train.rewards.reward_group import task_reward_funcs
 
 # the prompt's format with a one-line and a two-line reasoning
 ONE_LINE = "<reasoning>\n48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
 from tests.conftest import compose_cfg
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 

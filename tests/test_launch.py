@@ -19,7 +19,7 @@ from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
 from train.config_check import check_config, check_one_gpu_per_process
-from train.launch import launch_command
+from train.launch.relaunch import launch_command
 
 ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
              "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"}
@@ -61,7 +61,7 @@ def test_the_size_said_before_a_run_counts_every_process_completions_and_shares_
     """Each process generates its own per-device batch every step (the smoke recipe: 4 completions per process), as
     TRL's batch arithmetic counts them, while validation's puzzles are shared out over the processes, not repeated."""
     from eval.settings import run_task, validation_settings
-    from train.preflight import run_size
+    from train.run.preflight import run_size
 
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
     task = run_task(cfg.task, str(cfg.prompt.fmt))
@@ -177,7 +177,7 @@ def test_the_slurm_launcher_asks_for_a_gpu_per_process_and_requeues(make_cfg):
 def test_a_job_starts_its_ranks_through_accelerate_with_the_launch_file(tmp_path):
     launch = {"launcher": "accelerate", "processes": 4, "accelerate_config": "zero3"}
     command = launch_command(launch, ["+curriculum=kk_ladder", "seed=3"], tmp_path)
-    assert command[1:6] == ["-m", "train.launch_agent", str(tmp_path / "error.txt"), "4", "accelerate"], \
+    assert command[1:6] == ["-m", "train.launch.agent", str(tmp_path / "error.txt"), "4", "accelerate"], \
         "run in this project's agent, which records a rank killed by a signal in error.txt"
     assert command[6:] == [
         "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes",
@@ -197,7 +197,7 @@ def test_a_launch_file_that_does_not_exist_is_refused_by_name():
 def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(make_cfg, tmp_path):
     """TRL's client keeps a stage's weight-sync group open on its port until the process exits: the next
     stage's trainer (same process) needs another port; the server takes whichever the client names."""
-    from train.grpo_stage import grpo_config
+    from train.stages.grpo import grpo_config
 
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "+grpo.use_vllm=true", "+grpo.vllm_mode=server")
     grpo = OmegaConf.to_container(cfg.grpo, resolve=True)

@@ -25,7 +25,7 @@ FORBIDDEN = {
 def imported_packages(source: str) -> list[tuple[int, str]]:
     """(line, top-level package) of every absolute import in `source`, at any depth (also inside functions).
 
-    >>> imported_packages("import os\\nfrom train.runner import x\\ndef f():\\n    import eval.report as r\\n")
+    >>> imported_packages("import os\\nfrom train.run.runner import x\\ndef f():\\n    import eval.report as r\\n")
     [(1, 'os'), (2, 'train'), (4, 'eval')]
     """
     found = []
@@ -54,14 +54,14 @@ def test_no_import_points_up_a_layer():
 
 @pytest.mark.parametrize(("path", "source", "expected"), [
     # the shared layer reaching into the trainer: the cycle this test exists to stop
-    ("core/models.py", "from train.manifest import Manifest\n", ["core/models.py:1 imports train"]),
+    ("core/models.py", "from train.run.manifest import Manifest\n", ["core/models.py:1 imports train"]),
     # the task importing the grader (as curriculum/sft.py once did)
     ("curriculum/tasks/kk/sft.py", "from eval.generation import prompt_text\n",
      ["curriculum/tasks/kk/sft.py:1 imports eval"]),
     # eval importing the trainer lazily, inside a function, is still an import
     ("eval/validation.py", "def f():\n    import train.models\n", ["eval/validation.py:2 imports train"]),
     # downward imports are the point of the layers
-    ("train/runner.py", "from core.models import resolve_model\nfrom eval.validation import validate\n", []),
+    ("train/run/runner.py", "from core.models import resolve_model\nfrom eval.validation import validate\n", []),
     ("eval/report/run.py", "from core.rundir import RUN_JSON\nfrom curriculum.tasks.kk import solve\n", []),
 ])
 def test_a_planted_import_is_found(tmp_path, path, source, expected):

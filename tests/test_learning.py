@@ -16,7 +16,7 @@ import pytest
 
 from core.jsonl import read_jsonl
 from tests.conftest import compose_cfg, run_cli
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 PROBE = "rewards/low_tokens/mean"

@@ -26,7 +26,7 @@ from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_
 from curriculum.tasks.kk.rewards import tiered_reward
 from tests.conftest import SHARED_DATA, compose_cfg
 from tests.reference import logic_rl_kk as published
-from train.rewards import task_reward_funcs
+from train.rewards.reward_group import task_reward_funcs
 
 # The end of a Logic-RL qwen-instruct prompt: the assistant turn, <think> pre-filled.
 PROMPT = "<|im_start|>system\nS\n<|im_end|>\n<|im_start|>user\nQ\n<|im_end|>\n<|im_start|>assistant\n<think>"
@@ -156,7 +156,7 @@ def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_
     needs_shared_data()
     from curriculum.plan import build_plan
     from tests.pools import held_out_pools, stage_pool
-    from train.runner import run_curriculum
+    from train.run.runner import run_curriculum
     from train.settings import read_settings
 
     cfg = compose_cfg(cache_dir, "+curriculum=kk_logicrl", "experiment=smoke", "data=local",

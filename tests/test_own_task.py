@@ -11,7 +11,7 @@ import json
 from core.jsonl import read_jsonl
 from eval.report import write_report
 from tests.conftest import ROOT, compose_cfg, run_cli
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 LEVELS = ["2digits", "3digits", "4digits"]

@@ -21,7 +21,7 @@ def test_kk_ladder_plan(make_cfg):
 
 def test_stage_overrides_set_one_stage_by_name(make_cfg, tmp_path):
     """A learning rate for the 2ppl stage alone, from the command line; its GRPOConfig really trains at it."""
-    from train.grpo_stage import grpo_config
+    from train.stages.grpo import grpo_config
 
     cfg = make_cfg("+curriculum=kk_ladder", "+curriculum.stages.0.overrides.beta=0.002",
                    "stage_overrides={2ppl: {learning_rate: 1.0e-6}, 6ppl: {temperature: 1.0}}")
@@ -171,18 +171,18 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: my_missing_module.fn, _partial_: true}"),
      "reward.custom.mine._target_"),
     # ... that misses a setting the trainer cannot supply
-    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: train.probe_rewards.low_token_share}"),
+    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: train.rewards.probe.low_token_share}"),
      "reward.custom.mine"),
     # ... that binds a keyword the function does not take
     (("+curriculum=kk_ladder",
-      "+reward.custom.mine={_target_: train.probe_rewards.low_token_share, below: 3, bleow: 4}"),
+      "+reward.custom.mine={_target_: train.rewards.probe.low_token_share, below: 3, bleow: 4}"),
      "reward.custom.mine"),
     # ... that would be called at load time instead of by the trainer
     (("+curriculum=kk_ladder",
-      "+reward.custom.mine={_target_: train.probe_rewards.low_token_share, _partial_: false, below: 3}"),
+      "+reward.custom.mine={_target_: train.rewards.probe.low_token_share, _partial_: false, below: 3}"),
      "reward.custom.mine._partial_"),
     # ... that takes a built-in component's name
-    (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.probe_rewards.low_token_share, below: 3}"),
+    (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.rewards.probe.low_token_share, below: 3}"),
      "reward.custom.format"),
     # the validation plan is all or near
     (("+curriculum=kk_ladder", "eval.subsets_after_stage=some"), "eval.subsets_after_stage"),

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"

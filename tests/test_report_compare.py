@@ -18,7 +18,7 @@ from tests.test_report import make_job
 @pytest.fixture(scope="module")
 def two_runs(smoke_ladder, cache_dir, tmp_path_factory) -> tuple[Path, Path]:
     """(the ladder, the mix): the mix trains once per module, on the same pools and model."""
-    from train.runner import run_curriculum
+    from train.run.runner import run_curriculum
     from train.settings import read_settings
 
     mixed = tmp_path_factory.mktemp("runs") / "mixed"

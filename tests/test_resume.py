@@ -91,12 +91,12 @@ def test_second_run_on_a_live_run_directory_is_refused_and_writes_nothing_there(
 
 # A run that fails after run.json is written (its baseline validation raises), as a sweep job can.
 FAIL_IN_VALIDATION = """
-import train.runner
+import train.run.runner
 
 def broken_validation(*args, **kwargs):
     raise RuntimeError("the validation backend crashed")
 
-train.runner.validate = broken_validation
+train.run.runner.validate = broken_validation
 from train.__main__ import main
 main()
 """

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from core.jsonl import read_jsonl
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 ONE_STEP = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 4}]",
@@ -46,7 +46,7 @@ def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cf
 def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stage(tmp_path, make_cfg, caplog):
     run_dir = tmp_path / "run"
     cfg = _with_reward(make_cfg, "returns_nan", "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]")
-    with caplog.at_level(logging.WARNING, logger="train.reward_checks"):
+    with caplog.at_level(logging.WARNING, logger="train.rewards.checks"):
         run_curriculum(read_settings(cfg), run_dir)  # the run goes on: the other rewards still score every completion
     said = [r.getMessage() for r in caplog.records if "reward mine: scored none" in r.getMessage()]
     assert len(said) == 1, "said once for the stage's two batches"

@@ -1,4 +1,4 @@
-"""Tests of K&K's rewards (curriculum/tasks/kk/rewards.py) as a run builds them (train/rewards.py): each
+"""Tests of K&K's rewards (curriculum/tasks/kk/rewards.py) as a run builds them (train/rewards/reward_group.py): each
 component's values, every preset's tier table, config errors, TRL's calling convention, and grading once
 per completion per batch."""
 
@@ -24,7 +24,7 @@ from curriculum.tasks.kk.rewards import (
     tiered_reward,
 )
 from tests.conftest import ROOT
-from train.rewards import task_reward_funcs
+from train.rewards.reward_group import task_reward_funcs
 
 # K&K's presets; a preset for another task names it (`task: gsm8k`) and is tested with that task.
 PRESETS = sorted(p.stem for p in (ROOT / "conf" / "reward").glob("*.yaml")

@@ -9,7 +9,7 @@ import pytest
 
 from core.jsonl import read_jsonl, scan_jsonl
 from core.rundir import RUN_JSON, Status, objective, run_of_final, stage_records, stage_transition
-from train.manifest import Manifest
+from train.run.manifest import Manifest
 
 
 @pytest.mark.parametrize(("old", "new", "allowed"), [

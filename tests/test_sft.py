@@ -18,7 +18,7 @@ from curriculum.tasks.kk.grading.grader import FORMATS, grade
 from curriculum.tasks.kk.sft import reference_response
 from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 

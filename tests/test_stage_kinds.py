@@ -13,9 +13,9 @@ from core.checks import ConfigError
 from core.stage_kinds import STAGE_KIND_FACTS
 from core.weights import fingerprint
 from tests.conftest import compose_cfg
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
-from train.stage_kinds import STAGE_KINDS
+from train.stages.kinds import STAGE_KINDS
 
 SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"
 

@@ -110,7 +110,7 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
 
 
 def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):
-    from train.runner import run_curriculum
+    from train.run.runner import run_curriculum
     from train.settings import read_settings
 
     run_dir = tmp_path / "run"

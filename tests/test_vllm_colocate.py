@@ -26,9 +26,9 @@ from core.models import resolve_model
 from eval.vllm_backend import process_kept, release, sampling_params
 from tests.conftest import compose_cfg
 from tests.vllm_models import peaked_checkpoint
-from train.grpo_stage import colocated_engine_setup
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
+from train.stages.grpo import colocated_engine_setup
 
 COLOCATED = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true",
              "+grpo.vllm_mode=colocate", "eval.backend=vllm", "eval.every=1", "cpu_threads=1",

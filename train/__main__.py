@@ -14,7 +14,7 @@ the ranks join their process group and take the main process's launch time, so t
 folder (the run's, a sweep's) is the same on all of them; the other ranks are told to keep Hydra's
 record and log out of the run directory and their console quiet. A failing rank records its error in
 error.txt, naming itself, unless it only lost another rank (train/failures.py). With `launch.launcher` set,
-the job starts its run's processes itself (train/launch.py: a SLURM job of many GPUs, one job per GPU of a
+the job starts its run's processes itself (train/launch/relaunch.py: a SLURM job of many GPUs, one job per GPU of a
 machine) and never loads torch.
 """
 
@@ -88,7 +88,7 @@ def main(cfg: DictConfig) -> float:
 def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
     """What a run refused by a config error (or a model that cannot be had) leaves. The folder Hydra made for
     a run refused before it wrote anything goes; a run given to resume= is left exactly as it was (its error.txt
-    too). A run a sweep's job started (train/launch.py: it keeps no Hydra record, `hydra.output_subdir=null`)
+    too). A run a sweep's job started (train/launch/relaunch.py: it keeps no Hydra record, `hydra.output_subdir=null`)
     runs in the job's folder, which it leaves to the job, with the refusal in error.txt for the sweep's report.
     """
     if hydra_cfg.output_subdir is None:
@@ -108,7 +108,7 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
     defer_deepspeed()  # before transformers imports it: only a DeepSpeed launch needs it
-    from train.runner import run_curriculum
+    from train.run.runner import run_curriculum
     from train.settings import read_settings
 
     quiet_libraries()
@@ -118,8 +118,8 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
 
 def _relaunch(launch: DictConfig, overrides: list[str], run_dir: Path, sweep_dir: Path, processes: Processes) -> float:
     """The job starts its run's processes (`launch.launcher`); refused inside a launch, whose ranks would each
-    start more. This process imports no torch: it never initialises CUDA (train/launch.py)."""
-    from train.launch import relaunch
+    start more. This process imports no torch: it never initialises CUDA (train/launch/relaunch.py)."""
+    from train.launch.relaunch import relaunch
 
     if processes.many:
         raise ConfigError(f"launch.launcher: this process is already one of {processes.world_size} ranks; "

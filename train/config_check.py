@@ -19,10 +19,10 @@ from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks.base import ALL, Task
 from eval.config_check import check_eval_config
 from eval.settings import run_task, subset_levels
-from train.grpo_stage import check_grpo_fields
-from train.rewards import task_reward_funcs
-from train.stage_kinds import GROUPS, stage_kinds
-from train.stage_run import StageKind
+from train.rewards.reward_group import task_reward_funcs
+from train.stages.base import StageKind
+from train.stages.grpo import check_grpo_fields
+from train.stages.kinds import GROUPS, stage_kinds
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ collective (gloo's "Connection closed by peer", NCCL's "remote process exited").
 error records it as a follow-on, naming the ranks whose process is gone (on its machine), and any rank's
 record of its own error takes the place of a follow-on. A rank killed by a signal (SIGKILL, the kernel's
 out-of-memory killer) can record nothing: only the process that started it sees its signal. torchrun and
-accelerate print it in their summary ("Root Cause"); a job that starts its run itself (train/launch.py,
+accelerate print it in their summary ("Root Cause"); a job that starts its run itself (train/launch/relaunch.py,
 `launch=`) writes it into error.txt, in the place of any follow-on.
 
 error.txt is created exclusively: the first record stays, except that a cause replaces a follow-on.
@@ -87,7 +87,7 @@ def record_error(path: Path, err: BaseException, processes: Processes, peers: Se
     host and pid, to name the ranks gone). A rank's error of its own replaces another rank's follow-on record;
     a follow-on never replaces a record, nor does one process's error (a job whose ranks failed before it
     says so). The failing rank writes it itself: the main process may not outlive it. A failed attempt's
-    file is removed once the next attempt holds the run lock (train/runner.py run_lock).
+    file is removed once the next attempt holds the run lock (train/run/runner.py run_lock).
     """
     line = failure_line(err, processes.many, gone_ranks(peers, _host()) if processes.many else ())
     head = f"{processes.label()}: {line}\n\n" if processes.many else ""

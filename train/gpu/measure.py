@@ -23,7 +23,7 @@ from eval.cost import validation_cost
 from train.gpu.bare import BareRun, bare_stage_command
 from train.gpu.config import compose_config, size_to_card
 from train.gpu.device import GIB, GpuCheckError, MemoryWatch
-from train.runner import run_curriculum
+from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 # The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.

@@ -17,7 +17,7 @@ Parsing approach, in two layers, each a single linear pass (no regex that can ba
 `correct` is judged on the answer alone (every person decided and equal to the solution, and no one
 outside the puzzle given a role: a reward must never teach a model to invent people); format is
 reported separately in `format_ok`, and `Grade.strict_correct` is Logic-RL's validation criterion
-(both). Rewards decide how to combine them (`train/rewards.py`).
+(both). Rewards decide how to combine them (`train/rewards/reward_group.py`).
 """
 
 from __future__ import annotations

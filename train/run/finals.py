@@ -9,7 +9,7 @@ then, by `finals`:
   validation on a GPU loads anyway), through a temporary folder and a rename, its stage.json saying so and
   naming the marker it replaces (`compacted_from`: run.json's record of the stage still vouches for it);
 - `keep: last`: removed.
-A resume only needs the finals a stage still to train starts from (train/resume.py `stages_to_train`
+A resume only needs the finals a stage still to train starts from (train/run/resume.py `stages_to_train`
 skips a done stage whose successor is done), so neither breaks it. run.json's `compacted_finals`
 records what was done to which. Never in float32 before its successor is done: bfloat16 keeps 8 bits of
 mantissa, and a stage's updates at GRPO's learning rates (~1e-6 of a weight) would round away.
@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from core.published import final_info, marker_digest
 from core.rundir import StageRecord
 from core.weights import zero3_init_paused
-from train.stage_run import publish_final
+from train.stages.training import publish_final
 
 log = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tupl
     """The reward function of `reward.custom.<name>`, checked against TRL's call with the task's `columns`;
     raises ConfigError naming the key.
 
-    >>> load_custom_reward("tokens", {"_target_": "train.probe_rewards.low_token_share", "below": 3}, ()).__name__
+    >>> load_custom_reward("tokens", {"_target_": "train.rewards.probe.low_token_share", "below": 3}, ()).__name__
     'tokens'
     >>> load_custom_reward("x", {"_target_": "no.such.module.fn"}, ())  # doctest: +ELLIPSIS
     Traceback (most recent call last):

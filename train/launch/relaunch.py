@@ -10,7 +10,7 @@ directory>` as a process of its own, waits, and returns the objective its run.js
   --config_file conf/accelerate/<launch.accelerate_config>.yaml -m train ...`.
 - `launch=torchrun`: the same through `torchrun --standalone --nproc_per_node N` (plain DDP on GPUs, and on
   a CPU the tests' way to start many processes).
-accelerate and torchrun run inside train/launch_agent.py, which names a rank killed by a signal in the run's
+accelerate and torchrun run inside train/launch/agent.py, which names a rank killed by a signal in the run's
 error.txt; for one process the job sees the signal itself. With `launch.gpus` set, a job of N processes
 claims N GPUs of the pool. The ranks write the run directory; the job keeps its own Hydra record there (the
 ranks are told `hydra.output_subdir=null`).
@@ -50,7 +50,7 @@ RUN_ITSELF = ["launch.launcher=null", "launch.gpus=null"]
 
 def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> list[str]:
     """The command that starts `launch.processes` ranks of `python -m train` in `run_dir` with the job's
-    overrides (through train/launch_agent.py for accelerate and torchrun).
+    overrides (through train/launch/agent.py for accelerate and torchrun).
 
     >>> launch_command({"launcher": "torchrun", "processes": 2}, ["seed=1"], Path("/o/0"))[3:]
     ['/o/0/error.txt', '2', 'torchrun', '--standalone', '--nproc_per_node', '2', '-m', 'train', 'seed=1', \
@@ -64,7 +64,7 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
                 "--num_processes", str(launch["processes"])]
     else:  # torchrun; --standalone finds a free port, so jobs sharing a machine do not collide
         head = ["torchrun", "--standalone", "--nproc_per_node", str(launch["processes"])]
-    return [sys.executable, "-m", "train.launch_agent", str(run_dir / ERROR), str(launch["processes"]), *head, *run]
+    return [sys.executable, "-m", "train.launch.agent", str(run_dir / ERROR), str(launch["processes"]), *head, *run]
 
 
 def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir: Path) -> float:

@@ -10,7 +10,7 @@ With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer's engine is s
 machine and the process left as it was (`colocated_engine_setup`), and freed when training ends
 (`ReleaseRolloutEngine`); with `eval.backend=vllm` or `auto`, in-stage validation borrows it
 (`eval.vllm_backend.ColocatedEngine`).
-What every kind shares (train, resume, publish) is `train/stage_run.py`'s.
+What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
 group: near-identical rollouts are the collapse people saw). TRL never shows a callback the
@@ -41,9 +41,10 @@ from curriculum.tasks.base import completion_text
 from eval.in_stage import InStageValidation
 from eval.vllm_backend import ColocatedEngine, process_kept, release
 from eval.vllm_cpu import colocated_engine
-from train.reward_checks import check_timeout, checked_rewards
-from train.rewards import task_reward_funcs
-from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
+from train.rewards.checks import check_timeout, checked_rewards
+from train.rewards.reward_group import task_reward_funcs
+from train.stages.base import KindSettings, StageContext
+from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
 
 DISTINCT_KEY = "completions/distinct_share"
 _SPACE = re.compile(r"\s+")

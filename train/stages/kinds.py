@@ -12,9 +12,9 @@ from collections.abc import Mapping
 
 from core.checks import plain
 from curriculum.tasks.base import Task
-from train.grpo_stage import GrpoStage
-from train.sft_stage import SftStage
-from train.stage_run import KindSettings, StageKind
+from train.stages.base import KindSettings, StageKind
+from train.stages.grpo import GrpoStage
+from train.stages.sft import SftStage
 
 STAGE_KINDS: dict[str, type[StageKind]] = {kind.facts.name: kind for kind in (GrpoStage, SftStage)}
 

@@ -1,6 +1,6 @@
 """What only a resume does: the run-level checks and repairs a fresh run never needs.
 
-A resumed run takes the fresh run's path (`train/runner.py`) and asks here at five points:
+A resumed run takes the fresh run's path (`train/run/runner.py`) and asks here at five points:
 - `stages_to_train`: a done stage is skipped, unless its final is needed (the run's result, or read by a
   stage still to train) and is not the one run.json recorded (missing; its files differ from its marker's
   digests; its marker another stage's or run's: core/published.py) (`on_damaged_checkpoint`: stop, or
@@ -12,7 +12,7 @@ A resumed run takes the fresh run's path (`train/runner.py`) and asks here at fi
 - `resume_budget`: a stage stopped early (promotion, guard) and killed before it was published
   resumes to that stop, not to its whole budget;
 - `logged_before_resume`: the collapse guard's window carries over the steps logged before a kill.
-Inside a stage, the trainer continues from that checkpoint (`train.stage_run.resume_and_train`).
+Inside a stage, the trainer continues from that checkpoint (`train.stages.training.resume_and_train`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from core.jsonl import read_jsonl
 from core.published import final_info, final_problem, marker_digest, recorded_final_problem
 from core.rundir import METRICS, StageRecord, final_checkpoint, stage_final, stage_path
 from curriculum.plan import Stage
-from train.checkpoints import scan_checkpoints
-from train.manifest import Manifest
-from train.stage_run import StageResult
+from train.run.manifest import Manifest
+from train.stages.base import StageResult
+from train.stages.checkpoints import scan_checkpoints
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from curriculum.plan import Stage
 from train.failures import failure_line
 
 if TYPE_CHECKING:
-    from train.stage_run import StageResult
+    from train.stages.base import StageResult
 
 # Keys that may differ between a run and its resume without changing what is trained (how many
 # processes train is checked on its own: run.json's world_size).

@@ -4,7 +4,7 @@ The task offers its components (`Task.reward_functions`, built with the run's pr
 length and the reward group's blocks for it) and its presets (`Task.reward_presets`); the reward group
 (conf/reward/*.yaml) names the task whose components it weighs (`reward.task`), a preset of the task's
 to start from (`reward.preset`) and the weights. `reward.custom` adds functions from the user's modules
-(`train/custom_rewards.py`), weight 1 unless given.
+(`train/rewards/custom.py`), weight 1 unless given.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
 from curriculum.tasks.rewards import RewardSettings, weighted_rewards
-from train.custom_rewards import load_custom_reward
-from train.reward_checks import check_timeout
+from train.rewards.checks import check_timeout
+from train.rewards.custom import load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "preset", "weights", "allow_negative_weights", "custom", "timeout_s")

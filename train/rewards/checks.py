@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from core.checks import ConfigError, is_number
-from train.custom_rewards import NamedReward
+from train.rewards.custom import NamedReward
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,10 @@ def scores(name: str, result, count: int) -> list[float | None]:
     [1.0, 0.5, None, None]
     >>> scores("r", None, 2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    train.reward_checks.RewardError: reward r: returned None, not a list of one number (or None) per completion ...
+    train.rewards.checks.RewardError: reward r: returned None, not a list of one number (or None) per completion ...
     >>> scores("r", [1.0, float("inf")], 2)
     Traceback (most recent call last):
-    train.reward_checks.RewardError: reward r: completion 1 scored inf; a reward must be finite (None: no score)
+    train.rewards.checks.RewardError: reward r: completion 1 scored inf; a reward must be finite (None: no score)
     """
     if hasattr(result, "tolist") and getattr(result, "ndim", None) == 1:  # a numpy array or torch tensor
         result = result.tolist()

@@ -7,7 +7,7 @@ stop a stage and the stage validates inside itself, the best-validated weights a
 and put back before the stage's final is published, so a collapse is not handed to the next stage.
 
 The collapse guard: per-step signals of collapse (TRL's `completions/mean_length` and
-`frac_reward_zero_std`, and `completions/distinct_share`, logged by `train/grpo_stage.py`), watched
+`frac_reward_zero_std`, and `completions/distinct_share`, logged by `train/stages/grpo.py`), watched
 over a window, acted on (warn or stop).
 
 Divergence: a loss or weights that become NaN or inf stop the stage with an error before the
@@ -31,7 +31,7 @@ from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
-from train.manifest import Manifest
+from train.run.manifest import Manifest
 from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from core.models import lora_config
 from core.stage_kinds import SFT
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
-from train.stage_run import KindSettings, StageContext, check_trainer_fields, token_counts, trainer_fields
+from train.stages.base import KindSettings, StageContext
+from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
 
 
 class SftStage:

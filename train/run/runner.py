@@ -4,7 +4,7 @@ Order of work, so that a bad input fails before anything expensive and nothing w
 the config checked and read into a `RunSettings` (train/settings.py: before this, by the caller) -> lock
 the run directory -> draw every pool and render its rows (prompt lengths checked) -> baseline
 validation -> per stage: train from the previous final, publish the stage's final, validate it.
-`run.json` records each step. A resume takes the same path, and asks `train/resume.py` only where a
+`run.json` records each step. A resume takes the same path, and asks `train/run/resume.py` only where a
 fresh run has nothing to ask.
 
 Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
@@ -54,16 +54,17 @@ from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
 from eval.validation import validate
-from train import resume
 from train.console import RunConsole
-from train.finals import compact_finals
 from train.identity import RunIdentity
-from train.manifest import Manifest, check_process_count, check_same_config
-from train.preflight import RunSize, cpu_warning, run_size
 from train.rollouts import RolloutSampler
+from train.run import resume
+from train.run.finals import compact_finals
+from train.run.manifest import Manifest, check_process_count, check_same_config
+from train.run.preflight import RunSize, cpu_warning, run_size
+from train.run.stage_end import stage_end_callbacks
 from train.settings import RunSettings
-from train.stage_end import stage_end_callbacks
-from train.stage_run import StageContext, StageKind, StageResult, run_stage
+from train.stages.base import StageContext, StageKind, StageResult
+from train.stages.training import run_stage
 from train.tracking import RunLogs, make_tracker
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class CurriculumRun:
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
 
     def stages_to_train(self) -> set[int]:
-        """The stages still to train (train/resume.py `stages_to_train`), decided by the main process, which alone
+        """The stages still to train (train/run/resume.py `stages_to_train`), decided by the main process, which alone
         sets a refused final aside; every rank sends the same done stages back to pending."""
         done = {s.index for s in self.manifest.stages if s.done}
         to_train = on_main(lambda: resume.stages_to_train(self.run_dir, self.manifest, self.settings.plan,
@@ -227,7 +228,7 @@ class CurriculumRun:
         return read - {0}
 
     def compact_finals(self) -> None:
-        """Apply `finals` to the finals nothing still to train reads (train/finals.py); run.json says which."""
+        """Apply `finals` to the finals nothing still to train reads (train/run/finals.py); run.json says which."""
         settings = self.settings
         rl_start = self.rl_start_index or None  # the base model (0) is not a final
         before = self.manifest.fields.get("compacted_finals") or {}

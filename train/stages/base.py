@@ -1,0 +1,113 @@
+"""What a stage kind is given and what it gives back: `KindSettings` (the groups every kind reads besides its
+own), `StageContext` (what a stage needs from the run around it), the `StageKind` protocol a kind fills in,
+and `StageResult` (what training a stage produced, as run.json records it).
+
+A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up by name in
+`train/stages/kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
+(`train/stages/training.py`) does the rest the same way for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from transformers import Trainer
+
+from core.distributed import Processes
+from core.jsonl import JsonlWriter
+from core.stage_kinds import StageKindFacts
+from curriculum.plan import Stage
+from curriculum.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class KindSettings:
+    """What a stage kind reads besides its own config group (`grpo`, `sft`): plain copies of these groups."""
+
+    prompt: Mapping  # rows are rendered with it; its `fmt` is the format the grader reads
+    model: Mapping  # chat, chat_template_kwargs, context_length, lora
+    reward: Mapping  # the reward group (GRPO's reward functions)
+    seed: int  # each stage's trainer is seeded with seed + its index
+    world_size: int = 1  # processes training each step: TRL's batch arithmetic counts them
+    task: Task | None = None  # the run's task: its reward functions (kk: the reward group's components)
+
+
+@dataclass
+class StageContext:
+    """What a stage needs from the run around it."""
+
+    run_dir: Path
+    init_model: str  # the checkpoint this stage starts from
+    reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
+    step_offset: int  # global steps done before this stage
+    config_hash: str  # of the run's config: its final's stage.json names it (a resume adopts only its own)
+    task: str  # the run's task (its name): its final's stage.json names it (python -m eval checks it)
+    keep_trainer_checkpoints: bool
+    metrics: JsonlWriter
+    tracker: object
+    processes: Processes  # every rank trains the stage; the main process writes its final
+    callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
+    resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
+    reward_warning: Callable[[dict], None] | None = None  # a reward's warning into run.json (train/rewards/checks.py)
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What training a stage produced, as run.json records it; its final's `stage.json` holds most of it."""
+
+    checkpoint: str  # its final, relative to the run directory (a run directory may be moved)
+    steps_done: int
+    policy_fingerprint: str | None  # of the weights it started from
+    reference: str | None  # the checkpoint its KL is measured against
+    reference_fingerprint: str | None
+    resumed_from: str | None = None  # the trainer checkpoint it continued from
+    wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
+    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (gathered where sharded)
+    distributed: dict | None = None  # how its trainer ran (`distributed_record`)
+    final_marker: str | None = None  # sha256 of the published final's stage.json (core/published.py)
+
+    def marker(self, stage_name: str, config_hash: str, task: str, init: str) -> dict:
+        """The final's `stage.json`: which stage of which config and task it is, where it started, and this result."""
+        return {"stage": stage_name, "config_hash": config_hash, "task": task, "steps_done": self.steps_done,
+                "init": init,
+                "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
+                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints,
+                "distributed": self.distributed}
+
+    @classmethod
+    def from_marker(cls, checkpoint: str, info: Mapping, final_marker: str) -> StageResult:
+        """The result a published final's `stage.json` (of sha256 `final_marker`) holds (nothing of how long it
+        took)."""
+        return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
+                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"),
+                   distributed=info.get("distributed"), final_marker=final_marker)
+
+
+class StageKind(Protocol):
+    """What one kind of stage (`kind:` in a curriculum) brings; `run_stage` does the rest.
+
+    A kind is built from its config group (`cfg.<name>`) and the `KindSettings` every kind shares.
+    """
+
+    facts: StageKindFacts  # its name, label, step cap, whether it learns from rewards (`reference: rl_start`)
+
+    def rows(self, records: list[dict], tokenizer):
+        """The stage's training rows (a datasets.Dataset) from its pool's records."""
+
+    def check(self, stage: Stage, key: str) -> None:
+        """Raise ConfigError naming the key (under `key`, the stage's overrides) before any model loads."""
+
+    def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
+        """Raise ConfigError if a row does not fit the kind's token budget (nothing is truncated silently)."""
+
+    def has_reference(self, stage: Stage) -> bool:
+        """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
+
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> Trainer:
+        """The TRL trainer for the stage, its policy loaded from `ctx.init_model`."""
+
+    def reference_fingerprint(self, trainer: Trainer) -> str | None:
+        """The fingerprint of the weights the loss measures KL against, or None."""

@@ -1,0 +1,130 @@
+"""A trainer config's fields and their checks, shared by every kind: the kind's group, LoRA's rate, the stage's
+overrides and the runner's own, under the names the installed transformers knows (`trainer_fields`); and,
+before any model loads, that a config's fields are the trainer's (TRL's dataclass: names, plain types, no
+warmup, sampling ranges). `token_counts` is what the kinds' length checks count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+
+from core.checks import ConfigError, is_int, is_number
+from core.models import LORA_LEARNING_RATE, device_settings
+from curriculum.plan import Stage
+from curriculum.prompts import prompt_ids
+
+# Set by the runner per stage; a config that sets them would be silently overridden.
+RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
+
+
+def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None,
+                   config_class: type) -> dict:
+    """A trainer config's fields: the kind's config group, LoRA's rate, the stage's overrides, then the runner's,
+    under the names the installed transformers gives them (`installed_names`).
+
+    Adapters train at their own, larger rate (TRL's PEFT docs: about 10x); a stage's overrides still win.
+    """
+    device = device_settings()
+    fields = {"optim": device["optim"], **section}
+    if lora:
+        fields["learning_rate"] = float(lora.get("learning_rate") or LORA_LEARNING_RATE)
+    fields.update(stage.overrides)
+    fields.update(
+        output_dir=str(output_dir),
+        max_steps=stage.steps,
+        seed=seed + stage.index,
+        report_to="none",
+        bf16=device["bf16"],
+        use_cpu=device["use_cpu"],
+        model_init_kwargs={"dtype": str(device["dtype"]).removeprefix("torch.")},
+        save_strategy="steps",
+    )
+    return installed_names(fields, config_class)
+
+
+# transformers 5.24 renamed these TrainingArguments fields (the old names stay as deprecated aliases); vLLM 0.31,
+# the newest TRL 1.16 accepts, needs transformers < 5.18, which knows only the old ones. The configs use the new.
+RENAMED_FIELDS = {"activation_checkpointing": "gradient_checkpointing",
+                  "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
+
+
+def installed_names(fields: Mapping, config_class: type) -> dict:
+    """`fields` with each renamed field under the name `config_class` (the installed TRL/transformers) knows.
+
+    >>> Old = dataclasses.make_dataclass("Old", ["gradient_checkpointing", "seed"])  # transformers before 5.24
+    >>> installed_names({"activation_checkpointing": True, "seed": 1}, Old)
+    {'gradient_checkpointing': True, 'seed': 1}
+    """
+    known = {spec.name for spec in dataclasses.fields(config_class)}
+    return {(RENAMED_FIELDS[k] if k in RENAMED_FIELDS and k not in known else k): v for k, v in fields.items()}
+
+
+def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
+    """Every field a config sets is a field of the trainer's config (TRL's dataclass), with a value of its type
+    where that is a plain one (bool, int, float, str, or one of them or null), not one the runner sets, and not
+    a warmup."""
+    known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
+    for name, value in installed_names(fields, config_class).items():
+        if name not in known:
+            raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL)")
+        if name in RUNNER_OWNED:
+            raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
+        expected = _plain_type(known[name])
+        if expected and not _fits(value, *expected):
+            raise ConfigError(f"{key}.{name}: {value!r} is not {SCALARS[expected[0]]} ({config_class.__name__})")
+    # Every optimizer step must update the policy; transformers' warmup spends the first at learning rate 0.
+    if (fields.get("warmup_steps") or 0) > 0:
+        raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
+                          "run at learning rate 0 (transformers' warmup starts from 0); use 0")
+    check_sampling(fields, key)
+
+
+# The sampling fields of a trainer that generates (GRPOConfig), with the values they may take: TRL divides the
+# logits by `temperature` and transformers checks the others only when it first generates, after the baseline
+# validation (grpo.temperature=0 ended there in a 121-line traceback).
+SAMPLING_RANGES = {
+    "temperature": (lambda v: v > 0, "> 0 (TRL divides the logits by it; GRPO needs sampled, differing completions)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1: every token)"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: no top-k filter)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1], or null"),
+    "repetition_penalty": (lambda v: v > 0, "> 0 (1: none)"),
+}
+
+
+def check_sampling(fields: Mapping, key: str) -> None:
+    """Each sampling field `fields` sets (a number: its type is checked before) is finite and in its range."""
+    for name, (fits, wanted) in SAMPLING_RANGES.items():
+        value = fields.get(name)
+        if is_number(value) and not (is_number(value, finite=True) and fits(value)):
+            raise ConfigError(f"{key}.{name}: must be {wanted} (got {value!r})")
+
+
+# The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
+SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
+def _plain_type(annotation) -> tuple[type, bool] | None:
+    """(type, whether null is allowed) for `int` or `int | None` and the like; None for any other annotation."""
+    if annotation in SCALARS:
+        return annotation, False
+    args = set(typing.get_args(annotation))
+    others = args - {type(None)}
+    if type(None) in args and len(others) == 1 and next(iter(others)) in SCALARS:
+        return next(iter(others)), True
+    return None
+
+
+def _fits(value, expected: type, nullable: bool) -> bool:
+    if value is None:
+        return nullable
+    if expected in (bool, str):
+        return isinstance(value, expected)
+    return is_number(value) if expected is float else is_int(value)
+
+
+def token_counts(texts: list[str], tokenizer) -> list[int]:
+    """How many tokens each text is, tokenized as TRL's trainers tokenize it (`prompt_ids`)."""
+    return [len(prompt_ids(text, tokenizer)) for text in texts]
