@@ -22,6 +22,7 @@ from curriculum.tasks.base import TaskRecord
 from eval.generation import HfEngine
 from eval.settings import ValidationSettings
 from eval.validation import grade_subset, subset_row, tracked_metrics
+from eval.vllm_backend import ColocatedEngine
 
 
 class InStageValidation(TrainerCallback):
@@ -33,7 +34,13 @@ class InStageValidation(TrainerCallback):
         self.processes = processes
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset
-        self.colocated = None  # an eval.vllm_backend.ColocatedEngine, lent by the stage's trainer
+        self.colocated = None  # an eval.vllm_backend.ColocatedEngine, lent by the stage's trainer (`bind`)
+
+    def bind(self, trainer) -> None:
+        """Borrow the trainer's colocated vLLM engine (GRPO's rollouts in colocate mode), when validation goes
+        through vLLM (`eval.backend` vllm or auto); any other trainer lends none."""
+        if self.settings.backend in ("vllm", "auto"):
+            self.colocated = ColocatedEngine.of(trainer)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         if self.due(state.global_step, state.max_steps):

@@ -163,17 +163,3 @@ class MetricsCallback(TrainerCallback):
         tracked = {"stage": self.tags["stage"], "level": self.level_value, **{f"train/{k}": v for k, v in logs.items()}}
         self.tracker.log(tracked, step=row["global_step"])
 
-
-def bind_to_trainer(trainer) -> None:
-    """Hand the trainer to the callbacks that need more than a callback sees (`bind(trainer)`: the console
-    takes the trainer's printers, the rollout sampler reads TRL's own log of the last batch), and drop TRL's
-    per-checkpoint model card: nobody reads it (trainer checkpoints are pruned), and drafting it reads
-    `wandb.run.url`, which prints "URL not available in offline run" at every checkpoint."""
-    trainer.create_model_card = _no_model_card
-    for callback in list(trainer.callback_handler.callbacks):
-        if callable(getattr(callback, "bind", None)):
-            callback.bind(trainer)
-
-
-def _no_model_card(*args, **kwargs) -> None:
-    return None

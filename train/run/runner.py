@@ -61,11 +61,14 @@ from train.run import resume
 from train.run.finals import compact_finals
 from train.run.manifest import Manifest, check_process_count, check_same_config
 from train.run.preflight import RunSize, cpu_warning, run_size
-from train.run.stage_end import stage_end_callbacks
+from train.run.stage_end import StageEnd, stage_end_callbacks
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind, StageResult
+from train.stages.checkpoints import CheckpointDigests
+from train.stages.exact_start import ExactStart
+from train.stages.grpo import ReleaseRolloutEngine
 from train.stages.training import run_stage
-from train.tracking import RunLogs, make_tracker
+from train.tracking import MetricsCallback, RunLogs, make_tracker
 
 log = logging.getLogger(__name__)
 
@@ -250,35 +253,45 @@ class CurriculumRun:
             raise
 
     def train_and_publish(self, stage: Stage, kind: StageKind, init: str, reference: str | None) -> StageResult:
-        """The stage's trainer, with the callbacks that may end it early, trained and published."""
+        """The stage's trainer, with every callback it gets, trained and published."""
         start = self.manifest.global_step_before(stage.index)
         budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
         checkpoint = resume.trainer_checkpoint(self.run_dir, self.manifest, stage,  # a kill mid-stage left it
                                                 self.processes.world_size)
-        watch, ends = stage_end_callbacks(budget, step_offset=start, validation=self.settings.validation,
-                                          held_out=self.held_out, logs=self.logs, manifest=self.manifest,
-                                          history=resume.logged_before_resume(self.run_dir, stage, checkpoint),
-                                          processes=self.processes)
+        callbacks, ends = self.stage_callbacks(budget, start, init,
+                                               history=resume.logged_before_resume(self.run_dir, stage, checkpoint))
         self.manifest.stage_started(stage.index, policy_init=init)
-        context = StageContext(self.run_dir, init, reference, start, self.manifest.config_hash, self.settings.task.name,
-                               self.settings.keep_trainer_checkpoints, self.logs.metrics, self.logs.tracker,
-                               self.processes, [*self.callbacks, *watch, *self.printing(stage, start)],
-                               resume_from=checkpoint, reward_warning=partial(self.manifest.stage_warning, stage.index))
+        context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
+                               config_hash=self.manifest.config_hash, task=self.settings.task.name,
+                               keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
+                               processes=self.processes, callbacks=callbacks, resume_from=checkpoint,
+                               reward_warning=partial(self.manifest.stage_warning, stage.index))
         result = run_stage(kind, budget, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
             self.manifest.stage_ended(stage.index, end)
         return result
 
-    def printing(self, stage: Stage, start: int) -> list:
-        """The stage's console and its sampled rollouts (GRPO), as callbacks."""
-        found = [self.console.stage(stage)] if self.console is not None else []
-        rollouts = self.settings.rollouts
-        if stage.kind_facts.learns_from_rewards and self.logs.rollouts is not None and rollouts.every:
-            found.append(RolloutSampler(self.logs.rollouts, self.logs.tracker, every=rollouts.every,
-                                        groups=rollouts.groups, stage_index=stage.index, stage_name=stage.name,
-                                        step_offset=start))
-        return found
+    def stage_callbacks(self, stage: Stage, step_offset: int, init: str, *,
+                        history: list[dict]) -> tuple[list, StageEnd]:
+        """Every callback of the stage's trainer, in the order it calls them, and the `StageEnd` among them that
+        says why the stage ended: its log lines to metrics.jsonl and the tracker, its checkpoints' digests, the
+        caller's callbacks, what may end it early (train/run/stage_end.py; `history`: the steps logged before a
+        resume), the console, sampled rollouts (a stage that learns from rewards), and two that act only where
+        they apply: the release of a colocated vLLM engine, DeepSpeed's exact start from `init`. Those that need
+        the trainer itself take it once it is built (train/stages/training.py `bind_to_trainer`)."""
+        logs, rollouts = self.logs, self.settings.rollouts
+        metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
+                                  level=stage.level_label, step_offset=step_offset)
+        watch, ends = stage_end_callbacks(stage, step_offset=step_offset, validation=self.settings.validation,
+                                          held_out=self.held_out, logs=logs, manifest=self.manifest, history=history,
+                                          processes=self.processes)
+        shown = [self.console.stage(stage)] if self.console is not None else []
+        if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
+            shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,
+                                        stage_index=stage.index, stage_name=stage.name, step_offset=step_offset))
+        return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ReleaseRolloutEngine(),
+                ExactStart(init)], ends
 
     def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
         """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""

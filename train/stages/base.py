@@ -10,14 +10,13 @@ A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from transformers import Trainer
 
 from core.distributed import Processes
-from core.jsonl import JsonlWriter
 from core.stage_kinds import StageKindFacts
 from curriculum.plan import Stage
 from curriculum.tasks.base import Task
@@ -35,21 +34,18 @@ class KindSettings:
     task: Task | None = None  # the run's task: its reward functions (kk: the reward group's components)
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class StageContext:
-    """What a stage needs from the run around it."""
+    """What a stage needs from the run around it (by keyword: several fields share a type)."""
 
     run_dir: Path
     init_model: str  # the checkpoint this stage starts from
     reference_model: str | None  # the checkpoint TRL's reference holds (None: beta 0, no reference)
-    step_offset: int  # global steps done before this stage
     config_hash: str  # of the run's config: its final's stage.json names it (a resume adopts only its own)
     task: str  # the run's task (its name): its final's stage.json names it (python -m eval checks it)
     keep_trainer_checkpoints: bool
-    metrics: JsonlWriter
-    tracker: object
     processes: Processes  # every rank trains the stage; the main process writes its final
-    callbacks: list = field(default_factory=list)  # more TrainerCallbacks (the stage end's, a caller's)
+    callbacks: list  # every TrainerCallback of its trainer, in order (the runner's `stage_callbacks`)
     resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
     reward_warning: Callable[[dict], None] | None = None  # a reward's warning into run.json (train/rewards/checks.py)
 
@@ -106,8 +102,8 @@ class StageKind(Protocol):
     def has_reference(self, stage: Stage) -> bool:
         """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
 
-    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> Trainer:
-        """The TRL trainer for the stage, its policy loaded from `ctx.init_model`."""
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> Trainer:
+        """The TRL trainer for the stage, its policy loaded from `ctx.init_model`, with `ctx.callbacks`."""
 
     def reference_fingerprint(self, trainer: Trainer) -> str | None:
         """The fingerprint of the weights the loss measures KL against, or None."""

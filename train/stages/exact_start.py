@@ -18,14 +18,21 @@ from core.weights import fingerprint, saved_parameters, weights_fingerprint
 
 
 class ExactStart(TrainerCallback):
-    """Set DeepSpeed's master weights from `init_model`'s saved float32 ones when training begins at step 0."""
+    """Set DeepSpeed's master weights from `init_model`'s saved float32 ones when training begins at step 0; a
+    trainer without DeepSpeed starts from the module as loaded, and is left alone."""
 
-    def __init__(self, init_model: str, names: list[str]):
-        self.init_model, self.names = init_model, names
-        self.expected = weights_fingerprint(saved_parameters(init_model, names))
+    def __init__(self, init_model: str):
+        self.init_model = init_model
+        self.names: list[str] = []
+        self.expected: str | None = None  # the checkpoint's fingerprint, once bound to a DeepSpeed trainer
+
+    def bind(self, trainer) -> None:
+        if trainer.is_deepspeed_enabled:
+            self.names = [name for name, _ in trainer.model.named_parameters()]
+            self.expected = weights_fingerprint(saved_parameters(self.init_model, self.names))
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
-        if state.global_step > 0:
+        if self.expected is None or state.global_step > 0:
             return
         from deepspeed.utils import safe_set_full_fp32_param
 
@@ -38,8 +45,14 @@ class ExactStart(TrainerCallback):
                                f"({self.expected}): the stage would not start from its checkpoint")
 
 
-def exact_start(trainer, init_model: str) -> str:
-    """Add `ExactStart` to a DeepSpeed trainer; returns the fingerprint of the weights the stage starts from."""
-    start = ExactStart(init_model, [name for name, _ in trainer.model.named_parameters()])
-    trainer.add_callback(start)
-    return start.expected
+def start_fingerprint(trainer) -> str:
+    """The fingerprint of the weights a stage starts from (a resume loads its checkpoint into the policy later),
+    the same on every rank: under DeepSpeed its checkpoint's, which the trainer's `ExactStart` (bound to it) sets
+    as the master weights when training begins; else the module's, as loaded."""
+    if not trainer.is_deepspeed_enabled:
+        return fingerprint(trainer.model)
+    exact = [c for c in trainer.callback_handler.callbacks if isinstance(c, ExactStart) and c.expected is not None]
+    if not exact:
+        raise RuntimeError("a DeepSpeed stage starts from its checkpoint's float32 weights through ExactStart, and "
+                           "its trainer has none bound (train/run/runner.py stage_callbacks)")
+    return exact[0].expected

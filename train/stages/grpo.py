@@ -9,7 +9,7 @@ adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` 
 With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer's engine is set up as it can run on this
 machine and the process left as it was (`colocated_engine_setup`), and freed when training ends
 (`ReleaseRolloutEngine`); with `eval.backend=vllm` or `auto`, in-stage validation borrows it
-(`eval.vllm_backend.ColocatedEngine`).
+(`eval.vllm_backend.ColocatedEngine`, lent as the stage binds its callbacks: `eval.in_stage`).
 What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
@@ -38,8 +38,7 @@ from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
 from curriculum.tasks.base import completion_text
-from eval.in_stage import InStageValidation
-from eval.vllm_backend import ColocatedEngine, process_kept, release
+from eval.vllm_backend import process_kept, release
 from eval.vllm_cpu import colocated_engine
 from train.rewards.checks import check_timeout, checked_rewards
 from train.rewards.reward_group import task_reward_funcs
@@ -182,7 +181,7 @@ class GrpoStage:
     def has_reference(self, stage: Stage) -> bool:
         return float(stage.overrides.get("beta", self.grpo["beta"])) > 0
 
-    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> GRPOTrainer:
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> GRPOTrainer:
         lora = self.shared.model.get("lora")
         args = grpo_config(self.grpo, stage, output_dir, seed=self.shared.seed, lora=lora)
         funcs, weights = task_reward_funcs(self.shared.reward, self.shared.task, fmt=self.shared.prompt["fmt"],
@@ -191,23 +190,16 @@ class GrpoStage:
         funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
                                 warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
-        colocated = args.use_vllm and args.vllm_mode == "colocate"
-        with colocated_engine_setup() if colocated else nullcontext():
-            trainer = GRPOTrainer(
+        with colocated_engine_setup() if colocated(args) else nullcontext():
+            return GRPOTrainer(
                 model=_policy(ctx, args.model_init_kwargs["dtype"]),
                 reward_funcs=funcs,
                 args=args,
                 train_dataset=rows,
                 processing_class=AutoTokenizer.from_pretrained(ctx.init_model, padding_side="left"),
-                callbacks=callbacks,
+                callbacks=ctx.callbacks,
                 peft_config=lora_config(self.shared.model),
             )
-        if colocated:
-            trainer.add_callback(ReleaseRolloutEngine(trainer))
-        for callback in callbacks:  # in-stage validation borrows the trainer's colocated vLLM engine
-            if isinstance(callback, InStageValidation) and callback.settings.backend in ("vllm", "auto"):
-                callback.colocated = ColocatedEngine.of(trainer)
-        return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
         """TRL's reference model, or (LoRA) the policy with adapters off."""
@@ -232,14 +224,25 @@ def colocated_engine_setup() -> Iterator[None]:
         yield
 
 
+def colocated(args) -> bool:
+    """Whether a trainer with these arguments rolls out through its own vLLM engine (TRL's colocate mode)."""
+    return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "colocate"
+
+
 class ReleaseRolloutEngine(TrainerCallback):
     """Frees the trainer's colocated vLLM engine when training ends (`eval.vllm_backend.release`): its memory
-    and the process group vLLM set up, so the next stage's trainer starts its own engine in a clean process."""
+    and the process group vLLM set up, so the next stage's trainer starts its own engine in a clean process.
+    A trainer without one (SFT, GRPO generating itself or through a vLLM server) is left alone."""
 
-    def __init__(self, trainer: GRPOTrainer):
-        self.trainer = trainer
+    def __init__(self):
+        self.trainer: GRPOTrainer | None = None
+
+    def bind(self, trainer) -> None:
+        self.trainer = trainer if colocated(trainer.args) else None
 
     def on_train_end(self, args, state, control, **kwargs):
+        if self.trainer is None:
+            return
         generation = self.trainer.vllm_generation
         if generation.llm is not None:
             release(generation.llm)

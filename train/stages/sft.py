@@ -62,7 +62,7 @@ class SftStage:
     def has_reference(self, stage: Stage) -> bool:
         return False
 
-    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path, callbacks: list) -> SFTTrainer:
+    def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> SFTTrainer:
         fields = trainer_fields(self.sft, stage, seed=self.shared.seed, output_dir=output_dir,
                                 lora=self.shared.model.get("lora"), config_class=SFTConfig)
         return SFTTrainer(
@@ -70,7 +70,7 @@ class SftStage:
             args=SFTConfig(**fields, dataset_text_field="text"),
             train_dataset=rows,
             processing_class=AutoTokenizer.from_pretrained(ctx.init_model),
-            callbacks=callbacks,
+            callbacks=ctx.callbacks,
             peft_config=lora_config(self.shared.model),
         )
 

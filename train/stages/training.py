@@ -36,9 +36,7 @@ from core.rundir import final_checkpoint, stage_path
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
 from train.stages.base import StageContext, StageKind, StageResult
-from train.stages.checkpoints import CheckpointDigests
-from train.stages.exact_start import exact_start
-from train.tracking import MetricsCallback, bind_to_trainer
+from train.stages.exact_start import start_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +45,9 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     """Train one stage of `kind` and publish `stages/<k>-<name>/final`."""
     began = time.time()
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
-    metrics = MetricsCallback(ctx.metrics, ctx.tracker, stage_index=stage.index, stage_name=stage.name,
-                              level=stage.level_label, step_offset=ctx.step_offset)
-    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer",
-                           [metrics, CheckpointDigests(ctx.processes), *ctx.callbacks])
-    bind_to_trainer(trainer)  # the run's console and rollout sampler, in place of the trainer's printers
-    # The weights it starts from (a resume loads its checkpoint into the policy later), gathered where ZeRO-3
-    # partitions them: every rank computes the same fingerprints. DeepSpeed's start is set exactly (bf16 casts).
-    start = exact_start(trainer, ctx.init_model) if trainer.is_deepspeed_enabled else fingerprint(trainer.model)
+    trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer")
+    bind_to_trainer(trainer)
+    start = start_fingerprint(trainer)
     reference = kind.reference_fingerprint(trainer)
     resumed_from, adopted = resume_and_train(trainer, ctx.resume_from, stage.name)
     model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
@@ -68,6 +61,22 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     # every rank reads the marker the main process wrote (the final is in place for all of them)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2),
                                final_marker=marker_digest(stage_dir / "final"))
+
+
+def bind_to_trainer(trainer: Trainer) -> None:
+    """Hand the trainer to the callbacks that need more than a callback sees (`bind(trainer)`: the console
+    takes the trainer's printers, the rollout sampler reads TRL's own log of the last batch, in-stage
+    validation borrows a colocated vLLM engine, DeepSpeed's exact start reads the engine's parameters), and
+    drop TRL's per-checkpoint model card: nobody reads it (trainer checkpoints are pruned), and drafting it
+    reads `wandb.run.url`, which prints "URL not available in offline run" at every checkpoint."""
+    trainer.create_model_card = _no_model_card
+    for callback in list(trainer.callback_handler.callbacks):
+        if callable(getattr(callback, "bind", None)):
+            callback.bind(trainer)
+
+
+def _no_model_card(*args, **kwargs) -> None:
+    return None
 
 
 def distributed_record(trainer: Trainer) -> dict:
