@@ -1,18 +1,20 @@
-"""What only a resume does: the run-level checks and repairs a fresh run never needs.
-
-A resumed run takes the fresh run's path (`train/run/runner.py`) and asks here at five points:
-- `stages_to_train`: a done stage is skipped, unless its final is needed (the run's result, or read by a
-  stage still to train) and is not the one run.json recorded (missing; its files differ from its marker's
-  digests; its marker another stage's or run's: core/published.py) (`on_damaged_checkpoint`: stop, or
-  train it again);
-- `adopted_final`: a final published before run.json knew (a kill between the two) is taken as the
-  stage's result, if this run trained it and it is intact;
-- `trainer_checkpoint`: a stage killed mid-way continues from its newest complete, intact trainer
-  checkpoint; those passed over (incomplete or damaged) are named in the log and in run.json;
-- `resume_budget`: a stage stopped early (promotion, guard) and killed before it was published
-  resumes to that stop, not to its whole budget;
-- `logged_before_resume`: the collapse guard's window carries over the steps logged before a kill.
-Inside a stage, the trainer continues from that checkpoint (`train.stages.training.resume_and_train`).
+"""How each stage starts in this attempt at a run: one answer per stage (`plan_stages`), which the runner
+(`train/run/runner.py`) asks for once, before its stage loop, and follows. A fresh run trains every stage
+from its start; an attempt that finds an earlier one's run.json and stage folders may also:
+- skip a done stage, unless its final is needed (the run's result, or read by a stage still to train) and
+  is not the one run.json recorded (missing; its files differ from its marker's digests; its marker another
+  stage's or run's: core/published.py) (`on_damaged_checkpoint`: stop, or train it again:
+  `stages_to_train`);
+- adopt a final published before run.json knew (a kill between the two) as the stage's result, if this
+  run trained it and it is intact (`adopted_final`);
+- continue a stage killed mid-way from its newest complete, intact trainer checkpoint, or publish that
+  checkpoint without a step when it is at the budget (a kill while the final was written); those passed
+  over (incomplete or damaged) are named in the log and in run.json (`trainer_checkpoint`);
+- cut a stage stopped early (promotion, guard) and killed before it was published to that stop, not its
+  whole budget (`resume_budget`), and carry the collapse guard's window over the steps logged before the
+  kill (`logged_before_resume`).
+Inside a stage, the trainer continues from (or publishes) that checkpoint
+(`train.stages.training.resume_and_train`).
 """
 
 from __future__ import annotations
@@ -21,17 +23,75 @@ import dataclasses
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
+from core.distributed import Processes, on_main
 from core.jsonl import read_jsonl
 from core.published import final_info, final_problem, marker_digest, recorded_final_problem
 from core.rundir import METRICS, StageRecord, final_checkpoint, stage_final, stage_path
 from curriculum.plan import Stage
 from train.run.manifest import Manifest
 from train.stages.base import StageResult
-from train.stages.checkpoints import scan_checkpoints
+from train.stages.checkpoints import checkpoint_step, scan_checkpoints
 
 log = logging.getLogger(__name__)
+
+
+class StageAction(Enum):
+    TRAIN = "train"  # from its start, or on from `checkpoint` (a kill mid-stage)
+    PUBLISH = "publish"  # `checkpoint` is at its budget (a kill while its final was written): published, no step
+    ADOPT = "adopt"  # its final was published before run.json recorded it (a kill between the two)
+    SKIP = "skip"  # done, its final the one run.json recorded (where anything still reads it)
+
+
+@dataclass(frozen=True)
+class StageStart:
+    """How one stage starts in this attempt."""
+
+    action: StageAction
+    stage: Stage  # as planned, its budget cut to an early stop a kill interrupted
+    checkpoint: Path | None = None  # the trainer checkpoint it goes on from (TRAIN) or publishes (PUBLISH)
+    history: list[dict] = field(default_factory=list)  # its step rows logged up to `checkpoint` (the guard's window)
+    adopted: StageResult | None = None  # ADOPT: what its final holds
+
+
+def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]], *,
+                on_damaged: str, processes: Processes) -> dict[int, StageStart]:
+    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads).
+
+    The main process alone decides which done stages train again (it alone sets a refused final aside); every
+    rank sends the same ones back to pending, then reads the same files to answer for each stage.
+    """
+    done = {s.index for s in manifest.stages if s.done}
+    to_train = on_main(lambda: stages_to_train(run_dir, manifest, plan, finals_read, on_damaged=on_damaged),
+                       processes)
+    if not processes.is_main:
+        for index in sorted(to_train & done):
+            manifest.stage_reset(index)
+    return {stage.index: plan_stage(run_dir, manifest, stage, trains=stage.index in to_train,
+                                    world_size=processes.world_size) for stage in plan}
+
+
+def plan_stage(run_dir: Path, manifest: Manifest, stage: Stage, *, trains: bool, world_size: int) -> StageStart:
+    """How `stage` starts: skipped unless it `trains`; else its final adopted, or trained (from a trainer
+    checkpoint of `world_size` processes where a kill left one), or that checkpoint published at its budget."""
+    if not trains:
+        return StageStart(StageAction.SKIP, stage)
+    try:
+        adopted = adopted_final(run_dir, stage, manifest.config_hash)
+    except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
+        manifest.stage_failed(stage.index, err)
+        raise
+    if adopted is not None:
+        return StageStart(StageAction.ADOPT, stage, adopted=adopted)
+    budget = resume_budget(stage, manifest.record(stage.index))
+    checkpoint = trainer_checkpoint(run_dir, manifest, stage, world_size)
+    if checkpoint is None:
+        return StageStart(StageAction.TRAIN, budget)
+    action = StageAction.PUBLISH if checkpoint_step(checkpoint) >= budget.steps else StageAction.TRAIN
+    return StageStart(action, budget, checkpoint, logged_before_resume(run_dir, stage, checkpoint))
 
 
 def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],
@@ -133,6 +193,6 @@ def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -
     later rows are logged again by the resumed steps."""
     if checkpoint is None:
         return []
-    resumed_at = int(checkpoint.name.removeprefix("checkpoint-"))
+    resumed_at = checkpoint_step(checkpoint)
     return [row for row in read_jsonl(run_dir / METRICS)
             if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]

@@ -4,8 +4,8 @@ Order of work, so that a bad input fails before anything expensive and nothing w
 the config checked and read into a `RunSettings` (train/settings.py: before this, by the caller) -> lock
 the run directory -> draw every pool and render its rows (prompt lengths checked) -> baseline
 validation -> per stage: train from the previous final, publish the stage's final, validate it.
-`run.json` records each step. A resume takes the same path, and asks `train/run/resume.py` only where a
-fresh run has nothing to ask.
+`run.json` records each step. A resume takes the same path: `train/run/resume.py` answers once, before the
+stage loop, how each stage starts (a fresh run: train every one from its start).
 
 Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
 config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
@@ -57,10 +57,10 @@ from eval.validation import validate
 from train.console import RunConsole
 from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
-from train.run import resume
 from train.run.finals import compact_finals
 from train.run.manifest import Manifest, check_process_count, check_same_config
 from train.run.preflight import RunSize, cpu_warning, run_size
+from train.run.resume import StageAction, StageStart, plan_stages
 from train.run.stage_end import StageEnd, stage_end_callbacks
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind, StageResult
@@ -180,39 +180,30 @@ class CurriculumRun:
     console: RunConsole | None = None  # the run's console (None: transformers' own, as in bare TRL)
 
     def run(self) -> None:
-        """The baseline, then per stage: train from the previous stage's final, publish its own, validate it."""
+        """The baseline, then each stage as `plan_stages` (train/run/resume.py) answers for it (a fresh run: train
+        every one): train from the previous stage's final and publish its own (or publish, or adopt, what a killed
+        attempt left), then validate it; a done stage is skipped."""
         if self.manifest.baseline is None:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
-        plan, kinds = self.settings.plan, self.settings.kinds
-        to_train = self.stages_to_train()
+        starts = plan_stages(self.run_dir, self.manifest, self.settings.plan, self.finals_read,
+                             on_damaged=self.settings.on_damaged, processes=self.processes)
         previous, rl_start = self.base, None
-        for stage in plan:
-            kind = kinds[stage.kind]
+        for stage in self.settings.plan:
+            kind = self.settings.kinds[stage.kind]
             if kind.facts.learns_from_rewards and rl_start is None:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
-            if stage.index in to_train:
+            start = starts[stage.index]
+            if start.action is not StageAction.SKIP:
                 reference = self.reference_of(kind, stage, previous, rl_start)
                 intact(self.run_dir, self.manifest, previous, reference)
-                self.train(stage, kind, init=previous, reference=reference)
+                self.train(kind, start, init=previous, reference=reference)
                 trained = self.manifest.record(stage.index)
                 summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
                                                          global_step=trained.global_step_end)
                 self.manifest.stage_validated(stage.index, summary, cost)
                 self.compact_finals()
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
-
-    def stages_to_train(self) -> set[int]:
-        """The stages still to train (train/run/resume.py `stages_to_train`), decided by the main process, which alone
-        sets a refused final aside; every rank sends the same done stages back to pending."""
-        done = {s.index for s in self.manifest.stages if s.done}
-        to_train = on_main(lambda: resume.stages_to_train(self.run_dir, self.manifest, self.settings.plan,
-                                                          self.finals_read, on_damaged=self.settings.on_damaged),
-                           self.processes)
-        if not self.processes.is_main:
-            for index in sorted(to_train & done):
-                self.manifest.stage_reset(index)
-        return to_train
 
     @property
     def rl_start_index(self) -> int | None:
@@ -241,32 +232,31 @@ class CurriculumRun:
         if after != before:
             self.manifest.update(compacted_finals=after)
 
-    def train(self, stage: Stage, kind: StageKind, *, init: str, reference: str | None) -> None:
-        """Train the stage from `init` and publish its final; run.json says trained (or failed, with the error)."""
+    def train(self, kind: StageKind, start: StageStart, *, init: str, reference: str | None) -> None:
+        """Train the stage from `init` and publish its final (or adopt the final a killed attempt published);
+        run.json says trained (or failed, with the error)."""
         try:
-            result = resume.adopted_final(self.run_dir, stage, self.manifest.config_hash)  # a kill after publishing
-            if result is None:
-                result = self.train_and_publish(stage, kind, init, reference)
-            self.manifest.stage_trained(stage.index, result)
+            if start.action is StageAction.ADOPT:
+                result = start.adopted
+            else:
+                result = self.train_and_publish(kind, start, init, reference)
+            self.manifest.stage_trained(start.stage.index, result)
         except Exception as err:
-            self.manifest.stage_failed(stage.index, err)
+            self.manifest.stage_failed(start.stage.index, err)
             raise
 
-    def train_and_publish(self, stage: Stage, kind: StageKind, init: str, reference: str | None) -> StageResult:
-        """The stage's trainer, with every callback it gets, trained and published."""
-        start = self.manifest.global_step_before(stage.index)
-        budget = resume.resume_budget(stage, self.manifest.record(stage.index))  # an early stop a kill interrupted
-        checkpoint = resume.trainer_checkpoint(self.run_dir, self.manifest, stage,  # a kill mid-stage left it
-                                                self.processes.world_size)
-        callbacks, ends = self.stage_callbacks(budget, start, init,
-                                               history=resume.logged_before_resume(self.run_dir, stage, checkpoint))
+    def train_and_publish(self, kind: StageKind, start: StageStart, init: str, reference: str | None) -> StageResult:
+        """The stage's trainer, with every callback it gets, trained (or at its budget already) and published."""
+        stage, step_offset = start.stage, self.manifest.global_step_before(start.stage.index)
+        callbacks, ends = self.stage_callbacks(stage, step_offset, init, history=start.history)
         self.manifest.stage_started(stage.index, policy_init=init)
         context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
                                config_hash=self.manifest.config_hash, task=self.settings.task.name,
                                keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
-                               processes=self.processes, callbacks=callbacks, resume_from=checkpoint,
+                               processes=self.processes, callbacks=callbacks, resume_from=start.checkpoint,
+                               resume_at_budget=start.action is StageAction.PUBLISH,
                                reward_warning=partial(self.manifest.stage_warning, stage.index))
-        result = run_stage(kind, budget, context, self.rows[stage.name])
+        result = run_stage(kind, stage, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
             self.manifest.stage_ended(stage.index, end)

@@ -47,6 +47,7 @@ class StageContext:
     processes: Processes  # every rank trains the stage; the main process writes its final
     callbacks: list  # every TrainerCallback of its trainer, in order (the runner's `stage_callbacks`)
     resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
+    resume_at_budget: bool = False  # `resume_from` is at the stage's budget: published as it is, no step trained
     reward_warning: Callable[[dict], None] | None = None  # a reward's warning into run.json (train/rewards/checks.py)
 
 

@@ -96,6 +96,15 @@ def scan_checkpoints(trainer_dir: Path, world_size: int = 1) -> CheckpointScan:
     return CheckpointScan(None, skipped)
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global step a trainer checkpoint was saved at, as transformers names it.
+
+    >>> checkpoint_step(Path("stages/1-a/trainer/checkpoint-12"))
+    12
+    """
+    return int(checkpoint.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-"))
+
+
 def last_complete_checkpoint(trainer_dir: Path, world_size: int = 1) -> Path | None:
     """The newest trainer checkpoint that is complete and intact, else None."""
     return scan_checkpoints(trainer_dir, world_size).usable

@@ -49,7 +49,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     bind_to_trainer(trainer)
     start = start_fingerprint(trainer)
     reference = kind.reference_fingerprint(trainer)
-    resumed_from, adopted = resume_and_train(trainer, ctx.resume_from, stage.name)
+    resumed_from, adopted = resume_and_train(trainer, ctx, stage.name)
     model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
     final = final_weights(trainer, model, adopted, ctx.processes)
     ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
@@ -130,25 +130,25 @@ def rank_fingerprints(found: str, stage_name: str, processes: Processes) -> list
     return prints
 
 
-def resume_and_train(trainer, resume_from: Path | None, stage_name: str) -> tuple[str | None, Path | None]:
-    """Train, continuing from `resume_from` (the stage's last complete, intact trainer checkpoint) if given.
+def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str | None, Path | None]:
+    """Train, continuing from `ctx.resume_from` (the stage's last complete, intact trainer checkpoint) if given.
     Returns the checkpoint resumed from, and the DeepSpeed checkpoint to publish as it is (else None).
 
-    A checkpoint already at the budget (a kill while the final was written) is loaded, not trained
-    on: training it again would run a step past `max_steps` and shift every later global step. A
+    A checkpoint already at the budget (`ctx.resume_at_budget`: a kill while the final was written) is loaded,
+    not trained on: training it again would run a step past `max_steps` and shift every later global step. A
     DeepSpeed one is not loaded at all: only `train()` builds DeepSpeed's engine, which loading needs; its
     master weights are read from its files instead (`core.weights.checkpoint_weights`).
     """
+    resume_from = ctx.resume_from
     if resume_from is None:
         trainer.train()
         return None, None
-    state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
-    if state.global_step < trainer.args.max_steps:
+    if not ctx.resume_at_budget:
         log.info("stage %s: resuming from %s", stage_name, resume_from)
         trainer.train(resume_from_checkpoint=str(resume_from))
         return str(resume_from), None
     log.info("stage %s: %s is at the budget; publishing it without training", stage_name, resume_from)
-    trainer.state = state
+    trainer.state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
     if trainer.is_deepspeed_enabled:
         return str(resume_from), resume_from
     trainer._load_from_checkpoint(str(resume_from))
