@@ -42,14 +42,15 @@ from eval.vllm_backend import fresh_engine, validation_backend
 
 
 def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
-    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, then the
-    task's own `sample_fields`)."""
+    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, the record's
+    question as the prompt shows it among them, then the task's own `sample_fields`: the answer it read and the
+    reference, and what else the task adds)."""
     samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
             g = task.grade(out.text, record.columns)
             samples.append({
-                "id": record.id, "sample": k, "completion": out.text, "tokens": out.tokens,
+                "id": record.id, "sample": k, "question": record.question, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok, "answered": g.answered,
                 "reasons": list(g.reasons), **task.sample_fields(record, out.text, g),
             })
@@ -146,10 +147,10 @@ SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer",
 
 def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[str, ...] = ()) -> dict:
     """One graded completion as a tracker table row: every task's columns, the task's own (`TaskReport`), the
-    completion."""
+    question it answers and the completion."""
     keys = (*SAMPLE_COLUMNS, *task_columns)
     return {"stage": tag.get("stage_name"), "level": level, **{k: sample.get(k) for k in keys},
-            "completion": sample.get("completion")}
+            "question": sample.get("question"), "completion": sample.get("completion")}
 
 
 @contextmanager

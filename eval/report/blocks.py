@@ -52,6 +52,15 @@ class Completion:
     text: str
 
 
+@dataclass(frozen=True)
+class Folded:
+    """Text shown verbatim and always folded in the HTML (a prompt, a puzzle: read on demand), `summary` (plain
+    text) on its fold; a fenced block in Markdown."""
+
+    summary: str
+    text: str
+
+
 # A completion longer than this (lines or characters) is folded in the HTML page.
 FOLD_LINES, FOLD_CHARS = 12, 1200
 
@@ -127,6 +136,15 @@ def fenced(text: str, info: str = "") -> list[str]:
     return [fence + info, *text.splitlines(), fence]
 
 
+def info_words(text) -> str:
+    r"""Text as a fence's info string can carry it: one line of words, no backtick (it would end a backtick fence).
+
+    >>> info_words("the `puzzle`\n<b>")
+    'the puzzle b'
+    """
+    return " ".join(re.sub(r"[^\w.,:()+-]+", " ", str(text)).split())
+
+
 def to_markdown(title: str, blocks: Sequence) -> str:
     """Markdown with images linked relative to the report directory."""
     out = [f"# {md_escape(title)}", ""]
@@ -140,11 +158,14 @@ def to_markdown(title: str, blocks: Sequence) -> str:
                     "|" + "---|" * len(block.headers),
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
-            # the caption again as text under the image, so both pages show it (alt text is hidden)
+            # the caption again as text under the image, so both pages show it (alt text is hidden): a paragraph of
+            # its own, else the HTML page runs it beside the image
             caption = md_escape(block.caption)
-            out += [f"![{caption}]({block.path.name})", f"Figure: {caption}.", ""]
+            out += [f"![{caption}]({block.path.name})", "", f"Figure: {caption}.", ""]
         elif isinstance(block, Completion):
             out += [*fenced(block.text, "completion"), ""]
+        elif isinstance(block, Folded):
+            out += [*fenced(block.text, f"folded {info_words(block.summary)}"), ""]
     return "\n".join(out)
 
 
@@ -171,12 +192,16 @@ def _embedded_image(self, tokens, idx, options, env) -> str:
 
 
 def _folded_completion(self, tokens, idx, options, env) -> str:
-    """A completion block: escaped, and inside <details> when long, so the page stays readable."""
+    """A completion block: escaped, and inside <details> when long, so the page stays readable; a folded block
+    (`Folded`) always inside <details>."""
     token = tokens[idx]
-    if token.info.strip() != "completion":
+    kind, _, summary = token.info.strip().partition(" ")
+    if kind not in ("completion", "folded"):
         return self.fence(tokens, idx, options, env)
     text = token.content
     body = f"<pre>{html.escape(text)}</pre>"
+    if kind == "folded":
+        return f"<details><summary>{html.escape(summary)}</summary>{body}</details>\n"
     lines = text.count("\n")
     if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
         return body + "\n"

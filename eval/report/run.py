@@ -77,7 +77,7 @@ def _config_facts(config: dict) -> str:
     knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
                                                   "max_completion_length", "loss_type") if k in grpo)
     return (f"**model** {md_escape(fmt(section('model').get('name')))} · **reward weights** {md_escape(nonzero)} · "
-            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {md_escape(fmt(section('eval').get('subsets')))}")
+            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {code(fmt(section('eval').get('subsets')))}")
 
 
 def _summary(run: rs.RunData) -> list:
