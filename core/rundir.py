@@ -35,6 +35,7 @@ VALIDATION_STEPS = "validation_steps.jsonl"
 CONFIG = "config.yaml"
 ERROR = "error.txt"  # a failed job's traceback (removed when a resume finishes it)
 SAMPLES = "samples"
+ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)
 STAGES = "stages"
 BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
 
