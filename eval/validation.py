@@ -32,11 +32,11 @@ from transformers import AutoTokenizer
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import row_level, samples_file
-from core.stats import percent_text
+from core.stats import percent_text, wilson_interval
 from curriculum.tasks.base import Task, TaskRecord
 from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
-from eval.metrics import METRIC_COLUMNS, subset_metrics, trials
+from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
 from eval.settings import ValidationSettings
 from eval.vllm_backend import fresh_engine, validation_backend
 
@@ -64,8 +64,21 @@ def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
 
 
 def tracked_metrics(row: dict, task: Task) -> dict:
-    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value."""
-    return {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
+    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value, and
+    each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`) over the records it counts.
+
+    >>> from curriculum.tasks.kk import KKTask
+    >>> m = tracked_metrics({"accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}, KKTask())
+    >>> m["accuracy_low"], m["accuracy_high"], "mean_tokens_low" in m, m["lenient_accuracy_high"]
+    (0.15, 0.85, False, 0.85)
+    """
+    found = {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
+    counted = {rate.key: rate.counted for rate in task.report.rates}
+    for key in [k for k in found if k in RATES or k in counted]:
+        n = trials(row, key, counted.get(key, ()))
+        if n:
+            found[f"{key}_low"], found[f"{key}_high"] = (round(b, 4) for b in wilson_interval(found[key], n))
+    return found
 
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,

@@ -80,8 +80,8 @@ def test_a_folder_that_is_no_run_is_refused_naming_the_runs_inside(tmp_path, dem
     with pytest.raises(SystemExit) as refused:
         main([str(outputs)])
     message = str(refused.value)
-    assert message.startswith(f"{outputs}: not a run or sweep folder (no run.json, no multirun.yaml); runs and "
-                              "sweeps inside it, newest first: ")
+    assert message.startswith(f"{outputs}: not a run, sweep or python -m eval folder (no run.json, no multirun.yaml, "
+                              "no evaluation.json); runs and sweeps inside it, newest first: ")
     assert str(outputs / "runs" / "a") in message and str(outputs / "multirun" / "s") in message
     assert not (outputs / "report").exists(), "nothing written into a folder that is no run"
     empty = tmp_path / "empty"

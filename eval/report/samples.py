@@ -131,15 +131,20 @@ def subset_files(folder: Path) -> list[tuple[str, Path]]:
     return sorted(found, key=lambda item: level_order(item[0]))
 
 
-def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
-    """The Samples section: per stage (baseline first) and subset, the picks with their grades; a subset whose
-    completions are those of the stage before, row for row (a stage that learned nothing), says so once."""
+def samples_intro(report: TaskReport, files: str = "samples/<k>-<name>/<level>.jsonl") -> list:
+    """The Samples section's heading and what it shows; `files`: where every completion is."""
     kinds = f", and one of each of these: {', '.join(label for label, _ in report.picks)}" if report.picks else ""
-    blocks: list = [Heading("Samples"),
-                    Text("A few graded validation completions per stage and subset, chosen to teach: the first "
-                         f"right and the first wrong, the longest and the shortest{md_escape(kinds)} (when such "
-                         f"exist), each with its {md_escape(report.record)} (folded), the reference and the answer "
-                         f"read. Every completion: {code('samples/<k>-<name>/<level>.jsonl')}.")]
+    return [Heading("Samples"),
+            Text("A few graded validation completions per validation and subset, chosen to teach: the first "
+                 f"right and the first wrong, the longest and the shortest{md_escape(kinds)} (when such "
+                 f"exist), each with its {md_escape(report.record)} (folded), the reference and the answer "
+                 f"read. Every completion: {code(files)}.")]
+
+
+def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
+    """The Samples section of a run: per stage (baseline first) and subset, the picks with their grades; a subset
+    whose completions are those of the stage before, row for row (a stage that learned nothing), says so once."""
+    blocks = samples_intro(report)
     folders = stage_folders(run_dir)
     if not folders:
         return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
@@ -151,14 +156,14 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskRepor
             blocks.append(Text(f"{md_escape(name)}: no subset files in {code(folder.name)}", True))
         for level, path in files:
             blocks.append(Heading(f"after {name}: {level}" if index else f"{name}: {level}", level=3))
-            rows, notes = _read_subset(path)
+            rows, notes = read_subset(path)
             earlier = shown.get(level)
             if rows and earlier is not None and _texts(earlier[1]) == _texts(rows):
                 blocks += [*notes, Text(f"the same {len(rows)} completions as after {md_escape(earlier[0])}, row "
                                         "for row: not shown again")]
                 continue
             shown[level] = (name, rows)
-            blocks += [*notes, *_subset_blocks(rows, report)]
+            blocks += [*notes, *subset_blocks(rows, report)]
     return blocks
 
 
@@ -167,7 +172,7 @@ def _texts(rows: list[dict]) -> list:
     return [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
 
 
-def _read_subset(path: Path) -> tuple[list[dict], list]:
+def read_subset(path: Path) -> tuple[list[dict], list]:
     """One subset's graded completions, and notes on what could not be read."""
     if path.stat().st_size > MAX_SAMPLES_BYTES:
         return [], [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
@@ -176,7 +181,7 @@ def _read_subset(path: Path) -> tuple[list[dict], list]:
     return scan.rows, notes
 
 
-def _subset_blocks(rows: list[dict], report: TaskReport) -> list:
+def subset_blocks(rows: list[dict], report: TaskReport) -> list:
     if not rows:
         return [Text("no graded completions in this file", True)]
     right = sum(r.get("correct") is True for r in rows)
