@@ -65,6 +65,14 @@ class MetricsCallback(TrainerCallback):
         # the tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index)
         numbers = [float(n) for n in re.findall(r"\d+", level)]
         self.level_value = sum(numbers) / len(numbers) if numbers else stage_index
+        self.prefix = "train"  # `bind` adds the trainer's method
+
+    def bind(self, trainer) -> None:
+        """The tracker's keys name the trainer's method (TRL's own name for it, "GRPO", "SFT"; else its class):
+        `train/sft/loss`, `train/grpo/loss`. An SFT loss (cross-entropy on the reference responses) and a GRPO loss
+        (the policy objective, ~0 by construction) are different quantities that must not share one panel."""
+        method = getattr(trainer, "_name", None) or type(trainer).__name__.removesuffix("Trainer")
+        self.prefix = f"train/{str(method).lower()}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -73,7 +81,8 @@ class MetricsCallback(TrainerCallback):
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = "summary" if "train_runtime" in logs else "step"
         self.writer.write([row])
-        tracked = {"stage": self.tags["stage"], "level": self.level_value, **{f"train/{k}": v for k, v in logs.items()}}
+        tracked = {"stage": self.tags["stage"], "level": self.level_value,
+                   **{f"{self.prefix}/{k}": v for k, v in logs.items()}}
         self.tracker.log(tracked, step=row["global_step"])
 
 
