@@ -82,10 +82,12 @@ def fmt(value, digits: int = 3) -> str:
 # autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
 # inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
 _INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
+# ... in text that something safe follows (a table cell's "|", a heading's line end): a closing "]" cannot meet a "("
+_INLINE_CLOSED = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
 _BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
 
 
-def md_escape(text, *, line_start: bool = True) -> str:
+def md_escape(text, *, line_start: bool = True, inline: re.Pattern = _INLINE) -> str:
     r"""Text from a run folder (a name, a config value, an error), made inert in Markdown: one line,
     and no link, image, emphasis, code, raw HTML or table cell break can start from it; nor a
     heading or list when it starts a line (`line_start`).
@@ -99,7 +101,7 @@ def md_escape(text, *, line_start: bool = True) -> str:
     >>> md_escape("# heading\n1. item"), md_escape("1. item"), md_escape("0.5"), md_escape("-")
     ('\\# heading 1. item', '1\\. item', '0.5', '-')
     """
-    text = _INLINE.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
+    text = inline.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
     if not line_start:
         return text
     # escape the marker's punctuation: a backslash before a digit would show as a backslash
@@ -108,8 +110,13 @@ def md_escape(text, *, line_start: bool = True) -> str:
 
 
 def _cell(text) -> str:
-    """A table cell: inline, so what only starts a block (a heading, a list) needs no escape there."""
-    return md_escape(text, line_start=False)
+    r"""A table cell: inline, so what only starts a block (a heading, a list) needs no escape there, and followed by
+    its "|", so a "]" that ends it cannot meet a "(" (a config value "[2, 3]" stays as written).
+
+    >>> _cell("[2, 3]"), _cell("[x](y)")
+    ('[2, 3]', '[x\\](y)')
+    """
+    return md_escape(text, line_start=False, inline=_INLINE_CLOSED)
 
 
 def code(text) -> str:
@@ -147,10 +154,10 @@ def info_words(text) -> str:
 
 def to_markdown(title: str, blocks: Sequence) -> str:
     """Markdown with images linked relative to the report directory."""
-    out = [f"# {md_escape(title)}", ""]
+    out = [f"# {md_escape(title, inline=_INLINE_CLOSED)}", ""]
     for block in blocks:
         if isinstance(block, Heading):
-            out += [f"{'#' * block.level} {md_escape(block.text)}", ""]
+            out += [f"{'#' * block.level} {md_escape(block.text, inline=_INLINE_CLOSED)}", ""]
         elif isinstance(block, Text):
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
