@@ -41,8 +41,11 @@ LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"}
 
 
 def model_cfg(name: str, **overrides):
-    """conf/model/<name>.yaml as Hydra would place it under `cfg.model`, with overrides merged in."""
-    return OmegaConf.merge(OmegaConf.load(MODEL_CONF / f"{name}.yaml"), overrides)
+    """conf/model/<name>.yaml as Hydra would place it under `cfg.model` (a `defaults` list of other
+    model files merged first, `_self_` last, as model/tiny_vllm builds on model/tiny), with overrides merged in."""
+    own = OmegaConf.load(MODEL_CONF / f"{name}.yaml")
+    bases = [model_cfg(entry) for entry in own.pop("defaults", []) if entry != "_self_"]
+    return OmegaConf.merge(*bases, own, overrides)
 
 
 def small_tiny_cfg(seed: int = 0):
@@ -67,7 +70,7 @@ def tiny_tokenizer(tiny_dir):
 
 @pytest.mark.parametrize("path", sorted(MODEL_CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_model_yaml_follows_the_schema(path):
-    cfg = OmegaConf.load(path)
+    cfg = model_cfg(path.stem)
     assert set(cfg) >= SCHEMA_KEYS, SCHEMA_KEYS - set(cfg)
     assert cfg.name == path.stem
     assert cfg.source in ("hub", "tiny", "smollm2")
