@@ -293,12 +293,15 @@ def quiet_libraries() -> None:
 
     datasets draws a bar for every map and transformers one for every weight load and save, several
     per stage; TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` each stage
-    (the config itself uses the new `activation_checkpointing`). The trainer's own progress bar is
+    (the config itself uses the new `activation_checkpointing`), and around every generation of a stage that
+    checkpoints activations it turns checkpointing off and on again through the deprecated
+    `gradient_checkpointing_disable` / `_enable` (trl/models/utils.py). The trainer's own progress bar is
     plain tqdm and stays.
     """
     datasets.disable_progress_bars()
     transformers_logging.disable_progress_bar()
-    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    deprecated = "`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
+    warnings.filterwarnings("ignore", message=deprecated, category=FutureWarning)
 
 
 def defer_bitsandbytes(optimizers: set[str]) -> bool:

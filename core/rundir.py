@@ -36,6 +36,8 @@ VALIDATION_STEPS = "validation_steps.jsonl"
 CONFIG = "config.yaml"
 ERROR = "error.txt"  # a failed job's traceback (removed when a resume finishes it)
 SAMPLES = "samples"
+EVALUATION = "evaluation.json"  # what `python -m eval` validated, in its folder (outputs/eval/<time>/)
+ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)
 STAGES = "stages"
 BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
 
@@ -359,6 +361,19 @@ def load_file(path: Path, *, inside: Path | None = None):
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError):
         return None
+
+
+def tracker_group(run_dir: Path, *, in_sweep: bool) -> str:
+    """The tracker group of a run: its sweep folder for a sweep's job (`<sweep>/<n>`), else its own folder, each
+    named by its parent and itself; a run's training and every `python -m eval` of its finals share it.
+
+    >>> tracker_group(Path("outputs/multirun/2026-12-01_10-00-00/3"), in_sweep=True)
+    'multirun/2026-12-01_10-00-00'
+    >>> tracker_group(Path("outputs/runs/2026-12-01_11-00-00"), in_sweep=False)
+    'runs/2026-12-01_11-00-00'
+    """
+    folder = run_dir.parent if in_sweep else run_dir
+    return f"{folder.parent.name}/{folder.name}"
 
 
 def read_mapping(path: Path, *, inside: Path | None = None) -> dict:

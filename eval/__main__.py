@@ -12,7 +12,9 @@ such (never looked up on the hub), and a checkpoint folder is checked as eval/ch
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,10 +29,11 @@ from conf.errors import run_app
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.confined import read_inside
-from core.jsonl import JsonlWriter, read_jsonl
+from core.jsonl import JsonlWriter, read_jsonl, write_json_atomic
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
-from core.rundir import CONFIG, SAMPLES, VALIDATION, row_level, run_of_final
+from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
+from core.tracker import open_tracker
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_eval_config
@@ -181,25 +184,40 @@ def main(cfg: DictConfig) -> float:
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
-    print(size_line(pools, cfg.eval, checkpoint or str(cfg.model.name), task, out_dir), flush=True)
+    model = checkpoint or str(cfg.model.name)
+    print(size_line(pools, cfg.eval, model, task, out_dir), flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    # what was validated, as task data: the report of this folder reads it (eval.report), never the task's code
+    write_json_atomic(out_dir / EVALUATION, {"model": model, "task": task.name, "task_report": task.report.as_json(),
+                                             "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
+    tracker = eval_tracker(cfg, out_dir, model, checkpoint)
     try:
         model_path = checkpoint or resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}
-        rows = validate(settings, model_path, pools, tag=tag, out_dir=out_dir / SAMPLES,
-                        writer=writer)
+        rows = validate(settings, model_path, pools, tag=tag, out_dir=out_dir / SAMPLES, writer=writer, tracker=tracker)
     except KeyboardInterrupt:
         print(interrupted_line(out_dir), file=sys.stderr)
         raise SystemExit(130) from None  # the shell's code for a Ctrl-C
     except ModelUnavailableError as err:  # no network, nothing cached: one line naming the offline choices
         raise SystemExit(f"model unavailable: {err}") from None
+    finally:
+        tracker.finish()
     mean = sum(r["accuracy"] for r in rows) / len(rows)
     # the mean over subsets, with the interval of all their records together (exact when the subsets are of one size)
     records = sum(trials(r, "accuracy") or 0 for r in rows)
     print(f"mean accuracy over {len(rows)} subsets: {rate_text(mean, records)}; rows in {out_dir / VALIDATION}, "
-          f"graded completions in {out_dir / SAMPLES}")
+          f"graded completions in {out_dir / SAMPLES}; its report: python -m eval.report {out_dir}")
     return mean
+
+
+def eval_tracker(cfg: DictConfig, out_dir: Path, model: str, checkpoint: str | None):
+    """The tracker of one validation (`logger`; wandb: a run of job type eval, in the group of the run whose final it
+    validates, else the group "eval"); its id holds the folder's time and this process, unique per validation."""
+    run_dir = run_of_final(Path(checkpoint).resolve()) if checkpoint else None
+    group = "eval" if run_dir is None else tracker_group(run_dir, in_sweep=(run_dir.parent / "multirun.yaml").exists())
+    return open_tracker(cfg.logger, out_dir, name=f"eval {model}", group=group, job_type="eval",
+                        run_id=f"eval-{out_dir.name}-{os.getpid()}", config=OmegaConf.to_container(cfg, resolve=True))
 
 
 if __name__ == "__main__":

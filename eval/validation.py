@@ -32,24 +32,25 @@ from transformers import AutoTokenizer
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import row_level, samples_file
-from core.stats import percent_text
+from core.stats import percent_text, wilson_interval
 from curriculum.tasks.base import Task, TaskRecord
 from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
-from eval.metrics import METRIC_COLUMNS, subset_metrics, trials
+from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
 from eval.settings import ValidationSettings
 from eval.vllm_backend import fresh_engine, validation_backend
 
 
 def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
-    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, then the
-    task's own `sample_fields`)."""
+    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, the record's
+    question as the prompt shows it among them, then the task's own `sample_fields`: the answer it read and the
+    reference, and what else the task adds)."""
     samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
             g = task.grade(out.text, record.columns)
             samples.append({
-                "id": record.id, "sample": k, "completion": out.text, "tokens": out.tokens,
+                "id": record.id, "sample": k, "question": record.question, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok, "answered": g.answered,
                 "reasons": list(g.reasons), **task.sample_fields(record, out.text, g),
             })
@@ -63,8 +64,21 @@ def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
 
 
 def tracked_metrics(row: dict, task: Task) -> dict:
-    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value."""
-    return {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
+    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value, and
+    each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`) over the records it counts.
+
+    >>> from curriculum.tasks.kk import KKTask
+    >>> m = tracked_metrics({"accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}, KKTask())
+    >>> m["accuracy_low"], m["accuracy_high"], "mean_tokens_low" in m, m["lenient_accuracy_high"]
+    (0.15, 0.85, False, 0.85)
+    """
+    found = {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
+    counted = {rate.key: rate.counted for rate in task.report.rates}
+    for key in [k for k in found if k in RATES or k in counted]:
+        n = trials(row, key, counted.get(key, ()))
+        if n:
+            found[f"{key}_low"], found[f"{key}_high"] = (round(b, 4) for b in wilson_interval(found[key], n))
+    return found
 
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,
@@ -146,10 +160,10 @@ SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer",
 
 def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[str, ...] = ()) -> dict:
     """One graded completion as a tracker table row: every task's columns, the task's own (`TaskReport`), the
-    completion."""
+    question it answers and the completion."""
     keys = (*SAMPLE_COLUMNS, *task_columns)
     return {"stage": tag.get("stage_name"), "level": level, **{k: sample.get(k) for k in keys},
-            "completion": sample.get("completion")}
+            "question": sample.get("question"), "completion": sample.get("completion")}
 
 
 @contextmanager

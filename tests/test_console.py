@@ -146,9 +146,17 @@ def test_wandb_gets_the_rollouts_and_the_graded_validation_samples_as_tables(smo
     rollouts = sorted(tables.glob("rollouts/samples_*.table.json"))
     assert len(rollouts) == 10  # a table per sampled step: 5 stages x (first, last)
     table = json.loads(rollouts[0].read_text())
-    assert {"prompt", "completion", "rewards", "reward", "advantage"} <= set(table["columns"])
+    # one column per reward component, as TRL's log_completions table, not one column of JSON
+    components = {"format_reward", "answer_reward", "overlong_reward", "low_tokens"}
+    assert {"prompt", "completion", "reward", "advantage", *components} <= set(table["columns"])
+    assert "rewards" not in table["columns"]
     assert len(table["data"]) == 4  # one group of 4 completions
     validation = sorted(tables.glob("val/*ppl/samples_*.table.json"))
     assert {p.parent.name for p in validation} == {"2ppl", "3ppl"}
     table = json.loads(validation[0].read_text())
-    assert {"id", "correct", "format_ok", "tokens", "reasoning_agrees", "completion"} <= set(table["columns"])
+    assert {"id", "correct", "format_ok", "tokens", "reasoning_agrees", "question", "answer", "reference",
+            "completion"} <= set(table["columns"])
+    # training metrics under their trainer's method, validation rates with their interval bounds, a group
+    record = next(run_dir.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
+    assert b"train/grpo/reward" in record and b"train/loss" not in record
+    assert b"val/2ppl/accuracy_low" in record and f"{run_dir.parent.name}/{run_dir.name}".encode() in record

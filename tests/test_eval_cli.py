@@ -1,10 +1,13 @@
 """`python -m eval model=<a run's final>` as a user runs it: the run's own eval settings (the command line
-still wins), its size and folder said first, each subset written as it finishes, one line on Ctrl-C."""
+still wins), its size and folder said first, each subset written as it finishes, one line on Ctrl-C; its wandb run
+and its folder's report."""
 
 from __future__ import annotations
 
 import json
+import re
 
+from eval.report.cli import main as report_main
 from tests.conftest import run_cli
 from tests.test_console import interrupt_when
 
@@ -52,3 +55,26 @@ def test_ctrl_c_keeps_the_finished_subsets_and_says_so_in_one_line(smoke_ladder,
     assert done.stdout.strip().splitlines()[-1] == (
         f"interrupted: kept {', '.join(kept)} in {out / 'validation.jsonl'} (graded completions in {out / 'samples'})")
     assert "Traceback" not in done.stdout
+
+
+def test_a_validation_reaches_wandb_in_its_runs_group_and_its_folder_has_a_report(smoke_ladder, tmp_path):
+    run_dir, _ = smoke_ladder
+    out = tmp_path / "eval"
+    done = run_cli("eval", f"model={final_of(run_dir)}", "logger=wandb", f"hydra.run.dir={out}",
+                   env={"WANDB_MODE": "offline"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith(f"its report: python -m eval.report {out}")
+    # one offline wandb run, of job type eval, in the group of the run whose final it validated, each accuracy with
+    # its interval bounds, each subset's graded completions as a table with the puzzle, the reference and the answer
+    record = next(out.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
+    assert f"{run_dir.parent.name}/{run_dir.name}".encode() in record and b"eval" in record
+    assert b"val/2ppl/accuracy_low" in record and b"val/3ppl/accuracy_high" in record
+    table = json.loads(next(out.glob("wandb/latest-run/files/media/table/val/2ppl/*.table.json")).read_text())
+    assert {"question", "answer", "reference", "completion"} <= set(table["columns"])
+    # the folder's report: the model, a row per subset with intervals, the samples with their puzzle
+    markdown = (report_main([str(out)]) / "report.md").read_text()
+    assert markdown.startswith(f"# Validation report: {final_of(run_dir)}")
+    rows = [line for line in markdown.split("## Validation per subset")[1].splitlines() if line.startswith("| ")]
+    assert [row.split("|")[1].strip() for row in rows[1:]] == ["2ppl", "3ppl"]
+    assert all(re.search(r"\d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=4", row) for row in rows[1:])
+    assert "```folded the puzzle" in markdown and "](accuracy.png)" in markdown

@@ -9,12 +9,12 @@ from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
 from core.jsonl import JsonlWriter, read_jsonl
+from core.tracker import NullTracker
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
 from train.run.resume import logged_before_resume
 from train.run.stage_end import CollapseGuard, CollapseWatch
 from train.stages.grpo import DISTINCT_KEY, distinct_share, with_distinct_share
-from train.tracking import NullTracker
 
 LENGTH, ZERO_STD = "completions/mean_length", "frac_reward_zero_std"
 

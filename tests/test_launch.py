@@ -209,8 +209,9 @@ def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(mak
 
 def test_only_the_main_process_opens_a_wandb_run(tmp_path):
     """One wandb run per curriculum run: a rank other than the main one gets a tracker that sends nothing."""
+    from core.tracker import NullTracker
     from train.identity import RunIdentity
-    from train.tracking import NullTracker, make_tracker
+    from train.tracking import make_tracker
 
     logger = {"backend": "wandb", "project": "kk", "mode": "offline"}
     identity = RunIdentity(tmp_path.name, None, None)

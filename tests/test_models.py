@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import huggingface_hub
@@ -15,6 +16,7 @@ from omegaconf import OmegaConf
 from peft import get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig
+from trl.models.utils import disable_gradient_checkpointing
 
 from core.model_cache import COMPLETION_MARKER, entry_name, temp_dir_prefix
 from core.models import (
@@ -23,6 +25,7 @@ from core.models import (
     load_for_inference,
     lora_config,
     merge_lora_and_save,
+    quiet_libraries,
     resolve_model,
     tiny_spec,
 )
@@ -38,8 +41,11 @@ LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": "all-linear"}
 
 
 def model_cfg(name: str, **overrides):
-    """conf/model/<name>.yaml as Hydra would place it under `cfg.model`, with overrides merged in."""
-    return OmegaConf.merge(OmegaConf.load(MODEL_CONF / f"{name}.yaml"), overrides)
+    """conf/model/<name>.yaml as Hydra would place it under `cfg.model` (a `defaults` list of other
+    model files merged first, `_self_` last, as model/tiny_vllm builds on model/tiny), with overrides merged in."""
+    own = OmegaConf.load(MODEL_CONF / f"{name}.yaml")
+    bases = [model_cfg(entry) for entry in own.pop("defaults", []) if entry != "_self_"]
+    return OmegaConf.merge(*bases, own, overrides)
 
 
 def small_tiny_cfg(seed: int = 0):
@@ -64,7 +70,7 @@ def tiny_tokenizer(tiny_dir):
 
 @pytest.mark.parametrize("path", sorted(MODEL_CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_model_yaml_follows_the_schema(path):
-    cfg = OmegaConf.load(path)
+    cfg = model_cfg(path.stem)
     assert set(cfg) >= SCHEMA_KEYS, SCHEMA_KEYS - set(cfg)
     assert cfg.name == path.stem
     assert cfg.source in ("hub", "tiny", "smollm2")
@@ -137,6 +143,24 @@ def test_tiny_generates_from_a_left_padded_batch(tiny_dir):
     with torch.no_grad():
         out = model.generate(**batch, max_new_tokens=4, do_sample=False)
     assert out.shape[0] == 2 and 0 < out.shape[1] - batch["input_ids"].shape[1] <= 4
+
+
+def test_trls_checkpointing_toggle_around_generation_warns_nothing_once_libraries_are_quiet(tiny_dir):
+    # TRL 1.16 turns activation checkpointing off for each generation and on again through transformers' deprecated
+    # names: a FutureWarning each time, at every stage start on a real model, until the entry point quiets them
+    model, _ = load_for_inference(tiny_dir, "cpu")
+    model.activation_checkpointing_enable()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with disable_gradient_checkpointing(model):
+            assert not model.is_activation_checkpointing
+        loud = [str(w.message) for w in caught]
+        caught.clear()
+        quiet_libraries()
+        with disable_gradient_checkpointing(model):
+            pass
+    assert any("gradient_checkpointing_enable` is deprecated" in m for m in loud), loud  # the noise is real
+    assert model.is_activation_checkpointing and not [str(w.message) for w in caught if "deprecated" in str(w.message)]
 
 
 def test_unfinished_builds_are_never_reused(tmp_path):

@@ -126,6 +126,9 @@ def test_metric_arithmetic_on_known_completions():
     assert m["invented_name_rate"] == 0.1667  # 1 of all 6
     assert samples[1]["reasoning_claims"] == {"Aiden": True, "Zoey": True} and not samples[1]["reasoning_agrees"]
     assert samples[4]["invented"] == ["liam"] and samples[3]["has_reasoning"] is False
+    # no reasoning, or reasoning that settles nobody: agreement is empty, not a disagreement
+    assert samples[3]["reasoning_agrees"] is None and samples[5]["reasoning_agrees"] is None
+    assert samples[0]["question"] == record["quiz"]  # every sample carries the puzzle it answers
 
 
 def test_the_results_table_prints_the_reasoning_metrics():

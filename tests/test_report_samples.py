@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from core.jsonl import read_jsonl
 from curriculum.tasks.kk import KKTask
 from eval.report.cli import write_report
-from eval.report.samples import pick
+from eval.report.samples import pick, samples_blocks
 from tests.test_report import stage_entry, write_jsonl
 
 RATE_CELL = re.compile(r"\d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=\d+( [▲▼])?")
@@ -61,12 +61,31 @@ def test_the_report_has_a_samples_section_for_every_stage_and_subset(smoke_repor
     expected = [f"{names[stage]}{ppl}ppl" for stage, ppl in validated]
     assert len(expected) > 2 * len(stages) and headings == expected
     # each subset: its count, then picks with grade, tokens and reasons, each followed by its completion
-    assert samples.count("4 completions, ") == len(expected)
+    # the tiny model's greedy completions rarely change between stages: a repeat is said, not shown again
+    shown, repeated = samples.count("4 completions, "), samples.count("the same 4 completions as after ")
+    assert shown + repeated == len(expected) and shown >= 2
     picks = re.findall(r"^\*\*(first (?:right|wrong)[^*]*)\*\* · puzzle `\dppl-\d+` sample 0 · \*\*(right|wrong)\*\*",
                        samples, flags=re.MULTILINE)
-    assert len(picks) >= len(expected)
-    assert samples.count("```completion") >= len(expected) and "tokens" in samples and "reasons: " in samples
+    assert len(picks) >= shown
+    assert samples.count("```completion") >= shown and "tokens" in samples and "reasons: " in samples
     assert "<details><summary>the completion:" in html or "<pre>" in html
+    # each pick with the puzzle it answers, folded, and the reference and answer read
+    assert samples.count("```folded the puzzle") >= len(picks) and "reference: " in samples and "answer: " in samples
+    assert html.count("<details><summary>the puzzle</summary><pre>") >= len(picks)
+
+
+def test_a_subset_whose_completions_repeat_the_stage_before_says_so_once(tmp_path):
+    run = tmp_path / "run"
+    rows = [{"id": f"2ppl-{k}", "sample": 0, "question": f"Puzzle {k}", "completion": f"text {k}", "correct": k == 0,
+             "tokens": 3 + k} for k in range(3)]
+    for folder, written in (("1-sft", rows), ("2-2ppl", rows), ("3-3ppl", rows), ("4-4ppl", rows[:2])):
+        (run / "samples" / folder).mkdir(parents=True)
+        write_jsonl(run / "samples" / folder / "2ppl.jsonl", written)
+    markdown = "\n".join(str(getattr(b, "text", "")) for b in samples_blocks(run, {}, KKTask.report))
+    # 2ppl and 3ppl (a stage that learned nothing) repeat sft's completions: said once each, shown once
+    assert markdown.count("the same 3 completions as after sft, row for row: not shown again") == 2
+    assert markdown.count("3 completions, 1 right") == 1 and markdown.count("2 completions, 1 right") == 1
+    assert markdown.count("Puzzle 0") == 2  # sft's first right, then 4ppl's (fewer rows: not the same)
 
 
 # (rows, expected picks as (labels, row index)): why each is chosen, and that a row is shown once
@@ -129,7 +148,8 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
     sample = {"id": HOSTILE, "sample": HOSTILE, "completion": f"{HOSTILE}\n```\n</pre><img src=x>\n" * 20,
               "tokens": 7, "correct": True, "format_ok": True, "answered": True, "n_right": 2, "n_people": 2,
               "names": [HOSTILE, "Zoey"], "solution": [True, False], "assignment": {HOSTILE: True, "Zoey": False},
-              "reasons": [HOSTILE], "invented": [HOSTILE], "has_reasoning": True, "reasoning_agrees": False}
+              "reasons": [HOSTILE], "invented": [HOSTILE], "has_reasoning": True, "reasoning_agrees": False,
+              "question": f"{HOSTILE}\n````\n</pre></details><script>x</script>"}
     short = {**sample, "completion": HOSTILE, "correct": False, "tokens": 2}
     folder = run / "samples" / f"1-{names[0]}"
     folder.mkdir(parents=True)

@@ -42,7 +42,7 @@ def story(report: str) -> list[str]:
 
 def test_each_stage_says_what_it_trained_step_by_step_and_what_changed(demo_like):
     report = (write_report(demo_like) / "report.md").read_text()
-    first, last = story(report)
+    first, last, overall = story(report)
     # the peak and the end, not halves: 0.58 at step 1, peak 1.50 at step 5, 0.625 at the end
     assert first.startswith("**2ppl** (8 GRPO steps of 8): reward 0.580 at step 1, peak 1.500 at step 5, "
                             "0.625 at its last step (8); every one of its 8 steps had signal")
@@ -52,6 +52,10 @@ def test_each_stage_says_what_it_trained_step_by_step_and_what_changed(demo_like
     # a stage without signal says so, and a validation equal to the one before it says that too
     assert last.startswith("**6ppl** (1 GRPO step of 1): reward 0.300 (one step); no step had signal")
     assert "validation accuracy unchanged on every subset: 2ppl 0.50 (n=4), 3ppl 0.00 (n=4)" in last
+    # and what the stages did together, from where reinforcement learning began (no cold start: the baseline)
+    assert overall == ("**reinforcement learning, from baseline to after 6ppl**: 2ppl 0.00 → 0.50 (+0.50, 95% interval "
+                       "-0.10 to +0.85, n=4: within noise); 3ppl 0.00 → 0.00 (+0.00, 95% interval -0.49 to +0.49, "
+                       "n=4: within noise)")
 
 
 def test_a_failed_run_leads_with_its_error(demo_like):
@@ -80,8 +84,8 @@ def test_a_folder_that_is_no_run_is_refused_naming_the_runs_inside(tmp_path, dem
     with pytest.raises(SystemExit) as refused:
         main([str(outputs)])
     message = str(refused.value)
-    assert message.startswith(f"{outputs}: not a run or sweep folder (no run.json, no multirun.yaml); runs and "
-                              "sweeps inside it, newest first: ")
+    assert message.startswith(f"{outputs}: not a run, sweep or python -m eval folder (no run.json, no multirun.yaml, "
+                              "no evaluation.json); runs and sweeps inside it, newest first: ")
     assert str(outputs / "runs" / "a") in message and str(outputs / "multirun" / "s") in message
     assert not (outputs / "report").exists(), "nothing written into a folder that is no run"
     empty = tmp_path / "empty"

@@ -38,6 +38,8 @@ def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
         assert OmegaConf.load(jobs[value] / "config.yaml").reward.weights.format == float(value)
     assert "reward.weights.format" in (jobs["-1"] / "error.txt").read_text()
     assert not (jobs["-1"] / "run.json").exists(), "the bad job failed before anything was trained"
+    # the sweep ends by naming its own report (every job compared), not its last job's
+    assert done.stdout.strip().splitlines()[-1] == f"report of every job compared: make report RUN={sweep_dir}"
 
 
 def test_slurm_launcher_config_resolves(make_cfg):

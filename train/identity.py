@@ -4,7 +4,8 @@ A sweep's jobs are numbered 0, 1, ... in every sweep, so a tracker id built from
 collides across sweeps (two sweeps got the same wandb ids, and online with `resume="allow"` the second
 sweep's jobs were attached to the first's runs). The id here holds the time the run first started, its
 job number and its config hash, and is kept in run.json, so a resume continues the same tracker run.
-A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and grouped by its sweep folder.
+A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and grouped by its sweep folder;
+a single run is grouped by its own folder, with every `python -m eval` of its finals (`core.rundir.tracker_group`).
 
 Imported by `python -m train` before the config is checked: nothing heavy here.
 """
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import OmegaConf
+
+from core.rundir import tracker_group
 
 # Overrides that say where or how a run is recorded, not what it trains: left out of its name.
 UNNAMED = ("hydra.", "paths.", "logger.", "logger=", "resume=", "run_name=")
@@ -44,7 +47,7 @@ def run_identity(hydra_cfg, run_dir: Path) -> RunIdentity:
     """The identity of the job Hydra is running (`hydra_cfg`: HydraConfig.get())."""
     overrides = [o for o in hydra_cfg.overrides.task if not o.startswith(UNNAMED)]
     if hydra_cfg.mode.name != "MULTIRUN":
-        return RunIdentity(" ".join(overrides) or run_dir.name, None, None)
+        return RunIdentity(" ".join(overrides) or run_dir.name, tracker_group(run_dir, in_sweep=False), None)
     sweep_dir = Path(hydra_cfg.sweep.dir)
     swept = swept_keys(sweep_dir / "multirun.yaml")
     shown = [o for o in overrides if swept is None or _key(o) in swept]

@@ -96,4 +96,21 @@ class RolloutSampler(TrainerCallback):
         tags = {**self.tags, "stage_step": step, "global_step": self.step_offset + step}
         rows = [{**tags, **row} for row in rollout_rows(self.batch, self.weights, self.groups * self.group_size)]
         self.writer.write(rows)
-        self.tracker.table("rollouts/samples", rows, step=tags["global_step"])
+        self.tracker.table("rollouts/samples", [table_row(row) for row in rows], step=tags["global_step"])
+
+
+def table_row(row: Mapping) -> dict:
+    """A sampled rollout as the tracker's table shows it: one column per reward component, as TRL's own
+    `log_completions` table has one per reward function, not one column of JSON (a component named like a row key
+    keeps its `rewards/` prefix).
+
+    >>> table_row({"prompt": "p", "completion": "c", "rewards": {"format_reward": 1.0, "reward": 0.2}, "reward": 0.7})
+    {'prompt': 'p', 'completion': 'c', 'format_reward': 1.0, 'rewards/reward': 0.2, 'reward': 0.7}
+    """
+    out: dict = {}
+    for key, value in row.items():
+        if key == "rewards" and isinstance(value, Mapping):
+            out.update({(f"rewards/{name}" if name in row else name): part for name, part in value.items()})
+        else:
+            out[key] = value
+    return out

@@ -10,9 +10,6 @@ the run's summary.
 
 from __future__ import annotations
 
-import json
-import logging
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,101 +17,17 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from core.checks import is_number
 from core.jsonl import JsonlWriter, NullWriter
-from core.rundir import METRICS, VALIDATION, VALIDATION_STEPS
+from core.rundir import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS
+from core.tracker import open_tracker
 from train.identity import RunIdentity
-
-ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)
-
-log = logging.getLogger(__name__)
-
-
-class NullTracker:
-    """The tracker of `logger=none`: accepts everything, sends nothing."""
-
-    def log(self, row: dict, step: int) -> None:
-        pass
-
-    def table(self, key: str, rows: list[dict], step: int) -> None:
-        pass
-
-    def summary(self, values: dict) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
-class WandbTracker:
-    """A wandb run, offline when there is no API key (sync it later with `wandb sync`)."""
-
-    def __init__(self, logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: str, config: dict):
-        import wandb
-
-        mode = logger.get("mode", "auto")
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
-        self.wandb = wandb
-        self.run = wandb.init(
-            project=logger["project"],
-            entity=logger.get("entity"),
-            name=identity.name,
-            group=identity.group,
-            job_type=identity.job_type,
-            id=run_id,
-            resume="allow",
-            dir=str(run_dir),
-            mode=mode,
-            tags=list(logger.get("tags") or []),
-            config=config,
-            # no ~30-line history panel at the end of every run; where the run is and how to sync it still show
-            settings=wandb.Settings(quiet=True),
-        )
-        # training panels over the global step, validation panels over the stage (one point per stage)
-        for metric in ("global_step", "stage"):
-            self.run.define_metric(metric, hidden=True)
-        for prefix in ("train", "guard", "val_step", "rollouts"):
-            self.run.define_metric(f"{prefix}/*", step_metric="global_step")
-        self.run.define_metric("val/*", step_metric="stage")
-
-    def log(self, row: dict, step: int) -> None:
-        numbers = {k: v for k, v in row.items() if is_number(v)}
-        self.run.log({**numbers, "global_step": step}, step=step)
-
-    def table(self, key: str, rows: list[dict], step: int) -> None:
-        """`rows` (one dict each, the same keys) as a wandb table under `key`; nested values as JSON text."""
-        if not rows:
-            return
-        columns = list(rows[0])
-        data = [[_cell(row.get(c)) for c in columns] for row in rows]
-        self.run.log({key: self.wandb.Table(columns=columns, data=data), "global_step": step}, step=step)
-
-    def summary(self, values: dict) -> None:
-        self.run.summary.update(values)
-
-    def finish(self) -> None:
-        self.run.finish()
-
-
-def _cell(value):
-    """A table cell wandb takes: numbers, text and bools as they are, anything else as JSON text."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return json.dumps(value)
 
 
 def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: str, config: dict, *,
                  writes: bool = True):
-    """The tracker `logger` (the logger group) names; `config` (the resolved config) is the wandb run's config.
-    A process that does not write the run directory (`writes` false: a rank other than the main one) gets a
-    NullTracker: one wandb run per curriculum run, whatever the number of processes."""
-    backend = logger.get("backend", "none")
-    if backend == "wandb" and writes:
-        return WandbTracker(logger, run_dir, identity, run_id, config)
-    if backend in ("none", "wandb"):
-        return NullTracker()
-    raise ValueError(f"logger.backend: {backend!r} is not one of wandb, none")
+    """The run's tracker (core/tracker.py), named, grouped and typed by its `identity`."""
+    return open_tracker(logger, run_dir, name=identity.name, group=identity.group, job_type=identity.job_type,
+                        run_id=run_id, config=config, writes=writes)
 
 
 @dataclass(frozen=True)
@@ -152,6 +65,14 @@ class MetricsCallback(TrainerCallback):
         # the tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index)
         numbers = [float(n) for n in re.findall(r"\d+", level)]
         self.level_value = sum(numbers) / len(numbers) if numbers else stage_index
+        self.prefix = "train"  # `bind` adds the trainer's method
+
+    def bind(self, trainer) -> None:
+        """The tracker's keys name the trainer's method (TRL's own name for it, "GRPO", "SFT"; else its class):
+        `train/sft/loss`, `train/grpo/loss`. An SFT loss (cross-entropy on the reference responses) and a GRPO loss
+        (the policy objective, ~0 by construction) are different quantities that must not share one panel."""
+        method = getattr(trainer, "_name", None) or type(trainer).__name__.removesuffix("Trainer")
+        self.prefix = f"train/{str(method).lower()}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -160,6 +81,7 @@ class MetricsCallback(TrainerCallback):
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = "summary" if "train_runtime" in logs else "step"
         self.writer.write([row])
-        tracked = {"stage": self.tags["stage"], "level": self.level_value, **{f"train/{k}": v for k, v in logs.items()}}
+        tracked = {"stage": self.tags["stage"], "level": self.level_value,
+                   **{f"{self.prefix}/{k}": v for k, v in logs.items()}}
         self.tracker.log(tracked, step=row["global_step"])
 

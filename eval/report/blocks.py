@@ -52,6 +52,15 @@ class Completion:
     text: str
 
 
+@dataclass(frozen=True)
+class Folded:
+    """Text shown verbatim and always folded in the HTML (a prompt, a puzzle: read on demand), `summary` (plain
+    text) on its fold; a fenced block in Markdown."""
+
+    summary: str
+    text: str
+
+
 # A completion longer than this (lines or characters) is folded in the HTML page.
 FOLD_LINES, FOLD_CHARS = 12, 1200
 
@@ -73,10 +82,12 @@ def fmt(value, digits: int = 3) -> str:
 # autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
 # inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
 _INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
+# ... in text that something safe follows (a table cell's "|", a heading's line end): a closing "]" cannot meet a "("
+_INLINE_CLOSED = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
 _BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
 
 
-def md_escape(text, *, line_start: bool = True) -> str:
+def md_escape(text, *, line_start: bool = True, inline: re.Pattern = _INLINE) -> str:
     r"""Text from a run folder (a name, a config value, an error), made inert in Markdown: one line,
     and no link, image, emphasis, code, raw HTML or table cell break can start from it; nor a
     heading or list when it starts a line (`line_start`).
@@ -90,7 +101,7 @@ def md_escape(text, *, line_start: bool = True) -> str:
     >>> md_escape("# heading\n1. item"), md_escape("1. item"), md_escape("0.5"), md_escape("-")
     ('\\# heading 1. item', '1\\. item', '0.5', '-')
     """
-    text = _INLINE.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
+    text = inline.sub(lambda m: "\\" + m.group(), " ".join(str(text).splitlines()))
     if not line_start:
         return text
     # escape the marker's punctuation: a backslash before a digit would show as a backslash
@@ -99,8 +110,13 @@ def md_escape(text, *, line_start: bool = True) -> str:
 
 
 def _cell(text) -> str:
-    """A table cell: inline, so what only starts a block (a heading, a list) needs no escape there."""
-    return md_escape(text, line_start=False)
+    r"""A table cell: inline, so what only starts a block (a heading, a list) needs no escape there, and followed by
+    its "|", so a "]" that ends it cannot meet a "(" (a config value "[2, 3]" stays as written).
+
+    >>> _cell("[2, 3]"), _cell("[x](y)")
+    ('[2, 3]', '[x\\](y)')
+    """
+    return md_escape(text, line_start=False, inline=_INLINE_CLOSED)
 
 
 def code(text) -> str:
@@ -127,12 +143,21 @@ def fenced(text: str, info: str = "") -> list[str]:
     return [fence + info, *text.splitlines(), fence]
 
 
+def info_words(text) -> str:
+    r"""Text as a fence's info string can carry it: one line of words, no backtick (it would end a backtick fence).
+
+    >>> info_words("the `puzzle`\n<b>")
+    'the puzzle b'
+    """
+    return " ".join(re.sub(r"[^\w.,:()+-]+", " ", str(text)).split())
+
+
 def to_markdown(title: str, blocks: Sequence) -> str:
     """Markdown with images linked relative to the report directory."""
-    out = [f"# {md_escape(title)}", ""]
+    out = [f"# {md_escape(title, inline=_INLINE_CLOSED)}", ""]
     for block in blocks:
         if isinstance(block, Heading):
-            out += [f"{'#' * block.level} {md_escape(block.text)}", ""]
+            out += [f"{'#' * block.level} {md_escape(block.text, inline=_INLINE_CLOSED)}", ""]
         elif isinstance(block, Text):
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
@@ -140,11 +165,14 @@ def to_markdown(title: str, blocks: Sequence) -> str:
                     "|" + "---|" * len(block.headers),
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
-            # the caption again as text under the image, so both pages show it (alt text is hidden)
+            # the caption again as text under the image, so both pages show it (alt text is hidden): a paragraph of
+            # its own, else the HTML page runs it beside the image
             caption = md_escape(block.caption)
-            out += [f"![{caption}]({block.path.name})", f"Figure: {caption}.", ""]
+            out += [f"![{caption}]({block.path.name})", "", f"Figure: {caption}.", ""]
         elif isinstance(block, Completion):
             out += [*fenced(block.text, "completion"), ""]
+        elif isinstance(block, Folded):
+            out += [*fenced(block.text, f"folded {info_words(block.summary)}"), ""]
     return "\n".join(out)
 
 
@@ -171,12 +199,16 @@ def _embedded_image(self, tokens, idx, options, env) -> str:
 
 
 def _folded_completion(self, tokens, idx, options, env) -> str:
-    """A completion block: escaped, and inside <details> when long, so the page stays readable."""
+    """A completion block: escaped, and inside <details> when long, so the page stays readable; a folded block
+    (`Folded`) always inside <details>."""
     token = tokens[idx]
-    if token.info.strip() != "completion":
+    kind, _, summary = token.info.strip().partition(" ")
+    if kind not in ("completion", "folded"):
         return self.fence(tokens, idx, options, env)
     text = token.content
     body = f"<pre>{html.escape(text)}</pre>"
+    if kind == "folded":
+        return f"<details><summary>{html.escape(summary)}</summary>{body}</details>\n"
     lines = text.count("\n")
     if lines <= FOLD_LINES and len(text) <= FOLD_CHARS:
         return body + "\n"

@@ -1,6 +1,6 @@
 """`python -m eval.report [DIR ...] [--outputs ROOT] [--out OUT]`: plots, report.md and report.html.
 
-DIR is a run directory or a Hydra multirun (sweep) directory; without it, the most recently
+DIR is a run directory, a Hydra multirun (sweep) directory or a `python -m eval` folder; without it, the most recently
 modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
 `python -m train` writes). Everything goes to `DIR/report/`. Several run directories are laid side
 by side in one report (`eval.report.compare`), written to OUT (default ROOT/compare/<time>/).
@@ -23,9 +23,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from conf import CONF_DIR
-from core.rundir import ERROR, RUN_JSON
+from core.rundir import ERROR, EVALUATION, RUN_JSON
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
+from eval.report.evaluation import evaluation_report, is_evaluation
 from eval.report.run import run_report
 from eval.report.sweep import sweep_report
 
@@ -69,13 +70,15 @@ def runs_under(path: Path, depth: int = 3, limit: int = 10) -> list[Path]:
 
 
 def refuse_non_run(target: Path) -> None:
-    """End with one message when `target` is neither a run nor a sweep, naming the runs it can see inside it."""
-    if is_run(target) or is_sweep(target):
+    """End with one message when `target` is neither a run, a sweep nor a `python -m eval` folder, naming the runs
+    it can see inside it."""
+    if is_run(target) or is_sweep(target) or is_evaluation(target):
         return
     inside = runs_under(target)
     seen = "; runs and sweeps inside it, newest first: " + ", ".join(map(str, inside)) if inside else \
         "; no run or sweep inside it either"
-    raise SystemExit(f"{target}: not a run or sweep folder (no {RUN_JSON}, no multirun.yaml){seen}")
+    raise SystemExit(f"{target}: not a run, sweep or python -m eval folder (no {RUN_JSON}, no multirun.yaml, "
+                     f"no {EVALUATION}){seen}")
 
 
 def latest_output(outputs: Path) -> Path | None:
@@ -116,10 +119,12 @@ def write_document(out_dir: Path, title: str, blocks: list) -> None:
 
 
 def write_report(target: Path) -> Path:
-    """Write `target`/report/ (report.md, report.html, PNGs) for a run or a sweep; returns that folder."""
+    """Write `target`/report/ (report.md, report.html, PNGs) for a run, a sweep or a `python -m eval` folder; returns
+    that folder."""
     out_dir = target / REPORT_DIR
     prepare_dir(out_dir)
-    title, blocks = (sweep_report if is_sweep(target) else run_report)(target, out_dir)
+    report = evaluation_report if is_evaluation(target) else sweep_report if is_sweep(target) else run_report
+    title, blocks = report(target, out_dir)
     write_document(out_dir, title, blocks)
     return out_dir
 

@@ -26,13 +26,14 @@ MAX_DIFFERENCES = 40
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
-    """A short, unique label per run: its folder name, with its parent's where two names clash.
+    """A short, unique label per run: its folder name, with its parent's where two names clash or the name is a
+    sweep's job number (a "0" says nothing alone).
 
-    >>> run_labels([Path("a/ladder"), Path("b/mixed"), Path("c/mixed")])
-    ['ladder', 'b/mixed', 'c/mixed']
+    >>> run_labels([Path("a/ladder"), Path("b/mixed"), Path("c/mixed"), Path("multirun/2026-12-01_10-00-00/0")])
+    ['ladder', 'b/mixed', 'c/mixed', '2026-12-01_10-00-00/0']
     """
     names = [d.name for d in run_dirs]
-    return [f"{d.parent.name}/{d.name}" if names.count(d.name) > 1 else d.name for d in run_dirs]
+    return [f"{d.parent.name}/{d.name}" if names.count(d.name) > 1 or d.name.isdigit() else d.name for d in run_dirs]
 
 
 def flatten(config, prefix: str = "") -> dict[str, str]:

@@ -179,7 +179,8 @@ def chance_text(value: float) -> str:
 
 @literal_text
 def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool,
-                    chance: Mapping[str, float] | None = None) -> Path:
+                    chance: Mapping[str, float] | None = None,
+                    xlabel: str = "validated after stage (baseline = before training)") -> Path:
     """One line per subset across stages (baseline first), the x axis labelled with stage names; `chance`: each
     subset's accuracy by chance (level -> share; the task's `TaskReport.chance`) as a dotted line in its colour."""
     fig, (ax,) = _figure(1, height=4.0)
@@ -202,7 +203,7 @@ def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, uni
     ax.set_xlim(-0.3, max(positions, default=0) + 0.3)
     if unit_range:
         ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("validated after stage (baseline = before training)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=12)
     ax.grid(alpha=0.3)

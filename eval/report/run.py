@@ -14,6 +14,7 @@ from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
+from eval.report.rollouts import rollout_blocks
 from eval.report.samples import samples_blocks
 from eval.report.story import story_blocks
 from eval.report.tables import change_note, grid_table, pool_sizes
@@ -77,7 +78,7 @@ def _config_facts(config: dict) -> str:
     knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
                                                   "max_completion_length", "loss_type") if k in grpo)
     return (f"**model** {md_escape(fmt(section('model').get('name')))} · **reward weights** {md_escape(nonzero)} · "
-            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {md_escape(fmt(section('eval').get('subsets')))}")
+            f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {code(fmt(section('eval').get('subsets')))}")
 
 
 def _summary(run: rs.RunData) -> list:
@@ -226,7 +227,7 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
     blocks = [*failure_blocks(run_dir), *_summary(run), *([Heading("What each stage did"), *story] if story else []),
               *_stage_ends(run), *_validation(run, out_dir),
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
-              Heading("Reward"), *_rewards(run, boundaries, out_dir),
+              Heading("Reward"), *_rewards(run, boundaries, out_dir), *rollout_blocks(run_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
               *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)), run.task_report)]

@@ -15,7 +15,7 @@ from pathlib import Path
 from core.jsonl import scan_jsonl
 from core.rundir import BASELINE, SAMPLES, level_order
 from curriculum.tasks.report import TaskReport
-from eval.report.blocks import Completion, Heading, Text, code, md_escape
+from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number
 
 # A samples file larger than this is not read (a validation of 100 puzzles at 4k tokens is ~2 MB).
@@ -131,40 +131,64 @@ def subset_files(folder: Path) -> list[tuple[str, Path]]:
     return sorted(found, key=lambda item: level_order(item[0]))
 
 
-def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
-    """The Samples section: per stage (baseline first) and subset, the picks with their grades."""
+def samples_intro(report: TaskReport, files: str = "samples/<k>-<name>/<level>.jsonl") -> list:
+    """The Samples section's heading and what it shows; `files`: where every completion is."""
     kinds = f", and one of each of these: {', '.join(label for label, _ in report.picks)}" if report.picks else ""
-    blocks: list = [Heading("Samples"),
-                    Text("A few graded validation completions per stage and subset, chosen to teach: the first "
-                         f"right and the first wrong, the longest and the shortest{md_escape(kinds)} (when such "
-                         f"exist). Every completion: {code('samples/<k>-<name>/<level>.jsonl')}.")]
+    return [Heading("Samples"),
+            Text("A few graded validation completions per validation and subset, chosen to teach: the first "
+                 f"right and the first wrong, the longest and the shortest{md_escape(kinds)} (when such "
+                 f"exist), each with its {md_escape(report.record)} (folded), the reference and the answer "
+                 f"read. Every completion: {code(files)}.")]
+
+
+def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
+    """The Samples section of a run: per stage (baseline first) and subset, the picks with their grades; a subset
+    whose completions are those of the stage before, row for row (a stage that learned nothing), says so once."""
+    blocks = samples_intro(report)
     folders = stage_folders(run_dir)
     if not folders:
         return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
+    shown: dict[str, tuple[str, list]] = {}  # level -> (the stage last shown, its completions)
     for index, folder in folders:
         name = stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
         files = subset_files(folder)
         if not files:
             blocks.append(Text(f"{md_escape(name)}: no subset files in {code(folder.name)}", True))
         for level, path in files:
-            blocks += [Heading(f"after {name}: {md_escape(level)}" if index else f"{name}: {md_escape(level)}",
-                               level=3),
-                       *_subset_blocks(path, report)]
+            blocks.append(Heading(f"after {name}: {level}" if index else f"{name}: {level}", level=3))
+            rows, notes = read_subset(path)
+            earlier = shown.get(level)
+            if rows and earlier is not None and _texts(earlier[1]) == _texts(rows):
+                blocks += [*notes, Text(f"the same {len(rows)} completions as after {md_escape(earlier[0])}, row "
+                                        "for row: not shown again")]
+                continue
+            shown[level] = (name, rows)
+            blocks += [*notes, *subset_blocks(rows, report)]
     return blocks
 
 
-def _subset_blocks(path: Path, report: TaskReport) -> list:
+def _texts(rows: list[dict]) -> list:
+    """What makes two validations' samples the same: each record's completions, in order."""
+    return [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
+
+
+def read_subset(path: Path) -> tuple[list[dict], list]:
+    """One subset's graded completions, and notes on what could not be read."""
     if path.stat().st_size > MAX_SAMPLES_BYTES:
-        return [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
+        return [], [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
     scan = scan_jsonl(path)
-    rows = scan.rows
-    blocks: list = []
-    if scan.damaged:
-        blocks.append(Text(f"{code(path.name)}: skipped {len(scan.damaged)} unreadable line(s)", True))
+    notes = [Text(f"{code(path.name)}: skipped {len(scan.damaged)} unreadable line(s)", True)] if scan.damaged else []
+    return scan.rows, notes
+
+
+def subset_blocks(rows: list[dict], report: TaskReport) -> list:
     if not rows:
-        return [*blocks, Text("no graded completions in this file", True)]
+        return [Text("no graded completions in this file", True)]
     right = sum(r.get("correct") is True for r in rows)
-    blocks.append(Text(f"{len(rows)} completions, {right} right"))
+    blocks: list = [Text(f"{len(rows)} completions, {right} right")]
     for labels, row in pick(rows, report.picks):
-        blocks += [Text(describe(labels, row, report)), Completion(_shown(row.get("completion")))]
+        blocks.append(Text(describe(labels, row, report)))
+        if row.get("question"):
+            blocks.append(Folded(f"the {report.record}", _shown(row["question"])))
+        blocks.append(Completion(_shown(row.get("completion"))))
     return blocks

@@ -62,7 +62,7 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
     """How many GRPO steps had no signal (every group's rewards equal), and which.
 
     >>> print(no_signal_words([{"stage_step": 1, NO_SIGNAL_KEY: 1.0}, {"stage_step": 2, NO_SIGNAL_KEY: 0.5}]))
-    1 of 2 steps without signal (every group's rewards equal: steps 1)
+    1 of 2 steps without signal (every group's rewards equal: step 1)
     >>> print(no_signal_words([{"stage_step": 1, NO_SIGNAL_KEY: 1.0}]))
     no step had signal: every group's rewards were equal, so nothing was learned from the reward
     """
@@ -76,7 +76,8 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
         steps = "its one step" if len(logged) == 1 else f"every one of its {len(logged)} steps"
         return f"{steps} had signal (some group's rewards differed)"
     shown = ", ".join(map(str, silent[:10])) + (", ..." if len(silent) > 10 else "")
-    return f"{len(silent)} of {len(logged)} steps without signal (every group's rewards equal: steps {shown})"
+    return (f"{len(silent)} of {len(logged)} steps without signal (every group's rewards equal: "
+            f"step{'s' if len(silent) > 1 else ''} {shown})")
 
 
 def change_words(before: dict, after: dict) -> str:
@@ -140,4 +141,47 @@ def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dic
         return []
     note = ("Read step by step (metrics.jsonl), not as halves; each change in validation with Newcombe's 95% "
             "interval for a difference: a change whose interval holds 0 is within noise.")
-    return [Text(note, note=True), *(Text(stage_words(s, steps, validation)) for s in stages)]
+    overall = [Text(words) for words in overall_words(steps, validation)]
+    return [Text(note, note=True), *(Text(stage_words(s, steps, validation)) for s in stages), *overall]
+
+
+def _validated(validation: Sequence[dict], index: int) -> dict[str, dict]:
+    return {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
+
+
+def span_words(validation: Sequence[dict], first: int, last: int, what: str) -> str | None:
+    """Each subset's accuracy from validation `first` to validation `last` (stage indexes), with Newcombe's 95%
+    interval for the change; None when no subset was validated at both."""
+    before, after = _validated(validation, first), _validated(validation, last)
+    shared = sorted(set(before) & set(after), key=level_order)
+    if first >= last or not shared:
+        return None
+    names = [next(iter(_validated(validation, i).values())).get("stage_name") for i in (first, last)]
+    changes = "; ".join(f"{level} {change_words(before[level], after[level])}" for level in shared)
+    return (f"**{md_escape(what)}, from {'after ' if first else ''}{md_escape(names[0])} to after "
+            f"{md_escape(names[1])}**: {md_escape(changes, line_start=False)}")
+
+
+def overall_words(steps: Sequence[dict], validation: Sequence[dict]) -> list[str]:
+    """What the stages changed together: from where reinforcement learning began (the last validation before the
+    first step with a reward: after a cold start, else the baseline) to the last validation, and from the baseline
+    when that is another; a sum of stage-by-stage changes each within noise may not be.
+
+    >>> rows = [{"stage": k, "stage_name": n, "level": "2ppl", "accuracy": a, "n": 63}
+    ...         for k, n, a in [(0, "baseline", 0.0), (1, "sft", 0.25), (2, "2ppl", 0.3), (3, "3ppl", 0.5)]]
+    >>> spans = overall_words([{"stage": 2, "stage_step": 1, "reward": 0.5}], rows)
+    >>> [words.split("**: ")[0] for words in spans]
+    ['**reinforcement learning, from after sft to after 3ppl', '**the whole run, from baseline to after 3ppl']
+    >>> spans[0].split("**: ")[1]
+    '2ppl 0.25 → 0.50 (+0.25, 95% interval +0.08 to +0.40, n=63: beyond chance)'
+    """
+    validated = sorted({r["stage"] for r in validation if isinstance(r.get("stage"), int)})
+    rewarded = [int(r["stage"]) for r in steps if isinstance(r.get("stage"), int) and as_number(r.get("reward"))
+                is not None]
+    if len(validated) < 2:
+        return []
+    last = validated[-1]
+    start = max((i for i in validated if i < min(rewarded)), default=None) if rewarded else None
+    spans = [(start, "reinforcement learning")] if start is not None else []
+    spans += [(validated[0], "the whole run")] if start != validated[0] else []
+    return [words for first, what in spans if (words := span_words(validation, first, last, what))]

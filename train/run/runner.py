@@ -55,6 +55,7 @@ from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
 from eval.validation import validate
 from train.console import RunConsole
+from train.eta import planned_completions
 from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
@@ -90,6 +91,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(settings.task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
                            seed=settings.seed)
+        console.expect_validations(planned_completions(plan, validation.subsets_after_stage, validation.subsets,
+                                                       pools.held_out, validation.samples))
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
@@ -296,9 +299,13 @@ class CurriculumRun:
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         validation = self.settings.validation
         chosen = validation_subsets(validation.subsets_after_stage, validation.subsets, self.settings.plan, index)
+        if self.console is not None:  # the ETA times validations
+            self.console.validation_began(index)
         rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
+        if self.console is not None:
+            self.console.validation_ended(index, validation_cost(rows))
         return validation_summary(rows), validation_cost(rows)
 
 

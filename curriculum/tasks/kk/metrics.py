@@ -41,6 +41,10 @@ def sample_fields(text: str, names: Sequence[str], solution: Sequence[bool], g: 
     >>> f = sample_fields(text, ["Zoey"], [False], grade(text, ["Zoey"], [False]), "think_answer")
     >>> f["reasoning_disagrees"], f["answer"], f["reference"], f["people_right"]
     (True, 'Zoey knight', 'Zoey knave', '0/1')
+    >>> bare = "<answer>Zoey is a knave</answer>"
+    >>> f = sample_fields(bare, ["Zoey"], [False], grade(bare, ["Zoey"], [False]), "think_answer")
+    >>> f["has_reasoning"], f["reasoning_agrees"] is None
+    (False, True)
     """
     reasoning = check_reasoning(text, names, g.assignment, fmt)
     lenient = lenient_grade(text, names, solution, g)
@@ -51,7 +55,9 @@ def sample_fields(text: str, names: Sequence[str], solution: Sequence[bool], g: 
         "reference": roles_text(names, solution),
         "answer": roles_text(names, [g.assignment.get(n) for n in names]) if g.answered else None,
         "has_reasoning": reasoning.has_reasoning, "reasoning_claims": reasoning.settled,
-        "reasoning_settles": reasoning.settles, "reasoning_agrees": reasoning.agrees,
+        # agreement only where the reasoning settles someone: without reasoning (or one settling nobody) it is no
+        # evidence either way, and a false there would read as a disagreement
+        "reasoning_settles": reasoning.settles, "reasoning_agrees": reasoning.agrees if reasoning.settles else None,
         "reasoning_disagrees": reasoning.settles and g.answered and not reasoning.agrees,
         "invented": invented, "lenient_correct": lenient.correct, "lenient_assignment": lenient.assignment,
         "lenient_reason": lenient.reason,

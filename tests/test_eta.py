@@ -1,0 +1,101 @@
+"""The run's ETA, driven through the console's own callbacks on a fake clock: it counts each kind's steps at that
+kind's measured time, the stages' starts and saves, and the validations to come by their completions; work of a
+kind not timed yet is named, not guessed. And a library's warning prints above the live bar, not inside it."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from rich.console import Console
+from transformers import TrainerControl, TrainerState, TrainingArguments
+
+from curriculum.plan import Stage
+from train.console import RunConsole
+
+PLAN = [Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=4, pool=8),
+        Stage(2, "2ppl", "grpo", {"2ppl": 1.0}, steps=3, pool=8),
+        Stage(3, "3ppl", "grpo", {"3ppl": 1.0}, steps=1, pool=8)]
+# seconds each piece of work takes in this fake run: an SFT step is 4x cheaper than a GRPO step
+SFT_STEP, GRPO_STEP, START, SAVE, ENGINE, PER_COMPLETION, COMPLETIONS = 5.0, 20.0, 12.0, 6.0, 4.0, 2.0, 8
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def validate(run: RunConsole, clock: Clock, index: int) -> None:
+    """A validation as the runner times it: its wall time is the engine's start plus its generation."""
+    run.validation_began(index)
+    clock.now += ENGINE + PER_COMPLETION * COMPLETIONS
+    run.validation_ended(index, {"seconds": ENGINE + PER_COMPLETION * COMPLETIONS, "setup_seconds": ENGINE,
+                                 "completions": COMPLETIONS})
+
+
+def train(run: RunConsole, clock: Clock, stage: Stage, step_seconds: float, etas: list[tuple[float, str]]) -> None:
+    """One stage through its StageConsole's callbacks; the ETA after each step, at the time it was given."""
+    callback, state = run.stage(stage), TrainerState(max_steps=stage.steps)
+    args, control = TrainingArguments(output_dir="unused", report_to=[]), TrainerControl()
+    clock.now += START
+    callback.on_train_begin(args, state, control)
+    for _ in range(stage.steps):
+        clock.now += step_seconds
+        state.global_step += 1
+        callback.on_step_end(args, state, control)
+        etas.append((clock.now, run.timer.estimate()))
+        callback.on_log(args, state, control, logs={"loss": 1.0})
+    callback.on_train_end(args, state, control)
+    clock.now += SAVE
+
+
+def test_the_eta_counts_each_kinds_steps_the_stage_starts_and_saves_and_the_validations_to_come(tmp_path):
+    clock, out = Clock(), io.StringIO()
+    run = RunConsole(tmp_path, PLAN, Console(file=out, width=200), clock=clock)
+    run.expect_validations({index: COMPLETIONS for index in range(4)})
+    etas: list = []
+    validate(run, clock, 0)
+    for stage, step in zip(PLAN, (SFT_STEP, GRPO_STEP, GRPO_STEP), strict=True):
+        train(run, clock, stage, step, etas)
+        validate(run, clock, stage.index)
+    end = clock.now
+    # while the SFT stage trains, the GRPO steps have no time yet: named, not guessed
+    during_sft = etas[0][1]
+    assert [(p.what, p.count) for p in during_sft.untimed] == [("GRPO step", 4), ("stage save", 3)]
+    # from the end of the first GRPO step on, each step's ETA is the time truly left (every piece took its mean)
+    for at, estimate in etas[4:]:
+        assert not estimate.untimed and abs(at + estimate.seconds - end) < 1e-6, (at, estimate.parts)
+    printed = out.getvalue()
+    # what it counts, said at each stage's start; the step lines end with the ETA
+    assert ("  ETA ≥ 84 s: 4 SFT steps untimed yet; 4 GRPO steps untimed yet; 2 stage starts x 12 s; 3 stage saves "
+            "untimed yet; 3 validations x 20 s (24 completions at 2.00 s, 4 s start and grading each)\n") in printed
+    assert ("  ETA 46 s: 1 GRPO step x 20 s; 1 stage save x 6 s; 1 validation x 20 s (8 completions at 2.00 s, 4 s "
+            "start and grading each)\n") in printed
+    assert "  sft 4/4  loss 1  ETA ≥ 84 s\n" in printed and "  2ppl 1/3  loss 1  ETA 2 min\n" in printed
+    assert "  3ppl 1/1  loss 1  ETA 26 s\n" in printed  # the save and the validation after the last step
+
+
+def test_a_library_warning_prints_above_the_live_bar_not_inside_it(tmp_path):
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)  # a terminal: the live bar runs
+    library = logging.getLogger("transformers.somewhere")
+    handler = logging.StreamHandler(out)  # made before the bar, as a library's handler is
+    library.addHandler(handler)
+    try:
+        run = RunConsole(tmp_path, PLAN[:1], console, clock=Clock())
+        callback, state = run.stage(PLAN[0]), TrainerState(max_steps=4)
+        args, control = TrainingArguments(output_dir="unused", report_to=[]), TrainerControl()
+        callback.on_train_begin(args, state, control)
+        callback.on_step_end(args, state, control)
+        library.warning("a library warning")
+        callback.on_train_end(args, state, control)
+        library.warning("after the bar")
+    finally:
+        library.removeHandler(handler)
+    printed = out.getvalue()
+    # the bar's line is cleared before the warning prints on its own line; the handler has its stream back after
+    assert "\x1b[2Ka library warning\n" in printed and "\x1b[0ma library warning" not in printed
+    assert printed.endswith("after the bar\n") and handler.stream is out

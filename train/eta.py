@@ -1,0 +1,158 @@
+"""How long a run has left, from what this run has measured so far, never from a table of guesses.
+
+What is left is the plan's: each stage's steps by its kind (an SFT step costs a fraction of a GRPO step,
+which generates first), what surrounds a stage's training (its start: the trainer and its models loaded; its
+save: the final published) and the validations still to come, each by its planned completions. Each is timed
+here as the run goes, on one clock handed in: a kind's mean step; a kind's mean start and save (another kind's
+where this one has none yet: both load and save the same model); validation as a fixed part per validation
+(the engine's start, grading, writing) plus its generation per completion. Work nothing has timed yet (the GRPO
+steps while the SFT stage trains) is named beside the estimate, never guessed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from curriculum.plan import Stage, validation_subsets
+
+
+def planned_completions(plan: Sequence[Stage], mode: str, subsets: Sequence[str], pools: Mapping[str, Sequence],
+                        samples: int) -> dict[int, int]:
+    """The completions each validation will generate, by stage index (0: the baseline): its subsets under
+    `eval.subsets_after_stage` (`mode`), each pool's records `samples` times.
+
+    >>> plan = [Stage(1, "2ppl", "grpo", {"2ppl": 1.0}, steps=8, pool=9), Stage(2, "3ppl", "grpo", {"3ppl": 1.0},
+    ...         steps=1, pool=9)]
+    >>> planned_completions(plan, "near", ["2ppl", "3ppl", "4ppl"], {"2ppl": [0] * 63, "3ppl": [0] * 4, "4ppl": [0]}, 1)
+    {0: 68, 1: 67, 2: 68}
+    """
+    return {index: samples * sum(len(pools[level]) for level in validation_subsets(mode, subsets, plan, index))
+            for index in range(len(plan) + 1)}
+
+
+@dataclass
+class Part:
+    """One kind of work left: how many, and the seconds each takes (None: not timed yet); `note`: how `each` is made."""
+
+    what: str
+    count: int
+    each: float | None
+    note: str = ""
+
+
+@dataclass
+class Estimate:
+    """The time left: the sum of the timed parts, and the parts not timed yet (the console words it)."""
+
+    parts: list[Part]
+
+    @property
+    def seconds(self) -> float:
+        return sum(p.count * p.each for p in self.parts if p.each is not None)
+
+    @property
+    def untimed(self) -> list[Part]:
+        return [p for p in self.parts if p.each is None and p.count]
+
+
+@dataclass
+class _Validation:
+    wall: float
+    generating: float
+    completions: int
+
+
+@dataclass
+class RunTimer:
+    """The run's work, planned and timed: stage kinds and budgets, the completions of each validation (by stage
+    index, 0 the baseline) and a clock (`time.monotonic`; a test hands in its own)."""
+
+    kinds: dict[int, str]  # stage index -> its kind's label (core/stage_kinds.py): each kind's steps timed apart
+    steps: dict[int, int]  # stage index -> its step budget (an early end lowers it)
+    completions: dict[int, int]  # stage index (0: baseline) -> the completions of the validation after it
+    clock: Callable[[], float] = time.monotonic
+    step_times: dict[str, list[float]] = field(default_factory=dict)
+    starts: dict[str, list[float]] = field(default_factory=dict)
+    saves: dict[str, list[float]] = field(default_factory=dict)
+    validations: list[_Validation] = field(default_factory=list)
+    current: int | None = None  # the stage training or last trained
+    done_steps: int = 0  # of the current stage
+    validated: set[int] = field(default_factory=set)
+    _mark: float | None = None  # when the phase being timed began
+
+    @classmethod
+    def of(cls, plan: Sequence[Stage], completions: Mapping[int, int] | None = None,
+           clock: Callable[[], float] = time.monotonic) -> RunTimer:
+        return cls({s.index: s.kind_facts.label for s in plan}, {s.index: s.steps for s in plan},
+                   dict(completions or {}), clock)
+
+    def training_began(self, index: int, done_steps: int = 0) -> None:
+        """Stage `index` takes its first step now (`done_steps`: a resumed stage's steps before); its start ran from
+        the end of the last validation."""
+        now = self.clock()
+        if self._mark is not None:
+            self.starts.setdefault(self.kinds[index], []).append(now - self._mark)
+        self.validated |= {i for i in self.completions if i < index}  # a resume skipped them
+        self.current, self.done_steps, self._mark = index, done_steps, now
+
+    def step_ended(self) -> None:
+        now = self.clock()
+        self.step_times.setdefault(self.kinds[self.current], []).append(now - self._mark)
+        self.done_steps, self._mark = self.done_steps + 1, now
+
+    def training_ended(self, steps: int) -> None:
+        """The stage's trainer is done after `steps` of its budget (fewer: it ended early); its save begins."""
+        self.steps[self.current] = steps
+        self._mark = self.clock()
+
+    def validation_began(self, index: int) -> None:
+        now = self.clock()
+        if index and index == self.current and self._mark is not None:
+            self.saves.setdefault(self.kinds[index], []).append(now - self._mark)
+        self._mark = now
+
+    def validation_ended(self, index: int, generating: float, completions: int) -> None:
+        """The validation after stage `index` (0: the baseline) is done: `completions` generated in `generating`
+        seconds of its wall time."""
+        now = self.clock()
+        self.validations.append(_Validation(now - self._mark, generating, completions))
+        self.validated.add(index)
+        self._mark = now
+
+    def estimate(self) -> Estimate:
+        """The work left, part by part, at the means measured so far."""
+        training = self.current is not None and self.current not in self.validated
+        later = [i for i in sorted(self.steps) if self.current is None or i > self.current]
+        parts = []
+        for kind in dict.fromkeys(self.kinds[i] for i in sorted(self.kinds)):
+            left = sum(self.steps[i] for i in later if self.kinds[i] == kind)
+            if training and self.kinds[self.current] == kind:
+                left += max(self.steps[self.current] - self.done_steps, 0)
+            parts.append(Part(f"{kind} step", left, _mean(self.step_times.get(kind))))
+        parts.append(Part("stage start", len(later), self._around(self.starts, later)))
+        saving = later + ([self.current] if training else [])
+        parts.append(Part("stage save", len(saving), self._around(self.saves, saving)))
+        parts.append(self._validations_left())
+        return Estimate(parts)
+
+    def _around(self, timed: dict[str, list[float]], stages: list[int]) -> float | None:
+        """The mean start (or save) of these stages' kinds, each kind's own where timed, else every kind's."""
+        every = _mean([t for times in timed.values() for t in times])
+        each = [_mean(timed.get(self.kinds[i])) or every for i in stages]
+        return None if None in each else _mean(each)
+
+    def _validations_left(self) -> Part:
+        left = [self.completions[i] for i in sorted(self.completions) if i not in self.validated
+                and (self.current is None or i >= self.current)]
+        if not self.validations or not left:
+            return Part("validation", len(left), None)
+        rate = sum(v.generating for v in self.validations) / max(sum(v.completions for v in self.validations), 1)
+        fixed = _mean([v.wall - v.generating for v in self.validations])
+        note = f" ({sum(left)} completions at {rate:.2f} s, {fixed:.0f} s start and grading each)"
+        return Part("validation", len(left), fixed + rate * sum(left) / len(left), note)
+
+
+def _mean(values) -> float | None:
+    return sum(values) / len(values) if values else None
