@@ -10,7 +10,6 @@ from rich.console import Console
 
 from core.models import resolve_model
 from tests.bench import AIMS, assemble, figures_table, jobs, parse_args
-from tests.bench_vllm import AIMS as VLLM_AIMS
 from tests.bench_parts import (
     agreement,
     bare_ladder,
@@ -22,6 +21,7 @@ from tests.bench_parts import (
     stage_seconds,
     validation_comparison,
 )
+from tests.bench_vllm import AIMS as VLLM_AIMS
 
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}, {name: b, ppl: 3, steps: 1, pool: 8}]"
 
