@@ -307,7 +307,7 @@ def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
 def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage], n: int) -> int:
     """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
 
-    The README's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
+    docs/gpu.md's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
 
     >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
     >>> [validation_completions(mode, [f"{p}ppl" for p in range(2, 8)], ladder, 100) for mode in ("all", "near")]

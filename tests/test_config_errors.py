@@ -115,7 +115,7 @@ def test_the_schema_refuses_and_names_the_key(cache_dir, overrides, message):
 
 
 @pytest.mark.parametrize("overrides", [
-    # every curriculum, experiment and preset as the README uses them
+    # every curriculum, experiment and preset as the README and docs/ use them
     ["+curriculum=kk_ladder"], ["+curriculum=kk_logicrl"], ["+curriculum=kk_mixed"],
     ["+curriculum=kk_adaptive", "experiment=smoke"], ["+curriculum=kk_r1", "experiment=cpu_demo"],
     ["+curriculum=kk_ladder", "experiment=single_gpu", "gpu.memory_gb=80"],

@@ -12,6 +12,7 @@ from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from curriculum.plan import Stage
 from train.console import RunConsole
+from train.eta import RunTimer
 
 PLAN = [Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=4, pool=8),
         Stage(2, "2ppl", "grpo", {"2ppl": 1.0}, steps=3, pool=8),
@@ -76,6 +77,34 @@ def test_the_eta_counts_each_kinds_steps_the_stage_starts_and_saves_and_the_vali
             "start and grading each)\n") in printed
     assert "  sft 4/4  loss 1  ETA ≥ 84 s\n" in printed and "  2ppl 1/3  loss 1  ETA 2 min\n" in printed
     assert "  3ppl 1/1  loss 1  ETA 26 s\n" in printed  # the save and the validation after the last step
+
+
+def test_the_eta_follows_a_policy_whose_completions_shorten_as_it_learns():
+    """GRPO steps and validations get cheaper as the policy's completions shorten (the demo's halved): the ETA
+    counts a kind's last few steps and the latest validation's rate, not whole-run means that remember the start."""
+    clock = Clock()
+    plan = [Stage(1, "2ppl", "grpo", {"2ppl": 1.0}, steps=6, pool=8), Stage(2, "3ppl", "grpo", {"3ppl": 1.0},
+                                                                            steps=2, pool=8)]
+    timer = RunTimer.of(plan, {0: COMPLETIONS, 1: COMPLETIONS, 2: COMPLETIONS}, clock=clock)
+    timer.validation_began(0)
+    clock.now += ENGINE + 4.0 * COMPLETIONS  # the baseline: 4 s a completion
+    timer.validation_ended(0, 4.0 * COMPLETIONS, COMPLETIONS)
+    timer.training_began(1)
+    for seconds in (50.0, 40.0, 30.0, 20.0):
+        clock.now += seconds
+        timer.step_ended()
+    parts = {p.what: (p.count, p.each) for p in timer.estimate().parts}
+    assert parts["GRPO step"] == (4, 30.0)  # 2 left here, 2 in the next stage, each at the last 3's mean (not 35)
+    clock.now += 20.0 + 20.0
+    timer.step_ended(), timer.step_ended()
+    timer.training_ended(6)
+    clock.now += SAVE
+    timer.validation_began(1)
+    clock.now += ENGINE + 1.0 * COMPLETIONS  # the trained policy answers 4x faster than the baseline did
+    timer.validation_ended(1, 1.0 * COMPLETIONS, COMPLETIONS)
+    parts = {p.what: (p.count, p.each) for p in timer.estimate().parts}
+    assert parts["GRPO step"] == (2, 20.0) and parts["stage save"] == (1, SAVE)
+    assert parts["validation"] == (1, ENGINE + 1.0 * COMPLETIONS)  # at the latest rate: 12 s, where the mean says 24
 
 
 def test_a_library_warning_prints_above_the_live_bar_not_inside_it(tmp_path):

@@ -4,8 +4,8 @@
 accelerate never shards on a CPU (its launch is FSDP only for accelerator types: on a CPU `fsdp.yaml` runs DDP,
 which run.json then records), so `tests/fsdp_worker.py` shards the tiny model with PyTorch's own `fully_shard`,
 steps it, and publishes through `core.weights` as `train/stages/training.py` does when the trainer runs FSDP. What the
-GPU path adds (accelerate's FSDP2 wrapping, its mixed precision, its checkpoints) is not run here: README, "What
-the tests run of each engine".
+GPU path adds (accelerate's FSDP2 wrapping, its mixed precision, its checkpoints) is not run here: docs/many-gpus.md,
+"What the tests run of each engine".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """reward=gsm8k_stack_verbatim: the recipe's five rewards as its code writes them, beside reward=gsm8k_stack on
-the same completions; each row says where the two part and why (the README's table of differences)."""
+the same completions; each row says where the two part and why (docs/tasks.md's table of differences)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def test_epochs_become_steps_by_the_processes_that_train_each_step(make_cfg, pro
 @pytest.mark.parametrize(("per_device", "accumulation", "processes", "prompts"), [
     (8, 8, 1, 8),  # the default on one GPU: 8 prompts x 8 completions
     (8, 8, 4, 32),  # the same settings on 4 GPUs: four times the prompts per step
-    (8, 2, 4, 8),  # README, "Many GPUs": 8 prompts x 8 completions per step on 4 GPUs
+    (8, 2, 4, 8),  # docs/many-gpus.md: 8 prompts x 8 completions per step on 4 GPUs
     (4, 4, 4, 8),  # the same with half the memory per device
     (2, 1, 8, 2),  # 8 GPUs of 2 completions: 16 completions, 2 prompts of 8
 ])

@@ -1,4 +1,4 @@
-"""A task of one's own, by import path, as the README shows it: the README's own code block, run through
+"""A task of one's own, by import path, as the docs show it: docs/tasks.md's own code block, run through
 `python -m train` with a ladder over its levels, validated per level, reported and tracked in wandb tables,
 and cold-started on its reference responses, without any change to the project."""
 
@@ -19,8 +19,8 @@ COMMAND = ["task=custom", "task._target_=my_task.AdditionTask", "reward=preset",
 
 
 def readme_task() -> str:
-    """The code block of the README's "Your own task" section, as a reader copies it."""
-    section = (ROOT / "README.md").read_text().split("\n## Your own task\n")[1].split("\n## ")[0]
+    """The code block of docs/tasks.md's "Your own task" section, as a reader copies it."""
+    section = (ROOT / "docs" / "tasks.md").read_text().split("\n## Your own task\n")[1].split("\n## ")[0]
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 

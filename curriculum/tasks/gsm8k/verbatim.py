@@ -3,7 +3,7 @@
 Same names as the recipe's functions (TRL logs `rewards/correctness_reward_func/mean` as the recipe's runs
 did), its values inside them (2.0, 0.5, 0.5, 0.5, 0.125 a tag: the preset weighs each 1.0), and its reading
 where it differs from its words; `rewards.py` (`reward=gsm8k_stack`, the default) keeps the words. Each
-difference, and why the default differs, is in the README ("Other tasks"):
+difference, and why the default differs, is in docs/tasks.md ("Other tasks"):
 
 - the answer is the text after the last ``<answer>`` up to the first ``</answer>`` after it, stripped
   (`extract_xml_answer`): a block never closed is read to the end of the completion;

@@ -1,0 +1,319 @@
+"""The README and docs/ name only what exists: every relative link (and its #anchor) resolves, every repository
+path in backticks or in a command is a file or folder of this checkout, every `make <target>` is a Makefile
+target, every config choice (`+curriculum=X`, `experiment=X`, `model=X`, ...) is a conf/<group>/X.yaml, and
+every `python -m <module>` is a module of this repository. Each check lists every offender as file:line, so a
+file moved in the code shows where the docs still name its old place. Plain text only: nothing is imported
+or run."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+# The folders of this repository a doc names paths in; a path elsewhere (outputs/, a run folder, another
+# project's file such as Logic-RL's `examples/data_preprocess/kk.py`) is not checked.
+REPO_FOLDERS = ("conf", "core", "curriculum", "train", "eval", "tests", "hydra_plugins", "docs", ".ci")
+# A token with any of these is a placeholder, a glob or a sketch, not a path: `stages/<k>-<name>/final`.
+NOT_A_PATH = set("<>*{}[]$~ ?|=,'\"")
+# Config groups chosen with `group=X` and where their choices live; hydra/* groups may also name a
+# choice a Hydra plugin brings (joblib, optuna), which has no file here.
+HYDRA_PLUGIN_CHOICES = {"basic", "joblib", "optuna", "submitit_local", "submitit_slurm", "ray", "rq"}
+# Modules of other packages a doc may run with `python -m`.
+OTHER_MODULES = {"pip", "pytest", "ruff", "venv", "torch.distributed.run", "accelerate.commands.launch"}
+
+
+@dataclass(frozen=True)
+class Doc:
+    """A Markdown file read once: its lines, which of them are inside a fenced code block, its inline spans."""
+
+    path: Path
+    lines: tuple[str, ...]
+    in_code: tuple[bool, ...]
+
+    @classmethod
+    def read(cls, path: Path, text: str | None = None) -> Doc:
+        lines = tuple((path.read_text() if text is None else text).split("\n"))
+        flags, code = [], False
+        for line in lines:
+            fence = line.lstrip().startswith("```")
+            flags.append(code or fence)
+            if fence:
+                code = not code
+        return cls(path, lines, tuple(flags))
+
+    @property
+    def name(self) -> str:
+        try:
+            return self.path.relative_to(ROOT).as_posix()
+        except ValueError:
+            return self.path.name
+
+    def where(self, lineno: int) -> str:
+        return f"{self.name}:{lineno}"
+
+    def prose(self) -> str:
+        """The text with every code block's lines blanked (line numbers kept)."""
+        return "\n".join("" if code else line for line, code in zip(self.lines, self.in_code, strict=True))
+
+    def code_lines(self) -> list[tuple[int, str]]:
+        return [(i, line) for i, (line, code) in enumerate(zip(self.lines, self.in_code, strict=True), 1)
+                if code and not line.lstrip().startswith("```")]
+
+    def spans(self) -> list[tuple[int, str]]:
+        """Inline `code` spans of the prose with their line, whitespace collapsed (a span may wrap a line)."""
+        text = self.prose()
+        found = []
+        for m in re.finditer(r"`([^`]+)`", text):
+            if "\n\n" in m.group(1):
+                continue
+            found.append((text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split())))
+        return found
+
+    def commands(self) -> list[tuple[int, str]]:
+        """What a reader types: code block lines and inline spans."""
+        return self.code_lines() + self.spans()
+
+    def headings(self) -> list[str]:
+        return [line.lstrip("#").strip() for line, code in zip(self.lines, self.in_code, strict=True)
+                if not code and re.match(r"#{1,6} ", line)]
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but hyphens dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(doc: Doc) -> set[str]:
+    seen: dict[str, int] = {}
+    found = set()
+    for heading in doc.headings():
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def bad_links(doc: Doc) -> list[str]:
+    """Relative Markdown links whose file is missing, or whose #anchor no heading of a Markdown target makes."""
+    text = doc.prose()
+    found = []
+    for m in re.finditer(r"\[[^\]\n]*\]\(([^)\s]+)\)", text):
+        target = m.group(1)
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        lineno = text.count("\n", 0, m.start()) + 1
+        file, _, anchor = target.partition("#")
+        path = (doc.path.parent / file).resolve() if file else doc.path
+        if not path.exists():
+            found.append(f"{doc.where(lineno)}: link {target!r}: {file} does not exist")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(Doc.read(path)):
+            found.append(f"{doc.where(lineno)}: link {target!r}: no heading of {path.name} makes #{anchor}")
+    return found
+
+
+def path_like(token: str) -> str | None:
+    """The repository path a token names, or None: one word under a folder of this repository, no placeholder."""
+    token = token.rstrip(".,;:)")
+    if not token or NOT_A_PATH & set(token) or "..." in token:
+        return None
+    if token.split("/", 1)[0] not in REPO_FOLDERS or "/" not in token:
+        return None
+    return token
+
+
+def named_paths(doc: Doc) -> list[tuple[int, str]]:
+    """Repository paths the doc names: in inline spans, bare in its prose, and in its commands."""
+    found = [(lineno, path) for lineno, span in doc.spans() for word in span.split() if (path := path_like(word))]
+    folders = "|".join(re.escape(f) for f in REPO_FOLDERS)
+    word = re.compile(rf"(?<![\w./`-])(?:{folders})/[\w./-]*")
+    for lineno, line in enumerate(doc.lines, 1):
+        bare = re.sub(r"`[^`]*`", "", line) if not doc.in_code[lineno - 1] else line
+        found += [(lineno, path) for m in word.finditer(bare) if (path := path_like(m.group(0)))]
+    return found
+
+
+def module_table_paths(doc: Doc) -> list[tuple[int, str]]:
+    """The first cells of a table after "Every module of `<folder>/`": each name a file of that folder."""
+    found, folder = [], None
+    for lineno, line in enumerate(doc.lines, 1):
+        if m := re.search(r"[Ee]very module of `([\w/]+/)`", line):
+            folder = m.group(1)
+        elif folder and line.startswith("|"):
+            first = line.split("|")[1]
+            found += [(lineno, folder + name) for name in re.findall(r"`([^`]+)`", first)
+                      if not NOT_A_PATH & set(name)]
+        elif folder and line.strip() and not line.startswith("|"):
+            folder = None
+    return found
+
+
+def missing_paths(doc: Doc) -> list[str]:
+    found = []
+    for lineno, path in sorted(set(named_paths(doc) + module_table_paths(doc))):
+        if not (ROOT / path).exists():
+            found.append(f"{doc.where(lineno)}: `{path}` does not exist")
+    return found
+
+
+def make_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text()
+    return set(re.findall(r"^([A-Za-z0-9][\w.-]*)\s*:(?!=)", text, re.MULTILINE))
+
+
+def named_targets(doc: Doc) -> list[tuple[int, str]]:
+    return [(lineno, m.group(1)) for lineno, text in doc.commands()
+            for m in re.finditer(r"(?:^|[\s;&(])make\s+([a-z][\w-]*)", text)]
+
+
+def missing_targets(doc: Doc) -> list[str]:
+    targets = make_targets()
+    return [f"{doc.where(lineno)}: `make {target}`: no such Makefile target"
+            for lineno, target in named_targets(doc) if target not in targets]
+
+
+def config_groups() -> list[str]:
+    """Every folder of conf/ that holds choices (`conf/accelerate/` holds launch files, never composed)."""
+    groups = {p.parent.relative_to(ROOT / "conf").as_posix() for p in (ROOT / "conf").rglob("*.yaml")}
+    return sorted(groups - {".", "accelerate"}, key=len, reverse=True)
+
+
+def named_choices(doc: Doc) -> list[tuple[int, str, str]]:
+    """(line, group, choice) of every `group=X` (or +group=X, a list X,Y) in a command or an inline span."""
+    alternatives = "|".join(re.escape(g) for g in config_groups())
+    choice = re.compile(rf"(?<![\w./-])\+{{0,2}}({alternatives})=([^\s'\"`]+)")
+    found = []
+    for lineno, text in doc.commands():
+        for m in choice.finditer(text):
+            value = m.group(2).rstrip(").,;:")
+            if NOT_A_PATH.difference(",") & set(value) or "/" in value:  # a placeholder; a model's path or hub id
+                continue
+            found += [(lineno, m.group(1), v) for v in value.split(",") if v]
+    return found
+
+
+def missing_choices(doc: Doc) -> list[str]:
+    found = []
+    for lineno, group, value in named_choices(doc):
+        if (ROOT / "conf" / group / f"{value}.yaml").exists():
+            continue
+        if group.startswith("hydra/") and value in HYDRA_PLUGIN_CHOICES:
+            continue
+        found.append(f"{doc.where(lineno)}: `{group}={value}`: conf/{group}/{value}.yaml does not exist")
+    return found
+
+
+def named_modules(doc: Doc) -> list[tuple[int, str]]:
+    return [(lineno, m.group(1)) for lineno, text in doc.commands()
+            for m in re.finditer(r"(?<![\w-])-m\s+([A-Za-z_][\w.]*)", text)]
+
+
+def module_problem(module: str) -> str | None:
+    """Why `python -m <module>` would not run a module of this repository (None: it would)."""
+    parts = module.split(".")
+    top = ROOT / parts[0]
+    if not (top.is_dir() or top.with_suffix(".py").is_file()):
+        return None if module in OTHER_MODULES else "neither a module of this repository nor a known tool"
+    path = ROOT.joinpath(*parts)
+    if path.with_suffix(".py").is_file() or (path / "__main__.py").is_file():
+        return None
+    if path.is_dir():
+        return f"{path.relative_to(ROOT).as_posix()}/ has no __main__.py"
+    return f"neither {path.relative_to(ROOT).as_posix()}.py nor {path.relative_to(ROOT).as_posix()}/ exists"
+
+
+def missing_modules(doc: Doc) -> list[str]:
+    return [f"{doc.where(lineno)}: `python -m {module}`: {problem}"
+            for lineno, module in named_modules(doc) if (problem := module_problem(module))]
+
+
+def all_docs() -> list[Doc]:
+    return [Doc.read(path) for path in DOCS]
+
+
+def report(check) -> str:
+    offenders = [line for doc in all_docs() for line in check(doc)]
+    return "\n".join(offenders)
+
+
+@pytest.mark.parametrize("check", [bad_links, missing_paths, missing_targets, missing_choices, missing_modules],
+                         ids=lambda check: check.__name__)
+def test_the_docs_name_only_what_exists(check):
+    offenders = report(check)
+    assert not offenders, f"{check.__name__}, every offender as file:line:\n{offenders}"
+
+
+def test_the_checks_read_what_the_docs_name():
+    """Not vacuous: the docs name many paths, targets, choices and modules, and the checks see them."""
+    docs = all_docs()
+    paths = {p for doc in docs for _, p in named_paths(doc) + module_table_paths(doc)}
+    targets = {t for doc in docs for _, t in named_targets(doc)}
+    choices = {(g, v) for doc in docs for _, g, v in named_choices(doc)}
+    modules = {m for doc in docs for _, m in named_modules(doc)}
+    assert {"conf/grpo/default.yaml", "tests/test_learning.py", "train/runner.py", "eval/vllm_cpu.py"} <= paths
+    assert {"test", "demo", "gpu-check", "report", "drill"} <= targets
+    assert {("curriculum", "kk_ladder"), ("experiment", "single_gpu"), ("model", "qwen3-0.6b"),
+            ("hparams_search", "reward_optuna"), ("task", "custom"), ("reward", "preset")} <= choices
+    assert {"train", "eval", "eval.report", "tests.bench", "train.gpu_check"} <= modules
+
+
+def test_a_stale_name_is_reported_with_its_file_and_line(tmp_path):
+    text = "\n".join([
+        "# A page",
+        "",
+        "See [the GPU page](gpu.md#no-such-heading) and [gone](nowhere.md), `train/no_such_module.py`,",
+        "and conf/curriculum/no_such.yaml; `outputs/runs/<time>/run.json` and `my_task.py` are not checked.",
+        "",
+        "```bash",
+        "make no-such-target",
+        "python -m train.no_such +curriculum=no_such,kk_ladder model=Qwen/Qwen2.5-7B-Instruct",
+        "```",
+        "",
+        "Every module of `train/`:",
+        "",
+        "| module | what |",
+        "|---|---|",
+        "| `runner.py`, `gone.py` | |",
+    ])
+    page = tmp_path / "docs" / "page.md"
+    page.parent.mkdir()
+    (tmp_path / "docs" / "gpu.md").write_text("# One GPU\n")
+    doc = Doc.read(page, text)
+    assert bad_links(doc) == [
+        "page.md:3: link 'gpu.md#no-such-heading': no heading of gpu.md makes #no-such-heading",
+        "page.md:3: link 'nowhere.md': nowhere.md does not exist",
+    ]
+    assert missing_paths(doc) == [
+        "page.md:3: `train/no_such_module.py` does not exist",
+        "page.md:4: `conf/curriculum/no_such.yaml` does not exist",
+        "page.md:15: `train/gone.py` does not exist",
+    ]
+    assert missing_targets(doc) == ["page.md:7: `make no-such-target`: no such Makefile target"]
+    assert missing_choices(doc) == [
+        "page.md:8: `curriculum=no_such`: conf/curriculum/no_such.yaml does not exist"]
+    assert missing_modules(doc) == [
+        "page.md:8: `python -m train.no_such`: neither train/no_such.py nor train/no_such/ exists"]
+
+
+def test_every_docs_page_has_a_title_a_way_back_and_a_link_from_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    for path in DOCS[1:]:
+        lines = path.read_text().split("\n")
+        assert re.match(r"# \S", lines[0]), f"docs/{path.name}:1: a page starts with its one-line '# Title'"
+        assert "](../README.md)" in "\n".join(lines[:4]), f"docs/{path.name}: no link back to the README at its top"
+        assert f"](docs/{path.name})" in readme, f"README.md: no link to docs/{path.name}"
+
+
+def test_the_readme_fits_a_first_read():
+    """What it is, the two commands, the GPU and many-GPU commands and where to go next: a few screens."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.split("\n")) <= 200
+    for heading in ("## Two commands on a fresh machine", "## On a GPU", "## Many GPUs", "## Where to go next"):
+        assert f"\n{heading}\n" in readme, heading
+    assert "make test" in readme and "make demo" in readme
