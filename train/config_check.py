@@ -133,7 +133,7 @@ def check_one_gpu_per_process(env: Mapping[str, str], visible_gpus: int) -> None
     Without a launcher's LOCAL_RANK, accelerate runs one process undistributed and transformers then counts
     every visible GPU (`n_gpu`) to wrap the policy in nn.DataParallel, which TRL refuses only once its
     trainer is built, after the whole baseline validation. Refused rather than pinned to one of them: the
-    GPU to leave free is the user's to say (the README's vLLM server holds GPU 0), and a run pinned quietly
+    GPU to leave free is the user's to say (docs/many-gpus.md's vLLM server holds GPU 0), and a run pinned quietly
     would leave the others idle while the user believes they train.
 
     >>> check_one_gpu_per_process({"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, 4)  # one rank of torchrun's four

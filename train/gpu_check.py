@@ -14,7 +14,7 @@ In under ten minutes it says whether `experiment=single_gpu` works on this card 
    cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
 
 vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set to the card's size), so
-the peaks compare with the 24 GB arithmetic in the README. Without CUDA it stops at once: one line on
+the peaks compare with the 24 GB arithmetic in docs/gpu.md. Without CUDA it stops at once: one line on
 stderr, exit status 2. `--cuda-only` does just that check (the Makefile runs it before installing vLLM).
 `--device cpu` runs every phase on this CPU instead (vLLM's CPU build, the tiny model with heads of 64, no
 bf16, 8-bit AdamW or sleep mode: train/gpu/config.py DEVICE_OVERRIDES): the test suite runs it so.

@@ -26,7 +26,7 @@ from train.gpu.device import GIB, GpuCheckError, MemoryWatch
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
-# The README's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
+# docs/gpu.md's validation plan arithmetic: kk_ladder's 5 stages, 6 subsets of 100 puzzles.
 PLAN_SUBSETS, PLAN_N = [f"{ppl}ppl" for ppl in range(2, 8)], 100
 
 
