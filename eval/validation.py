@@ -5,9 +5,9 @@ the task's level columns, metrics, cost}), every completion with its grade to
 `samples/<stage>/<level>.jsonl` (so a person can read what the model wrote, and a recount can check the
 metrics), and prints a rich table. What a row and a sample hold beyond every task's, and what the table
 and the tracker show of them, is the task's (`Task.level_columns`, `sample_fields`, `subset_metrics`,
-`report`). One generator serves all the subsets: the model loaded once (hf), or one vLLM engine started
-once and released after (vllm; `auto` takes it where vLLM can validate the model); `cost` says what each
-subset's generation took (`eval.cost.validation_cost` sums them).
+`report`). One generator serves all the subsets: the model loaded once (hf), or the process's one vLLM engine
+holding the checkpoint's weights (vllm; `auto` takes it where vLLM can validate the model: eval/vllm_engine.py);
+`cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
 
 With many processes every rank loads the checkpoint on its own device and generates its share of
 the batches (`eval.generation`); every rank grades all the gathered completions (the same rows
@@ -38,7 +38,8 @@ from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
 from eval.settings import ValidationSettings
-from eval.vllm_backend import fresh_engine, validation_backend
+from eval.vllm_backend import validation_backend
+from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 
 
 def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
@@ -83,24 +84,25 @@ def tracked_metrics(row: dict, task: Task) -> dict:
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,
              out_dir: Path, writer=None, tracker=None, console: Console | None = None,
-             processes: Processes = SINGLE) -> list[dict]:
+             processes: Processes = SINGLE, engine: ProcessEngine | None = None) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
 
     `tag` (stage, stage_name, global_step) prefixes every row; each subset's row goes to `writer` (a
-    JsonlWriter) as soon as it is graded, so an interrupt keeps the subsets done. Returns the rows (on every
-    rank of many `processes`; the main process records them: rows, samples, tracker, console).
+    JsonlWriter) as soon as it is graded, so an interrupt keeps the subsets done; `engine` is the process's vLLM
+    engine, where it has one (a run's). Returns the rows (on every rank of many `processes`; the main process
+    records them: rows, samples, tracker, console).
     """
     s, rows = settings, []
     generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
                   "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
     step, console = int(tag.get("global_step", 0)), console or wide_console()
     record = processes.is_main
-    with validation_engine(s, model_path, processes) as engine:
+    with validation_engine(s, model_path, processes, engine) as generator:
         levels = list(pools)  # in the task's order, easiest first
         for i, level in enumerate(levels):
             records = pools[level]
             label = f"validating {tag.get('stage_name')} {level}"
-            completions, cost = engine.generate(s.prompts(records), label=label, **generation)
+            completions, cost = generator.generate(s.prompts(records), label=label, **generation)
             samples = grade_subset(records, completions, s.task)
             if record:
                 _write_samples(samples_file(out_dir, level), samples)
@@ -166,14 +168,25 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[
             "question": sample.get("question"), "completion": sample.get("completion")}
 
 
+def own_engine(settings: ValidationSettings) -> ProcessEngine:
+    """The process's vLLM engine where the caller brought none (`python -m eval`): one that only validates."""
+    return ProcessEngine(engine_arguments(validation_arguments(settings.vllm_gpu_memory_utilization, settings.seed)))
+
+
 @contextmanager
-def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE) -> Iterator:
-    """What generates one validation: a fresh vLLM engine (`eval.backend=vllm`, or `auto` where vLLM can:
-    `eval.vllm_backend.validation_backend`), else the model loaded for HF on this process's own device."""
+def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE,
+                      engine: ProcessEngine | None = None) -> Iterator:
+    """What generates one validation: the process's vLLM engine (`engine`, else one of its own closed after;
+    `eval.backend=vllm`, or `auto` where vLLM can: `eval.vllm_backend.validation_backend`) holding the
+    checkpoint's weights, else the model loaded for HF on this process's own device."""
     if validation_backend(settings.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
-        with fresh_engine(model_path, AutoTokenizer.from_pretrained(model_path), seed=settings.seed,
-                          gpu_memory_utilization=settings.vllm_gpu_memory_utilization) as engine:
-            yield engine
+        shared = engine or own_engine(settings)
+        try:
+            with shared.validating(model_path, AutoTokenizer.from_pretrained(model_path)) as vllm:
+                yield vllm
+        finally:
+            if engine is None:
+                shared.close()
         return
     began = time.perf_counter()
     model, tokenizer = load_for_inference(model_path, processes.device())

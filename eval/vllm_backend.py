@@ -1,10 +1,8 @@
-"""`eval.backend=vllm` (or `auto`, where vLLM can): validation generation through vLLM, one engine per validation.
+"""`eval.backend=vllm` (or `auto`, where vLLM can): validation generation through vLLM.
 
 Where the engine comes from:
-- the baseline, after a stage (the trainer and its engine are gone by then) and `python -m eval`:
-  `fresh_engine`, started once for all the validation's subsets and released after (`release`: shut
-  down and dropped, whoever still holds the object), in this process, with the settings TRL 1.16 gives
-  its own colocated engine, so that both can live in one process;
+- the baseline, after a stage and `python -m eval`: the process's one engine (eval/vllm_engine.py
+  `ProcessEngine`, shared with the stages' rollouts), holding the validated checkpoint's weights;
 - inside a GRPO stage that rolls out through vLLM in colocate mode (`eval.every`, `promote`):
   `ColocatedEngine`, the trainer's own engine (TRL 1.16 keeps it at `trainer.vllm_generation.llm`),
   lent between optimizer steps: the live policy is pushed into it as TRL does before a rollout
@@ -25,15 +23,13 @@ repetition penalty (as HF validation and TRL's rollouts); the grader downstream 
 from __future__ import annotations
 
 import functools
-import gc
 import importlib.machinery
 import logging
 import os
 import random
 import sys
 import time
-import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -41,11 +37,10 @@ import torch
 from transformers import AutoConfig
 
 from core.distributed import SINGLE, Processes
-from core.models import device_settings
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
 from eval.generation import Completion
-from eval.vllm_cpu import engine_options, thread_setting_kept
+from eval.vllm_cpu import thread_setting_kept
 
 log = logging.getLogger(__name__)
 
@@ -186,63 +181,6 @@ def single_process_env() -> None:
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
         os.environ.setdefault(name, value)
     ensure_master_addr_port()
-
-
-def start_llm(model_path: str, *, gpu_memory_utilization: float, seed: int, options: Mapping | None = None):
-    """A vLLM engine as TRL 1.16 starts its colocated one (in this process: `external_launcher`), with this
-    platform's options (eval/vllm_cpu.py `engine_options`: sleep mode on CUDA, eager and a RAM KV cache on CPU)
-    and `options` over them (vLLM's LLM arguments: `make bench` compares dtypes and compiling).
-
-    torch's cache is emptied first, so a trainer released just before leaves its blocks to the engine.
-    """
-    vllm = import_vllm()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-    single_process_env()
-    with warnings.catch_warnings():  # vLLM 0.31's kernel dispatcher reads a name torch 2.13 deprecates
-        warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated", category=FutureWarning)
-        return vllm.LLM(
-            model=model_path, tensor_parallel_size=1, gpu_memory_utilization=gpu_memory_utilization,
-            distributed_executor_backend="external_launcher", seed=seed,
-            # TRL's value: vLLM's memory profiler is misled by its larger default
-            max_num_batched_tokens=4096,
-            use_tqdm_on_load=False,  # a progress bar per engine start, between the run's validation tables
-            log_level=vllm_log_level(),
-            **{"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch."), **engine_options(),
-               **(options or {})},
-        )
-
-
-def release(llm) -> None:
-    """Free the engine now, whoever still holds `llm`: its memory (sleep level 2 where it sleeps: CUDA), its
-    worker and process group (vLLM's shutdown), then the engine itself with the weights and KV cache it holds
-    (`llm` is left without one: a later generate fails instead of running on freed memory)."""
-    engine = llm.llm_engine
-    if engine.vllm_config.model_config.enable_sleep_mode:
-        llm.sleep(level=2)
-    engine.engine_core.shutdown()
-    llm.llm_engine = None
-    del engine
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-@contextmanager
-def fresh_engine(model_path: str, tokenizer, *, gpu_memory_utilization: float, seed: int,
-                 options: Mapping | None = None) -> Iterator[VllmEngine]:
-    """One engine for a whole validation (`start_llm`), released when the block ends (also on an error), the
-    process as it was before (`process_kept`)."""
-    began = time.perf_counter()
-    with process_kept(rng=True):
-        llm = start_llm(model_path, gpu_memory_utilization=gpu_memory_utilization, seed=seed, options=options)
-        engine = VllmEngine(llm, tokenizer, "vllm", time.perf_counter() - began)
-        try:
-            yield engine
-        finally:
-            engine.llm = None
-            release(llm)
 
 
 class ColocatedEngine:

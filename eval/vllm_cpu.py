@@ -2,7 +2,7 @@
 
 Nothing in this module changes what vLLM does on CUDA: each part asks vLLM's platform first.
 
-- Weight reload (`reloadable_weights`, inside `colocated_engine`). TRL pushes the policy into its colocated
+- Weight reload (`reloadable_weights`, around the process's engine start). TRL pushes the policy into its colocated
   engine before every rollout (`VLLMGeneration.sync_weights` -> the model's `load_weights`). On CPU, vLLM
   0.31's `UnquantizedLinearMethod.process_weights_after_loading` repacks each linear weight for oneDNN and
   replaces the parameter with an empty one, so the first sync fails with `'Parameter' object has no
@@ -16,7 +16,7 @@ Nothing in this module changes what vLLM does on CUDA: each part asks vLLM's pla
   the life of the process. In one process (no worker process, no thread binding) that would make every
   later `cpu_threads` setting (core/models.py `configure_cpu_threads`) silently do nothing.
 - The engine's own settings: no sleep mode (CUDA's allocator only: vLLM refuses it on CPU), the KV cache
-  in GiB of RAM (`kv_cache_gib`), and for a fresh engine eager execution (`engine_options`).
+  in GiB of RAM (`kv_cache_gib`), and eager execution (`engine_options`).
 """
 
 from __future__ import annotations
@@ -81,9 +81,9 @@ def thread_setting_kept() -> Iterator[None]:
 
 @contextmanager
 def colocated_engine() -> Iterator[None]:
-    """TRL's colocated engine, built inside the block, as it runs on CPU: weights it can reload
-    (`reloadable_weights`) and a KV cache of `kv_cache_gib()` GiB (TRL passes vLLM no cache size; vLLM reads
-    VLLM_CPU_KVCACHE_SPACE as the engine starts). On CUDA the block changes nothing."""
+    """TRL's own colocated engine, built inside the block (bare TRL's, train/gpu/bare.py), as it runs on CPU:
+    weights it can reload (`reloadable_weights`) and a KV cache of `kv_cache_gib()` GiB (TRL passes vLLM no cache
+    size; vLLM reads VLLM_CPU_KVCACHE_SPACE as the engine starts). On CUDA the block changes nothing."""
     if not cpu_build():
         yield
         return
@@ -103,13 +103,13 @@ def kv_cache_gib() -> int:
 
 
 def engine_options() -> dict:
-    """What a fresh validation engine is started with on this platform, beyond TRL's colocate settings.
+    """What the process's engine (eval/vllm_engine.py) is started with on this platform beyond its arguments.
 
-    CPU: no sleep mode; the KV cache in RAM (`kv_cache_gib`); eager execution (`enforce_eager`): SmolLM2-135M's
-    engine started in 2.4-3.4 s eager and 56-72 s compiled, for 5% faster generation compiled (32 prompts x
-    200 tokens, one thread: 40.8 s eager, 38.7 s compiled; `make bench` measures both). CUDA: sleep mode, so
-    that the release hands the memory back at once (`eval.vllm_backend.release`).
+    CPU: no sleep mode (CUDA's allocator only: vLLM refuses it); the KV cache in RAM (`kv_cache_gib`); eager
+    execution (`enforce_eager`): SmolLM2-135M's engine started in 2.4-3.4 s eager and 56-72 s compiled, for 5%
+    faster generation compiled (32 prompts x 200 tokens, one thread: 40.8 s eager, 38.7 s compiled; `make bench`
+    measures both). CUDA: nothing (its sleep mode is `eval.vllm_engine.engine_arguments`' choice).
     """
     if cpu_build():
         return {"enable_sleep_mode": False, "kv_cache_memory_bytes": kv_cache_gib() * 2**30, "enforce_eager": True}
-    return {"enable_sleep_mode": True}
+    return {}

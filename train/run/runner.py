@@ -54,6 +54,8 @@ from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
 from eval.validation import validate
+from eval.vllm_backend import validation_backend
+from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from train.console import RunConsole
 from train.eta import planned_completions
 from train.identity import RunIdentity
@@ -67,7 +69,6 @@ from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind, StageResult
 from train.stages.checkpoints import CheckpointDigests
 from train.stages.exact_start import ExactStart
-from train.stages.grpo import ReleaseRolloutEngine
 from train.stages.training import run_stage
 from train.tracking import MetricsCallback, RunLogs, make_tracker
 
@@ -110,11 +111,12 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
                                config=settings.config, writes=processes.is_main)
+        engine = process_engine(settings, base, processes)
         try:
             CurriculumRun(
                 settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
                 logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=list(callbacks),
-                processes=processes, console=console,
+                processes=processes, console=console, engine=engine,
             ).run()
             value = _objective(settings.objective, manifest)
             finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
@@ -124,10 +126,26 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             raise
         finally:
             tracker.finish()
+            if engine is not None:
+                engine.close()
         manifest.update(status=Status.DONE, objective=value)
     if processes.is_main:
         console.finished(f"objective {settings.objective} = {value:.3f}")
     return value
+
+
+def process_engine(settings: RunSettings, base: str, processes: Processes) -> ProcessEngine | None:
+    """The run's one vLLM engine in this process (eval/vllm_engine.py), where anything generates through vLLM: a
+    stage's rollouts (TRL's colocate mode: started with TRL's arguments, so every stage's trainer takes it) or
+    validation (`eval.backend`); None where nothing does. It starts when first used; under a launcher it is never
+    shut down (vLLM's shutdown destroys the launcher's default process group)."""
+    kinds, validation = settings.kinds, settings.validation
+    rollouts = next((found for stage in settings.plan
+                     if (found := kinds[stage.kind].rollout_engine(stage, processes.rank)) is not None), None)
+    if rollouts is None and validation_backend(validation.backend, base, processes) != "vllm":
+        return None
+    arguments = rollouts or validation_arguments(validation.vllm_gpu_memory_utilization, validation.seed)
+    return ProcessEngine(engine_arguments(arguments), shutdown_at_close=not processes.many)
 
 
 @contextmanager
@@ -181,6 +199,7 @@ class CurriculumRun:
     callbacks: list  # extra TrainerCallbacks for every stage
     processes: Processes = SINGLE  # every rank runs the loop; the main one writes
     console: RunConsole | None = None  # the run's console (None: transformers' own, as in bare TRL)
+    engine: ProcessEngine | None = None  # the process's vLLM engine: every validation and colocated rollout
 
     def run(self) -> None:
         """The baseline, then each stage as `plan_stages` (train/run/resume.py) answers for it (a fresh run: train
@@ -257,7 +276,7 @@ class CurriculumRun:
                                config_hash=self.manifest.config_hash, task=self.settings.task.name,
                                keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
                                processes=self.processes, callbacks=callbacks, resume_from=start.checkpoint,
-                               resume_at_budget=start.action is StageAction.PUBLISH,
+                               resume_at_budget=start.action is StageAction.PUBLISH, engine=self.engine,
                                reward_warning=partial(self.manifest.stage_warning, stage.index))
         result = run_stage(kind, stage, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
@@ -270,9 +289,9 @@ class CurriculumRun:
         """Every callback of the stage's trainer, in the order it calls them, and the `StageEnd` among them that
         says why the stage ended: its log lines to metrics.jsonl and the tracker, its checkpoints' digests, the
         caller's callbacks, what may end it early (train/run/stage_end.py; `history`: the steps logged before a
-        resume), the console, sampled rollouts (a stage that learns from rewards), and two that act only where
-        they apply: the release of a colocated vLLM engine, DeepSpeed's exact start from `init`. Those that need
-        the trainer itself take it once it is built (train/stages/training.py `bind_to_trainer`)."""
+        resume), the console, sampled rollouts (a stage that learns from rewards), and one that acts only where it
+        applies: DeepSpeed's exact start from `init`. Those that need the trainer itself take it once it is built
+        (train/stages/training.py `bind_to_trainer`)."""
         logs, rollouts = self.logs, self.settings.rollouts
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
                                   level=stage.level_label, step_offset=step_offset)
@@ -283,8 +302,7 @@ class CurriculumRun:
         if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
             shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,
                                         stage_index=stage.index, stage_name=stage.name, step_offset=step_offset))
-        return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ReleaseRolloutEngine(),
-                ExactStart(init)], ends
+        return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ExactStart(init)], ends
 
     def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
         """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""
@@ -303,7 +321,8 @@ class CurriculumRun:
             self.console.validation_began(index)
         rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
-                        writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes)
+                        writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes,
+                        engine=self.engine)
         if self.console is not None:
             self.console.validation_ended(index, validation_cost(rows))
         return validation_summary(rows), validation_cost(rows)

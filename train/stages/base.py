@@ -20,6 +20,7 @@ from core.distributed import Processes
 from core.stage_kinds import StageKindFacts
 from curriculum.plan import Stage
 from curriculum.tasks.base import Task
+from eval.vllm_engine import ProcessEngine
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class StageContext:
     resume_from: Path | None = None  # the trainer checkpoint a killed run left, complete and intact (resume)
     resume_at_budget: bool = False  # `resume_from` is at the stage's budget: published as it is, no step trained
     reward_warning: Callable[[dict], None] | None = None  # a reward's warning into run.json (train/rewards/checks.py)
+    engine: ProcessEngine | None = None  # the process's vLLM engine, which a colocated trainer rolls out through
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,10 @@ class StageKind(Protocol):
 
     def has_reference(self, stage: Stage) -> bool:
         """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
+
+    def rollout_engine(self, stage: Stage, rank: int) -> dict | None:
+        """The arguments of the vLLM engine the stage's trainer rolls out through in this process (TRL's colocate
+        mode: eval/vllm_engine.py `rollout_arguments`), or None where it starts none."""
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> Trainer:
         """The TRL trainer for the stage, its policy loaded from `ctx.init_model`, with `ctx.callbacks`."""

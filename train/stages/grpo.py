@@ -6,10 +6,10 @@ previous_stage` the reference then holds the previous stage's weights. For `rl_s
 the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
 With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
 adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
-With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer's engine is set up as it can run on this
-machine and the process left as it was (`colocated_engine_setup`), and freed when training ends
-(`ReleaseRolloutEngine`); with `eval.backend=vllm` or `auto`, in-stage validation borrows it
-(`eval.vllm_backend.ColocatedEngine`, lent as the stage binds its callbacks: `eval.in_stage`).
+With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer rolls out through the process's one engine
+(eval/vllm_engine.py: every stage and validation share it), handed to TRL where it would start its own, and
+the process is left as it was (`colocated_engine_setup`); with `eval.backend=vllm` or `auto`, in-stage
+validation borrows it (`eval.vllm_backend.ColocatedEngine`, lent as the stage binds its callbacks: `eval.in_stage`).
 What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
@@ -27,7 +27,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from accelerate.utils import is_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import is_async_callable
 
@@ -38,8 +38,8 @@ from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
 from curriculum.tasks.base import completion_text
-from eval.vllm_backend import process_kept, release
-from eval.vllm_cpu import colocated_engine
+from eval.vllm_backend import process_kept
+from eval.vllm_engine import ProcessEngine, rollout_arguments
 from train.rewards.checks import check_timeout, checked_rewards
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
@@ -181,6 +181,10 @@ class GrpoStage:
     def has_reference(self, stage: Stage) -> bool:
         return float(stage.overrides.get("beta", self.grpo["beta"])) > 0
 
+    def rollout_engine(self, stage: Stage, rank: int) -> dict | None:
+        args = grpo_config(self.grpo, stage, Path("unused"), seed=self.shared.seed, lora=self.shared.model.get("lora"))
+        return rollout_arguments(vars(args), rank) if colocated(args) else None
+
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> GRPOTrainer:
         lora = self.shared.model.get("lora")
         args = grpo_config(self.grpo, stage, output_dir, seed=self.shared.seed, lora=lora)
@@ -190,7 +194,7 @@ class GrpoStage:
         funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
                                 warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
-        with colocated_engine_setup() if colocated(args) else nullcontext():
+        with colocated_engine_setup(ctx.engine) if colocated(args) else nullcontext():
             return GRPOTrainer(
                 model=_policy(ctx, args.model_init_kwargs["dtype"]),
                 reward_funcs=funcs,
@@ -211,42 +215,28 @@ class GrpoStage:
 
 
 @contextmanager
-def colocated_engine_setup() -> Iterator[None]:
-    """Around the construction of a GRPOTrainer that starts its colocated vLLM engine: the engine set up as it
-    can run here (eval/vllm_cpu.py: on CPU, reloadable weights and a KV cache size), and the process left as
-    it was (`process_kept`). TRL 1.16 (`VLLMGeneration._init_vllm`) writes RANK, LOCAL_RANK, WORLD_SIZE,
-    MASTER_ADDR and MASTER_PORT into os.environ for good: the next stage's trainer, in this process, read them
-    as a distributed launch (accelerate: MULTI_CPU or MULTI_GPU instead of NO) and wrapped the policy in DDP.
-    vLLM's own start-up variables go with them; the engine, built, reads none of them again. The random
-    state stays TRL's (vLLM seeds it as it starts, on any device), as bare TRL has it.
+def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
+    """Around the construction of a GRPOTrainer that rolls out through a colocated vLLM engine: TRL 1.16
+    (`VLLMGeneration._init_vllm`) gets the process's engine (eval/vllm_engine.py `ProcessEngine.for_trainer`) where
+    it would start its own, and the process is left as it was (`process_kept`): TRL writes RANK, LOCAL_RANK,
+    WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ for good, and the next stage's trainer, in this
+    process, read them as a distributed launch (accelerate: MULTI_CPU or MULTI_GPU instead of NO) and wrapped the
+    policy in DDP. The random state stays TRL's (seeded as an engine start seeds it), as bare TRL has it.
     """
-    with process_kept(rng=False), colocated_engine():
-        yield
+    import trl.generation.vllm_generation as trl_vllm
+
+    started = trl_vllm.LLM
+    trl_vllm.LLM = engine.for_trainer
+    try:
+        with process_kept(rng=False):
+            yield
+    finally:
+        trl_vllm.LLM = started
 
 
 def colocated(args) -> bool:
     """Whether a trainer with these arguments rolls out through its own vLLM engine (TRL's colocate mode)."""
     return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "colocate"
-
-
-class ReleaseRolloutEngine(TrainerCallback):
-    """Frees the trainer's colocated vLLM engine when training ends (`eval.vllm_backend.release`): its memory
-    and the process group vLLM set up, so the next stage's trainer starts its own engine in a clean process.
-    A trainer without one (SFT, GRPO generating itself or through a vLLM server) is left alone."""
-
-    def __init__(self):
-        self.trainer: GRPOTrainer | None = None
-
-    def bind(self, trainer) -> None:
-        self.trainer = trainer if colocated(trainer.args) else None
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.trainer is None:
-            return
-        generation = self.trainer.vllm_generation
-        if generation.llm is not None:
-            release(generation.llm)
-            generation.llm = None
 
 
 def _policy(ctx: StageContext, dtype_name: str):

@@ -62,6 +62,9 @@ class SftStage:
     def has_reference(self, stage: Stage) -> bool:
         return False
 
+    def rollout_engine(self, stage: Stage, rank: int) -> dict | None:
+        return None  # SFT generates nothing
+
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> SFTTrainer:
         fields = trainer_fields(self.sft, stage, seed=self.shared.seed, output_dir=output_dir,
                                 lora=self.shared.model.get("lora"), config_class=SFTConfig)
