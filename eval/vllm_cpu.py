@@ -79,24 +79,6 @@ def thread_setting_kept() -> Iterator[None]:
         torch.set_num_threads = set_num_threads
 
 
-@contextmanager
-def colocated_engine() -> Iterator[None]:
-    """TRL's own colocated engine, built inside the block (bare TRL's, train/gpu/bare.py), as it runs on CPU:
-    weights it can reload (`reloadable_weights`) and a KV cache of `kv_cache_gib()` GiB (TRL passes vLLM no cache
-    size; vLLM reads VLLM_CPU_KVCACHE_SPACE as the engine starts). On CUDA the block changes nothing."""
-    if not cpu_build():
-        yield
-        return
-    user_set = os.environ.get(KV_CACHE_VARIABLE)
-    os.environ[KV_CACHE_VARIABLE] = str(kv_cache_gib())
-    try:
-        with reloadable_weights():
-            yield
-    finally:
-        if user_set is None:
-            os.environ.pop(KV_CACHE_VARIABLE, None)
-
-
 def kv_cache_gib() -> int:
     """The KV cache of a CPU engine: VLLM_CPU_KVCACHE_SPACE when the user set it, else KV_CACHE_GIB."""
     return int(os.environ.get(KV_CACHE_VARIABLE) or KV_CACHE_GIB)

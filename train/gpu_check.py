@@ -3,9 +3,9 @@
 In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs:
 1. the machine: CUDA, bf16, vLLM, bitsandbytes (an 8-bit AdamW step on the card);
 2. our path: the runner on kk_ladder's first two stages cut to 2 GRPO steps each under single_gpu (the
-   handoff, a second trainer and its second vLLM engine), on the configured model (or `model.id=<local
+   handoff, a second trainer taking over the process's one vLLM engine), on the configured model (or `model.id=<local
    path>`, `make gpu-check MODEL=<path>`), validating subsets 2 and 3 through vLLM before and after each
-   stage (a fresh engine each) and once inside each through the trainer's own engine (`eval.every=1`);
+   stage (through that engine) and once inside each through the trainer's hold on it (`eval.every=1`);
 3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
    process of its own (train/gpu/bare.py), for the overhead ratio of everything this project wraps around
    it: training time against training time, our in-stage validation taken out;

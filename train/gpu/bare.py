@@ -59,9 +59,9 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
     from core.models import resolve_model
     from curriculum.data import draw_pools, to_rows
     from eval.settings import run_task, subset_levels
-    from eval.vllm_cpu import colocated_engine
+    from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments
     from train.rewards.reward_group import task_reward_funcs
-    from train.stages.grpo import grpo_config
+    from train.stages.grpo import colocated, colocated_engine_setup, grpo_config
 
     fmt, task = str(run.prompt.fmt), run_task(run.task, str(run.prompt.fmt))
     init = str(stage_final(out_dir, run.plan[stage.index - 2])) if stage.index > 1 else \
@@ -77,7 +77,9 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
     funcs, args.reward_weights = task_reward_funcs(run.reward, task, fmt=fmt,
                                                    max_completion_length=args.max_completion_length)
     began = time.perf_counter()
-    with colocated_engine() if args.use_vllm and args.vllm_mode == "colocate" else nullcontext():
+    # the engine TRL would start, with the arguments ours starts its one engine with (the same rollouts)
+    engine = ProcessEngine(engine_arguments(rollout_arguments(vars(args)))) if colocated(args) else None
+    with colocated_engine_setup(engine) if engine is not None else nullcontext():
         trainer = GRPOTrainer(model=init, reward_funcs=funcs, args=args, train_dataset=rows,
                               processing_class=tokenizer)
     built = time.perf_counter() - began
