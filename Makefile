@@ -12,6 +12,10 @@ EXTRAS ?= dev,sweeps,peft,rgym
 # the conflict). 5.17 restores a CPU multi-process checkpoint's optimizer to "cpu:0" and fails (fixed in 5.24).
 CPU_EXTRAS ?= cpu-engines
 TRANSFORMERS_TESTED ?= transformers==5.24.0
+# ...and what a GPU user's `vllm` extra resolves beside vLLM 0.31 (it declares transformers<5.18): `make test` runs
+# the vLLM tests again under it, from a folder put before the venv's own (the venv keeps TRANSFORMERS_TESTED).
+TRANSFORMERS_FLOOR ?= transformers==5.17.0
+FLOOR := $(VENV)/transformers-floor
 RUN ?=
 ARGS ?=
 MODEL ?=
@@ -38,10 +42,17 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	touch $@
 
+$(FLOOR)/.installed: $(VENV)/.installed
+	rm -rf $(FLOOR)
+	$(PY) -m pip install -q --no-deps --target $(FLOOR) "$(TRANSFORMERS_FLOOR)"
+	touch $@
+
 install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)
 
-test: install  ## Run the test suite but the slow tests (~9 min on 2 idle cores, 13-35 min under load; the tiny-model ladder and the CLIs end to end)
+test: install $(FLOOR)/.installed  ## Run the test suite but the slow tests, then the vLLM tests again under TRANSFORMERS_FLOOR (a GPU user's)
 	$(PY) -m pytest -m "not slow" -q
+	PYTHONPATH=$(CURDIR)/$(FLOOR) KK_TRANSFORMERS_FLOOR=$(patsubst transformers==%,%,$(TRANSFORMERS_FLOOR)) \
+		$(PY) -m pytest tests -m "vllm and not slow" -q
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
 	$(PY) -m pytest -q

@@ -9,6 +9,7 @@ is started with is checked on TRL's real GRPOTrainer, its `LLM` recorded instead
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +21,9 @@ from eval.vllm_engine import TRL_FREE, ProcessEngine, engine_arguments, rollout_
 from tests import engine_guard
 from tests.conftest import compose_cfg
 from train.stages.grpo import colocated_engine_setup
+
+# vLLM for real: `make test` runs these again under the transformers a GPU user's `vllm` extra gets (Makefile)
+pytestmark = pytest.mark.vllm
 
 
 class FakeClient:
@@ -165,3 +169,14 @@ def test_trl_asks_its_engine_for_the_arguments_the_process_engine_starts_with(ca
     assert {k: v for k, v in asked[0].items() if k != "model"} == {k: expected[k] for k in asked[0] if k != "model"}
     assert set(asked[0]) - {"model"} == set(expected), "every argument TRL passes, and no other"
     assert expected["max_num_seqs"] == 4 * 1 * 2 and "max_num_seqs" in TRL_FREE
+
+
+def test_the_floor_pass_runs_the_transformers_it_names():
+    """`make test`'s second pass (the vLLM tests under a GPU user's transformers) is that transformers, not the
+    venv's: the folder before the venv's own took."""
+    import transformers
+
+    floor = os.environ.get("KK_TRANSFORMERS_FLOOR")
+    if floor is None:
+        pytest.skip("the first pass: the venv's transformers")
+    assert transformers.__version__ == floor

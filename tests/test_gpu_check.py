@@ -18,6 +18,9 @@ from tests.engine_guard import engine_starts
 from train.gpu.config import gpu_check_cfg, size_to_card
 from train.gpu.measure import validation_projection
 
+# vLLM for real: `make test` runs these again under the transformers a GPU user's `vllm` extra gets (Makefile)
+pytestmark = pytest.mark.vllm
+
 
 def test_without_cuda_it_stops_at_once_with_one_named_line(tmp_path):
     done = run_cli("train.gpu_check", "model=tiny", f"paths.output_dir={tmp_path}")

@@ -34,6 +34,9 @@ from train.run.runner import run_curriculum
 from train.settings import read_settings
 from train.stages.grpo import colocated_engine_setup
 
+# vLLM for real: `make test` runs these again under the transformers a GPU user's `vllm` extra gets (Makefile)
+pytestmark = pytest.mark.vllm
+
 COLOCATED = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true",
              "+grpo.vllm_mode=colocate", "eval.backend=vllm", "eval.every=1", "cpu_threads=1",
              "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 2, pool: 8}, {name: 3ppl, ppl: 3, steps: 2, pool: 8}]")

@@ -39,6 +39,9 @@ from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
 from tests.vllm_models import NEAR_TIE, flips, hf_greedy, peaked_checkpoint
 
+# vLLM for real: `make test` runs these again under the transformers a GPU user's `vllm` extra gets (Makefile)
+pytestmark = pytest.mark.vllm
+
 TAG = {"stage": 1, "stage_name": "2ppl", "global_step": 2}
 OVERRIDES = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "eval.n=8", "eval.max_new_tokens=32",
              "eval.batch_size=1")  # HF one prompt at a time: the unpadded forward passes vLLM runs
