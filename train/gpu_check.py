@@ -9,7 +9,7 @@ In under ten minutes it says whether `experiment=single_gpu` works on this card 
 3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
    process of its own (train/gpu/bare.py), for the overhead ratio of everything this project wraps around
    it: training time against training time, our in-stage validation taken out;
-4. peak GPU memory (the device's used memory, sampled: everything in the process, vLLM included;
+4. peak GPU memory (the device's used memory, sampled through NVML: everything in the process, vLLM included;
    torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
    cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
 
