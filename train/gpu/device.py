@@ -21,10 +21,14 @@ class GpuCheckError(RuntimeError):
     """A missing piece of the machine; the message is one line starting with `gpu-check:`."""
 
 
-def require_cuda(available: bool) -> None:
-    if not available:
-        raise GpuCheckError("gpu-check: no CUDA device (torch.cuda.is_available() is False); run it on a machine "
-                            "with an NVIDIA GPU, its driver and the CUDA build of torch")
+def require_cuda(available: bool, why_not: Callable[[], str | None] = lambda: None) -> None:
+    """Refuse a machine where torch sees no CUDA device, by `why_not`'s reason where it names one (asked only
+    then: a driver too old for torch's CUDA build, torch's CPU build; train/gpu/driver.py)."""
+    if available:
+        return
+    reason = why_not()
+    raise GpuCheckError(reason or "gpu-check: no CUDA device (torch.cuda.is_available() is False); run it on a "
+                        "machine with an NVIDIA GPU, its driver and the CUDA build of torch")
 
 
 def split_device(argv: list[str]) -> tuple[str, list[str]]:
