@@ -65,6 +65,8 @@ demo: install  ## The R1 recipe on a CPU: SmolLM2-135M (offline after one 89 MB 
 	$(PY) -m eval.report
 
 # The check runs on one card: GPU 0 unless CUDA_VISIBLE_DEVICES names one (one process seeing several is refused).
+# --cuda-only first, before the vllm extra: it names a driver too old for the installed torch or for the torch
+# the extra would install (vLLM 0.31 pins torch 2.13.0, PyPI's build for CUDA 13.0: driver >= 580; docs/gpu.md).
 gpu-check: install  ## First on a GPU machine (<10 min): CUDA, bf16, vLLM, bitsandbytes, 2 stages x 2 GRPO steps + vLLM validation, memory and speed vs bare TRL; outputs/gpu_check.json (MODEL=<local path>; DEVICE=cpu: every phase on this CPU)
 	$(if $(filter cpu,$(DEVICE)),,$(PY) -m train.gpu_check --cuda-only)
 	$(if $(filter cpu,$(DEVICE)),,$(PY) -m pip install -q -e ".[$(EXTRAS),vllm]")

@@ -90,6 +90,24 @@ def weight_sharding(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
+def optimizer_sharding(env: Mapping[str, str] = os.environ) -> str | None:
+    """What holds the optimizer's parameters as shards or flat partitions, as `accelerate launch` tells its
+    processes: FSDP (DTensor shards, which bitsandbytes' optimizers do not take) or DeepSpeed at any ZeRO
+    stage (flat partitions: bitsandbytes' 32-bit override for embeddings no longer finds them); None under
+    DDP or one process.
+
+    >>> optimizer_sharding({"ACCELERATE_USE_FSDP": "true"}), optimizer_sharding({"ACCELERATE_USE_DEEPSPEED": "true"})
+    ('FSDP', 'DeepSpeed')
+    >>> optimizer_sharding({}) is None
+    True
+    """
+    if env.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return "FSDP"
+    if env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return "DeepSpeed"
+    return None
+
+
 def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
     """Why the trainer would not save a stage's final as one whole checkpoint under this launch, or None.
 

@@ -34,14 +34,16 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as transformers_logging
 
 from core.checks import ConfigError, is_int, plain
+from core.distributed import optimizer_sharding
 from core.model_cache import ModelUnavailableError, cached_build
 from core.smollm2 import build_smollm2_checkpoint, smollm2_spec
 from core.tiny_model import build_tiny_checkpoint
 from core.weights import zero3_init_paused
 
 __all__ = [
-    "ModelUnavailableError", "configure_cpu_threads", "defer_bitsandbytes", "defer_deepspeed", "defer_vllm",
-    "device_settings", "load_for_inference", "lora_config", "merge_lora_and_save", "merged_lora", "resolve_model",
+    "ModelUnavailableError", "configure_cpu_threads", "cuda_has_bf16", "defer_bitsandbytes", "defer_deepspeed",
+    "defer_vllm", "device_settings", "load_for_inference", "lora_config", "merge_lora_and_save", "merged_lora",
+    "resolve_model", "uses_bitsandbytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -169,27 +171,52 @@ def device_settings(env: Mapping[str, str] = os.environ) -> dict:
     - `bf16`: TrainingArguments mixed precision, i.e. bfloat16 autocast for the matmuls: what an
       `accelerate launch` config's `mixed_precision` says (its processes get it as
       ACCELERATE_MIXED_PRECISION; DeepSpeed's config takes it from there too, and refuses a trainer that
-      disagrees), else on CUDA where the card has bf16.
+      disagrees), else on CUDA where the card computes in bf16 natively (`cuda_has_bf16`).
     - `use_cpu`: TrainingArguments flag that keeps the trainer off accelerators.
-    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; else AdamW.
-    - `inference_dtype`: the dtype for generation-only use (`load_for_inference`), bfloat16 on CUDA.
+    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; else AdamW, and AdamW
+      under FSDP or DeepSpeed (`optimizer_sharding`), whose sharded parameters bitsandbytes does not handle.
+    - `inference_dtype`: the dtype for generation-only use (`load_for_inference`), bfloat16 on a bf16 card.
 
     >>> device_settings({"ACCELERATE_MIXED_PRECISION": "bf16"})["bf16"], device_settings({})["dtype"]
     (True, torch.float32)
     """
     launched = env.get("ACCELERATE_MIXED_PRECISION")
     if torch.cuda.is_available():
-        bf16 = torch.cuda.is_bf16_supported()
+        bf16 = cuda_has_bf16()
         has_bitsandbytes = importlib.util.find_spec("bitsandbytes") is not None
+        eight_bit = has_bitsandbytes and optimizer_sharding(env) is None
         return {
             "device": "cuda", "dtype": torch.float32, "bf16": bf16 if launched is None else launched == "bf16",
-            "use_cpu": False, "optim": "adamw_8bit" if has_bitsandbytes else "adamw_torch",
+            "use_cpu": False, "optim": "adamw_8bit" if eight_bit else "adamw_torch",
             "inference_dtype": torch.bfloat16 if bf16 else torch.float32,
         }
     return {
         "device": "cpu", "dtype": torch.float32, "bf16": launched == "bf16", "use_cpu": True,
         "optim": "adamw_torch", "inference_dtype": torch.float32,
     }
+
+
+# The first compute capability with bfloat16 in hardware (Ampere); vLLM refuses bfloat16 on any card below it.
+BF16_CAPABILITY = (8, 0)
+
+
+def cuda_has_bf16() -> bool:
+    """Whether this CUDA card computes in bfloat16 natively. `torch.cuda.is_bf16_supported()` alone counts
+    emulation (True on a T4 or V100), where bf16 autocast is slow and vLLM refuses a bfloat16 engine."""
+    if not torch.cuda.is_available():
+        return False
+    native = torch.cuda.is_bf16_supported(including_emulation=False)
+    return native and tuple(torch.cuda.get_device_capability()) >= BF16_CAPABILITY
+
+
+def uses_bitsandbytes(optim: str) -> bool:
+    """Whether a TrainingArguments `optim` is one of bitsandbytes' (its 8-bit and paged optimizers; not
+    torchao's `adamw_torch_8bit`).
+
+    >>> [uses_bitsandbytes(name) for name in ("adamw_8bit", "paged_adamw_32bit", "adamw_torch_8bit", "adamw_torch")]
+    [True, True, False, False]
+    """
+    return "bnb" in optim or optim.startswith("paged_") or optim in ("adamw_8bit", "ademamix_8bit", "lion_8bit")
 
 
 def _small_ops_seconds(threads: int, repeats: int = 20) -> float:

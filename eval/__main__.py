@@ -36,7 +36,7 @@ from core.stats import rate_text
 from core.tracker import open_tracker
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
-from eval.config_check import check_eval_config
+from eval.config_check import check_cpu_head_size, check_eval_config
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
 from eval.validation import validate
@@ -175,6 +175,7 @@ def main(cfg: DictConfig) -> float:
             check_task(checkpoint, task.name)
         task.check_format(str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
+        check_cpu_head_size(cfg.eval, {}, cfg.model, checkpoint)
         settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
         pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
         # a run's final: the run's own thread count, unless the command line sets one

@@ -5,12 +5,22 @@ Each error names the key that holds the bad value, and comes before any model or
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig
 
-from core.checks import ConfigError
+from core.checks import ConfigError, plain
+from core.models import HUB_ID
 from curriculum.tasks.base import Task
 from eval.settings import subset_levels
-from eval.vllm_backend import vllm_installed
+from eval.vllm_backend import CPU_HEAD_SIZES, vllm_installed
+
+# What to use instead of vLLM on a CPU for a model whose heads its CPU attention refuses
+CPU_HEAD_SIZE_ALTERNATIVE = "or a model with heads of 64 such as model=tiny_vllm"
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
@@ -34,3 +44,50 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
         raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and eval_cfg.samples > 1:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
+
+
+def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int | None:
+    """The attention head size of the model a run or `python -m eval` will load, read before it loads or is built:
+    `checkpoint` (a directory) or `model`'s: the tiny model's from its `model.tiny` sizes, a hub model's from its
+    config.json in a local directory or the hub cache; None where that is not known yet (a model not fetched or
+    not built), which the engine itself then checks."""
+    if checkpoint is None and model_cfg["source"] == "tiny":
+        tiny = plain(model_cfg["tiny"])
+        return int(tiny["hidden_size"]) // int(tiny["num_attention_heads"])
+    source = checkpoint or (str(model_cfg.get("id")) if model_cfg["source"] == "hub" and model_cfg.get("id") else None)
+    if source is None:
+        return None
+    config = Path(source).expanduser() / "config.json"
+    if not config.is_file():
+        cached = try_to_load_from_cache(source, "config.json") if HUB_ID.fullmatch(source) else None
+        if not isinstance(cached, str):
+            return None
+        config = Path(cached)
+    fields = json.loads(config.read_text())
+    if fields.get("head_dim"):
+        return int(fields["head_dim"])
+    if fields.get("hidden_size") and fields.get("num_attention_heads"):
+        return int(fields["hidden_size"]) // int(fields["num_attention_heads"])
+    return None
+
+
+def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping, checkpoint: str | None = None) -> None:
+    """Refuse vLLM set to run a model on a machine without CUDA whose head size vLLM's CPU attention refuses
+    (after the model loaded, as "Unsupported CPU attention configuration: head_dim=16"): validation
+    (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts (TRL's engine, the same
+    kernel). A server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
+    if torch.cuda.is_available():
+        return
+    validates = eval_cfg.backend == "vllm"
+    rolls_out = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode", "colocate") == "colocate"
+    if not (validates or rolls_out):
+        return
+    size = planned_head_size(model_cfg, checkpoint)
+    if size is None or size in CPU_HEAD_SIZES:
+        return
+    refused = f"vLLM's CPU attention (no CUDA here) takes head sizes {list(CPU_HEAD_SIZES)}, not this model's {size}"
+    if validates:
+        raise ConfigError(f"eval.backend: vllm, but {refused}: use eval.backend=auto or hf, "
+                          f"{CPU_HEAD_SIZE_ALTERNATIVE}")
+    raise ConfigError(f"grpo.use_vllm: colocated vLLM rollouts, but {refused}: use grpo.use_vllm=false, "
+                      f"{CPU_HEAD_SIZE_ALTERNATIVE}")

@@ -212,7 +212,8 @@ def test_device_settings_on_cpu_are_accepted_by_grpo_config(tmp_path):
 def test_device_settings_with_a_bf16_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
-    settings = device_settings()
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))  # an A100
+    settings = device_settings({})
     assert settings["device"] == "cuda" and settings["bf16"] and not settings["use_cpu"]
     assert settings["dtype"] == torch.float32  # master weights; bf16 is the autocast compute dtype
     assert settings["inference_dtype"] == torch.bfloat16

@@ -12,17 +12,17 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError, is_int, is_number, plain
-from core.distributed import FSDP_ON_CPU, SINGLE, Processes, weight_sharding, whole_final_problem
-from core.models import LORA_KEYS
+from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
+from core.models import LORA_KEYS, uses_bitsandbytes
 from core.rundir import objective
 from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks.base import ALL, Task
-from eval.config_check import check_eval_config
+from eval.config_check import check_cpu_head_size, check_eval_config
 from eval.settings import run_task, subset_levels
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import StageKind
 from train.stages.grpo import check_grpo_fields
-from train.stages.kinds import GROUPS, stage_kinds
+from train.stages.kinds import GROUPS, STAGE_KINDS, stage_kinds
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,13 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())
     check_launch_precision(os.environ, cfg.model.lora)
+    check_launch_optimizer(os.environ, optimizers_set(cfg, plan))
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
     _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
+    check_cpu_head_size(cfg.eval, OmegaConf.to_container(cfg.grpo, resolve=True), cfg.model)
     _check_task(task, str(cfg.prompt.fmt), plan)
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
     _check_lora(cfg.model.lora)
@@ -195,6 +197,47 @@ with bf16 autocast (bf16) or without (no); fp16 needs a loss scale it does not s
         raise ConfigError("model.lora: DeepSpeed keeps no float32 master copy of frozen weights (the base under the "
                           "adapters is held in the module's bf16 under mixed precision), so a merged final would be "
                           "rounded: train LoRA under DDP (conf/accelerate/ddp.yaml)")
+
+
+# Why bitsandbytes' optimizers do not train under each launch that shards the optimizer's parameters.
+SHARDED_OPTIMIZER_PROBLEMS = {
+    "FSDP": "FSDP hands the optimizer DTensor shards, which bitsandbytes does not support",
+    "DeepSpeed": "DeepSpeed ZeRO hands the optimizer flat partitions, where bitsandbytes' 32-bit state for the "
+                 "embeddings no longer applies",
+}
+
+
+def optimizers_set(cfg: DictConfig, plan: list[Stage]) -> dict[str, str]:
+    """Every `optim` the config sets, by the key that sets it: the kinds' groups, then each stage's overrides
+    (named where written: the stage's own, or `stage_overrides.<name>`, which wins)."""
+    found = {f"{kind}.optim": str(cfg[kind].optim) for kind in STAGE_KINDS if cfg[kind].get("optim")}
+    named = cfg.get("stage_overrides") or {}
+    for stage in plan:
+        if "optim" in stage.overrides:
+            by_name = "optim" in (named.get(stage.name) or {})
+            key = f"stage_overrides.{stage.name}" if by_name else f"curriculum.stages[{stage.index - 1}].overrides"
+            found[f"{key}.optim"] = str(stage.overrides["optim"])
+    return found
+
+
+def check_launch_optimizer(env: Mapping[str, str], optimizers: Mapping[str, str]) -> None:
+    """Refuse a bitsandbytes optimizer (`optimizers`: key -> name) under a launch (`env`) that shards the
+    optimizer's parameters; without one set, such a launch trains with AdamW (core.models.device_settings).
+
+    >>> check_launch_optimizer({"ACCELERATE_USE_FSDP": "true"}, {"grpo.optim": "adamw_torch"})
+    >>> check_launch_optimizer({"ACCELERATE_USE_DEEPSPEED": "true"}, {"grpo.optim": "adamw_8bit"})
+    Traceback (most recent call last):
+    core.checks.ConfigError: grpo.optim: adamw_8bit is a bitsandbytes optimizer, and DeepSpeed ZeRO hands the \
+optimizer flat partitions, where bitsandbytes' 32-bit state for the embeddings no longer applies: use \
+grpo.optim=adamw_torch (DDP keeps 8-bit AdamW: conf/accelerate/ddp.yaml)
+    """
+    sharding = optimizer_sharding(env)
+    if sharding is None:
+        return
+    for key, optim in optimizers.items():
+        if uses_bitsandbytes(optim):
+            raise ConfigError(f"{key}: {optim} is a bitsandbytes optimizer, and {SHARDED_OPTIMIZER_PROBLEMS[sharding]}"
+                              f": use {key}=adamw_torch (DDP keeps 8-bit AdamW: conf/accelerate/ddp.yaml)")
 
 
 def _check_objective(name: str, subsets: list[str]) -> None:

@@ -9,19 +9,22 @@ In under ten minutes it says whether `experiment=single_gpu` works on this card 
 3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
    process of its own (train/gpu/bare.py), for the overhead ratio of everything this project wraps around
    it: training time against training time, our in-stage validation taken out;
-4. peak GPU memory (the device's used memory, sampled: everything in the process, vLLM included;
+4. peak GPU memory (the device's used memory, sampled through NVML: everything in the process, vLLM included;
    torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
    cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
 
 vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set to the card's size), so
 the peaks compare with the 24 GB arithmetic in docs/gpu.md. Without CUDA it stops at once: one line on
-stderr, exit status 2. `--cuda-only` does just that check (the Makefile runs it before installing vLLM).
+stderr, exit status 2, naming the cause where it is known: a driver older than torch's CUDA build needs, or
+torch's CPU build (train/gpu/driver.py). `--cuda-only` does just that check, and that the torch the `vllm` extra
+would install runs on this driver (the Makefile runs it before installing vLLM).
 `--device cpu` runs every phase on this CPU instead (vLLM's CPU build, the tiny model with heads of 64, no
 bf16, 8-bit AdamW or sleep mode: train/gpu/config.py DEVICE_OVERRIDES): the test suite runs it so.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,6 +32,7 @@ from pathlib import Path
 import torch
 
 from train.gpu.device import GpuCheckError, require_cuda, split_device
+from train.gpu.driver import driver_problem, driver_version, vllm_torch_problem
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,12 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device, overrides = split_device(list(sys.argv[1:] if argv is None else argv))
         if device == "cuda":
-            require_cuda(torch.cuda.is_available())
+            require_cuda(torch.cuda.is_available(), lambda: driver_problem(torch.__version__, torch.version.cuda,
+                                                                           driver_version()))
+        if overrides == ["--cuda-only"]:
+            require_vllm_torch()
+            return 0
     except GpuCheckError as err:
         print(err, file=sys.stderr)
         return 2
-    if overrides == ["--cuda-only"]:
-        return 0
     from core.models import defer_bitsandbytes, quiet_libraries
 
     defer_bitsandbytes(set())  # before transformers.trainer imports it: single_gpu's 8-bit AdamW is CUDA's, kept
@@ -63,6 +69,15 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: report[k] for k in ("memory", "speed", "overhead", "validation_plan_projection")}, indent=2))
     print(f"written: {out}")
     return 0
+
+
+def require_vllm_torch() -> None:
+    """Before the Makefile installs the `vllm` extra: refuse where the torch it would put in place of this one
+    does not run on this machine's driver (vLLM itself installed: nothing to replace)."""
+    if importlib.util.find_spec("vllm") is None:
+        problem = vllm_torch_problem(torch.__version__, driver_version())
+        if problem:
+            raise GpuCheckError(problem)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from core.jsonl import read_jsonl
+from core.models import BF16_CAPABILITY, cuda_has_bf16
 from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
@@ -50,11 +51,20 @@ def _adamw_8bit_step() -> str:
     return f"bitsandbytes {_version('bitsandbytes')}: one 8-bit AdamW step moved the weights by {moved:.1e}"
 
 
+def bf16_check() -> dict:
+    """Whether the card computes in bfloat16 natively, as training and vLLM decide it (core.models.cuda_has_bf16)."""
+    major, minor = torch.cuda.get_device_capability()
+    needs = ".".join(map(str, BF16_CAPABILITY))
+    return {"ok": cuda_has_bf16(),
+            "detail": f"compute capability {major}.{minor}; bf16 without emulation needs >= {needs} (vLLM refuses "
+                      "bfloat16 below it)"}
+
+
 def machine_checks() -> dict:
     """The card and what single_gpu needs on it; each check {ok, detail}."""
     props = torch.cuda.get_device_properties(0)
     checks = {"cuda": {"ok": True, "detail": f"{props.name}, torch {torch.__version__}, CUDA {torch.version.cuda}"},
-              "bf16": {"ok": torch.cuda.is_bf16_supported(), "detail": "torch.cuda.is_bf16_supported()"}}
+              "bf16": bf16_check()}
     vllm = _version("vllm")
     checks["vllm"] = {"ok": vllm is not None,
                       "detail": f"vllm {vllm}" if vllm else "not installed: pip install -e '.[vllm]'"}
