@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -28,7 +30,8 @@ from core.models import resolve_model
 from eval.vllm_backend import process_kept, sampling_params
 from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments
 from tests import engine_guard
-from tests.conftest import compose_cfg
+from tests.conftest import ROOT, compose_cfg
+from tests.engine_guard import engine_starts
 from tests.vllm_models import peaked_checkpoint
 from train.run.runner import run_curriculum
 from train.settings import read_settings
@@ -41,6 +44,7 @@ COLOCATED = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+g
              "+grpo.vllm_mode=colocate", "eval.backend=vllm", "eval.every=1", "cpu_threads=1",
              "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 2, pool: 8}, {name: 3ppl, ppl: 3, steps: 2, pool: 8}]")
 PROMPTS = [[5, 6, 7, k] for k in range(8, 16)]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # What TRL 1.16 (`VLLMGeneration._init_vllm`) and vLLM's CPU platform write into os.environ as an engine starts.
 LEFT_BEHIND = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "LD_PRELOAD",
                "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_DIST_IDENT")
@@ -189,3 +193,19 @@ def test_vllm_rollouts_on_a_cpu_are_checked_before_any_model_loads(cache_dir):
         checked("+grpo.vllm_enable_sleep_mode=true")
     with pytest.raises(ConfigError, match=r"overrides.use_vllm: vLLM rollouts are set for the whole run"):
         checked("curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, overrides: {use_vllm: false}}]")
+
+
+def test_two_processes_each_roll_out_through_one_engine_that_outlives_every_stage(cache_dir, tmp_path):
+    """Under a launcher each rank holds its own engine for the whole run: never shut down between stages (vLLM's
+    shutdown destroys the launcher's default process group, and the next stage's collectives then failed on
+    every rank), one start per process under the guard that refuses a second as CUDA would."""
+    starts = tmp_path / "engine-starts.jsonl"
+    done = subprocess.run([*TORCHRUN, "-m", "train", *COLOCATED[:5], "cpu_threads=1", COLOCATED[-1],
+                           f"paths.cache_dir={cache_dir}", f"paths.output_dir={tmp_path}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "KK_ENGINE_LOG": str(starts)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    stages = json.loads((run_dir / "run.json").read_text())["stages"]
+    assert [(s["status"], s["distributed"]["processes"]) for s in stages] == [("done", 2), ("done", 2)]
+    assert sorted(engine_starts(starts).values()) == [1, 1], "one engine on each rank, for both stages"
