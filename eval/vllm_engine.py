@@ -157,6 +157,10 @@ class ProcessEngine:
             set_random_seed(self.arguments["seed"])
         return self.llm
 
+    def record(self) -> dict:
+        """What run.json keeps of it: how often it started (1 at most) and the seconds its starts took."""
+        return {"starts": self.starts, "start_seconds": round(self.start_seconds, 2)}
+
     def close(self) -> None:
         """Woken (an allocation freed asleep is freed twice on CUDA), then shut down unless under a launcher."""
         if self.llm is None:

@@ -94,6 +94,8 @@ def test_one_engine_serves_the_whole_run(colocated_ladder):
     """The baseline, both stages' rollouts, in-stage and between-stage validation: one engine start in the
     process (a start per validation and per trainer made 5 here, and CUDA's allocator refuses the second)."""
     assert colocated_ladder.engines_started == 1
+    recorded = json.loads((colocated_ladder.run_dir / "run.json").read_text())["vllm_engine"]
+    assert recorded["starts"] == 1 and recorded["start_seconds"] > 0, "run.json says what starting it cost"
 
 
 def test_the_second_stage_trains_in_one_undistributed_process(colocated_ladder):

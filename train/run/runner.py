@@ -128,7 +128,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             tracker.finish()
             if engine is not None:
                 engine.close()
-        manifest.update(status=Status.DONE, objective=value)
+        engines = {} if engine is None else {"vllm_engine": engine.record()}
+        manifest.update(status=Status.DONE, objective=value, **engines)
     if processes.is_main:
         console.finished(f"objective {settings.objective} = {value:.3f}")
     return value
