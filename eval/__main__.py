@@ -33,7 +33,7 @@ from core.jsonl import JsonlWriter, read_jsonl, write_json_atomic
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
-from core.tracker import open_tracker
+from core.tracker import TrackerStartError, open_tracker
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_eval_config
@@ -216,8 +216,12 @@ def eval_tracker(cfg: DictConfig, out_dir: Path, model: str, checkpoint: str | N
     validates, else the group "eval"); its id holds the folder's time and this process, unique per validation."""
     run_dir = run_of_final(Path(checkpoint).resolve()) if checkpoint else None
     group = "eval" if run_dir is None else tracker_group(run_dir, in_sweep=(run_dir.parent / "multirun.yaml").exists())
-    return open_tracker(cfg.logger, out_dir, name=f"eval {model}", group=group, job_type="eval",
-                        run_id=f"eval-{out_dir.name}-{os.getpid()}", config=OmegaConf.to_container(cfg, resolve=True))
+    try:
+        return open_tracker(cfg.logger, out_dir, name=f"eval {model}", group=group, job_type="eval",
+                            run_id=f"eval-{out_dir.name}-{os.getpid()}",
+                            config=OmegaConf.to_container(cfg, resolve=True))
+    except TrackerStartError as err:  # the line names the mode and the way around it; wandb's traceback would bury it
+        raise SystemExit(str(err)) from None
 
 
 if __name__ == "__main__":
