@@ -31,6 +31,7 @@ from core.checks import ConfigError
 from core.confined import read_inside
 from core.jsonl import JsonlWriter, read_jsonl, write_json_atomic
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
+from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
@@ -115,7 +116,9 @@ def run_config(run_dir: Path) -> DictConfig:
                           "with its run's settings: restore it, or copy the final out of the run folder to validate it "
                           "with this command's settings")
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = parse_yaml(raw.decode("utf-8"), str(path))
+    except ParseLimitError as err:  # its line names the file and the limit
+        raise ConfigError(str(err)) from None
     except (UnicodeDecodeError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
     missing = [g for g in RUN_REQUIRED if not isinstance(data, dict) or not isinstance(data.get(g), dict)]
