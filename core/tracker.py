@@ -60,7 +60,8 @@ def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool]
     asked = env.get("WANDB_MODE", "").strip().lower()
     if asked:
         if asked not in WANDB_MODES:
-            raise ValueError(f"WANDB_MODE={asked!r} is not one of {', '.join(WANDB_MODES)} (logger.mode: auto)")
+            raise TrackerStartError(f"WANDB_MODE={asked!r} is not one of {', '.join(WANDB_MODES)} (logger.mode: "
+                                    "auto follows it)")
         return asked
     if not env.get("WANDB_API_KEY"):
         return "offline"

@@ -64,7 +64,7 @@ def test_the_probe_asks_the_host_in_wandb_base_url():
 
 
 def test_a_wandb_mode_wandb_does_not_know_is_refused_naming_it():
-    with pytest.raises(ValueError, match=r"^WANDB_MODE='offlne' is not one of online, offline"):
+    with pytest.raises(TrackerStartError, match=r"^WANDB_MODE='offlne' is not one of online, offline"):
         wandb_mode("auto", {"WANDB_MODE": "offlne"}, lambda url: True)
 
 
@@ -119,3 +119,18 @@ def test_a_wandb_run_that_cannot_start_fails_the_run(tmp_path, make_cfg, monkeyp
                                                 r"permission denied\); WANDB_MODE=offline"):
         run_curriculum(read_settings(cfg), run_dir)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "failed"
+
+
+def test_python_m_eval_ends_in_one_line_when_wandb_cannot_start(tmp_path, monkeypatch):
+    import wandb
+    from omegaconf import OmegaConf
+
+    from eval.__main__ import eval_tracker
+
+    def refused(**init):
+        raise wandb.errors.CommError("permission denied")
+
+    monkeypatch.setattr(wandb, "init", refused)
+    cfg = OmegaConf.create({"logger": {"backend": "wandb", "project": "kk", "mode": "online"}})
+    with pytest.raises(SystemExit, match=r"^logger: wandb.init failed in mode 'online' \(CommError: permission denied"):
+        eval_tracker(cfg, tmp_path, "tiny", None)
