@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.confined import open_regular, read_inside, refuse_link
+from core.parse_limits import parse_json
 from core.rundir import row_level
 
 
@@ -39,7 +40,8 @@ class JsonlScan:
 
 
 def parse_jsonl(raw: bytes) -> JsonlScan:
-    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object is damage.
+    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object (or nests deeper than
+    `core.parse_limits.MAX_DEPTH`: a received file's line that would take json.loads down) is damage.
 
     >>> scan = parse_jsonl(b'{"a": 1}\\n\\n[2]\\n{"a": 3}\\n{"a":')
     >>> scan.rows, scan.damaged, scan.last_line, scan.intact_bytes
@@ -50,8 +52,8 @@ def parse_jsonl(raw: bytes) -> JsonlScan:
         if line.strip():
             last_line = number
             try:
-                row = json.loads(line.decode(errors="replace"))
-            except json.JSONDecodeError:
+                row = parse_json(line.decode(errors="replace"), f"line {number}")
+            except ValueError:  # not JSON, or nested beyond parse_json's limit: damage either way
                 row = None
             if isinstance(row, dict):
                 rows.append(row)

@@ -16,7 +16,7 @@ path read from run.json is used only where the contract puts it (`stage_final`, 
 
 from __future__ import annotations
 
-import json
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,8 +27,10 @@ import yaml
 
 from core.checks import is_int, is_number
 from core.confined import OutsideRunError, inside_run, read_inside
+from core.parse_limits import ParseLimitError, parse_json, parse_yaml
 from core.stage_kinds import StageKindFacts, recorded_kind
 
+log = logging.getLogger(__name__)
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
 VALIDATION = "validation.jsonl"
@@ -358,7 +360,10 @@ def load_file(path: Path, *, inside: Path | None = None):
         if raw is None:
             return None
         text = raw.decode()
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return parse_json(text, str(path)) if path.suffix == ".json" else parse_yaml(text, str(path))
+    except ParseLimitError as err:  # beyond a limit: said, naming the file (a reader sees only None)
+        log.warning("%s", err)
+        return None
     except (OSError, ValueError, yaml.YAMLError):
         return None
 

@@ -3,16 +3,74 @@
 Shared by `python -m train` (train/tracking.py: one wandb run per curriculum run, its global step continuing
 across stages) and `python -m eval` (one wandb run per validation): a tracker takes rows of numbers, tables
 and a summary, and is told who the run is (its name, group, job type and id) by its caller.
+
+`logger.mode: auto` decides between online and offline before wandb is asked (`wandb_mode`): wandb itself,
+told `online` on a machine without network, stalls for its init timeout and then raises.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-from collections.abc import Mapping
+import socket
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from core.checks import is_number
+
+log = logging.getLogger(__name__)
+
+# WANDB_MODE's values wandb knows ("dryrun" is its old name for offline, "run" for online)
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
+WANDB_HOST = "https://api.wandb.ai"
+# A server that answers opens a TCP connection in well under a second; a machine without network never does.
+PROBE_TIMEOUT_S = 3.0
+
+
+class TrackerStartError(RuntimeError):
+    """wandb could not start its run: the run ends failed, never left running with no one writing it."""
+
+
+def host_answers(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether the wandb server at `base_url` accepts a TCP connection within `timeout` seconds."""
+    parts = urlsplit(base_url)
+    if not parts.hostname:
+        return False
+    try:
+        port = parts.port or (80 if parts.scheme == "http" else 443)
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return True
+    except (OSError, ValueError):  # refused, unreachable, timed out, no DNS; a port that is not a number
+        return False
+
+
+def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool] = host_answers) -> str:
+    """The mode wandb.init is given for `logger.mode` (`mode`) in the environment `env`.
+
+    `online` and `offline` are the config's own choice. `auto` follows WANDB_MODE when it is set (the usual way
+    to say offline on a cluster node, where an API key is often in the environment all the same); else, with
+    no WANDB_API_KEY, offline; else online when the wandb host (WANDB_BASE_URL, default api.wandb.ai) answers
+    a TCP connection within 3 s (`answers`), offline with one log line saying why when it does not.
+    """
+    mode = str(mode)  # the schema's WandbMode is a str enum: wandb is given its plain name
+    if mode != "auto":
+        return mode
+    asked = env.get("WANDB_MODE", "").strip().lower()
+    if asked:
+        if asked not in WANDB_MODES:
+            raise TrackerStartError(f"WANDB_MODE={asked!r} is not one of {', '.join(WANDB_MODES)} (logger.mode: "
+                                    "auto follows it)")
+        return asked
+    if not env.get("WANDB_API_KEY"):
+        return "offline"
+    host = env.get("WANDB_BASE_URL") or WANDB_HOST
+    if answers(host):
+        return "online"
+    log.warning("wandb: offline: %s did not answer in %.0f s (logger.mode: auto, WANDB_API_KEY set); "
+                "sync later with `wandb sync <run>/wandb/offline-run-*`", host, PROBE_TIMEOUT_S)
+    return "offline"
 
 
 class NullTracker:
@@ -32,17 +90,16 @@ class NullTracker:
 
 
 class WandbTracker:
-    """A wandb run, offline when there is no API key (sync it later with `wandb sync`)."""
+    """A wandb run in the mode `wandb_mode` decides (an offline one: sync it later with `wandb sync`)."""
 
     def __init__(self, logger: Mapping, run_dir: Path, *, name: str, group: str | None, job_type: str, run_id: str,
                  config: dict):
         import wandb
 
-        mode = logger.get("mode", "auto")
-        if mode == "auto":
-            mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+        mode = wandb_mode(logger.get("mode", "auto"), os.environ)
         self.wandb = wandb
-        self.run = wandb.init(
+        self.run = _start_run(
+            wandb,
             project=logger["project"],
             entity=logger.get("entity"),
             name=name,
@@ -81,6 +138,17 @@ class WandbTracker:
 
     def finish(self) -> None:
         self.run.finish()
+
+
+def _start_run(wandb, **init):
+    """wandb.init(**init), its failure (no network, a key the server refuses, an entity that is not there) as
+    one line naming the mode and how to run without the server."""
+    try:
+        return wandb.init(**init)
+    except Exception as err:
+        first = (str(err).strip().splitlines() or [""])[0]
+        raise TrackerStartError(f"logger: wandb.init failed in mode {init['mode']!r} ({type(err).__name__}: {first});"
+                                " WANDB_MODE=offline or logger.mode=offline runs without wandb's server") from err
 
 
 def _cell(value):

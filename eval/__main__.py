@@ -31,9 +31,10 @@ from core.checks import ConfigError
 from core.confined import read_inside
 from core.jsonl import JsonlWriter, read_jsonl, write_json_atomic
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
+from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
-from core.tracker import open_tracker
+from core.tracker import TrackerStartError, open_tracker
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_cpu_head_size, check_eval_config
@@ -115,7 +116,9 @@ def run_config(run_dir: Path) -> DictConfig:
                           "with its run's settings: restore it, or copy the final out of the run folder to validate it "
                           "with this command's settings")
     try:
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = parse_yaml(raw.decode("utf-8"), str(path))
+    except ParseLimitError as err:  # its line names the file and the limit
+        raise ConfigError(str(err)) from None
     except (UnicodeDecodeError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: not a readable config ({str(err).splitlines()[0]})") from None
     missing = [g for g in RUN_REQUIRED if not isinstance(data, dict) or not isinstance(data.get(g), dict)]
@@ -217,8 +220,12 @@ def eval_tracker(cfg: DictConfig, out_dir: Path, model: str, checkpoint: str | N
     validates, else the group "eval"); its id holds the folder's time and this process, unique per validation."""
     run_dir = run_of_final(Path(checkpoint).resolve()) if checkpoint else None
     group = "eval" if run_dir is None else tracker_group(run_dir, in_sweep=(run_dir.parent / "multirun.yaml").exists())
-    return open_tracker(cfg.logger, out_dir, name=f"eval {model}", group=group, job_type="eval",
-                        run_id=f"eval-{out_dir.name}-{os.getpid()}", config=OmegaConf.to_container(cfg, resolve=True))
+    try:
+        return open_tracker(cfg.logger, out_dir, name=f"eval {model}", group=group, job_type="eval",
+                            run_id=f"eval-{out_dir.name}-{os.getpid()}",
+                            config=OmegaConf.to_container(cfg, resolve=True))
+    except TrackerStartError as err:  # the line names the mode and the way around it; wandb's traceback would bury it
+        raise SystemExit(str(err)) from None
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from core.checks import ConfigError, is_int
 from core.confined import read_inside
+from core.parse_limits import parse_json
 from core.published import FINAL_MARKER, final_info, final_problem, recorded_final_problem
 from core.rundir import RUN_JSON, run_of_final, stage_dirname, stage_records
 
@@ -94,8 +95,8 @@ def _run_manifest(run_dir: Path) -> dict | None:
     """A run's run.json, read without following a link out of the run folder; None when it is not a mapping."""
     raw = read_inside(run_dir, run_dir / RUN_JSON)
     try:
-        manifest = json.loads(raw) if raw is not None else None
-    except ValueError:
+        manifest = parse_json(raw.decode(errors="replace"), str(run_dir / RUN_JSON)) if raw is not None else None
+    except ValueError:  # not JSON, or nested beyond parse_json's limit
         return None
     return manifest if isinstance(manifest, dict) else None
 

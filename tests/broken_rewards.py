@@ -17,6 +17,10 @@ def returns_inf(completions, **kwargs):
     return [float("inf")] + [0.0] * (len(completions) - 1)  # a log of 0, a division by 0
 
 
+def returns_beyond_float32(completions, **kwargs):
+    return [1e39] + [0.0] * (len(completions) - 1)  # a finite Python float that TRL's float32 tensor makes inf
+
+
 def returns_nan(completions, **kwargs):
     return [float("nan")] * len(completions)  # scores nothing, every batch
 

@@ -26,7 +26,8 @@ def _with_reward(make_cfg, target: str, *more: str):
 @pytest.mark.parametrize("target, message", [
     ("returns_none", r"reward mine: returned None, not a list of one number \(or None\) per completion \(4 comp"),
     ("returns_strings", r"reward mine: completion 0 scored str '1.0', not a number \(or None: no score\)"),
-    ("returns_inf", r"reward mine: completion 0 scored inf; a reward must be finite"),
+    ("returns_inf", r"reward mine: completion 0 scored inf, not finite in float32"),
+    ("returns_beyond_float32", r"reward mine: completion 0 scored 1e\+39, not finite in float32"),
 ])
 def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_path, make_cfg, target, message):
     run_dir = tmp_path / "run"
@@ -72,3 +73,29 @@ def test_a_timeout_that_is_not_seconds_is_a_config_error(tmp_path, make_cfg, val
     with pytest.raises(ConfigError, match=r"^reward.timeout_s: "):
         run_curriculum(read_settings(make_cfg(*ONE_STEP, f"reward.timeout_s={value}")), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+# Each score as TRL trains it: cast to float32 (its rewards tensor). What that cast keeps finite passes.
+@pytest.mark.parametrize(("value", "refused"), [
+    (3.4e38, False),  # below float32's largest (3.4028e38)
+    (-3.4e38, False),
+    (1e-45, False),  # below float32's smallest: 0 in float32, still a finite score
+    (3.5e38, True),  # float32 rounds it to inf
+    (1e39, True), (1e308, True), (-1e39, True),
+    (10 ** 400, True),  # an int beyond even float64
+    (float("inf"), True), (float("-inf"), True),
+])
+def test_a_score_is_checked_in_float32_the_dtype_trl_trains_it_in(value, refused):
+    from train.rewards.checks import RewardError, scores
+
+    if not refused:
+        assert scores("mine", [value, 0.0], 2) == [float(value), 0.0]
+        return
+    with pytest.raises(RewardError, match=r"^reward mine: completion 0 scored .*, not finite in float32"):
+        scores("mine", [value, 0.0], 2)
+
+
+def test_nan_is_still_no_score():
+    from train.rewards.checks import scores
+
+    assert scores("mine", [float("nan"), 1.0], 2) == [None, 1.0]

@@ -118,9 +118,16 @@ def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]
 
 
 def load_sweep(sweep_dir: Path) -> list[Job]:
-    """Every job directory (`<sweep>/<job num>/`) of a multirun, in job order."""
-    dirs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    """Every job directory (`<sweep>/<job num>/`) of a multirun, in job order; a job name that is a link is no job
+    of this sweep (`linked_jobs`)."""
+    dirs = [d for d in sweep_dir.iterdir() if d.name.isdigit() and not d.is_symlink() and d.is_dir()]
     return [load_job(d) for d in sorted(dirs, key=lambda d: int(d.name))]
+
+
+def linked_jobs(sweep_dir: Path) -> list[str]:
+    """The job names (`<sweep>/<n>`) that are links: a job's folder is made by its job, never a link, and one
+    followed would show a folder from elsewhere (its error.txt, its config) as this sweep's job."""
+    return sorted((d.name for d in sweep_dir.iterdir() if d.name.isdigit() and d.is_symlink()), key=int)
 
 
 def swept_params(jobs: Sequence[Job]) -> list[str]:

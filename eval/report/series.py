@@ -9,6 +9,7 @@ what these return.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,13 +108,29 @@ def load_run(run_dir: Path) -> RunData:
 # --- run series -----------------------------------------------------------------------------------
 
 
+# A trainer's metric is a float32 tensor's: a value beyond float32's range is no measurement, and matplotlib's
+# axis arithmetic (a span, its headroom) overflows to inf on values near float64's largest, refusing the limits.
+LARGEST_METRIC = 3.4028234663852886e38
+
+
 def as_number(value) -> float | None:
-    """`value` as a finite float, or None (missing, text, NaN, inf)."""
-    return float(value) if is_number(value, finite=True) else None
+    """`value` as a finite float within float32's range, or None (missing, text, NaN, inf, beyond).
+
+    >>> as_number(2), as_number("2"), as_number(float("inf")), as_number(1e39), as_number(10 ** 400)
+    (2.0, None, None, None, None)
+    """
+    if not is_number(value):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float (JSON holds any)
+        return None
+    return number if abs(number) <= LARGEST_METRIC else None  # NaN compares False: None
 
 
 def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Series | None:
-    """`key` per global step over the step rows that have it as a number; None when no row does.
+    """`key` per global step over the step rows that have it as a number (NaN where it is not finite: a gap);
+    None when no row has a finite one.
 
     >>> rows = [{"global_step": 2, "kl": 0.5}, {"global_step": 1, "kl": 0.1}, {"global_step": 3}]
     >>> step_series(rows, "kl")
@@ -123,13 +140,19 @@ def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Ser
     """
     points = {}
     for row in rows:
-        step, value = as_number(row.get("global_step")), as_number(row.get(key))
-        if step is not None and value is not None:
-            points[int(step)] = value
+        step, value = as_number(row.get("global_step")), row.get(key)
+        if step is not None and is_number(value):
+            points[int(step)] = _gap(as_number(value))
     points = dict(sorted(points.items()))
-    if not points:
+    if all(math.isnan(value) for value in points.values()):
         return None
     return Series(label or key, list(points), list(points.values()))
+
+
+def _gap(value: float | None) -> float:
+    """A logged number that is no measurement (NaN, inf, beyond float32) as NaN: matplotlib breaks the line there,
+    so it shows as a gap, never as a line joined across it nor as an axis stretched to infinity."""
+    return float("nan") if value is None else value
 
 
 def step_band(rows: Sequence[dict], low: str, high: str) -> tuple[Series, Series] | None:
@@ -137,11 +160,15 @@ def step_band(rows: Sequence[dict], low: str, high: str) -> tuple[Series, Series
 
     >>> step_band([{"global_step": 1, "lo": 1, "hi": 3}, {"global_step": 2, "hi": 4}], "lo", "hi")
     (Series(label='lo', x=[1], y=[1.0]), Series(label='hi', x=[1], y=[3.0]))
+    >>> step_band([{"global_step": 1, "lo": 1, "hi": 3}, {"global_step": 2, "lo": 1, "hi": float("inf")}], "lo", "hi")
+    (Series(label='lo', x=[1, 2], y=[1.0, 1.0]), Series(label='hi', x=[1, 2], y=[3.0, nan]))
     """
-    both = [r for r in rows if as_number(r.get(low)) is not None and as_number(r.get(high)) is not None]
-    if not both:
+    both = [r for r in rows if as_number(r.get("global_step")) is not None and is_number(r.get(low))
+            and is_number(r.get(high))]
+    low_series, high_series = step_series(both, low), step_series(both, high)
+    if low_series is None or high_series is None:
         return None
-    return step_series(both, low), step_series(both, high)
+    return low_series, high_series
 
 
 def reward_series(rows: Sequence[dict]) -> list[Series]:

@@ -104,9 +104,11 @@ def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> l
 
 def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     """The title and blocks of a multirun's report; draws its PNG into `out_dir`."""
-    jobs = js.load_sweep(sweep_dir)
+    jobs, linked = js.load_sweep(sweep_dir), js.linked_jobs(sweep_dir)
+    skipped = [Text(md_escape(f"skipped {', '.join(linked)}: a link, not a job folder of this sweep"), True)] \
+        if linked else []
     if not jobs:
-        return f"Sweep report: {sweep_dir.name}", [Text("no job directories (<sweep>/<n>/) yet", True)]
+        return f"Sweep report: {sweep_dir.name}", [Text("no job directories (<sweep>/<n>/) yet", True), *skipped]
     params = js.swept_params(jobs)
     plotted = [p for p in params if p not in SEED_KEYS]  # a seed is averaged over, not plotted against
     counts = Counter(job.status for job in jobs)
@@ -114,7 +116,7 @@ def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
                f" · **swept** {', '.join(code(p) for p in params) or 'nothing'}"
                + (f" · **averaged over** {code(seed)}" if seed else ""))
-    blocks = [Text(summary), Heading("Final accuracy against the swept parameters"),
+    blocks = [Text(summary), *skipped, Heading("Final accuracy against the swept parameters"),
               *_sweep_accuracy(jobs, plotted, out_dir), *seed_blocks(jobs, params),
               Heading("The jobs compared: accuracy after each stage and response length"),
               *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),

@@ -8,7 +8,9 @@ hangs hangs the run. `checked_rewards` wraps every reward function of a stage (b
 user's) so that:
 
 - a result that is not a list (or tuple, or 1-d array) of one number or None per completion, or that
-  holds inf, stops the stage with a `RewardError` naming the reward (run.json records it);
+  holds a number that is not finite in float32 (inf; 1e39: TRL puts every score in a float32 tensor,
+  `torch.tensor(..., dtype=torch.float32)`, where it becomes inf and trains on nothing as inf does),
+  stops the stage with a `RewardError` naming the reward and the value (run.json records it);
 - None or NaN for a completion is "no score" (TRL's contract: the other rewards decide it), but a
   batch in which a reward scores no completion at all is reported, once per stage and reward: a
   warning in the console and in the stage's run.json entry (`warnings`), and the user's rewards log
@@ -27,10 +29,14 @@ import numbers
 import threading
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from core.checks import ConfigError, is_number
 from train.rewards.custom import NamedReward
 
 log = logging.getLogger(__name__)
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 class RewardError(RuntimeError):
@@ -58,9 +64,9 @@ def scores(name: str, result, count: int) -> list[float | None]:
     >>> scores("r", None, 2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     train.rewards.checks.RewardError: reward r: returned None, not a list of one number (or None) per completion ...
-    >>> scores("r", [1.0, float("inf")], 2)
+    >>> scores("r", [1.0, float("inf")], 2)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    train.rewards.checks.RewardError: reward r: completion 1 scored inf; a reward must be finite (None: no score)
+    train.rewards.checks.RewardError: reward r: completion 1 scored inf, not finite in float32 (TRL's reward dtype: ...
     """
     if hasattr(result, "tolist") and getattr(result, "ndim", None) == 1:  # a numpy array or torch tensor
         result = result.tolist()
@@ -75,13 +81,36 @@ def scores(name: str, result, count: int) -> list[float | None]:
             out.append(None)
         elif not isinstance(value, numbers.Real):
             raise RewardError(f"reward {name}: completion {i} scored {_shown(value)}, not a number (or None: no score)")
-        elif math.isnan(value):
+        elif _is_nan(value):
             out.append(None)
-        elif math.isinf(value):
-            raise RewardError(f"reward {name}: completion {i} scored {value}; a reward must be finite (None: no score)")
+        elif not finite_in_float32(value):
+            shown = f"{value:g}" if isinstance(value, float) else _shown(value)  # an int may be too large for :g
+            raise RewardError(f"reward {name}: completion {i} scored {shown}, not finite in float32 (TRL's reward "
+                              f"dtype: |score| <= {FLOAT32_MAX:.4g}); a reward must be finite (None: no score)")
         else:
             out.append(float(value))
     return out
+
+
+def _is_nan(value: numbers.Real) -> bool:
+    try:
+        return math.isnan(value)
+    except OverflowError:  # an int too large for a float: no NaN, refused below
+        return False
+
+
+def finite_in_float32(value: numbers.Real) -> bool:
+    """Whether `value` stays finite cast to float32, the dtype TRL holds every reward in.
+
+    >>> finite_in_float32(3.4e38), finite_in_float32(3.5e38), finite_in_float32(10 ** 400)
+    (True, False, False)
+    """
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int beyond float64
+        return False
+    with np.errstate(over="ignore"):  # the overflow is the answer, not a warning
+        return bool(np.isfinite(np.float32(as_float)))
 
 
 def _shown(value) -> str:

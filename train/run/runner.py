@@ -109,10 +109,12 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
-        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
-                               config=settings.config, writes=processes.is_main)
-        engine = process_engine(settings, base, processes)
+        tracker = engine = None
         try:
+            # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
+            tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
+                                   config=settings.config, writes=processes.is_main)
+            engine = process_engine(settings, base, processes)
             CurriculumRun(
                 settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
                 logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=list(callbacks),
@@ -125,7 +127,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             manifest.update(status=Status.FAILED)
             raise
         finally:
-            tracker.finish()
+            if tracker is not None:
+                tracker.finish()
             if engine is not None:
                 engine.close()
         engines = {} if engine is None else {"vllm_engine": engine.record()}
