@@ -7,7 +7,8 @@ What the engines change, and why each function here exists:
   so a final saved from the module would lose them. `whole_parameters` reads the master copy.
 - ZeRO-3 and FSDP2 shard each parameter across the ranks: `whole_parameters` gathers it (a
   collective: every rank iterates, in the same order, name by name, so no rank holds more than one
-  whole parameter beyond what it keeps).
+  whole parameter beyond what it keeps); `held_here` is the part a rank holds, which a check after
+  every step reads instead of gathering the whole model each time.
 - Once a TrainingArguments with a ZeRO-3 config exists, transformers registers that config
   process-wide (a weak reference that accelerate's state keeps alive), and every later
   `from_pretrained` loads partitioned under `deepspeed.zero.Init`, a collective. Loading a whole model
@@ -52,6 +53,28 @@ def whole_parameters(named_parameters) -> Iterator[tuple[str, torch.Tensor]]:
     """
     for name, param in sorted(named_parameters, key=lambda kv: kv[0]):
         yield name, _whole(param).detach().to("cpu", torch.float32).contiguous()
+
+
+def held_here(param: torch.nn.Parameter) -> torch.Tensor:
+    """The part of `param` this process holds: its ZeRO-3 partition, its FSDP2 shard, else the parameter whole.
+
+    Where an engine shards a parameter, the module's own tensor holds nothing on any rank (ZeRO-3 leaves it
+    empty between gathers), so a check of the module's tensors would pass whatever the weights are.
+    """
+    if hasattr(param, "ds_tensor"):  # DeepSpeed ZeRO-3: the flat partition the optimizer's step writes
+        return param.ds_tensor
+    if hasattr(param, "to_local"):  # a DTensor: FSDP2's shard of it
+        return param.to_local()
+    return param
+
+
+def held_weights_finite(model: torch.nn.Module) -> bool:
+    """Whether every weight this process holds (`held_here`) is finite: no collective, so a sharded model's
+    ranks may answer differently and must combine their answers before acting on them. One device sync for the
+    whole model, not one per tensor: this runs after every optimizer step."""
+    with torch.no_grad():
+        flags = [torch.isfinite(held_here(param)).all() for param in model.parameters()]
+        return bool(torch.stack(flags).all()) if flags else True
 
 
 def fingerprint(model: torch.nn.Module) -> str:

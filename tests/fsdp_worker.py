@@ -3,8 +3,10 @@
 accelerate runs FSDP only on GPUs, so this drives PyTorch's own FSDP2 (`fully_shard`) directly: the tiny model
 sharded over both ranks, one optimizer step on it (and the same step on a whole copy), then the project's
 publishing of a stage's final from the shards, as `train/stages/training.py` does under FSDP: `gather_weights` on
-every rank (a collective per parameter), `save_whole` and `publish_final` on the main process. It writes
-`<out>/rank<k>.json` (what it saw) and `<out>/final` (the published final).
+every rank (a collective per parameter), `save_whole` and `publish_final` on the main process. Then the second
+rank turns one value of its shard NaN, and each rank says what the divergence stop's check of the weights it holds
+finds (`held_weights_finite`). It writes `<out>/rank<k>.json` (what it saw) and `<out>/final` (the published
+final).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from core.weights import fingerprint, gather_weights, save_whole
+from core.weights import fingerprint, gather_weights, held_weights_finite, save_whole
 from train.stages.training import publish_final
 
 
@@ -53,9 +55,14 @@ def main(model_path: str, out: Path) -> None:
         tmp = out / "final.tmp"
         save_whole(whole.config, weights, AutoTokenizer.from_pretrained(model_path), tmp)
         publish_final(tmp, out / "final", {"stage": "fsdp", "final_fingerprints": [found]})
+    finite_after_step = held_weights_finite(sharded)
+    if rank == 1:
+        with torch.no_grad():
+            next(sharded.parameters()).to_local().view(-1)[0] = float("nan")
     (out / f"rank{rank}.json").write_text(json.dumps({
         "gathered": found, "whole": fingerprint(whole), "local_elements": local,
         "elements": sum(p.numel() for p in whole.parameters()),
+        "held_finite": [finite_after_step, held_weights_finite(sharded)],
     }))
     dist.barrier()
     dist.destroy_process_group()

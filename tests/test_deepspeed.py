@@ -25,7 +25,7 @@ from conf import CONF_DIR
 from core.jsonl import read_jsonl
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
-from tests.drivers import KILL_WHILE_PUBLISHING
+from tests.drivers import KILL_WHILE_PUBLISHING, POISON_ONE_SHARD
 
 # cpu_threads pinned: two runs compared weight for weight must sum their floats with the same threads
 SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2", "cpu_threads=1"]
@@ -141,3 +141,20 @@ def test_a_kill_while_a_final_is_published_resumes_to_the_uninterrupted_finals(t
     assert [s["final_fingerprints"] for s in after] == [s["final_fingerprints"] for s in uninterrupted]
     compacted = json.loads((run_dir / "run.json").read_text())["compacted_finals"]
     assert sorted(compacted.values()) == ["bfloat16"] * 4, "every final but the last, rewritten in bfloat16"
+
+
+def test_a_nan_in_one_ranks_zero3_shard_stops_the_stage_on_every_rank_and_publishes_nothing(tmp_path, cache_dir):
+    """Under ZeRO-3 a parameter's module tensor is empty on every rank between gathers: the divergence stop reads
+    each rank's own shard and the ranks decide together, so a NaN in the second rank's shard alone stops the
+    stage (both ranks, the same step) before a final holding it is published."""
+    driver = tmp_path / "poison_one_shard.py"
+    driver.write_text(POISON_ONE_SHARD)
+    run_dir = tmp_path / "run"
+    one_step = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"
+    poisoned = accelerate("zero3", str(driver), "a", *SMOKE, one_step, f"paths.cache_dir={cache_dir}",
+                          f"hydra.run.dir={run_dir}")
+    assert poisoned.returncode != 0, "the stage must not finish on NaN weights"
+    assert "stage a: the weights became non-finite (nan/inf) at step 1" in poisoned.stderr, poisoned.stderr[-3000:]
+    record = stages(run_dir)[0]
+    assert record["status"] == "failed" and "non-finite" in record["error"]
+    assert not (run_dir / "stages" / "1-a" / "final").exists(), "no final is published from NaN weights"

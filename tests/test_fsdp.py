@@ -54,6 +54,15 @@ def test_a_final_gathered_from_fsdp2_shards_holds_the_whole_float32_weights(shar
     assert json.loads((final / "config.json").read_text())["dtype"] == "float32"
 
 
+def test_a_nan_in_one_ranks_fsdp2_shard_is_seen_by_that_ranks_check(sharded_run):
+    """The divergence stop reads each rank's shard (a DTensor's local tensor): the rank whose shard turned NaN
+    finds it, the other finds its own shard finite (the stop combines both answers: tests/test_deepspeed.py)."""
+    out, done = sharded_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [json.loads((out / f"rank{k}.json").read_text()) for k in (0, 1)]
+    assert [seen["held_finite"] for seen in ranks] == [[True, True], [True, False]]
+
+
 def test_the_next_stage_trains_from_that_final_and_validates_it(sharded_run, tmp_path, cache_dir):
     out, done = sharded_run
     assert done.returncode == 0, done.stderr[-3000:]

@@ -194,17 +194,16 @@ def test_a_launch_file_that_does_not_exist_is_refused_by_name():
         check_launch({"launcher": "accelerate", "processes": 4, "accelerate_config": "zero4", "gpus": None})
 
 
-def test_each_stage_syncs_weights_to_a_vllm_server_through_a_port_of_its_own(make_cfg, tmp_path):
-    """TRL's client keeps a stage's weight-sync group open on its port until the process exits: the next
-    stage's trainer (same process) needs another port; the server takes whichever the client names."""
+def test_every_stage_syncs_weights_to_a_vllm_server_through_the_configured_port(make_cfg, tmp_path):
+    """Each stage closes its weight-sync group as it ends (train/stages/weight_sync.py), so the next stage's
+    trainer opens its own on the same port: no stage is given another."""
     from train.stages.grpo import grpo_config
 
-    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "+grpo.use_vllm=true", "+grpo.vllm_mode=server")
+    cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "+grpo.use_vllm=true", "+grpo.vllm_mode=server",
+                   "+grpo.vllm_group_port=52000")
     grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
     ports = [grpo_config(grpo, stage, tmp_path, seed=0, lora=None).vllm_group_port for stage in build_plan(cfg)]
-    assert ports == [51216, 51217, 51218, 51219, 51220], "TRL's default port, then one more per stage"
-    colocated = {**grpo, "vllm_mode": "colocate"}
-    assert grpo_config(colocated, build_plan(cfg)[2], tmp_path, seed=0, lora=None).vllm_group_port == 51216
+    assert ports == [52000] * 5
 
 
 def test_only_the_main_process_opens_a_wandb_run(tmp_path):

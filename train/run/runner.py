@@ -70,6 +70,7 @@ from train.stages.base import StageContext, StageKind, StageResult
 from train.stages.checkpoints import CheckpointDigests
 from train.stages.exact_start import ExactStart
 from train.stages.training import run_stage
+from train.stages.weight_sync import WeightSyncGroup
 from train.tracking import MetricsCallback, RunLogs, make_tracker
 
 log = logging.getLogger(__name__)
@@ -293,8 +294,9 @@ class CurriculumRun:
         """Every callback of the stage's trainer, in the order it calls them, and the `StageEnd` among them that
         says why the stage ended: its log lines to metrics.jsonl and the tracker, its checkpoints' digests, the
         caller's callbacks, what may end it early (train/run/stage_end.py; `history`: the steps logged before a
-        resume), the console, sampled rollouts (a stage that learns from rewards), and one that acts only where it
-        applies: DeepSpeed's exact start from `init`. Those that need the trainer itself take it once it is built
+        resume), the console, sampled rollouts (a stage that learns from rewards), and those that act only where they
+        apply: DeepSpeed's exact start from `init`, and the closing of a vLLM server's weight-sync group as the stage
+        ends (train/stages/weight_sync.py). Those that need the trainer itself take it once it is built
         (train/stages/training.py `bind_to_trainer`)."""
         logs, rollouts = self.logs, self.settings.rollouts
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
@@ -306,7 +308,8 @@ class CurriculumRun:
         if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
             shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,
                                         stage_index=stage.index, stage_name=stage.name, step_offset=step_offset))
-        return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ExactStart(init)], ends
+        return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ExactStart(init),
+                WeightSyncGroup()], ends
 
     def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
         """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""

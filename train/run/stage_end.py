@@ -21,12 +21,12 @@ import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-import torch
 from transformers import TrainerCallback
 
 from core.checks import is_number
-from core.distributed import Processes
+from core.distributed import SINGLE, Processes, gather
 from core.rundir import row_level
+from core.weights import held_weights_finite
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
@@ -176,10 +176,16 @@ class NonFiniteLossError(RuntimeError):
 
 
 class DivergenceStop(TrainerCallback):
-    """Stops the stage with `NonFiniteLossError` at a non-finite loss (in a log line) or weights (after a step)."""
+    """Stops the stage with `NonFiniteLossError` at a non-finite loss (in a log line) or weights (after a step).
 
-    def __init__(self, stage_name: str):
-        self.stage_name = stage_name
+    The weights are checked where each rank holds them (`core.weights.held_here`: under ZeRO-3 and FSDP2 a
+    parameter's module tensor is empty, its values in the rank's shard), and the ranks' answers are combined, so
+    a non-finite value in one rank's shard stops every rank at the same step instead of leaving the others waiting
+    in the next collective.
+    """
+
+    def __init__(self, stage_name: str, processes: Processes = SINGLE):
+        self.stage_name, self.processes = stage_name, processes
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         loss = (logs or {}).get("loss")
@@ -189,7 +195,7 @@ class DivergenceStop(TrainerCallback):
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # Checked after each optimizer step and before the trainer saves it: diverged weights would
         # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
-        if model is not None and not _all_finite(model):
+        if model is not None and not all(gather(held_weights_finite(model), self.processes)):
             self._stop("the weights", state.global_step)
 
     def _stop(self, what: str, step: int) -> None:
@@ -197,12 +203,6 @@ class DivergenceStop(TrainerCallback):
             f"stage {self.stage_name}: {what} became non-finite (nan/inf) at step {step}; the stage stops before "
             "saving it, and the last good checkpoint is kept (lower the learning rate or check the reward)"
         )
-
-
-def _all_finite(model) -> bool:
-    """One device sync for the whole model, not one per tensor (this runs after every step)."""
-    with torch.no_grad():
-        return bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all())
 
 
 class StageEnd(TrainerCallback):
@@ -275,4 +275,4 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
                            keep_best=guard is not None and guard.action == "stop", processes=processes)
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
                    record_stop=lambda record: manifest.stage_ended(stage.index, record))
-    return [c for c in (DivergenceStop(stage.name), skill, guard, end) if c is not None], end
+    return [c for c in (DivergenceStop(stage.name, processes), skill, guard, end) if c is not None], end

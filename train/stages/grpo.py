@@ -120,16 +120,12 @@ def with_distinct_share(funcs: Sequence[Callable], group_size: int) -> list[Call
 def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lora: Mapping | None) -> GRPOConfig:
     """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only).
 
-    With rollouts from a vLLM server, each stage pushes its weights to the server through a group of its
-    own: TRL's client (trl/generation/vllm_client.py) hosts that group's store on `vllm_group_port` in
-    this process and closes it only at exit, so the next stage's trainer, in the same process, would find
-    the port taken. Stage k uses the configured port + k - 1; the server takes whichever the client names.
+    With rollouts from a vLLM server every stage syncs its weights through `vllm_group_port` as configured: each
+    stage's weight-sync group is closed as the stage ends (train/stages/weight_sync.py), so the next one's
+    trainer, in the same process, finds the port free.
     """
     fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora, config_class=GRPOConfig)
-    config = GRPOConfig(**fields, remove_unused_columns=False)
-    if config.use_vllm and config.vllm_mode == "server":
-        config.vllm_group_port += stage.index - 1
-    return config
+    return GRPOConfig(**fields, remove_unused_columns=False)
 
 
 def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:

@@ -46,18 +46,22 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     began = time.time()
     stage_dir = stage_path(ctx.run_dir, stage.dirname)
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer")
-    bind_to_trainer(trainer)
-    start = start_fingerprint(trainer)
-    reference = kind.reference_fingerprint(trainer)
-    resumed_from, adopted = resume_and_train(trainer, ctx, stage.name)
-    model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
-    final = final_weights(trainer, model, adopted, ctx.processes)
-    ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
-    result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start, ctx.reference_model,
-                         reference, resumed_from, final_fingerprints=ends, distributed=distributed_record(trainer))
-    publish_stage(trainer, model, final.weights, stage_dir,
-                  result.marker(stage.name, ctx.config_hash, ctx.task, ctx.init_model),
-                  keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
+    try:
+        bind_to_trainer(trainer)
+        start = start_fingerprint(trainer)
+        reference = kind.reference_fingerprint(trainer)
+        resumed_from, adopted = resume_and_train(trainer, ctx, stage.name)
+        model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
+        final = final_weights(trainer, model, adopted, ctx.processes)
+        ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
+        result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start,
+                             ctx.reference_model, reference, resumed_from, final_fingerprints=ends,
+                             distributed=distributed_record(trainer))
+        publish_stage(trainer, model, final.weights, stage_dir,
+                      result.marker(stage.name, ctx.config_hash, ctx.task, ctx.init_model),
+                      keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
+    finally:
+        release_from_trainer(trainer)
     # every rank reads the marker the main process wrote (the final is in place for all of them)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2),
                                final_marker=marker_digest(stage_dir / "final"))
@@ -73,6 +77,15 @@ def bind_to_trainer(trainer: Trainer) -> None:
     for callback in list(trainer.callback_handler.callbacks):
         if callable(getattr(callback, "bind", None)):
             callback.bind(trainer)
+
+
+def release_from_trainer(trainer: Trainer) -> None:
+    """The stage's teardown, however it ended (published, or raised): the callbacks that hold something open for
+    the trainer give it back (`release()`: the weight-sync group with a vLLM server, train/stages/weight_sync.py),
+    since a callback's `on_train_end` never runs when training raises."""
+    for callback in list(trainer.callback_handler.callbacks):
+        if callable(getattr(callback, "release", None)):
+            callback.release()
 
 
 def _no_model_card(*args, **kwargs) -> None:
