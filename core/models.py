@@ -322,13 +322,22 @@ def quiet_libraries() -> None:
     per stage; TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` each stage
     (the config itself uses the new `activation_checkpointing`), and around every generation of a stage that
     checkpoints activations it turns checkpointing off and on again through the deprecated
-    `gradient_checkpointing_disable` / `_enable` (trl/models/utils.py). The trainer's own progress bar is
-    plain tqdm and stays.
+    `gradient_checkpointing_disable` / `_enable` (trl/models/utils.py). In one process, the run's vLLM engine
+    (eval/vllm_engine.py, alive from the first validation to the end) holds a process group of one, and
+    transformers then warns at every stage that "torch.distributed process group is initialized, but
+    parallel_mode != ParallelMode.DISTRIBUTED": the training is one process, as meant. The trainer's own
+    progress bar is plain tqdm and stays.
     """
     datasets.disable_progress_bars()
     transformers_logging.disable_progress_bar()
     deprecated = "`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
     warnings.filterwarnings("ignore", message=deprecated, category=FutureWarning)
+    logging.getLogger("transformers.training_args").addFilter(_engine_process_group_note)
+
+
+def _engine_process_group_note(record: logging.LogRecord) -> bool:
+    """False for transformers' warning about the vLLM engine's one-process group (`quiet_libraries`)."""
+    return "process group is initialized, but parallel_mode" not in record.getMessage()
 
 
 def defer_bitsandbytes(optimizers: set[str]) -> bool:
