@@ -170,7 +170,8 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[
 
 def own_engine(settings: ValidationSettings) -> ProcessEngine:
     """The process's vLLM engine where the caller brought none (`python -m eval`): one that only validates."""
-    return ProcessEngine(engine_arguments(validation_arguments(settings.vllm_gpu_memory_utilization, settings.seed)))
+    arguments = validation_arguments(settings.vllm_gpu_memory_utilization, settings.seed)
+    return ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
 
 
 @contextmanager

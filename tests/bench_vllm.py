@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -36,7 +39,14 @@ DTYPES = ("float32", "bfloat16")
 # right where vLLM generates at least as fast as HF in the dtype validation runs in (float32 on a CPU), and
 # where a demo's validation, engine start included, takes no longer.
 AIMS = {"vllm_validation_speedup": (">=", 1.0), "vllm_validation_speedup_bfloat16": (">=", 1.0),
-        "demo_validation_vllm_vs_hf": ("<=", 1.0)}
+        "demo_validation_vllm_vs_hf": ("<=", 1.0),
+        # CUDA's allocator serves one engine per process (eval/vllm_engine.py): a run starts one, whatever its length
+        "engine_starts_per_run": ("<=", 1)}
+# the two-stage ladder of the colocate tests: rollouts, in-stage and between-stage validation all through vLLM
+COLOCATED_LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true",
+                    "+grpo.vllm_mode=colocate", "eval.backend=vllm", "eval.every=1",
+                    "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 2, pool: 8}, "
+                    "{name: 3ppl, ppl: 3, steps: 2, pool: 8}]")
 
 
 def hf_run(path: str, prompts: list, dtype: str, *, max_new_tokens: int, batch_size: int) -> dict:
@@ -54,8 +64,9 @@ def hf_run(path: str, prompts: list, dtype: str, *, max_new_tokens: int, batch_s
 def vllm_run(path: str, prompts: list, dtype: str, *, max_new_tokens: int, eager: bool = True) -> dict:
     """An engine as a run starts its one (eval/vllm_engine.py), in `dtype`, on `prompts`: start seconds, generation
     seconds, the completions. A CPU process may hold several engines one after another (the bench's): no CuMem."""
-    arguments = {**engine_arguments(validation_arguments(0.3, 0)), "dtype": dtype, "enforce_eager": eager}
-    process = ProcessEngine(arguments)
+    arguments = {**engine_arguments(validation_arguments(0.3, 0), rollouts=False), "dtype": dtype,
+                 "enforce_eager": eager}
+    process = ProcessEngine(arguments, rollouts=False)
     try:
         with process.validating(path, AutoTokenizer.from_pretrained(path)) as engine:
             outs, cost = engine.generate(prompts, max_new_tokens=max_new_tokens)
@@ -106,9 +117,24 @@ def vllm_jobs(args, work_dir: Path) -> list[tuple[str, str, Callable[[], dict]]]
         return vllm_against_hf(cfg, resolve_model(cfg.model, args.cache_dir), ppl=3, max_new_tokens=args.vllm_tokens)
 
     demo = partial(demo_validation, args.cache_dir, work_dir / "demo-validation")
+    starts = partial(engine_starts, args.cache_dir, work_dir / "engine-starts")
     return [("vllm_validation", f"validation through vLLM vs HF, SmolLM2-135M, {args.vllm_n} x {args.vllm_tokens} "
              "tokens", against),
-            ("demo_validation", "one cpu_demo validation through each backend", demo)]
+            ("demo_validation", "one cpu_demo validation through each backend", demo),
+            ("engine_starts", "a two-stage colocated ladder: its vLLM engine starts and their seconds", starts)]
+
+
+def engine_starts(cache_dir: str, out_dir: Path) -> dict:
+    """`python -m train` of the colocated two-stage ladder (tiny_vllm): the engine starts and the seconds they
+    took as run.json records them (`vllm_engine`), and the run's wall seconds beside them."""
+    began = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "train", *COLOCATED_LADDER, f"paths.cache_dir={cache_dir}",
+                           f"paths.output_dir={out_dir}", "logger=none"], capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the colocated ladder failed: {done.stderr[-2000:]}")
+    (run_dir,) = (out_dir / "runs").iterdir()
+    recorded = json.loads((run_dir / "run.json").read_text())["vllm_engine"]
+    return {**recorded, "run_s": round(time.perf_counter() - began, 2)}
 
 
 def vllm_figures(raw: dict) -> dict:
@@ -117,7 +143,8 @@ def vllm_figures(raw: dict) -> dict:
     seconds = {side: demo[side]["start_s"] + demo[side]["generate_s"] for side in ("hf", "vllm")}
     return {"vllm_validation_speedup": against["speedup_float32"],
             "vllm_validation_speedup_bfloat16": against["speedup_bfloat16"],
-            "demo_validation_vllm_vs_hf": round(seconds["vllm"] / seconds["hf"], 3)}
+            "demo_validation_vllm_vs_hf": round(seconds["vllm"] / seconds["hf"], 3),
+            "engine_starts_per_run": raw["engine_starts"]["starts"]}
 
 
 def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
@@ -139,6 +166,10 @@ def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
                  f"{bench['demo_validation_vllm_vs_hf']:.2f}× ({seconds['vllm']:.0f} s, start "
                  f"{demo['vllm']['start_s']:.1f} s, vs {seconds['hf']:.0f} s)",
                  "demo_validation_vllm_vs_hf", "×", bench["demo_validation_vllm_vs_hf"]))
+    starts = bench["details"]["engine_starts"]
+    rows.append(("vLLM engine starts in a run (two colocated stages, 5 validations, tiny_vllm)",
+                 f"{starts['starts']} ({starts['start_seconds']:.1f} s of a {starts['run_s']:.0f} s run)",
+                 "engine_starts_per_run", "", starts["starts"]))
     return rows
 
 

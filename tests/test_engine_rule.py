@@ -123,7 +123,7 @@ class SleepingLLM:
 ])
 def test_the_process_engine_is_woken_before_it_is_freed(monkeypatch, launched, expected):
     calls = []
-    engine = ProcessEngine({"enable_sleep_mode": True}, shutdown_at_close=not launched)
+    engine = ProcessEngine({"enable_sleep_mode": True}, rollouts=True, shutdown_at_close=not launched)
     engine.llm = SleepingLLM(calls)
     engine.llm.sleep(2)  # as TRL leaves it after a stage's last rollout
     engine.close()
@@ -133,7 +133,7 @@ def test_the_process_engine_is_woken_before_it_is_freed(monkeypatch, launched, e
 def test_a_trainer_gets_the_process_engine_awake_and_reseeded(monkeypatch):
     calls, seeds = [], []
     monkeypatch.setattr("vllm.utils.torch_utils.set_random_seed", seeds.append)
-    engine = ProcessEngine({"enable_sleep_mode": True, "seed": 3, "gpu_memory_utilization": 0.3})
+    engine = ProcessEngine({"enable_sleep_mode": True, "seed": 3, "gpu_memory_utilization": 0.3}, rollouts=True)
     engine.llm = SleepingLLM(calls)
     engine.llm.sleep(2)
     assert engine.for_trainer(model="stage-2", seed=3, max_num_seqs=64, gpu_memory_utilization=0.3) is engine.llm
@@ -156,7 +156,7 @@ def test_trl_asks_its_engine_for_the_arguments_the_process_engine_starts_with(ca
         asked.append(kwargs)
         return SimpleNamespace(sleep=lambda level: None)
 
-    engine = ProcessEngine(engine_arguments(rollout_arguments(vars(args))))
+    engine = ProcessEngine(engine_arguments(rollout_arguments(vars(args)), rollouts=True), rollouts=True)
     engine.for_trainer = recorded
     from datasets import Dataset
 

@@ -28,7 +28,7 @@ from core.checks import ConfigError
 from core.jsonl import read_jsonl
 from core.models import resolve_model
 from eval.vllm_backend import process_kept, sampling_params
-from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments
+from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments, validation_arguments
 from tests import engine_guard
 from tests.conftest import ROOT, compose_cfg
 from tests.engine_guard import engine_starts
@@ -144,7 +144,7 @@ def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_w
     generates what an engine started from the other generates: token for token (the same dtype and kernels)."""
     base, pushed = two_models
     policy = AutoModelForCausalLM.from_pretrained(base)
-    engine = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE)))
+    engine = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE), rollouts=True), rollouts=True)
     try:
         generation = _colocated_generation(policy, base, engine)
         from_base = _greedy(generation.llm)
@@ -158,7 +158,7 @@ def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_w
     finally:
         engine.close()
     assert engine.starts == 1
-    reference = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE)))
+    reference = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE), rollouts=True), rollouts=True)
     try:
         with reference.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
             started_there = _greedy(lent.llm)
@@ -169,6 +169,29 @@ def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_w
     assert len({tuple(t) for t in started_there}) == len(PROMPTS), "the pushed model's text follows the prompt"
 
 
+def test_an_engine_that_only_validates_loads_a_checkpoint_through_vllms_own_reload(two_models):
+    """No trainer pushes into it: it keeps vLLM's packed CPU weights, and a checkpoint's validation reloads them
+    from the folder (`reload_weights`): then it generates what an engine started from that checkpoint does."""
+    base, pushed = two_models
+    engine = ProcessEngine(engine_arguments(validation_arguments(0.3, 0), rollouts=False), rollouts=False)
+    try:
+        with engine.validating(base, AutoTokenizer.from_pretrained(base)) as lent:
+            from_base = _greedy(lent.llm)
+        with engine.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
+            after_load = _greedy(lent.llm)
+        with engine.validating(base, AutoTokenizer.from_pretrained(base)) as lent:
+            base_again = _greedy(lent.llm)
+    finally:
+        engine.close()
+    reference = ProcessEngine(engine_arguments(validation_arguments(0.3, 0), rollouts=False), rollouts=False)
+    try:
+        with reference.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
+            started_there = _greedy(lent.llm)
+    finally:
+        reference.close()
+    assert engine.starts == 1 and after_load == started_there != from_base == base_again
+
+
 def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models):
     """Why eval/vllm_cpu.py exists (vLLM 0.31's CPU build repacks its linear weights): should this fail, vLLM
     reloads on CPU by itself and the workaround can go."""
@@ -176,7 +199,7 @@ def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models
     with process_kept(rng=False):
         generation = VLLMGeneration(AutoModelForCausalLM.from_pretrained(base), Accelerator(cpu=True),
                                     AutoTokenizer.from_pretrained(base), mode="colocate", gpu_memory_utilization=0.3)
-    engine = ProcessEngine({})
+    engine = ProcessEngine({}, rollouts=True)
     engine.llm = generation.llm  # TRL's own engine, closed as the process's engine closes
     try:
         with pytest.raises(AttributeError, match="weight_loader"):

@@ -75,7 +75,7 @@ def through_vllm(peaked):
     cfg, path, pools = peaked
     prompts = prompt_token_ids(cfg, path, pools)
     before = process_state()
-    process = ProcessEngine(engine_arguments(validation_arguments(0.3, 0)))
+    process = ProcessEngine(engine_arguments(validation_arguments(0.3, 0), rollouts=False), rollouts=False)
     try:
         with pytest.raises(RuntimeError, match="on purpose"), \
                 process.validating(path, AutoTokenizer.from_pretrained(path)) as engine:

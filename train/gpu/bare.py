@@ -78,7 +78,9 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
                                                    max_completion_length=args.max_completion_length)
     began = time.perf_counter()
     # the engine TRL would start, with the arguments ours starts its one engine with (the same rollouts)
-    engine = ProcessEngine(engine_arguments(rollout_arguments(vars(args)))) if colocated(args) else None
+    engine = None
+    if colocated(args):
+        engine = ProcessEngine(engine_arguments(rollout_arguments(vars(args)), rollouts=True), rollouts=True)
     with colocated_engine_setup(engine) if engine is not None else nullcontext():
         trainer = GRPOTrainer(model=init, reward_funcs=funcs, args=args, train_dataset=rows,
                               processing_class=tokenizer)

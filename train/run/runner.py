@@ -150,7 +150,8 @@ def process_engine(settings: RunSettings, base: str, processes: Processes) -> Pr
     if rollouts is None and validation_backend(validation.backend, base, processes) != "vllm":
         return None
     arguments = rollouts or validation_arguments(validation.vllm_gpu_memory_utilization, validation.seed)
-    return ProcessEngine(engine_arguments(arguments), shutdown_at_close=not processes.many)
+    return ProcessEngine(engine_arguments(arguments, rollouts=rollouts is not None), rollouts=rollouts is not None,
+                         shutdown_at_close=not processes.many)
 
 
 @contextmanager
