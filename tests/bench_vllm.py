@@ -41,7 +41,14 @@ DTYPES = ("float32", "bfloat16")
 AIMS = {"vllm_validation_speedup": (">=", 1.0), "vllm_validation_speedup_bfloat16": (">=", 1.0),
         "demo_validation_vllm_vs_hf": ("<=", 1.0),
         # CUDA's allocator serves one engine per process (eval/vllm_engine.py): a run starts one, whatever its length
-        "engine_starts_per_run": ("<=", 1)}
+        "engine_starts_per_run": ("<=", 1),
+        # the demo's rollouts move to vLLM where its GRPO step through it is the faster one here
+        "demo_grpo_step_vllm_vs_hf": ("<=", 1.0)}
+# the demo's GRPO settings (experiment=cpu_demo: SmolLM2-135M, 2 prompts x 4 completions of up to 160 tokens) on
+# one 2ppl stage of 4 steps, validating 4 puzzles; the first step (first-use costs) is left out of the mean
+DEMO_GRPO = ("+curriculum=kk_r1", "experiment=cpu_demo", "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 4, pool: 64}]",
+             "limits.stage_steps={2ppl: 4}", "limits.max_steps=4", "eval.n=4", "logger=none")
+VLLM_ROLLOUTS = ("+grpo.use_vllm=true", "+grpo.vllm_mode=colocate", "+grpo.vllm_gpu_memory_utilization=0.3")
 # the two-stage ladder of the colocate tests: rollouts, in-stage and between-stage validation all through vLLM
 COLOCATED_LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true",
                     "+grpo.vllm_mode=colocate", "eval.backend=vllm", "eval.every=1",
@@ -121,7 +128,29 @@ def vllm_jobs(args, work_dir: Path) -> list[tuple[str, str, Callable[[], dict]]]
     return [("vllm_validation", f"validation through vLLM vs HF, SmolLM2-135M, {args.vllm_n} x {args.vllm_tokens} "
              "tokens", against),
             ("demo_validation", "one cpu_demo validation through each backend", demo),
-            ("engine_starts", "a two-stage colocated ladder: its vLLM engine starts and their seconds", starts)]
+            ("engine_starts", "a two-stage colocated ladder: its vLLM engine starts and their seconds", starts),
+            ("demo_rollouts", "the demo's GRPO steps with HF rollouts and with vLLM's",
+             partial(demo_rollouts, args.cache_dir, work_dir / "demo-rollouts", args.threads))]
+
+
+def demo_rollouts(cache_dir: str, out_dir: Path, threads: int) -> dict:
+    """The demo's GRPO step time (TRL's `step_time`, steps 2-4) with rollouts through HF generate and through the
+    process's vLLM engine (TRL's colocate mode), each a `python -m train` of its own."""
+    out = {}
+    for side, extra in (("hf", ()), ("vllm", VLLM_ROLLOUTS)):
+        run_out = out_dir / side
+        done = subprocess.run([sys.executable, "-m", "train", *DEMO_GRPO, *extra, f"cpu_threads={threads or 'auto'}",
+                               f"paths.cache_dir={cache_dir}", f"paths.output_dir={run_out}"],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"the demo's GRPO stage with {side} rollouts failed: {done.stderr[-2000:]}")
+        (run_dir,) = (run_out / "runs").iterdir()
+        steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+                 if r.get("kind") == "step"]
+        out[side] = {"step_s": [round(r["step_time"], 2) for r in steps],
+                     "mean_length": [r["completions/mean_length"] for r in steps]}
+        out[side]["mean_step_s"] = round(sum(out[side]["step_s"][1:]) / len(out[side]["step_s"][1:]), 2)
+    return out
 
 
 def engine_starts(cache_dir: str, out_dir: Path) -> dict:
@@ -144,7 +173,9 @@ def vllm_figures(raw: dict) -> dict:
     return {"vllm_validation_speedup": against["speedup_float32"],
             "vllm_validation_speedup_bfloat16": against["speedup_bfloat16"],
             "demo_validation_vllm_vs_hf": round(seconds["vllm"] / seconds["hf"], 3),
-            "engine_starts_per_run": raw["engine_starts"]["starts"]}
+            "engine_starts_per_run": raw["engine_starts"]["starts"],
+            "demo_grpo_step_vllm_vs_hf": round(raw["demo_rollouts"]["vllm"]["mean_step_s"]
+                                               / raw["demo_rollouts"]["hf"]["mean_step_s"], 3)}
 
 
 def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
@@ -170,6 +201,11 @@ def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
     rows.append(("vLLM engine starts in a run (two colocated stages, 5 validations, tiny_vllm)",
                  f"{starts['starts']} ({starts['start_seconds']:.1f} s of a {starts['run_s']:.0f} s run)",
                  "engine_starts_per_run", "", starts["starts"]))
+    rollouts = bench["details"]["demo_rollouts"]
+    rows.append(("the demo's GRPO step (SmolLM2-135M, 2 x 4 completions, 160 tokens), vLLM / HF rollouts",
+                 f"{bench['demo_grpo_step_vllm_vs_hf']:.2f}× ({rollouts['vllm']['mean_step_s']:.1f} s vs "
+                 f"{rollouts['hf']['mean_step_s']:.1f} s a step)", "demo_grpo_step_vllm_vs_hf", "×",
+                 bench["demo_grpo_step_vllm_vs_hf"]))
     return rows
 
 
