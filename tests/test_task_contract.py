@@ -107,7 +107,8 @@ def task_of(cls: type[Task]) -> list[str]:
 
 
 LADDER = ["+curriculum=ladder", "experiment=smoke"]
-COLD_START = ["+curriculum=ladder", "experiment=smoke", "curriculum.stages=[{name: cold, kind: sft, level: 2terms, steps: 1, pool: 4}]"]
+COLD_START = ["+curriculum=ladder", "experiment=smoke",
+              "curriculum.stages=[{name: cold, kind: sft, level: 2terms, steps: 1, pool: 4}]"]
 
 # (task, the run, the one line it must raise), each breaking the contract one way
 CASES = [
