@@ -166,3 +166,17 @@ def test_the_generator_never_makes_a_record_the_check_drops():
     """Generated data is not screened: its names are the generator's own, none a role word, none repeated."""
     assert not [name for name in COMMON_NAMES if ROLE_WORD.search(name)]
     assert [ungradable(r) for r in generate(5, 300, seed=3) if ungradable(r)] == []
+
+
+def test_the_hub_files_are_checked_the_same_way(monkeypatch, caplog):
+    """The published files as the hub serves them (datasets' rows, stubbed: no network here)."""
+    import datasets
+
+    records = published(n=3)
+    rows = [renamed(records[0], records[0]["names"][1], "Knight"), *records[1:]]
+    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, data_files, split: rows)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert load_records("hub", 3, "test", hub_id="someone/kk") == records[1:]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"dropped 1 of 3 records of someone/kk/test/people3_num100.jsonl: 1 with a role word as a name "
+        f"(id 3ppl-{records[0]['index']})"]
