@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 from core.distributed import SINGLE, Processes
 from curriculum.plan import Stage, build_plan
 from curriculum.tasks.base import Task
-from eval.settings import ValidationSettings, run_task, validation_settings
+from curriculum.tasks.contract import check_records
+from eval.settings import ValidationSettings, run_task, subset_levels, validation_settings
 from train.config_check import check_config
 from train.rollouts import RolloutSettings
 from train.run.finals import FinalsSettings
@@ -58,6 +59,7 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
     task = run_task(cfg.task, str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes.world_size, task=task)
     check_config(cfg, plan, processes, task=task)
+    check_records(task, plan, subset_levels(task, cfg.eval.subsets), cfg.prompt.fmt, seeds=(cfg.seed, cfg.eval.seed))
     return RunSettings(
         config=OmegaConf.to_container(cfg, resolve=True),
         task=task,

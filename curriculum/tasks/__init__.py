@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError
 from curriculum.tasks.base import Task
+from curriculum.tasks.contract import check_task
 from curriculum.tasks.report import TaskReport
 
 #: The built-in tasks by the `name` a task config gave before `_target_` (run folders keep such configs).
@@ -55,7 +56,8 @@ def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
     """The task a task config describes. `fmt` (the prompt's answer format) goes to a task that takes it.
 
     Every key but ``_target_`` (or ``name``) must be a parameter of the task's class: a typo is a ConfigError
-    naming it; `fmt` is the prompt's, never a task setting.
+    naming it; `fmt` is the prompt's, never a task setting. The task's levels are held to its contract
+    (`contract.check_task`).
 
     >>> build_task({"_target_": "curriculum.tasks.gsm8k.GSM8KTask", "source": "sample"}).levels
     ('2steps', '3steps', '4steps', '5steps', '6+steps')
@@ -72,7 +74,7 @@ def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
         if name not in params:
             raise ConfigError(f"task.{name}: not a setting of task {cls.name}; settings: {', '.join(params)}")
     injected = {"fmt": fmt} if fmt is not None and "fmt" in inspect.signature(cls).parameters else {}
-    return cls(**settings, **injected)
+    return check_task(cls(**settings, **injected))
 
 
 def _class_path(task_cfg: Mapping) -> tuple[str, str]:

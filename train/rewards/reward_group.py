@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
+from curriculum.tasks.contract import check_reward_functions
 from curriculum.tasks.rewards import RewardSettings, weighted_rewards
 from train.rewards.checks import check_timeout
 from train.rewards.custom import load_custom_reward
@@ -39,7 +40,7 @@ def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
     check_timeout(cfg.get("timeout_s"))
     _check_task(cfg.get("task"), task)
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
-    functions = task.reward_functions(RewardSettings(fmt, max_completion_length, options))
+    functions = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
     weights = {**_preset(cfg.get("preset"), task), **(cfg.get("weights") or {})}
     for name, spec in (cfg.get("custom") or {}).items():
         functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)

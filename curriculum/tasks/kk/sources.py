@@ -5,7 +5,9 @@ Every source returns plain-Python records with the published fields (see
 str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
 Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
 (jsonl) or the column (parquet): bytes that are not UTF-8, a record whose `solution` is not the one
-its statements allow, and a file with no records, are refused. Text is normalised to composed
+its statements allow, two records with one index, and a file with no records, are refused. A record the
+grader cannot grade right (a role word or a repeated name among its people, an empty quiz) is dropped,
+and a log line per file counts them; a file of nothing else is refused (`screen.py`). Text is normalised to composed
 Unicode (NFC), so a name written decomposed ("Zoe" + combining diaeresis) matches the same name
 typed composed.
 
@@ -28,6 +30,7 @@ from curriculum.tasks.base import RecordError
 from curriculum.tasks.kk.canonical import canonical_key
 from curriculum.tasks.kk.generator import RECORD_FIELDS, generate
 from curriculum.tasks.kk.grammar import StatementError, parse_statements
+from curriculum.tasks.kk.screen import screened
 from curriculum.tasks.kk.solver import solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
@@ -178,8 +181,8 @@ def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterat
 
 
 def read_records(path: str | Path) -> list[dict]:
-    """All records of a ``.jsonl`` or ``.parquet`` file, validated and normalized."""
-    return [record for _, record in located_records(path)]
+    """All gradable records of a ``.jsonl`` or ``.parquet`` file, validated and normalized (`screen.screened`)."""
+    return [record for _, record in screened(located_records(path), str(path))]
 
 
 def _local_file(root: Path, ppl: int, split: str) -> Path:
@@ -199,8 +202,12 @@ def _local_file(root: Path, ppl: int, split: str) -> Path:
     raise RecordError(f"several {split} files for {ppl} people under {root}: {', '.join(map(str, found))}")
 
 
+def _hub_file(hub_id: str, ppl: int, split: str) -> str:
+    return f"{hub_id}/{split}/people{ppl}_num{published_count(ppl, split)}.jsonl"
+
+
 def _hub_records(hub_id: str, ppl: int, split: str) -> Iterator[tuple[str, dict]]:
-    data_file = f"{split}/people{ppl}_num{published_count(ppl, split)}.jsonl"
+    data_file = _hub_file(hub_id, ppl, split).removeprefix(f"{hub_id}/")
     try:
         import datasets
 
@@ -226,14 +233,15 @@ def iter_records(source: str, ppl: int, split: str, *, seed: int = 0, path: str 
         yield from generate(ppl, published_count(ppl, split), 2 * seed + SPLITS.index(split))
         return
     if source == "hub":
-        located = _hub_records(hub_id, ppl, split)
+        file, located = _hub_file(hub_id, ppl, split), _hub_records(hub_id, ppl, split)
     elif source == "local":
         if path is None:
             raise ValueError("source='local' needs path= a folder of puzzle files")
-        located = located_records(_local_file(Path(path), ppl, split))
+        file = _local_file(Path(path), ppl, split)
+        located = located_records(file)
     else:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-    for where, record in located:
+    for where, record in screened(located, str(file)):
         if len(record["names"]) != ppl:
             raise RecordError(f"{where}: a {len(record['names'])}-person puzzle, but ppl={ppl} was asked for")
         yield record
