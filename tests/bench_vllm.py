@@ -48,6 +48,7 @@ AIMS = {"vllm_validation_speedup": (">=", 1.0), "vllm_validation_speedup_bfloat1
 # one 2ppl stage of 4 steps, validating 4 puzzles; the first step (first-use costs) is left out of the mean
 DEMO_GRPO = ("+curriculum=kk_r1", "experiment=cpu_demo", "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 4, pool: 64}]",
              "limits.stage_steps={2ppl: 4}", "limits.max_steps=4", "eval.n=4", "logger=none")
+DEMO_COMPLETIONS = 8  # a step's completions: cpu_demo's grpo.per_device_train_batch_size
 VLLM_ROLLOUTS = ("+grpo.use_vllm=true", "+grpo.vllm_mode=colocate", "+grpo.vllm_gpu_memory_utilization=0.3")
 # the two-stage ladder of the colocate tests: rollouts, in-stage and between-stage validation all through vLLM
 COLOCATED_LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true",
@@ -134,8 +135,8 @@ def vllm_jobs(args, work_dir: Path) -> list[tuple[str, str, Callable[[], dict]]]
 
 
 def demo_rollouts(cache_dir: str, out_dir: Path, threads: int) -> dict:
-    """The demo's GRPO step time (TRL's `step_time`, steps 2-4) with rollouts through HF generate and through the
-    process's vLLM engine (TRL's colocate mode), each a `python -m train` of its own."""
+    """The demo's GRPO step time (TRL's `step_time`, steps 2-4; and per completion token) with rollouts through HF
+    generate and through the process's vLLM engine (TRL's colocate mode), each a `python -m train` of its own."""
     out = {}
     for side, extra in (("hf", ()), ("vllm", VLLM_ROLLOUTS)):
         run_out = out_dir / side
@@ -147,9 +148,14 @@ def demo_rollouts(cache_dir: str, out_dir: Path, threads: int) -> dict:
         (run_dir,) = (run_out / "runs").iterdir()
         steps = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
                  if r.get("kind") == "step"]
+        timed = steps[1:]
         out[side] = {"step_s": [round(r["step_time"], 2) for r in steps],
-                     "mean_length": [r["completions/mean_length"] for r in steps]}
-        out[side]["mean_step_s"] = round(sum(out[side]["step_s"][1:]) / len(out[side]["step_s"][1:]), 2)
+                     "mean_length": [r["completions/mean_length"] for r in steps],
+                     "mean_step_s": round(sum(r["step_time"] for r in timed) / len(timed), 2),
+                     # a policy's completions differ in length between the two (sampled, other kernels): a step's
+                     # seconds per completion token compare like with like
+                     "ms_per_token": round(1000 * sum(r["step_time"] for r in timed)
+                                           / sum(r["completions/mean_length"] * DEMO_COMPLETIONS for r in timed), 2)}
     return out
 
 
@@ -174,8 +180,8 @@ def vllm_figures(raw: dict) -> dict:
             "vllm_validation_speedup_bfloat16": against["speedup_bfloat16"],
             "demo_validation_vllm_vs_hf": round(seconds["vllm"] / seconds["hf"], 3),
             "engine_starts_per_run": raw["engine_starts"]["starts"],
-            "demo_grpo_step_vllm_vs_hf": round(raw["demo_rollouts"]["vllm"]["mean_step_s"]
-                                               / raw["demo_rollouts"]["hf"]["mean_step_s"], 3)}
+            "demo_grpo_step_vllm_vs_hf": round(raw["demo_rollouts"]["vllm"]["ms_per_token"]
+                                               / raw["demo_rollouts"]["hf"]["ms_per_token"], 3)}
 
 
 def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
@@ -202,8 +208,10 @@ def vllm_rows(bench: dict) -> list[tuple[str, str, str, str, float]]:
                  f"{starts['starts']} ({starts['start_seconds']:.1f} s of a {starts['run_s']:.0f} s run)",
                  "engine_starts_per_run", "", starts["starts"]))
     rollouts = bench["details"]["demo_rollouts"]
-    rows.append(("the demo's GRPO step (SmolLM2-135M, 2 x 4 completions, 160 tokens), vLLM / HF rollouts",
-                 f"{bench['demo_grpo_step_vllm_vs_hf']:.2f}× ({rollouts['vllm']['mean_step_s']:.1f} s vs "
+    rows.append(("the demo's GRPO step per completion token (SmolLM2-135M, 2 x 4 completions, 160 tokens), "
+                 "vLLM / HF rollouts",
+                 f"{bench['demo_grpo_step_vllm_vs_hf']:.2f}× ({rollouts['vllm']['ms_per_token']:.0f} vs "
+                 f"{rollouts['hf']['ms_per_token']:.0f} ms; {rollouts['vllm']['mean_step_s']:.1f} s vs "
                  f"{rollouts['hf']['mean_step_s']:.1f} s a step)", "demo_grpo_step_vllm_vs_hf", "×",
                  bench["demo_grpo_step_vllm_vs_hf"]))
     return rows

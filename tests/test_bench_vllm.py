@@ -21,7 +21,8 @@ RAW = {
     "demo_validation": {"subsets": ["2ppl", "3ppl"], "n": 4, "max_new_tokens": 160,
                         "hf": {"start_s": 0.3, "generate_s": 85.2}, "vllm": {"start_s": 5.4, "generate_s": 38.6}},
     "engine_starts": {"starts": 1, "start_seconds": 3.2, "run_s": 41.0},
-    "demo_rollouts": {"hf": {"mean_step_s": 60.0}, "vllm": {"mean_step_s": 40.0}},
+    "demo_rollouts": {"hf": {"mean_step_s": 60.0, "ms_per_token": 90.0}, "vllm": {"mean_step_s": 40.0,
+                                                                                  "ms_per_token": 60.0}},
 }
 
 
@@ -42,7 +43,7 @@ def test_the_rows_say_each_dtype_the_verdicts_bf16_changed_and_the_demo():
     assert all(meets(key, value) for _, _, key, _, value in rows)
     assert not meets("demo_validation_vllm_vs_hf", 1.2), "a demo validation slower through vLLM misses"
     assert "1 (3.2 s of a 41 s run)" in rows[3][1] and not meets("engine_starts_per_run", 5), "an engine a stage misses"
-    assert "0.67× (40.0 s vs 60.0 s a step)" in rows[4][1]
+    assert "0.67× (60 vs 90 ms; 40.0 s vs 60.0 s a step)" in rows[4][1]
     assert {key for _, _, key, _, _ in rows} <= set(AIMS)
 
 
