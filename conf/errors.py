@@ -30,6 +30,7 @@ from omegaconf.errors import (
 )
 
 from conf import run_dir
+from conf.ranges import check_interpolations
 from conf.schema import typed_blocks
 from core.checks import ConfigError
 
@@ -86,6 +87,7 @@ class SchemaCheck(Callback):
     def _check(config: DictConfig) -> None:
         try:
             check_schema(config)
+            check_interpolations(config)
         except ConfigError as err:
             exit_on_config_error(err)
 

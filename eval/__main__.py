@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conf import CONF_DIR
 from conf.errors import run_app
+from conf.ranges import check_ranges
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.confined import read_inside
@@ -172,6 +173,7 @@ def main(cfg: DictConfig) -> float:
     defer_deepspeed()  # one process validating: DeepSpeed's import only adds its start-up warning
     overrides = list(HydraConfig.get().overrides.task)
     try:
+        check_ranges(cfg)
         checkpoint = checked_checkpoint(cfg, overrides)
         task = run_task(cfg.task, str(cfg.prompt.fmt))
         if checkpoint:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from conf.ranges import check_ranges
 from core.checks import ConfigError, is_int, is_number, plain
 from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
 from core.models import LORA_KEYS, uses_bitsandbytes
@@ -36,6 +37,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     GPU setting on a machine without CUDA is named before anything that setting would also change) and
     what the launch's `processes` allow.
     """
+    check_ranges(cfg, [stage.name for stage in plan])
     task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())

@@ -1,0 +1,118 @@
+"""Ranges a type cannot say, checked before anything is written or loaded: each refusal one line naming the key.
+
+The schema (conf/schema.py) types a seed as an int and a learning rate as a float; these say which ints and floats a
+run can use. Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as its
+traceback, a thread count of 0 once the run folder is made, 100000 threads as an out-of-memory error, a stage name
+too long for a folder as an OSError, a NaN learning rate as a run that trains on nothing. `check_interpolations`
+runs with the schema check (conf/errors.py SchemaCheck), before Hydra makes the run folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
+
+from core.checks import ConfigError, is_int, is_number
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
+SEED_KEYS = ("seed", "eval.seed", "model.tiny.seed")
+THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
+STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most
+# GRPO's fields that are counts of steps (> 0) and shares or bounds that may not be negative
+POSITIVE_GRPO = ("logging_steps",)
+NON_NEGATIVE_GRPO = ("epsilon", "epsilon_high", "beta", "max_grad_norm", "warmup_ratio", "weight_decay")
+
+
+def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
+    """Raise ConfigError for the first value of `cfg` out of its range (its `stage_names`: the plan's)."""
+    for key, value in _leaves(OmegaConf.to_container(cfg, resolve=True)):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: {value} is not a finite number; give a number")
+    for key in SEED_KEYS:
+        seed = OmegaConf.select(cfg, key)
+        if seed is not None and not (is_int(seed) and 0 <= seed <= SEED_MAX):
+            raise ConfigError(f"{key}: {seed!r} is not a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
+    check_cpu_threads(cfg.get("cpu_threads"))
+    groups = OmegaConf.select(cfg, "rollouts.groups")
+    if groups is not None and groups < 0:
+        raise ConfigError(f"rollouts.groups: {groups} is not a count of prompt groups >= 0 (0: none sampled)")
+    _check_grpo(OmegaConf.to_container(cfg.grpo, resolve=True) if cfg.get("grpo") is not None else {})
+    for name in stage_names:
+        check_stage_name(name)
+
+
+def _check_grpo(grpo: dict) -> None:
+    for name in POSITIVE_GRPO:
+        if name in grpo and not (is_int(grpo[name]) and grpo[name] > 0):
+            raise ConfigError(f"grpo.{name}: {grpo[name]!r} is not a whole number of steps > 0 (every step's metrics "
+                              f"are logged when it is 1)")
+    for name in NON_NEGATIVE_GRPO:
+        value = grpo.get(name)
+        if is_number(value) and value < 0:
+            raise ConfigError(f"grpo.{name}: {value} is negative; give a value >= 0")
+
+
+def check_cpu_threads(setting, cores: int | None = None) -> None:
+    """`cpu_threads`: auto, or a whole number from 1 to THREADS_PER_CORE x this machine's cores (`cores`)."""
+    if setting is None or setting == "auto":
+        return
+    cores = cores or os.cpu_count() or 1
+    if not (is_int(setting) and setting > 0):
+        raise ConfigError(f"cpu_threads: must be auto or a whole number > 0 (got {setting!r})")
+    if setting > THREADS_PER_CORE * cores:
+        raise ConfigError(f"cpu_threads: {setting} threads on a machine of {cores} cores; use auto, or at most "
+                          f"{THREADS_PER_CORE * cores} (threads beyond the cores only wait on each other)")
+
+
+def check_stage_name(name: str) -> None:
+    """A stage's name is a folder's (`stages/<k>-<name>`): up to 64 letters, digits, `.`, `_`, `+` or `-`."""
+    if not STAGE_NAME.fullmatch(str(name)):
+        shown = repr(name) if len(str(name)) <= 70 else f"{str(name)[:40]!r}... ({len(str(name))} characters)"
+        raise ConfigError(f"curriculum.stages: stage name {shown} is not a folder name: use up to 64 letters, digits, "
+                          "'.', '_', '+' or '-', starting with a letter or digit")
+
+
+def check_interpolations(cfg: DictConfig, prefix: str = "") -> None:
+    """Raise ConfigError naming the first key of `cfg` (its `hydra` node left out) whose interpolation points at
+    no key or back at itself; OmegaConf's own error names no key (`None: ...`). A resolver's refusal is its own."""
+    for key in cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg)):
+        path = f"{prefix}.{key}" if prefix and isinstance(cfg, DictConfig) else (f"{prefix}[{key}]" if prefix else key)
+        if path == "hydra":
+            continue
+        raw = cfg._get_node(key)._value() if cfg._get_node(key) is not None else None
+        try:
+            value = cfg[key]
+        except (InterpolationKeyError, InterpolationToMissingValueError) as err:
+            raise ConfigError(f"{path}: {raw} points at {_missing(err)}; give {path} a value, or "
+                              "interpolate a key that exists") from None
+        except InterpolationResolutionError as err:
+            if "Recursive interpolation" not in str(err):
+                continue  # a resolver's refusal (resume=) says what it is itself
+            raise ConfigError(f"{path}: {raw} refers back to itself (a recursive interpolation); give {path} "
+                              "a value") from None
+        if isinstance(value, (DictConfig, ListConfig)):
+            check_interpolations(value, str(path))
+
+
+def _missing(err: Exception) -> str:
+    found = re.search(r"'([^']+)'", str(err))
+    return f"{found[1]}, which is not a config key" if found else "a key that is not there"
+
+
+def _leaves(tree, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of every leaf of a plain config, the `hydra` node left out."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if not prefix and key == "hydra":
+                continue
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _leaves(value, f"{prefix}[{i}]")
+    else:
+        yield prefix, tree
