@@ -35,6 +35,7 @@ from core.models import ModelUnavailableError, configure_cpu_threads, defer_deep
 from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
+from core.weight_check import check_weights_match
 from core.tracker import TrackerStartError, open_tracker
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
@@ -164,6 +165,8 @@ def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
         cfg[name] = group
     check_tokenizer_files(checkpoint, chat=bool(cfg.model.chat))
     check_final(checkpoint)
+    if Path(checkpoint).is_dir():  # either backend would fill weights its files lack at random
+        check_weights_match(checkpoint)
     return checkpoint
 
 
