@@ -16,6 +16,7 @@ import os
 import re
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
@@ -30,7 +31,7 @@ from omegaconf.errors import (
 )
 
 from conf import CONF_DIR, run_dir
-from conf.ranges import check_interpolations
+from conf.ranges import check_interpolations, check_output_dir
 from conf.schema import typed_blocks
 from core.checks import ConfigError
 
@@ -73,6 +74,7 @@ class SchemaCheck(Callback):
         self._check(config)
         try:
             run_dir(config.resume, fresh="")
+            check_output_dir(Path(str(config.hydra.run.dir)))
         except ConfigError as err:
             exit_on_config_error(err)
 

@@ -13,19 +13,24 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
 
 from core.checks import ConfigError, is_int, is_number
+from core.published import FINAL_MARKER
+from core.rundir import STAGES
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
 SEED_KEYS = ("seed", "eval.seed", "model.tiny.seed")
 THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
 STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most
-# GRPO's fields that are counts of steps (> 0) and shares or bounds that may not be negative
-POSITIVE_GRPO = ("logging_steps",)
-NON_NEGATIVE_GRPO = ("epsilon", "epsilon_high", "beta", "max_grad_norm", "warmup_ratio", "weight_decay")
+# The trainers' fields (grpo, sft) that are counts of steps (> 0: save_steps 0 would keep no checkpoint a resume
+# goes on from) and bounds that may not be negative
+POSITIVE_STEPS = ("logging_steps", "save_steps")
+NON_NEGATIVE = ("epsilon", "epsilon_high", "beta", "max_grad_norm", "warmup_ratio", "weight_decay")
+TRAINER_GROUPS = ("grpo", "sft")
 
 
 def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
@@ -41,20 +46,21 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
     groups = OmegaConf.select(cfg, "rollouts.groups")
     if groups is not None and groups < 0:
         raise ConfigError(f"rollouts.groups: {groups} is not a count of prompt groups >= 0 (0: none sampled)")
-    _check_grpo(OmegaConf.to_container(cfg.grpo, resolve=True) if cfg.get("grpo") is not None else {})
+    for group in TRAINER_GROUPS:
+        if cfg.get(group) is not None:
+            _check_trainer(group, OmegaConf.to_container(cfg[group], resolve=True))
     for name in stage_names:
         check_stage_name(name)
 
 
-def _check_grpo(grpo: dict) -> None:
-    for name in POSITIVE_GRPO:
-        if name in grpo and not (is_int(grpo[name]) and grpo[name] > 0):
-            raise ConfigError(f"grpo.{name}: {grpo[name]!r} is not a whole number of steps > 0 (every step's metrics "
-                              f"are logged when it is 1)")
-    for name in NON_NEGATIVE_GRPO:
-        value = grpo.get(name)
+def _check_trainer(group: str, fields: dict) -> None:
+    for name in POSITIVE_STEPS:
+        if name in fields and not (is_int(fields[name]) and fields[name] > 0):
+            raise ConfigError(f"{group}.{name}: {fields[name]!r} is not a whole number of steps > 0 (1: every step)")
+    for name in NON_NEGATIVE:
+        value = fields.get(name)
         if is_number(value) and value < 0:
-            raise ConfigError(f"grpo.{name}: {value} is negative; give a value >= 0")
+            raise ConfigError(f"{group}.{name}: {value} is negative; give a value >= 0")
 
 
 def check_cpu_threads(setting, cores: int | None = None) -> None:
@@ -75,6 +81,15 @@ def check_stage_name(name: str) -> None:
         shown = repr(name) if len(str(name)) <= 70 else f"{str(name)[:40]!r}... ({len(str(name))} characters)"
         raise ConfigError(f"curriculum.stages: stage name {shown} is not a folder name: use up to 64 letters, digits, "
                           "'.', '_', '+' or '-', starting with a letter or digit")
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """Refuse a run's or a validation's folder (`hydra.run.dir`) inside a stage's final: what it writes there would
+    change the published checkpoint, which later stages and `python -m eval` read as the run recorded it."""
+    for folder in [run_dir, *run_dir.parents]:
+        if (folder / FINAL_MARKER).is_file() or (folder.name == "final" and folder.parent.parent.name == STAGES):
+            raise ConfigError(f"hydra.run.dir: {run_dir} is inside the stage final {folder}, which writing there would "
+                              "change; give a folder outside it (or leave hydra.run.dir out)")
 
 
 def check_interpolations(cfg: DictConfig, prefix: str = "") -> None:

@@ -32,6 +32,9 @@ OUT_OF_RANGE = [
     # 0 is refused by transformers only after the run folder is made; -1 logs nothing the run reads
     (["grpo.logging_steps=0"], "grpo.logging_steps: 0 is not a whole number of steps > 0"),
     (["grpo.logging_steps=-1"], "grpo.logging_steps: -1 is not a whole number of steps > 0"),
+    # decided (docs/config.md): 0 keeps no trainer checkpoint, and transformers refuses it after the folder is made
+    (["grpo.save_steps=0"], "grpo.save_steps: 0 is not a whole number of steps > 0"),
+    (["sft.save_steps=-3"], "sft.save_steps: -3 is not a whole number of steps > 0"),
     # refused only once the run folder was made and left running
     (["cpu_threads=0"], "cpu_threads: must be auto or a whole number > 0 (got 0)"),
     (["cpu_threads=-2"], "cpu_threads: must be auto or a whole number > 0 (got -2)"),
@@ -114,3 +117,38 @@ def test_python_m_eval_refuses_a_seed_out_of_range(tmp_path):
 
 def test_the_cap_follows_this_machine():
     check_cpu_threads(os.cpu_count() or 1)  # one per core always passes
+
+
+def test_a_context_beyond_the_models_positions_is_refused(make_cfg):
+    cfg = make_cfg(*SMOKE, "model.context_length=4096")  # the tiny model has 2048 positions
+    with pytest.raises(ConfigError, match=r"^model.context_length: 4096 tokens, beyond the 2048 positions the model "
+                                          r"has \(max_position_embeddings in its config\); use at most 2048"):
+        check_config(cfg, build_plan(cfg))
+
+
+def test_a_run_folder_inside_a_stage_final_is_refused_before_it_is_made(tmp_path):
+    final = tmp_path / "run" / "stages" / "1-a" / "final"
+    final.mkdir(parents=True)
+    (final / "stage.json").write_text("{}")
+    done = run_cli("eval", "model=tiny", "experiment=smoke", f"hydra.run.dir={final / 'eval'}", timeout=120)
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"config error: hydra.run.dir: {final / 'eval'} is inside the stage final {final}, which writing there "
+        "would change; give a folder outside it (or leave hydra.run.dir out)"), done.stderr[-2000:]
+    assert sorted(p.name for p in final.iterdir()) == ["stage.json"], "nothing written into the final"
+
+
+def test_python_m_eval_warns_of_a_gpu_sized_validation_on_a_cpu(tmp_path):
+    from types import SimpleNamespace
+
+    from eval.__main__ import cpu_size_warning
+
+    pools = {"2ppl": [None] * 100, "3ppl": [None] * 100}  # the default subsets' size
+    big = SimpleNamespace(samples=1, max_new_tokens=4096)
+    small = SimpleNamespace(samples=1, max_new_tokens=64)
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a machine with CUDA does not warn")
+    assert cpu_size_warning(pools, big, "qwen").startswith("no CUDA GPU: this validation is GPU-sized (model qwen, "
+                                                           "up to 819,200 generated tokens)")
+    assert cpu_size_warning(pools, small, "qwen") is None, "under an hour at the CPU rate: no warning"
