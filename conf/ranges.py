@@ -35,7 +35,9 @@ TRAINER_GROUPS = ("grpo", "sft")
 
 def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
     """Raise ConfigError for the first value of `cfg` out of its range (its `stage_names`: the plan's)."""
-    for key, value in _leaves(OmegaConf.to_container(cfg, resolve=True)):
+    plain = {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+             for key in cfg if key != "hydra"}  # Hydra's own node resolves only inside a run
+    for key, value in _leaves(plain):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}: {value} is not a finite number; give a number")
     for key in SEED_KEYS:
