@@ -42,10 +42,12 @@ EDITS = [
     (lambda text: "# tuned by hand\n" + text, "not the file the run wrote"),
     # a key a resume may change (the rollouts' groups): the file still no longer says what the run started with
     (lambda text: set_key(text, "rollouts.groups", 7), "not the file the run wrote"),
+    # no longer YAML at all: still named, not a parser's traceback
+    (lambda text: text + "\n: [unclosed", "not the file the run wrote"),
 ]
 
 
-@pytest.mark.parametrize(("edit", "named"), EDITS, ids=["training-key", "comment", "resume-free-key"])
+@pytest.mark.parametrize(("edit", "named"), EDITS, ids=["training-key", "comment", "resume-free-key", "not-yaml"])
 def test_a_resume_refuses_an_edited_config_file_naming_it(make_cfg, tmp_path, edit, named):
     resolved, planned = _opened(make_cfg, tmp_path)
     config_file = tmp_path / "config.yaml"

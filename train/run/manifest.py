@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from core.checks import ConfigError, is_int
 from core.confined import write_text_regular
@@ -126,7 +128,7 @@ def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) ->
         return
     try:
         changed = changed_keys(path, resolved)
-    except Exception:  # not YAML any more: the file is named all the same
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError):  # not YAML any more: named all the same
         changed = []
     if changed:
         old, new = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False)), _flatten(dict(resolved))
@@ -185,12 +187,12 @@ class Manifest:
             if CONFIG_FILE_HASH not in self.fields and not self.path.exists():  # a kill before run.json was written
                 self.fields[CONFIG_FILE_HASH] = config_file_hash(config_file.read_bytes())
             return
-        text = OmegaConf.to_yaml(OmegaConf.create(dict(resolved)))
-        write_text_regular(config_file, text)
+        write_text_regular(config_file, OmegaConf.to_yaml(OmegaConf.create(dict(resolved))))
+        written = config_file_hash(config_file.read_bytes())  # the bytes on disk, whatever the locale's encoding
         if self.path.exists():  # written again in a resumed run: its hash replaces the old file's
-            self.update(**{CONFIG_FILE_HASH: config_file_hash(text)})
+            self.update(**{CONFIG_FILE_HASH: written})
         else:
-            self.fields[CONFIG_FILE_HASH] = config_file_hash(text)
+            self.fields[CONFIG_FILE_HASH] = written
 
     @property
     def data(self) -> dict:
