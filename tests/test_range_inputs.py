@@ -41,3 +41,15 @@ def test_a_truncated_parquet_file_is_named(tmp_path, keep):
 ])
 def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, gpus):
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}) == gpus
+
+
+def test_a_per_gpu_sweep_with_every_gpu_hidden_is_refused_before_it_starts(tmp_path):
+    from tests.conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    refused = run_cli("train", "-m", "+curriculum=kk_ladder", "experiment=smoke", "launch=per_gpu", "seed=1,2",
+                      f"hydra.sweep.dir={sweep}", env={"CUDA_VISIBLE_DEVICES": "-1"}, timeout=120)
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "config error: launch.gpus: no GPU to share out here (CUDA_VISIBLE_DEVICES hides them all, or is unset and "
+        "nvidia-smi lists none); name them (launch.gpus=[0,1]), or drop launch=per_gpu"), refused.stderr[-2000:]
+    assert not sweep.exists()
