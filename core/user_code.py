@@ -21,8 +21,9 @@ class UserCodeExit(RuntimeError):
 def exit_failure(who: str, err: SystemExit) -> UserCodeExit:
     """The failure for `err` raised by `who` ("reward brevity", "task kk's grade").
 
-    >>> str(exit_failure("reward brevity", SystemExit(0)))
-    'reward brevity: raised SystemExit(0), which would end the whole run; it is a failure of the run: return its result, or raise an error that says what is wrong'
+    >>> print(exit_failure("reward brevity", SystemExit(0)))  # doctest: +NORMALIZE_WHITESPACE
+    reward brevity: raised SystemExit(0), which would end the whole run; it is a failure of the run: return its
+    result, or raise an error that says what is wrong
     """
     return UserCodeExit(f"{who}: raised SystemExit({err.code!r}), which would end the whole run; it is a failure "
                         "of the run: return its result, or raise an error that says what is wrong")

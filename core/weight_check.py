@@ -33,7 +33,8 @@ def file_weights(folder: Path) -> dict[str, tuple[int, ...]] | None:
     shapes = {}
     for name in files:
         with safe_open(str(folder / name), framework="pt") as fh:
-            shapes.update({key: tuple(fh.get_slice(key).get_shape()) for key in fh.keys()})
+            names = fh.keys()  # a safetensors file's header, not a dict: it has no `in`
+            shapes.update({key: tuple(fh.get_slice(key).get_shape()) for key in names})
     return shapes
 
 

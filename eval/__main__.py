@@ -36,8 +36,8 @@ from core.models import ModelUnavailableError, configure_cpu_threads, defer_deep
 from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
-from core.weight_check import check_weights_match
 from core.tracker import TrackerStartError, open_tracker
+from core.weight_check import check_weights_match
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config

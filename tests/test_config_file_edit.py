@@ -94,6 +94,7 @@ def test_python_m_train_resume_refuses_an_edited_config_file_in_one_line(tmp_pat
     assert resumed.returncode != 0
     assert resumed.stderr.strip().splitlines() == [
         f"config error: resume={run_dir}: {config_file} was edited after the run wrote it (first changed key "
-        f"grpo.learning_rate: 0.5 in the file, the run's {trained_on!r}); the run trains on the values it started with, not "
+        f"grpo.learning_rate: 0.5 in the file, the run's {trained_on!r}); "
+        "the run trains on the values it started with, not "
         "the file's: put the file back as it was, or start a new run with the edited config"]
     assert {p: p.read_bytes() for p in before} == before, "nothing written"

@@ -19,7 +19,8 @@ SMOKE = ["+curriculum=kk_ladder", "experiment=smoke"]
 # (overrides, the start of the refusal)
 OUT_OF_RANGE = [
     # beyond numpy's 32-bit seeding: was numpy's "Seed must be between 0 and 2**32 - 1" traceback 12 s in
-    (["seed=18446744073709551616"], "seed: 18446744073709551616 is not a seed: seeds are whole numbers in [0, 2**32-1]"),
+    (["seed=18446744073709551616"],
+     "seed: 18446744073709551616 is not a seed: seeds are whole numbers in [0, 2**32-1]"),
     (["seed=-1"], "seed: -1 is not a seed"),  # negative: numpy's refusal too
     (["eval.seed=4294967296"], "eval.seed: 4294967296 is not a seed"),  # 2**32: one past the last
     # NaN and inf pass every comparison check (nan < 0 is False): a run that trained on NaN

@@ -60,7 +60,8 @@ def _space(**changed) -> dict:
 ])
 def test_a_study_resumed_over_another_search_space_is_refused_before_it_is_touched(tmp_path, space, named):
     storage = stored_study(tmp_path)
-    with pytest.raises(ConfigError, match=f"^{tmp_path}: study '{STUDY}' " + named.replace("(", r"\(").replace(")", r"\)")):
+    escaped = named.replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(ConfigError, match=f"^{tmp_path}: study '{STUDY}' " + escaped):
         _sweeper(storage).open_study(tmp_path, space)
     study = optuna.load_study(study_name=STUDY, storage=storage)
     assert len(study.trials) == 1 and study.user_attrs == {}, "the study is as it was"

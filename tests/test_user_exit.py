@@ -26,7 +26,8 @@ def test_a_reward_raising_system_exit_fails_its_stage_naming_it(tmp_path, make_c
         run_curriculum(read_settings(_with_reward(make_cfg, target)), run_dir)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["status"] == "failed"
-    assert manifest["stages"][0]["status"] == "failed" and "reward mine: raised SystemExit" in manifest["stages"][0]["error"]
+    stage = manifest["stages"][0]
+    assert stage["status"] == "failed" and "reward mine: raised SystemExit" in stage["error"]
 
 
 class ExitingGrader:
