@@ -16,6 +16,7 @@ import os
 import re
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from hydra.experimental.callback import Callback
@@ -29,7 +30,8 @@ from omegaconf.errors import (
     OmegaConfBaseException,
 )
 
-from conf import run_dir
+from conf import CONF_DIR, run_dir
+from conf.ranges import check_interpolations, check_output_dir
 from conf.schema import typed_blocks
 from core.checks import ConfigError
 
@@ -72,6 +74,7 @@ class SchemaCheck(Callback):
         self._check(config)
         try:
             run_dir(config.resume, fresh="")
+            check_output_dir(Path(str(config.hydra.run.dir)))
         except ConfigError as err:
             exit_on_config_error(err)
 
@@ -86,6 +89,7 @@ class SchemaCheck(Callback):
     def _check(config: DictConfig) -> None:
         try:
             check_schema(config)
+            check_interpolations(config)
         except ConfigError as err:
             exit_on_config_error(err)
 
@@ -168,8 +172,18 @@ def _omegaconf_line(err: OmegaConfBaseException, prefix: str = "") -> str:
     if isinstance(err, MissingMandatoryValue):
         return f"{key}: missing; give it a value ({key}=...)"
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and err.key is not None:
-        return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}"
+        return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}{_sweeper_hint(key)}"
     return f"{key}: {err.msg.splitlines()[0]}" if key else err.msg.splitlines()[0]
+
+
+def _sweeper_hint(key: str) -> str:
+    """A sweeper's key (n_trials, study_name) on Hydra's basic sweeper: its search, which selects Optuna, is not
+    on the command line (resuming a search takes the command it started with)."""
+    if not key.startswith("hydra.sweeper."):
+        return ""
+    searches = ", ".join(sorted(p.stem for p in (CONF_DIR / "hparams_search").glob("*.yaml")))
+    return (f" (the basic sweeper's keys: {key.rsplit('.', 1)[-1]} is a search's, which +hparams_search=<search> "
+            f"selects: {searches}; a resume takes the command the search started with)")
 
 
 def _closest(name: str, key: str, record: type | None) -> str:

@@ -56,8 +56,8 @@ def check_launch(launch: Mapping) -> None:
         raise ConfigError("launch.gpus: GPUs are shared out to jobs that start their own run (launch=per_gpu); "
                           "this process trains on what CUDA_VISIBLE_DEVICES shows it: drop launch.gpus, or set it")
     if not gpus:
-        raise ConfigError("launch.gpus: no GPU to share out here (CUDA_VISIBLE_DEVICES is unset or empty and "
-                          "nvidia-smi lists none); name them (launch.gpus=[0,1]), or drop launch=per_gpu")
+        raise ConfigError("launch.gpus: no GPU to share out here (CUDA_VISIBLE_DEVICES hides them all, or is "
+                          "unset and nvidia-smi lists none); name them (launch.gpus=[0,1]), or drop launch=per_gpu")
     if len(set(gpus)) != len(gpus) or len(gpus) < processes:
         raise ConfigError(f"launch.gpus: {list(gpus)} must name distinct GPUs, at least launch.processes "
                           f"({processes}) of them: a job claims that many")

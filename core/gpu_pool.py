@@ -37,11 +37,18 @@ def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
     """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES when set (its ids as
     written: indices, GPU-/MIG- UUIDs), else the indices `nvidia-smi` lists; none without either.
 
+    CUDA stops reading the list at a negative index, so `-1` (the usual way to hide every GPU) or an empty value
+    leaves none, and `0,-1,2` only GPU 0: a GPU named "-1" would be handed to a job that then finds no GPU.
+
     >>> visible_gpus({"CUDA_VISIBLE_DEVICES": "0, 2,3"}), visible_gpus({"CUDA_VISIBLE_DEVICES": ""})
     (['0', '2', '3'], [])
+    >>> visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}), visible_gpus({"CUDA_VISIBLE_DEVICES": "0,-1,2"})
+    ([], ['0'])
     """
     if "CUDA_VISIBLE_DEVICES" in env:
-        return [gpu.strip() for gpu in env["CUDA_VISIBLE_DEVICES"].split(",") if gpu.strip()]
+        listed = [gpu.strip() for gpu in env["CUDA_VISIBLE_DEVICES"].split(",") if gpu.strip()]
+        hidden = next((i for i, gpu in enumerate(listed) if gpu.startswith("-")), len(listed))
+        return listed[:hidden]
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []

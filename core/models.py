@@ -307,7 +307,13 @@ def load_for_inference(path: str | Path, device: str | torch.device):
     device = torch.device(device)
     dtype = device_settings()["inference_dtype"] if device.type == "cuda" else torch.float32
     with zero3_init_paused():
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    # weights the files lack are initialised at random: a config.json of another architecture over the weights
+    absent = [*info.get("missing_keys", ()), *info.get("mismatched_keys", ())]
+    if absent:
+        raise RuntimeError(f"{path}: {len(info.get('missing_keys', ()))} weights of the {type(model).__name__} its "
+                           f"config.json builds are missing from its files and {len(info.get('mismatched_keys', ()))}"
+                           f" of another shape (first: {absent[0]}); it would be validated at random")
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

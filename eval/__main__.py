@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import hydra
+import torch
 import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from conf import CONF_DIR
 from conf.errors import run_app
+from conf.ranges import check_ranges
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.confined import read_inside
@@ -35,9 +37,10 @@ from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
+from core.weight_check import check_weights_match
 from curriculum.tasks.base import Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
-from eval.config_check import check_cpu_head_size, check_eval_config
+from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.metrics import trials
 from eval.settings import run_task, validation_settings
 from eval.validation import validate
@@ -142,6 +145,20 @@ def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, ou
             f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
 
 
+def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
+    """On a machine without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo`
+    measured (as a run warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
+    from train.run.preflight import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS, duration
+
+    tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
+    seconds = tokens / CPU_TOKENS_PER_SECOND
+    if torch.cuda.is_available() or seconds < CPU_WARN_HOURS * 3600:
+        return None
+    return (f"no CUDA GPU: this validation is GPU-sized (model {model}, up to {tokens:,} generated tokens); at "
+            f"~{CPU_TOKENS_PER_SECOND:.0f} tokens/s that is up to ~{duration(seconds)}. For a CPU-sized one: fewer "
+            "puzzles or tokens (eval.n, eval.max_new_tokens), or experiment=smoke")
+
+
 def interrupted_line(out_dir: Path) -> str:
     """The one line a Ctrl-C ends with: the subsets whose rows were written, and where."""
     path = out_dir / VALIDATION
@@ -163,6 +180,8 @@ def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
         cfg[name] = group
     check_tokenizer_files(checkpoint, chat=bool(cfg.model.chat))
     check_final(checkpoint)
+    if Path(checkpoint).is_dir():  # either backend would fill weights its files lack at random
+        check_weights_match(checkpoint)
     return checkpoint
 
 
@@ -172,6 +191,7 @@ def main(cfg: DictConfig) -> float:
     defer_deepspeed()  # one process validating: DeepSpeed's import only adds its start-up warning
     overrides = list(HydraConfig.get().overrides.task)
     try:
+        check_ranges(cfg)
         checkpoint = checked_checkpoint(cfg, overrides)
         task = run_task(cfg.task, str(cfg.prompt.fmt))
         if checkpoint:
@@ -179,6 +199,7 @@ def main(cfg: DictConfig) -> float:
         task.check_format(str(cfg.prompt.fmt))
         check_eval_config(cfg.eval, task)
         check_cpu_head_size(cfg.eval, {}, cfg.model, checkpoint)
+        check_context_length(cfg.model, checkpoint)
         settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
         pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
         # a run's final: the run's own thread count, unless the command line sets one
@@ -190,6 +211,9 @@ def main(cfg: DictConfig) -> float:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     model = checkpoint or str(cfg.model.name)
     print(size_line(pools, cfg.eval, model, task, out_dir), flush=True)
+    warning = cpu_size_warning(pools, cfg.eval, model)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     (out_dir / CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     # what was validated, as task data: the report of this folder reads it (eval.report), never the task's code
     write_json_atomic(out_dir / EVALUATION, {"model": model, "task": task.name, "task_report": task.report.as_json(),

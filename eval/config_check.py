@@ -46,14 +46,12 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
 
 
-def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int | None:
-    """The attention head size of the model a run or `python -m eval` will load, read before it loads or is built:
-    `checkpoint` (a directory) or `model`'s: the tiny model's from its `model.tiny` sizes, a hub model's from its
-    config.json in a local directory or the hub cache; None where that is not known yet (a model not fetched or
-    not built), which the engine itself then checks."""
+def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> dict | None:
+    """The config fields of the model a run or `python -m eval` will load, read before it loads or is built:
+    `checkpoint` (a directory) or `model`'s: the tiny model's `model.tiny` sizes, a hub model's config.json in a
+    local directory or the hub cache; None where that is not known yet (a model not fetched or not built)."""
     if checkpoint is None and model_cfg["source"] == "tiny":
-        tiny = plain(model_cfg["tiny"])
-        return int(tiny["hidden_size"]) // int(tiny["num_attention_heads"])
+        return plain(model_cfg["tiny"])
     source = checkpoint or (str(model_cfg.get("id")) if model_cfg["source"] == "hub" and model_cfg.get("id") else None)
     if source is None:
         return None
@@ -64,11 +62,28 @@ def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int 
             return None
         config = Path(cached)
     fields = json.loads(config.read_text())
+    return fields if isinstance(fields, dict) else None
+
+
+def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int | None:
+    """The attention head size of the model that will load (`planned_model_fields`); None where that is not known
+    yet, which the engine itself then checks."""
+    fields = planned_model_fields(model_cfg, checkpoint) or {}
     if fields.get("head_dim"):
         return int(fields["head_dim"])
     if fields.get("hidden_size") and fields.get("num_attention_heads"):
         return int(fields["hidden_size"]) // int(fields["num_attention_heads"])
     return None
+
+
+def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> None:
+    """Refuse `model.context_length` beyond the positions the model has (its config's max_position_embeddings):
+    a prompt and completion past them would be generated from positions the model never learnt."""
+    positions = (planned_model_fields(model_cfg, checkpoint) or {}).get("max_position_embeddings")
+    length = model_cfg.get("context_length")
+    if isinstance(positions, int) and isinstance(length, int) and length > positions:
+        raise ConfigError(f"model.context_length: {length} tokens, beyond the {positions} positions the model has "
+                          f"(max_position_embeddings in its config); use at most {positions}")
 
 
 def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping, checkpoint: str | None = None) -> None:

@@ -33,6 +33,7 @@ from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
 from core.rundir import row_level, samples_file
 from core.stats import percent_text, wilson_interval
+from core.user_code import call_user_code
 from curriculum.tasks.base import Task, TaskRecord
 from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
@@ -49,11 +50,12 @@ def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dic
     samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
-            g = task.grade(out.text, record.columns)
+            g = call_user_code(f"task {task.name}'s grade", task.grade, out.text, record.columns)
             samples.append({
                 "id": record.id, "sample": k, "question": record.question, "completion": out.text, "tokens": out.tokens,
                 "truncated": out.truncated, "correct": g.correct, "format_ok": g.format_ok, "answered": g.answered,
-                "reasons": list(g.reasons), **task.sample_fields(record, out.text, g),
+                "reasons": list(g.reasons),
+                **call_user_code(f"task {task.name}'s sample_fields", task.sample_fields, record, out.text, g),
             })
     return samples
 

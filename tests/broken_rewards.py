@@ -39,3 +39,11 @@ async def hangs_async(completions, **kwargs):
 
     await asyncio.sleep(3600)
     return [0.0] * len(completions)
+
+
+def exits_quietly(completions, **kwargs):
+    raise SystemExit(0)  # a script's "done" pasted into a reward
+
+
+def exits_with_code(completions, **kwargs):
+    raise SystemExit(3)  # a judge's command-line entry point called as a function

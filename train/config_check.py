@@ -11,13 +11,14 @@ from collections.abc import Mapping
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from conf.ranges import check_ranges
 from core.checks import ConfigError, is_int, is_number, plain
 from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
 from core.models import LORA_KEYS, uses_bitsandbytes
 from core.rundir import objective
 from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks.base import ALL, Task
-from eval.config_check import check_cpu_head_size, check_eval_config
+from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.settings import run_task, subset_levels
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import StageKind
@@ -36,6 +37,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     GPU setting on a machine without CUDA is named before anything that setting would also change) and
     what the launch's `processes` allow.
     """
+    check_ranges(cfg, [stage.name for stage in plan])
     task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())
@@ -47,6 +49,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
     check_cpu_head_size(cfg.eval, OmegaConf.to_container(cfg.grpo, resolve=True), cfg.model)
+    check_context_length(cfg.model)
     _check_task(task, str(cfg.prompt.fmt), plan)
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
     _check_lora(cfg.model.lora)

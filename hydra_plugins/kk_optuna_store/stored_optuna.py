@@ -8,8 +8,14 @@ continues the study to `n_trials` trials in all:
   resumed in its own folder (the run's own `resume=`: a stage killed mid-way continues from its last
   checkpoint), named in the log, and its result told to the study; one whose folder a live process holds
   (another sweep on the same study) stops the resume, naming it;
+- a trial left running by a sweep that stopped before its job started (no job folder, or not every parameter
+  suggested) is marked failed, whatever stopped it: resumed, it would run without the command line's values;
 - a study file that is empty, not SQLite, or truncated, and a sweep folder whose job folders have no study
-  in it, are refused in one line naming the file: each would otherwise start a new study over the old jobs.
+  in it, are refused in one line naming the file: each would otherwise start a new study over the old jobs;
+- a study resumed over another search space (hydra.sweeper.params: a parameter added, dropped, or given another
+  range) is refused in one line naming the parameter, before the study is touched: the study records the space it
+  started over (its user attribute `search_space`; an older study, the space of its finished trials);
+- `n_trials` below 1 is refused in one line.
 SQLite opens its file before the launcher makes the sweep folder, so this sweeper makes it. A resumed sampler
 is reseeded (optuna's `reseed_rng`): seeded as at the start, it would propose the first trials' points again;
 so a resumed sweep's new points are not those an uninterrupted sweep would have tried.
@@ -24,9 +30,10 @@ from pathlib import Path
 import optuna
 from hydra.core.utils import JobStatus
 from hydra.types import HydraContext, TaskFunction
-from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
+from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides
 from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 from omegaconf import DictConfig
+from optuna.distributions import CategoricalDistribution, distribution_to_json, json_to_distribution
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,6 +45,7 @@ from core.runlock import RunLock, RunLockedError
 log = logging.getLogger(__name__)
 
 SQLITE = "sqlite:///"
+SEARCH_SPACE = "search_space"  # the study's user attribute: the space it was started over (space_json)
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
@@ -85,14 +93,71 @@ def live_job(folder: Path) -> bool:
         return False
 
 
+def check_trial_count(n_trials) -> None:
+    """`hydra.sweeper.n_trials`: the trials the study holds in all, at least 1 (0 ended in optuna's "Record does
+    not exist", asking the best of no trial)."""
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ConfigError(f"hydra.sweeper.n_trials: {n_trials!r} is not a number of trials >= 1 (the trials the "
+                          "study holds in all, those finished counted)")
+
+
+def space_json(space: dict) -> dict[str, str]:
+    """A search space (name: optuna distribution) as the study records it."""
+    return {name: distribution_to_json(d) for name, d in sorted(space.items())}
+
+
+def check_search_space(study: optuna.Study, space: dict, sweep_dir: Path) -> None:
+    """Refuse (ConfigError) to go on with a stored study over another search space than `space`: optuna's own
+    check is a ValueError mid-sweep that leaves a trial running. The study's recorded space is compared, or,
+    for a study stored before it recorded one, the space its trials were suggested from."""
+    recorded = study.user_attrs.get(SEARCH_SPACE)
+    if recorded is None:
+        seen = {}
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
+                                                               TrialState.PRUNED)):
+            seen.update(trial.distributions)  # a trial left running may hold another sweep's half-suggested space
+        recorded = space_json(seen) if seen else None
+    if recorded is None:
+        return
+    new = space_json(space)
+    for name in sorted(recorded.keys() | new.keys()):
+        if recorded.get(name) != new.get(name):
+            was = _shown(recorded.get(name)) or "not searched"
+            now = _shown(new.get(name)) or "not searched"
+            raise ConfigError(f"{sweep_dir}: study {study.study_name!r} searches {name} over {was}, this sweep over "
+                              f"{now}: resume it with the search space it started with (hydra.sweeper.params), or "
+                              "start the sweep in a new folder (hydra.sweep.dir)")
+
+
+def _shown(recorded: str | None) -> str | None:
+    """A recorded distribution as its range: interval(0.0, 1.0), choice(0.0, 0.5)."""
+    if recorded is None:
+        return None
+    d = json_to_distribution(recorded)
+    if isinstance(d, CategoricalDistribution):
+        return f"choice({', '.join(map(str, d.choices))})"
+    low, high = getattr(d, "low", None), getattr(d, "high", None)
+    kind = "int" if "Int" in type(d).__name__ else "interval"  # optuna 2's IntUniformDistribution, 3's IntDistribution
+    log_scale = ", log" if getattr(d, "log", False) or "Log" in type(d).__name__ else ""
+    return f"{kind}({low}, {high}{log_scale})"
+
+
 class StoredSweeperImpl(OptunaSweeperImpl):
     """OptunaSweeperImpl whose trials run in the job folder of their number and whose study resumes to `n_trials`."""
 
     def sweep(self, arguments: list[str]) -> None:
+        check_trial_count(self.n_trials)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        study = self.open_study(sweep_dir)
+        space, fixed = self.search_space_of(arguments)
+        study = self.open_study(sweep_dir, space)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            self.resume_killed(study, trial, sweep_dir / str(trial.number))
+            folder = sweep_dir / str(trial.number)
+            if folder.is_dir() and set(space) <= set(trial.params):
+                self.resume_killed(study, trial, folder, fixed)
+            else:  # asked but never launched (the sweep stopped between the two): nothing to resume
+                log.warning("trial %d was left running by a sweep that stopped before its job started (no folder %s, "
+                            "or not all its parameters suggested): marked failed", trial.number, folder)
+                study.tell(trial.number, state=TrialState.FAIL)
         finished = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL,
                                                                   TrialState.PRUNED)))
         if finished:
@@ -103,9 +168,19 @@ class StoredSweeperImpl(OptunaSweeperImpl):
         self.n_trials = max(self.n_trials - finished, 0)
         super().sweep(arguments)
 
-    def open_study(self, sweep_dir: Path) -> optuna.Study:
+    def search_space_of(self, arguments: list[str]) -> tuple[dict, dict]:
+        """The distributions this sweep suggests from (hydra.sweeper.params and the command line's ranges), by
+        name, and the command line's fixed values: as the parent's `sweep` finds them."""
+        self._process_searchspace_config()
+        params = [*self._parse_sweeper_params_config(), *arguments]
+        ranges, fixed = create_params_from_overrides(params)
+        space = {**(self.search_space_distributions or {}), **ranges}
+        return {name: d for name, d in space.items() if name not in fixed}, fixed
+
+    def open_study(self, sweep_dir: Path, space: dict | None = None) -> optuna.Study:
         """The stored study (created when new), its file checked first; refused when the sweep folder holds job
-        folders but the storage no study of this name (they would be numbered over)."""
+        folders but the storage no study of this name (they would be numbered over), or when the stored study
+        searches another space than `space` (checked before the study is touched: `check_search_space`)."""
         check_study_file(str(self.storage))
         try:
             known = [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
@@ -114,23 +189,32 @@ class StoredSweeperImpl(OptunaSweeperImpl):
                 raise ConfigError(f"{sweep_dir}: holds job folders {jobs[0]}..{jobs[-1]} but its storage "
                                   f"({self.storage}) holds no study {self.study_name!r}: the sweep's study is lost; "
                                   "restore it, or start the sweep in a new folder (hydra.sweep.dir)")
-            return optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
-                                       directions=self._get_directions(), load_if_exists=True)
+            if space is not None and self.study_name in known:
+                check_search_space(optuna.load_study(study_name=self.study_name, storage=self.storage), space,
+                                   sweep_dir)
+            study = optuna.create_study(study_name=self.study_name, storage=self.storage, sampler=self.sampler,
+                                        directions=self._get_directions(), load_if_exists=True)
+            if space is not None and SEARCH_SPACE not in study.user_attrs:
+                study.set_user_attr(SEARCH_SPACE, space_json(space))
+            return study
         except SQLAlchemyError as err:
             cause = getattr(err, "orig", None) or err  # the database's own words, without SQLAlchemy's statement
             raise ConfigError(f"{self.storage}: not a readable study ({str(cause).splitlines()[0]}); "
                               "restore it, or start the sweep in a new folder (hydra.sweep.dir)") from None
 
-    def resume_killed(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, folder: Path) -> None:
+    def resume_killed(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, folder: Path,
+                      fixed: dict | None = None) -> None:
         """Run a trial a killed sweep left running again in its own folder (continuing its run where it stopped),
-        and tell the study how it ended."""
+        and tell the study how it ended. `fixed`: this command line's fixed values (its curriculum, its search),
+        under the trial's own: a trial killed before its fixed values were recorded runs with them too."""
         if live_job(folder):
             raise ConfigError(f"{folder}: trial {trial.number} of study {self.study_name!r} is running in another "
                               "process (it holds the run's lock); wait for that sweep to end before resuming")
         resumed = (folder / RUN_JSON).is_file()
         log.warning("trial %d (job %s) was left running by a sweep that was killed: %s", trial.number, folder,
                     "resuming its run in its own folder" if resumed else "running it again in its own folder")
-        params = {**trial.params, **trial.user_attrs}  # its suggested values and the command line's fixed ones
+        # its suggested values and the command line's fixed ones
+        params = {**(fixed or {}), **trial.user_attrs, **trial.params}
         overrides = [f"{name}={value}" for name, value in params.items()]
         [ret] = self.launcher.launch([[*overrides, *([f"resume={folder}"] if resumed else [])]],
                                      initial_job_idx=trial.number)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from core.checks import ConfigError, is_number
+from core.user_code import call_user_code, exit_failure
 from train.rewards.custom import NamedReward
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,8 @@ class CheckedReward:
         self.warned = False
 
     def __call__(self, **kwargs) -> list[float | None]:
-        return self.check(_call_in_time(self.func, kwargs, self.timeout_s, self.__name__), kwargs)
+        who = f"reward {self.__name__}"
+        return self.check(call_user_code(who, _call_in_time, self.func, kwargs, self.timeout_s, self.__name__), kwargs)
 
     def check(self, result, kwargs: dict) -> list[float | None]:
         out = scores(self.__name__, result, len(kwargs["completions"]))
@@ -163,6 +165,8 @@ class AsyncCheckedReward(CheckedReward):
             result = await asyncio.wait_for(self.func(**kwargs), self.timeout_s)
         except asyncio.TimeoutError:
             raise RewardError(_timeout_message(self.__name__, self.timeout_s)) from None
+        except SystemExit as err:
+            raise exit_failure(f"reward {self.__name__}", err) from err
         return self.check(result, kwargs)
 
 

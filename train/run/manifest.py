@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from core.checks import ConfigError, is_int
 from core.confined import write_text_regular
@@ -47,6 +49,10 @@ RESUME_FREE_KEYS = (
     "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
     "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
 )
+
+
+# run.json's record of config.yaml's bytes as the run wrote them
+CONFIG_FILE_HASH = "config_file_sha256"
 
 
 def config_hash(resolved: Mapping) -> str:
@@ -90,7 +96,8 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
     path = run_dir / RUN_JSON
     if not path.exists():
         return
-    recorded, digest = _read_manifest(path, planned)["config_hash"], config_hash(resolved)
+    manifest = _read_manifest(path, planned)
+    recorded, digest = manifest["config_hash"], config_hash(resolved)
     if recorded != digest:
         changed = changed_keys(run_dir / CONFIG, resolved)
         raise ConfigError(
@@ -98,6 +105,39 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
             f"{digest}) in {', '.join(changed) or 'keys not recorded'}; resume with the values in "
             f"{run_dir / CONFIG}, or start a new run"
         )
+    check_config_file(run_dir, resolved, manifest.get(CONFIG_FILE_HASH))
+
+
+def config_file_hash(text: str | bytes) -> str:
+    """sha256 of config.yaml's bytes, as run.json records them when the file is written."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) -> None:
+    """Refuse (ConfigError) a run whose config.yaml is not the file the run wrote (`recorded`: its hash in
+    run.json), naming the first key whose value differs from the config the run trains on (`resolved`).
+
+    Refused rather than rewritten: the edited file is someone's work, and a resume that put the recorded values
+    back would lose it, while one that kept it would leave a file that says what the run never trained on. A run
+    whose run.json records no hash (written before it did) and a missing file are not refused (Manifest.open
+    writes the file again)."""
+    path = run_dir / CONFIG
+    if recorded is None or not path.is_file():
+        return
+    if config_file_hash(path.read_bytes()) == recorded:
+        return
+    try:
+        changed = changed_keys(path, resolved)
+    except (OmegaConfBaseException, yaml.YAMLError, ValueError):  # not YAML any more: named all the same
+        changed = []
+    if changed:
+        old, new = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False)), _flatten(dict(resolved))
+        what = f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's {new.get(changed[0])!r}"
+    else:
+        what = "not the file the run wrote (its hash in run.json differs)"
+    raise ConfigError(f"resume={run_dir}: {path} was edited after the run wrote it ({what}); the run trains on "
+                      "the values it started with, not the file's: put the file back as it was, or start a new run "
+                      "with the edited config")
 
 
 class Manifest:
@@ -135,11 +175,24 @@ class Manifest:
                 "baseline": None,
                 "stages": [_planned(s).to_json() for s in plan],
             })
-        if not (run_dir / CONFIG).exists():
-            write_text_regular(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(resolved)))
+        manifest.keep_config_file(run_dir / CONFIG, resolved)
         if not path.exists():
             manifest.save()
         return manifest
+
+    def keep_config_file(self, config_file: Path, resolved: Mapping) -> None:
+        """config.yaml: written where it is missing (a new run; one deleted since) and its hash recorded, so that a
+        resume can tell an edited file (`check_config_file`); an existing one is kept as it is."""
+        if config_file.exists():
+            if CONFIG_FILE_HASH not in self.fields and not self.path.exists():  # a kill before run.json was written
+                self.fields[CONFIG_FILE_HASH] = config_file_hash(config_file.read_bytes())
+            return
+        write_text_regular(config_file, OmegaConf.to_yaml(OmegaConf.create(dict(resolved))))
+        written = config_file_hash(config_file.read_bytes())  # the bytes on disk, whatever the locale's encoding
+        if self.path.exists():  # written again in a resumed run: its hash replaces the old file's
+            self.update(**{CONFIG_FILE_HASH: written})
+        else:
+            self.fields[CONFIG_FILE_HASH] = written
 
     @property
     def data(self) -> dict:

@@ -58,6 +58,7 @@ from eval.vllm_backend import validation_backend
 from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from train.console import RunConsole
 from train.eta import planned_completions
+from train.failures import failure_line
 from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
@@ -105,6 +106,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)
         threads = run_threads(manifest.fields.get("cpu_threads"), settings.cpu_threads, processes)
+        manifest.fields.pop("error", None)  # a failed attempt's: this one records its own
         manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads,
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
@@ -124,8 +126,10 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             value = _objective(settings.objective, manifest)
             finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
             tracker.summary({"objective": value, **finals})
-        except BaseException:
-            manifest.update(status=Status.FAILED)
+        except BaseException as err:
+            # what failed, where no stage records it (a validation, the tracker); a Ctrl-C is no error of the run
+            error = failure_line(err, processes.many) if isinstance(err, Exception) else None
+            manifest.update(status=Status.FAILED, **({"error": error} if error else {}))
             raise
         finally:
             if tracker is not None:

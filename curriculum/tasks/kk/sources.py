@@ -148,6 +148,16 @@ def _utf8(raw_line: bytes, where: str) -> str:
 
 
 def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
+    import pyarrow as pa
+
+    try:
+        yield from _parquet_rows(path)
+    except (pa.ArrowException, OSError) as exc:  # a truncated file: pyarrow's ArrowInvalid never names it
+        said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RecordError(f"{path}: not a readable parquet file ({said}); copy it again, or remove it") from None
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
     import pyarrow.parquet as pq
 
     table = pq.ParquetFile(path)

@@ -1,0 +1,135 @@
+"""Ranges a type cannot say, checked before anything is written or loaded: each refusal one line naming the key.
+
+The schema (conf/schema.py) types a seed as an int and a learning rate as a float; these say which ints and floats a
+run can use. Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as its
+traceback, a thread count of 0 once the run folder is made, 100000 threads as an out-of-memory error, a stage name
+too long for a folder as an OSError, a NaN learning rate as a run that trains on nothing. `check_interpolations`
+runs with the schema check (conf/errors.py SchemaCheck), before Hydra makes the run folder.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
+
+from core.checks import ConfigError, is_int, is_number
+from core.published import FINAL_MARKER
+from core.rundir import STAGES
+
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
+SEED_KEYS = ("seed", "eval.seed", "model.tiny.seed")
+THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
+STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most
+# The trainers' fields (grpo, sft) that are counts of steps (> 0: save_steps 0 would keep no checkpoint a resume
+# goes on from) and bounds that may not be negative
+POSITIVE_STEPS = ("logging_steps", "save_steps")
+NON_NEGATIVE = ("epsilon", "epsilon_high", "beta", "max_grad_norm", "warmup_ratio", "weight_decay")
+TRAINER_GROUPS = ("grpo", "sft")
+
+
+def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
+    """Raise ConfigError for the first value of `cfg` out of its range (its `stage_names`: the plan's)."""
+    plain = {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+             for key in cfg if key != "hydra"}  # Hydra's own node resolves only inside a run
+    for key, value in _leaves(plain):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{key}: {value} is not a finite number; give a number")
+    for key in SEED_KEYS:
+        seed = OmegaConf.select(cfg, key)
+        if seed is not None and not (is_int(seed) and 0 <= seed <= SEED_MAX):
+            raise ConfigError(f"{key}: {seed!r} is not a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
+    check_cpu_threads(cfg.get("cpu_threads"))
+    groups = OmegaConf.select(cfg, "rollouts.groups")
+    if groups is not None and groups < 0:
+        raise ConfigError(f"rollouts.groups: {groups} is not a count of prompt groups >= 0 (0: none sampled)")
+    for group in TRAINER_GROUPS:
+        if cfg.get(group) is not None:
+            _check_trainer(group, OmegaConf.to_container(cfg[group], resolve=True))
+    for name in stage_names:
+        check_stage_name(name)
+
+
+def _check_trainer(group: str, fields: dict) -> None:
+    for name in POSITIVE_STEPS:
+        if name in fields and not (is_int(fields[name]) and fields[name] > 0):
+            raise ConfigError(f"{group}.{name}: {fields[name]!r} is not a whole number of steps > 0 (1: every step)")
+    for name in NON_NEGATIVE:
+        value = fields.get(name)
+        if is_number(value) and value < 0:
+            raise ConfigError(f"{group}.{name}: {value} is negative; give a value >= 0")
+
+
+def check_cpu_threads(setting, cores: int | None = None) -> None:
+    """`cpu_threads`: auto, or a whole number from 1 to THREADS_PER_CORE x this machine's cores (`cores`)."""
+    if setting is None or setting == "auto":
+        return
+    cores = cores or os.cpu_count() or 1
+    if not (is_int(setting) and setting > 0):
+        raise ConfigError(f"cpu_threads: must be auto or a whole number > 0 (got {setting!r})")
+    if setting > THREADS_PER_CORE * cores:
+        raise ConfigError(f"cpu_threads: {setting} threads on a machine of {cores} cores; use auto, or at most "
+                          f"{THREADS_PER_CORE * cores} (threads beyond the cores only wait on each other)")
+
+
+def check_stage_name(name: str) -> None:
+    """A stage's name is a folder's (`stages/<k>-<name>`): up to 64 letters, digits, `.`, `_`, `+` or `-`."""
+    if not STAGE_NAME.fullmatch(str(name)):
+        shown = repr(name) if len(str(name)) <= 70 else f"{str(name)[:40]!r}... ({len(str(name))} characters)"
+        raise ConfigError(f"curriculum.stages: stage name {shown} is not a folder name: use up to 64 letters, digits, "
+                          "'.', '_', '+' or '-', starting with a letter or digit")
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """Refuse a run's or a validation's folder (`hydra.run.dir`) inside a stage's final: what it writes there would
+    change the published checkpoint, which later stages and `python -m eval` read as the run recorded it."""
+    for folder in [run_dir, *run_dir.parents]:
+        if (folder / FINAL_MARKER).is_file() or (folder.name == "final" and folder.parent.parent.name == STAGES):
+            raise ConfigError(f"hydra.run.dir: {run_dir} is inside the stage final {folder}, which writing there would "
+                              "change; give a folder outside it (or leave hydra.run.dir out)")
+
+
+def check_interpolations(cfg: DictConfig, prefix: str = "") -> None:
+    """Raise ConfigError naming the first key of `cfg` (its `hydra` node left out) whose interpolation points at
+    no key or back at itself; OmegaConf's own error names no key (`None: ...`). A resolver's refusal is its own."""
+    for key in cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg)):
+        path = f"{prefix}.{key}" if prefix and isinstance(cfg, DictConfig) else (f"{prefix}[{key}]" if prefix else key)
+        if path == "hydra":
+            continue
+        raw = cfg._get_node(key)._value() if cfg._get_node(key) is not None else None
+        try:
+            value = cfg[key]
+        except (InterpolationKeyError, InterpolationToMissingValueError) as err:
+            raise ConfigError(f"{path}: {raw} points at {_missing(err)}; give {path} a value, or "
+                              "interpolate a key that exists") from None
+        except InterpolationResolutionError as err:
+            if "Recursive interpolation" not in str(err):
+                continue  # a resolver's refusal (resume=) says what it is itself
+            raise ConfigError(f"{path}: {raw} refers back to itself (a recursive interpolation); give {path} "
+                              "a value") from None
+        if isinstance(value, (DictConfig, ListConfig)):
+            check_interpolations(value, str(path))
+
+
+def _missing(err: Exception) -> str:
+    found = re.search(r"'([^']+)'", str(err))
+    return f"{found[1]}, which is not a config key" if found else "a key that is not there"
+
+
+def _leaves(tree, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(dotted key, value) of every leaf of a plain config, the `hydra` node left out."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            if not prefix and key == "hydra":
+                continue
+            yield from _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _leaves(value, f"{prefix}[{i}]")
+    else:
+        yield prefix, tree
