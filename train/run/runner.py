@@ -112,34 +112,43 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
             console.started(done_steps=manifest.global_step_before(len(plan) + 1))
-        tracker = engine = None
-        try:
-            # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
-            tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
-                                   config=settings.config, writes=processes.is_main)
-            engine = process_engine(settings, base, processes)
-            CurriculumRun(
-                settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
-                logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=list(callbacks),
-                processes=processes, console=console, engine=engine,
-            ).run()
-            value = _objective(settings.objective, manifest)
-            finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
-            tracker.summary({"objective": value, **finals})
-        except BaseException as err:
-            # what failed, where no stage records it (a validation, the tracker); a Ctrl-C is no error of the run
-            error = failure_line(err, processes.many) if isinstance(err, Exception) else None
-            manifest.update(status=Status.FAILED, **({"error": error} if error else {}))
-            raise
-        finally:
-            if tracker is not None:
-                tracker.finish()
-            if engine is not None:
-                engine.close()
-        engines = {} if engine is None else {"vllm_engine": engine.record()}
-        manifest.update(status=Status.DONE, objective=value, **engines)
+        value = _tracked_run(settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
+                             identity=identity, callbacks=list(callbacks), processes=processes, console=console)
     if processes.is_main:
         console.finished(f"objective {settings.objective} = {value:.3f}")
+    return value
+
+
+def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str, held_out: dict, manifest: Manifest,
+                 identity: RunIdentity, callbacks: list, processes: Processes, console: RunConsole) -> float:
+    """The stage loop with the run's tracker and vLLM engine around it, both closed after; run.json `failed` on any
+    failure (with its error where no stage records one), else `done` with the objective, which it returns."""
+    tracker = engine = None
+    try:
+        # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
+        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
+                               config=settings.config, writes=processes.is_main)
+        engine = process_engine(settings, base, processes)
+        CurriculumRun(
+            settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
+            logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=callbacks,
+            processes=processes, console=console, engine=engine,
+        ).run()
+        value = _objective(settings.objective, manifest)
+        finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
+        tracker.summary({"objective": value, **finals})
+    except BaseException as err:
+        # what failed, where no stage records it (a validation, the tracker); a Ctrl-C is no error of the run
+        error = failure_line(err, processes.many) if isinstance(err, Exception) else None
+        manifest.update(status=Status.FAILED, **({"error": error} if error else {}))
+        raise
+    finally:
+        if tracker is not None:
+            tracker.finish()
+        if engine is not None:
+            engine.close()
+    engines = {} if engine is None else {"vllm_engine": engine.record()}
+    manifest.update(status=Status.DONE, objective=value, **engines)
     return value
 
 
