@@ -37,6 +37,7 @@ class ClaimRunDirectory(Callback):
         self.lock: RunLock | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        _note_missing_folders(Path(config.hydra.run.dir))
         # With many processes the main one claims the directory for all (and holds the run's lock later,
         # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
         processes = start_processes()
@@ -68,6 +69,15 @@ class ClaimRunDirectory(Callback):
             self.lock = None
 
 
+# The folders above a run directory that did not exist before Hydra made it (`paths.output_dir/runs` on a first
+# run): a refused run removes them too, if it left them empty, so that it leaves no folder at all.
+_MISSING_ABOVE_RUN: list[Path] = []
+
+
+def _note_missing_folders(run_dir: Path) -> None:
+    _MISSING_ABOVE_RUN[:] = [folder for folder in run_dir.absolute().parents if not folder.exists()]
+
+
 # What Hydra writes into a new run directory before the task function runs (besides its log)
 _HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
@@ -90,4 +100,6 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
             (run_dir / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: it held something else before this run
         run_dir.rmdir()
+        for folder in _MISSING_ABOVE_RUN:  # nearest first; stops at the first that holds something
+            folder.rmdir()
     return True
