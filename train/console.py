@@ -23,6 +23,7 @@ from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # tqdm's, or the not
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from core.checks import is_number
+from core.report_command import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
@@ -129,14 +130,6 @@ class RunConsole:
 
     def stage(self, stage: Stage) -> StageConsole:
         return StageConsole(self, stage, len(self.plan))
-
-
-def report_command(run_dir: Path) -> str:
-    """
-    >>> report_command(Path("outputs/runs/x"))
-    'make report RUN=outputs/runs/x'
-    """
-    return f"make report RUN={run_dir}"
 
 
 def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0) -> str:
