@@ -3,6 +3,8 @@ every refusal is one `config error:` line that names the key, before a run folde
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -49,6 +51,22 @@ def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "out").exists(), "no run folder"
     assert not (tmp_path / "cache").exists(), "no model built or loaded"
+
+
+def test_a_missing_optional_extra_is_named_in_one_line_before_any_folder(tmp_path):
+    # a reasoning_gym first on the path that fails to import, as it does without the rgym extra: was 58 lines with
+    # two tracebacks and a run folder holding only error.txt
+    hidden = tmp_path / "site" / "reasoning_gym"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("not installed here")\n')
+    done = run_cli("train", "+curriculum=reasoning_gym", "task.dataset=knights_knaves", "experiment=smoke",
+                   f"paths.output_dir={tmp_path / 'out'}", f"paths.cache_dir={tmp_path / 'cache'}", timeout=120,
+                   env={"PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ["PYTHONPATH"]])})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "config error: task: task=reasoning_gym needs reasoning-gym, an optional extra that is not importable here "
+        "(not installed here): pip install -e '.[rgym]' (or pip install reasoning-gym==0.1.25)"], done.stderr[-2000:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
 # (arguments after `python -m eval model=tiny experiment=smoke`, the line it must end with)
