@@ -138,11 +138,11 @@ class ReasoningGymTask(Task):
     name = "reasoning_gym"
     report = TaskReport(format_reward="format_reward")
     columns = ("answer", "entry")
+    has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
 
     @classmethod
     def check_installed(cls) -> None:
         _reasoning_gym()
-    has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
 
     def __init__(self, dataset: str, levels: Mapping[str, Mapping] | None = None,
                  settings: Mapping[str, Any] | None = None):

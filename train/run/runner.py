@@ -87,7 +87,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     changes anything in a run it continues (conf/claim.py HeldResume).
     """
     plan, validation = settings.plan, settings.validation
-    console = RunConsole(run_dir, plan)
+    console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word)
     if processes.is_main:
         say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
