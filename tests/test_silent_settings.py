@@ -27,7 +27,8 @@ REFUSED = [
     ([*SMOKE, "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8, promote: {accuracy: 0.5, every: 4}}]",
       "eval.subsets=[2]"], "curriculum.stages[0].promote.every: 4 leaves no check before stage a's last step"),
     # an sft field is checked though no stage is sft: it trained without a word
-    ([*SMOKE, "+sft.learning_rat=1e-5"], "sft.learning_rat: not a SFTConfig field (TRL); did you mean sft.learning_rate?"),
+    ([*SMOKE, "+sft.learning_rat=1e-5"],
+     "sft.learning_rat: not a SFTConfig field (TRL); did you mean sft.learning_rate?"),
     # a GRPOConfig field added with +: named with the field meant
     ([*SMOKE, "+grpo.learning_rat=1e-5"],
      "grpo.learning_rat: not a GRPOConfig field (TRL); did you mean grpo.learning_rate?"),

@@ -41,8 +41,8 @@ def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
     assert not (jobs["-1"] / "run.json").exists(), "the bad job failed before anything was trained"
     # the sweep ends by counting its failures and naming its own report (every job compared), not its last job's,
     # as the command a pip install runs (make's target would first check the whole install)
-    assert done.stdout.strip().splitlines()[-2:] == [
-        f"sweep done: {sweep_dir} (3 jobs, 1 failed)", f"report of every job compared: python -m eval.report {sweep_dir}"]
+    assert done.stdout.strip().splitlines()[-2:] == [f"sweep done: {sweep_dir} (3 jobs, 1 failed)",
+                                                     f"report of every job compared: python -m eval.report {sweep_dir}"]
     assert done.stderr.strip().splitlines()[-1] == f"1 of 3 jobs failed: {jobs['-1']} (each holds its error.txt)"
 
 

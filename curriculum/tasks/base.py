@@ -228,6 +228,7 @@ class Task(ABC):
     def check_installed(cls) -> None:
         """ConfigError naming what to install, where the task needs an optional package this environment lacks;
         asked before a run folder exists (conf/errors.py SchemaCheck). Every package this one needs is installed."""
+        return None
 
     @property
     @abstractmethod
