@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from conf.sweep_end import job_failed, job_folders
 from core.checks import ConfigError
 from tests.conftest import ROOT, run_cli
 
@@ -194,3 +195,29 @@ def test_gsm8k_reward_search_space_is_the_recipes_five_weights(make_cfg):
     assert sweeper._target_.endswith("StoredOptunaSweeper") and sweeper.direction == "maximize"
     assert set(sweeper.params) == {f"reward.weights.{name}" for name in cfg.reward.weights}
     assert sweeper.storage == f"sqlite:///{cfg.hydra.sweep.dir}/optuna.db"
+
+
+# (what a job folder holds, whether the sweep's end counts it failed)
+JOB_FOLDERS = [
+    # a run that ended done
+    ({"run.json": '{"status": "done"}'}, False),
+    # a run stopped by an error: run.json says so
+    ({"run.json": '{"status": "failed"}'}, True),
+    # a job refused or failed before its run began: error.txt only
+    ({"error.txt": "config error: ..."}, True),
+    # a failed attempt's error.txt beside a run.json that is not done yet
+    ({"run.json": '{"status": "running"}', "error.txt": "killed"}, True),
+    # nothing at all: the job never ran
+    ({}, True),
+]
+
+
+@pytest.mark.parametrize(("files", "failed"), JOB_FOLDERS, ids=["done", "failed", "error-only", "running", "empty"])
+def test_the_sweep_end_counts_a_job_failed_unless_its_run_is_done(tmp_path, files, failed):
+    job = tmp_path / "0"
+    job.mkdir()
+    for name, text in files.items():
+        (job / name).write_text(text)
+    (tmp_path / "optuna.db").write_text("")  # not a job: only numbered folders are
+    assert job_folders(tmp_path) == [job]
+    assert job_failed(job) is failed
