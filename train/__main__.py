@@ -5,7 +5,8 @@ settings (train/settings.py) and hand them to `run_curriculum`. A config
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run. A run refused by a config error
+by the run lock writes nothing: the directory belongs to the live run; a resume refused later (another
+config) changes nothing either: its log lines and record wait for the run to accept it (conf/claim.py). A run refused by a config error
 (or a model that cannot be had here) before it wrote anything is one line and leaves no folder
 (conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/exits.py).
 
