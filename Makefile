@@ -29,7 +29,21 @@ SEED ?= 0
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
+# The install stamp records what was installed: a hash of pyproject.toml's dependency lists (comments left out)
+# and of the pins and extras above. A pyproject.toml only newer (a fresh clone beside VENV=<an installed env>, an
+# edit elsewhere in it) reinstalls nothing; another recorded value, or no stamp (a fresh machine), installs. An
+# empty stamp, from before stamps recorded this, keeps the rule it was made under: older than pyproject.toml.
+INSTALL_ID := deps-$(shell { awk '/^\[/ {on = ($$0 == "[project.optional-dependencies]")} \
+	/^dependencies = \[/ {on = 1} on && !/^[[:space:]]*\#/' pyproject.toml; \
+	echo '$(TORCH_CPU) $(EXTRAS) $(CPU_EXTRAS) $(TRANSFORMERS_TESTED)'; } | sha256sum | cut -c1-16)
+INSTALLED_ID := $(shell cat $(VENV)/.installed 2>/dev/null)
+ifeq ($(INSTALLED_ID),)
 $(VENV)/.installed: pyproject.toml
+else ifneq ($(INSTALLED_ID),$(INSTALL_ID))
+.PHONY: $(VENV)/.installed
+endif
+
+$(VENV)/.installed:
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1; then \
@@ -40,7 +54,7 @@ $(VENV)/.installed: pyproject.toml
 		$(PY) -m pip install -q "$(TRANSFORMERS_TESTED)" && \
 		$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
-	touch $@
+	echo '$(INSTALL_ID)' > $@
 
 $(FLOOR)/.installed: $(VENV)/.installed
 	rm -rf $(FLOOR)

@@ -39,10 +39,12 @@ def run_dir(resume: str | None, fresh: str) -> str:
     return resume
 
 
-def hydra_subdir(resume: str | None, started: str) -> str:
-    """Where Hydra records this invocation: `.hydra` for a new run; a resume gets a folder of its own
-    (named by when it `started`), so the run's original overrides, which a sweep report reads, stay."""
-    return f".hydra/resume-{started}" if resume else ".hydra"
+def hydra_subdir(resume: str | None) -> str | None:
+    """Where Hydra records this invocation: `.hydra` for a new run. A resume
+    gets none from Hydra, which would write it before the resume can be refused: the run writes its own,
+    `.hydra/resume-<time>/` beside the original (which a sweep report reads), once it goes on (conf/claim.py
+    HeldResume)."""
+    return None if resume else ".hydra"
 
 
 def share(part, whole) -> float:

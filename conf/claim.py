@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import shutil
+import time
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from core.confined import OutsideRunError
 from core.distributed import broadcast, start_processes
@@ -37,6 +39,7 @@ class ClaimRunDirectory(Callback):
         self.lock: RunLock | None = None
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        _note_missing_folders(Path(config.hydra.run.dir))
         # With many processes the main one claims the directory for all (and holds the run's lock later,
         # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
         processes = start_processes()
@@ -68,6 +71,15 @@ class ClaimRunDirectory(Callback):
             self.lock = None
 
 
+# The folders above a run directory that did not exist before Hydra made it (`paths.output_dir/runs` on a first
+# run): a refused run removes them too, if it left them empty, so that it leaves no folder at all.
+_MISSING_ABOVE_RUN: list[Path] = []
+
+
+def _note_missing_folders(run_dir: Path) -> None:
+    _MISSING_ABOVE_RUN[:] = [folder for folder in run_dir.absolute().parents if not folder.exists()]
+
+
 # What Hydra writes into a new run directory before the task function runs (besides its log)
 _HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
@@ -90,4 +102,61 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
             (run_dir / name).unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: it held something else before this run
         run_dir.rmdir()
+        for folder in _MISSING_ABOVE_RUN:  # nearest first; stops at the first that holds something
+            folder.rmdir()
     return True
+
+
+class HeldResume:
+    """What Hydra would write into a run being continued (`resume=`), held until the run accepts the resume: its
+    log lines (Hydra's job log, `<job>.log`) and its record of this invocation (`.hydra/resume-<time>/`).
+
+    A resume can still be refused after Hydra's start (another config, a model that cannot be had); refused, it
+    leaves the run exactly as it was. `accept` writes the held lines and the record once the run goes on.
+    Hydra is told to keep no record for a resume (conf/__init__.py hydra_subdir); an explicit
+    `hydra.output_subdir=null` (a job's run started by train/launch/relaunch.py) keeps it off here too.
+    """
+
+    def __init__(self, run_dir: Path, hydra_cfg: DictConfig, task_cfg: DictConfig) -> None:
+        self.run_dir, self.hydra_cfg, self.task_cfg = run_dir, hydra_cfg, task_cfg
+        self.started = time.strftime("%Y-%m-%d_%H-%M-%S")
+        self.held = _HeldLines()
+        root = logging.getLogger()
+        self.files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)
+                      and Path(handler.baseFilename).is_relative_to(run_dir.absolute())]
+        for handler in self.files:
+            root.removeHandler(handler)
+        if self.files:
+            root.addHandler(self.held)
+
+    def accept(self) -> None:
+        """The resume goes on: the held lines into the run's log, then this invocation's record beside the run's."""
+        root = logging.getLogger()
+        root.removeHandler(self.held)
+        for handler in self.files:
+            for record in self.held.records:
+                handler.handle(record)
+            root.addHandler(handler)
+        self.files, self.held.records = [], []
+        if not record_asked_off(self.hydra_cfg) and self.hydra_cfg.output_subdir is None:
+            record = self.run_dir / ".hydra" / f"resume-{self.started}"
+            record.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.task_cfg, record / "config.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": self.hydra_cfg}), record / "hydra.yaml")
+            OmegaConf.save(OmegaConf.create(list(self.hydra_cfg.overrides.task)), record / "overrides.yaml")
+
+
+class _HeldLines(logging.Handler):
+    """Keeps the records it is handed, to be written (or dropped) once it is known where they belong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def record_asked_off(hydra_cfg: DictConfig) -> bool:
+    """Whether the command line told Hydra to keep no record (`hydra.output_subdir=null`)."""
+    return any(override.replace(" ", "") == "hydra.output_subdir=null" for override in hydra_cfg.overrides.hydra)

@@ -34,6 +34,7 @@ from conf import CONF_DIR, run_dir
 from conf.ranges import check_interpolations, check_output_dir
 from conf.schema import typed_blocks
 from core.checks import ConfigError
+from core.stage_kinds import STAGE_KIND_FACTS
 
 # Hydra's loader; an error raised while it runs comes from the command line or a YAML file
 _COMPOSING = os.path.join("hydra", "_internal", "config_loader_impl.py")
@@ -90,8 +91,20 @@ class SchemaCheck(Callback):
         try:
             check_schema(config)
             check_interpolations(config)
+            if config.get("task") is not None:
+                check_task_installed(config.task)
         except ConfigError as err:
             exit_on_config_error(err)
+
+
+def check_task_installed(task_cfg: DictConfig) -> None:
+    """ConfigError naming what to install when the task needs an optional package that does not import here
+    (`Task.check_installed`: task=reasoning_gym without the rgym extra), before a run folder exists."""
+    from curriculum.tasks import BUILT_IN, task_class  # only here: the schema check above needs none of it
+
+    target = task_cfg.get("_target_") or BUILT_IN.get(str(task_cfg.get("name")))
+    if target:
+        task_class(str(target)).check_installed()
 
 
 def config_error_line(err: BaseException) -> str | None:
@@ -172,7 +185,10 @@ def _omegaconf_line(err: OmegaConfBaseException, prefix: str = "") -> str:
     if isinstance(err, MissingMandatoryValue):
         return f"{key}: missing; give it a value ({key}=...)"
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and err.key is not None:
-        return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}{_sweeper_hint(key)}"
+        if dataclasses.is_dataclass(err.object_type):
+            return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}{_sweeper_hint(key)}"
+        return (f"{key}: not a config key; {_closest_in_open_group(str(err.key), key, err.parent_node)}"
+                f"{_sweeper_hint(key)}")
     return f"{key}: {err.msg.splitlines()[0]}" if key else err.msg.splitlines()[0]
 
 
@@ -186,10 +202,27 @@ def _sweeper_hint(key: str) -> str:
             f"selects: {searches}; a resume takes the command the search started with)")
 
 
-def _closest(name: str, key: str, record: type | None) -> str:
-    """'did you mean <key>?' from the record's fields (difflib), else how to add a key to an open group."""
-    if record is None or not dataclasses.is_dataclass(record):
-        return f"to add a key to an open group, write +{key}=..."
+def _closest_in_open_group(name: str, key: str, node) -> str:
+    """'did you mean <key>?' from the keys the open group holds and, for a trainer's group (grpo, sft), its TRL
+    config's fields; then how to add a new key, which an open group takes with `+`."""
+    known = list(node.keys()) if isinstance(node, DictConfig) else []
+    group = STAGE_KIND_FACTS.get(key.split(".")[0])
+    if group is not None and key.count(".") == 1:
+        # imported only once a key is refused (TRL takes seconds); bitsandbytes kept unloaded first, as the apps
+        # keep it, or its load on a CPU machine prints a line beside the one this error is
+        from core.models import defer_bitsandbytes
+
+        defer_bitsandbytes(set())
+        import trl
+
+        known += [field.name for field in dataclasses.fields(getattr(trl, group.trainer_config))]
+    close = difflib.get_close_matches(name, [str(k) for k in known], n=1)
+    add = f"to add a key to an open group, write +{key}=..."
+    return f"did you mean {key[: len(key) - len(name)]}{close[0]}? ({add})" if close else add
+
+
+def _closest(name: str, key: str, record: type) -> str:
+    """'did you mean <key>?' from the record's fields (difflib), else the fields it has."""
     fields = [field.name for field in dataclasses.fields(record)]
     close = difflib.get_close_matches(name, fields, n=1)
     if close:

@@ -1,20 +1,50 @@
-"""A multirun's last line: the command for the sweep's report (every job compared, `eval.report.sweep`).
+"""A multirun's last lines: how many of its jobs failed, and the command for the sweep's report (every job compared,
+`eval.report.sweep`).
 
 Each job ends by naming its own report; without this, the last thing a sweep printed was its last job's command,
-and the sweep folder's report was never named.
+and the sweep folder's report was never named. A failed job does not stop a sweep (train/__main__.py: it records
+its error in its folder's error.txt and returns NaN), so the sweep's end says which failed and exits non-zero:
+a script or CI job running the sweep sees it.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from core.report_command import report_command
+from core.rundir import ERROR, RUN_JSON, Status
+
+
+def job_folders(sweep: Path) -> list[Path]:
+    """The sweep's job folders (Hydra's `hydra.sweep.subdir`: the job's number), in job order."""
+    jobs = [p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()] if sweep.is_dir() else []
+    return sorted(jobs, key=lambda p: int(p.name))
+
+
+def job_failed(job: Path) -> bool:
+    """Whether a job's run did not end done: its error.txt (a failure, or a refusal), or a run.json not done."""
+    if (job / ERROR).is_file():
+        return True
+    try:
+        return json.loads((job / RUN_JSON).read_text()).get("status") != Status.DONE
+    except (OSError, ValueError):  # no run.json, and no error.txt: it never ran
+        return True
+
 
 class SweepReportCommand(Callback):
-    """Prints, once the sweep's jobs are done, where they are and the command for their report."""
+    """Prints, once the sweep's jobs are done, where they are, the command for their report, and ends the process
+    with the failed jobs named (exit status 1) if any failed."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        print(f"sweep done: {sweep}\nreport of every job compared: make report RUN={sweep}", flush=True)
+        jobs = job_folders(sweep)
+        failed = [job for job in jobs if job_failed(job)]
+        print(f"sweep done: {sweep} ({len(jobs)} jobs, {len(failed)} failed)\n"
+              f"report of every job compared: {report_command(sweep)}", flush=True)
+        if failed:
+            raise SystemExit(f"{len(failed)} of {len(jobs)} jobs failed: {', '.join(map(str, failed))} "
+                             f"(each holds its {ERROR})")

@@ -9,6 +9,10 @@ from filelock import FileLock, Timeout
 
 from core.confined import check_links, refuse_link, write_text_regular
 
+# The lock and its holder's pid: bookkeeping of who writes, not of what the run holds (taking the lock truncates
+# LOCK_FILE, so its mtime says when a process last tried the run, not when the run changed).
+LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
+
 # One process per run directory: a kernel lock (flock) on `run.lock`, held for the life of the run.
 # Two writers would interleave metrics and fight over checkpoints. The kernel grants the lock to one
 # process only, even when two start in the same instant, and releases it when its holder exits or is
@@ -28,8 +32,8 @@ class RunLock:
     """
 
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / "run.lock"
-        self.owner = Path(run_dir) / "run.owner"
+        self.path = Path(run_dir) / LOCK_FILE
+        self.owner = Path(run_dir) / OWNER_FILE
         self._lock = FileLock(self.path, timeout=0, is_singleton=True)
 
     def __enter__(self) -> RunLock:

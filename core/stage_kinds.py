@@ -23,12 +23,15 @@ class StageKindFacts:
     step_cap: str  # the `limits` key that caps its steps
     curve: str  # the metrics.jsonl key its training curve follows
     default: bool  # the kind of a stage without `kind:`; the console and the plots name every other kind
+    trainer_config: str  # TRL's config class (`trl.<name>`), whose fields its config group holds
 
 
 GRPO = StageKindFacts("grpo", "GRPO", learns_from_rewards=True, supervised=False, step_cap="max_steps",
-                      curve="reward", default=True)
+                      curve="reward", default=True,
+                      trainer_config="GRPOConfig")
 SFT = StageKindFacts("sft", "SFT", learns_from_rewards=False, supervised=True, step_cap="max_sft_steps",
-                     curve="loss", default=False)
+                     curve="loss", default=False,
+                     trainer_config="SFTConfig")
 STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (GRPO, SFT)}
 
 

@@ -103,7 +103,8 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
         levels = list(pools)  # in the task's order, easiest first
         for i, level in enumerate(levels):
             records = pools[level]
-            label = f"validating {tag.get('stage_name')} {level}"
+            stage = tag.get("stage_name")  # said once where the stage is named by its level ("3ppl")
+            label = f"validating {level}" if stage in (None, level) else f"validating {level} after {stage}"
             completions, cost = generator.generate(s.prompts(records), label=label, **generation)
             samples = grade_subset(records, completions, s.task)
             if record:

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from eval.report import latest_output
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
 
@@ -50,6 +51,37 @@ def test_a_refused_second_process_writes_nothing_into_the_live_run(done_run, tmp
     assert _resume_records(run_dir) == [], "no .hydra/resume-<time>/ of its own in the live run"
     assert (run_dir / "__main__.log").read_bytes() == log, "nothing appended to the live run's log"
     assert not (run_dir / "error.txt").exists()
+
+
+def _files(run_dir) -> dict:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+# (an override the resume adds, the start of its one line): refused after Hydra's start, before the run goes on
+REFUSED_RESUMES = [
+    # another config, refused by the run once it holds the lock: wrote .hydra/resume-<time>/ and logged the run's size
+    ("seed=3", "config error: resume={run}: the config differs from the one this run was started with"),
+    # a check across keys, refused before the run opens: wrote .hydra/resume-<time>/
+    ("eval.subsets=[2,9]", "config error: eval.subsets: unknown ppl 9"),
+]
+
+
+@pytest.mark.parametrize(("override", "line"), REFUSED_RESUMES, ids=[o for o, _ in REFUSED_RESUMES])
+def test_a_resume_refused_after_hydras_start_changes_nothing_in_the_run(done_run, tmp_path, cache_dir, override,
+                                                                        line):
+    outputs = tmp_path / "out"
+    run_dir = outputs / "runs" / "old"
+    shutil.copytree(done_run, run_dir)  # its files keep their times: older than the sweep below
+    sweep = outputs / "multirun" / "newer"
+    sweep.mkdir(parents=True)
+    (sweep / "multirun.yaml").write_text("{}\n")
+    before = _files(run_dir)
+    refused = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", f"resume={run_dir}", override)
+    assert refused.returncode != 0
+    assert refused.stderr.strip().splitlines()[-1].startswith(line.format(run=run_dir)), refused.stderr[-2000:]
+    assert _resume_records(run_dir) == [], "no .hydra/resume-<time>/ in the refused run"
+    assert _files(run_dir) == before, "every file as it was, the log too"
+    assert latest_output(outputs) == sweep, "make report without RUN= still picks the newest output"
 
 
 def test_two_resumes_of_one_run_at_once_one_wins_the_other_touches_nothing(done_run, tmp_path, cache_dir):

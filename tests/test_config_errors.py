@@ -3,6 +3,8 @@ every refusal is one `config error:` line that names the key, before a run folde
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -27,10 +29,18 @@ TRAIN_CLI = [
     # a resume path that is no run, with an explicit run folder: started a fresh run there without a word
     (["resume={tmp}/no-such-run", "hydra.run.dir={tmp}/out/run"],
      "config error: resume={tmp}/no-such-run: does not exist; a run directory holds run.json"),
+    # an id the tiny model never reads, refused after Hydra made the run folder: trained the tiny model, exit 0;
+    # the folder goes, and so does paths.output_dir/runs, which Hydra made for it
+    (["model.id=/some/missing/dir"], "config error: model.id: /some/missing/dir is ignored by model.source=tiny"),
+    # a misspelt GRPOConfig field: suggested only the +, which then added the misspelling
+    (["grpo.learning_rat=1e-5"], "config error: grpo.learning_rat: not a config key; did you mean grpo.learning_rate?"),
+    # with the +: was "not a GRPOConfig field (TRL)" with no field named
+    (["+grpo.learning_rat=1e-5"],
+     "config error: grpo.learning_rat: not a GRPOConfig field (TRL); did you mean grpo.learning_rate?"),
 ]
 
 
-@pytest.mark.parametrize(("args", "line"), TRAIN_CLI, ids=[a[0].split("=")[0] for a, _ in TRAIN_CLI])
+@pytest.mark.parametrize(("args", "line"), TRAIN_CLI, ids=[a[0] for a, _ in TRAIN_CLI])
 def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(tmp_path, args, line):
     args = [arg.format(tmp=tmp_path) for arg in args]
     done = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", f"paths.output_dir={tmp_path / 'out'}",
@@ -41,6 +51,22 @@ def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(
     assert "Traceback" not in done.stdout + done.stderr
     assert not (tmp_path / "out").exists(), "no run folder"
     assert not (tmp_path / "cache").exists(), "no model built or loaded"
+
+
+def test_a_missing_optional_extra_is_named_in_one_line_before_any_folder(tmp_path):
+    # a reasoning_gym first on the path that fails to import, as it does without the rgym extra: was 58 lines with
+    # two tracebacks and a run folder holding only error.txt
+    hidden = tmp_path / "site" / "reasoning_gym"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("not installed here")\n')
+    done = run_cli("train", "+curriculum=reasoning_gym", "task.dataset=knights_knaves", "experiment=smoke",
+                   f"paths.output_dir={tmp_path / 'out'}", f"paths.cache_dir={tmp_path / 'cache'}", timeout=120,
+                   env={"PYTHONPATH": os.pathsep.join([str(hidden.parent), os.environ["PYTHONPATH"]])})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "config error: task: task=reasoning_gym needs reasoning-gym, an optional extra that is not importable here "
+        "(not installed here): pip install -e '.[rgym]' (or pip install reasoning-gym==0.1.25)"], done.stderr[-2000:]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
 # (arguments after `python -m eval model=tiny experiment=smoke`, the line it must end with)
@@ -71,6 +97,9 @@ REFUSED = [
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, stpes: 3}]"],
      "stpes: not a config key; did you mean steps? (in curriculum.stages=[{name: a"),
     (["eval.nn=3"], "eval.nn: not a config key; did you mean eval.n?"),
+    # an open group: the nearest of TRL's GRPOConfig fields (not in conf/grpo/default.yaml), then how to add a key
+    (["grpo.steps_per_generatoin=2"], "grpo.steps_per_generatoin: not a config key; did you mean "
+     "grpo.steps_per_generation? (to add a key to an open group, write +grpo.steps_per_generatoin=...)"),
     (["+logger.projet=x"], "logger.projet: not a config key; did you mean logger.project?"),
     (["+curriculum=kk_adaptive", "+curriculum.stages.0.promote.acuracy=0.5"],
      "curriculum.stages[0].promote.acuracy: not a config key; did you mean curriculum.stages[0].promote.accuracy?"),
@@ -78,8 +107,12 @@ REFUSED = [
      "curriculum.guard.windw: not a config key; did you mean curriculum.guard.window?"),
     (["model=tiny", "+model.tiny.hiden_size=8"],
      "model.tiny.hiden_size: not a config key; did you mean model.tiny.hidden_size?"),
-    # an open group (TRL's fields) takes new keys only with +, and then TRL's dataclass checks them
-    (["grpo.max_prompt_length=512"], "grpo.max_prompt_length: not a config key; to add a key to an open group"),
+    # an open group (TRL's fields) takes new keys only with +, and then TRL's dataclass checks them; the nearest
+    # field is named first (TRL 1.16 has no max_prompt_length)
+    (["grpo.max_prompt_length=512"], "grpo.max_prompt_length: not a config key; did you mean "
+     "grpo.max_completion_length? (to add a key to an open group, write +grpo.max_prompt_length=...)"),
+    # nothing near: only how to add it
+    (["grpo.zzqq=1"], "grpo.zzqq: not a config key; to add a key to an open group, write +grpo.zzqq=..."),
     # wrong types: a bool is not a number, a float is not a count
     (["keep_trainer_checkpoints=maybe"], "keep_trainer_checkpoints: Value 'maybe' is not a valid bool"),
     (["+curriculum=kk_ladder", "curriculum.stages.1.steps=2.5"], "curriculum.stages[1].steps: Value '2.5'"),

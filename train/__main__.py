@@ -5,8 +5,10 @@ settings (train/settings.py) and hand them to `run_curriculum`. A config
 error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
 The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
 its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run. A run refused by a config error
-(or a model that cannot be had here) before it wrote anything is one line and leaves no folder
+by the run lock writes nothing: the directory belongs to the live run; a resume refused later (another
+config) changes nothing either: its log lines and record wait for the run to accept it (conf/claim.py).
+A run refused by a config error (or a model that cannot be had here) before it wrote anything is one
+line and leaves no folder
 (conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/exits.py).
 
 Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
@@ -24,6 +26,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -31,7 +34,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from conf import register_resolvers
-from conf.claim import discard_refused_run
+from conf.claim import HeldResume, discard_refused_run, record_asked_off
 from conf.errors import run_app
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
@@ -58,12 +61,16 @@ def main(cfg: DictConfig) -> float:
     processes = start_processes()
     # every rank's host and pid, so that a rank that loses another in a collective can say which one is gone
     peers = gather((os.uname().nodename, os.getpid()), processes)
+    # a resume writes nothing into the run (its log lines, its record) until the run accepts it
+    held = HeldResume(run_dir, hydra_cfg, cfg) if cfg.resume and processes.is_main else None
+    accepted = held.accept if held is not None else lambda: None
     try:
         if cfg.launch.launcher is not None:
+            accepted()  # the job's run refuses (or accepts) the resume in its own processes
             sweep_dir = Path(hydra_cfg.sweep.dir) if multirun else run_dir  # where a sweep's jobs share GPUs
             value = _relaunch(cfg.launch, list(hydra_cfg.overrides.task), run_dir, sweep_dir, processes)
         else:
-            value = _train(cfg, run_dir, processes, run_identity(hydra_cfg, run_dir))
+            value = _train(cfg, run_dir, processes, run_identity(hydra_cfg, run_dir), accepted)
     except RunLockedError as err:  # the directory belongs to a live run: write nothing into it
         raise SystemExit(str(err)) from None
     except KeyboardInterrupt:
@@ -91,13 +98,14 @@ def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
     too). A run a sweep's job started (train/launch/relaunch.py: it keeps no Hydra record, `hydra.output_subdir=null`)
     runs in the job's folder, which it leaves to the job, with the refusal in error.txt for the sweep's report.
     """
-    if hydra_cfg.output_subdir is None:
+    if record_asked_off(hydra_cfg):
         record_refusal(run_dir / ERROR, refusal)
     else:
         discard_refused_run(run_dir, f"{hydra_cfg.job.name}.log")
 
 
-def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunIdentity) -> float:
+def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunIdentity,
+           accepted: Callable[[], None]) -> float:
     """This process trains (alone, or as one rank of a launch): the config checked, then the curriculum run."""
     # imported here, not above: a config error is refused in a second, before torch and TRL load, and a job
     # that starts its run (launch=) never loads them
@@ -113,7 +121,7 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
 
     quiet_libraries()
     settings = read_settings(cfg, processes)  # the config checked, read into typed records
-    return run_curriculum(settings, run_dir, processes=processes, identity=identity)
+    return run_curriculum(settings, run_dir, processes=processes, identity=identity, accepted=accepted)
 
 
 def _relaunch(launch: DictConfig, overrides: list[str], run_dir: Path, sweep_dir: Path, processes: Processes) -> float:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from trl import SFTConfig
 
 from conf.ranges import check_ranges
 from core.checks import ConfigError, is_int, is_number, plain
@@ -21,7 +22,9 @@ from curriculum.tasks.base import ALL, Task
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.settings import run_task, subset_levels
 from train.rewards.reward_group import task_reward_funcs
+from train.silent_settings import check_model_id, check_promotions, smoke_on_pretrained_warning
 from train.stages.base import StageKind
+from train.stages.fields import check_trainer_fields
 from train.stages.grpo import check_grpo_fields
 from train.stages.kinds import GROUPS, STAGE_KINDS, stage_kinds
 
@@ -45,6 +48,8 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     check_launch_optimizer(os.environ, optimizers_set(cfg, plan))
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
+    # also without an sft stage in the plan: a misspelt field would otherwise pass without a word
+    check_trainer_fields(OmegaConf.to_container(cfg.sft, resolve=True), SFTConfig, "sft")
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
     _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
@@ -56,6 +61,11 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_reference(str(cfg.reference), cfg.model.lora)
     task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
                       max_completion_length=int(cfg.grpo.max_completion_length))
+    check_model_id(cfg.model)
+    check_promotions(plan)
+    surprising = smoke_on_pretrained_warning(cfg.model, cfg.reward, cfg.grpo)
+    if surprising and processes.is_main:
+        log.warning(surprising)
 
 
 def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:

@@ -23,38 +23,68 @@ from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # tqdm's, or the not
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from core.checks import is_number
+from core.report_command import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
-# (metrics key, label, format) of the compact step line, in the order a person reads them; absent keys are left out
+# (metrics key, label, short label, format) of the compact step line, in the order a person reads them; absent keys
+# are left out. The short labels are for a line that would not fit WIDTH with the long ones.
 STEP_FIELDS = (
-    ("reward", "reward", "{:.3f}"),
-    ("rewards/format_reward/mean", "format", "{:.2f}"),
-    ("rewards/answer_reward/mean", "answer", "{:.2f}"),
-    ("completions/mean_length", "len", "{:.0f}"),
-    ("kl", "kl", "{:.2g}"),
-    ("frac_reward_zero_std", "zero-std", "{:.2f}"),
-    ("loss", "loss", "{:.3g}"),  # SFT's signal (GRPO's loss is ~0 by construction and says little)
-    ("mean_token_accuracy", "token acc", "{:.2f}"),
+    ("reward", "reward", "rew", "{:.3f}"),
+    ("rewards/format_reward/mean", "format", "fmt", "{:.2f}"),
+    ("rewards/answer_reward/mean", "answer", "ans", "{:.2f}"),
+    ("completions/mean_length", "len", "len", "{:.0f}"),
+    ("kl", "kl", "kl", "{:.2g}"),
+    ("frac_reward_zero_std", "zero-std", "0-std", "{:.2f}"),
+    ("loss", "loss", "loss", "{:.3g}"),  # SFT's signal (GRPO's loss is ~0 by construction and says little)
+    ("mean_token_accuracy", "token acc", "tok acc", "{:.2f}"),
 )
+# The columns a step line fits in: a terminal's default, where a longer line wraps into two.
+WIDTH = 80
 
 
-def step_line(row: Mapping) -> str:
-    """The compact line of one logged step.
+def step_metrics(row: Mapping, *, short: bool = False) -> list[str]:
+    """The "<label> <value>" parts of one logged step (`short`: the short labels).
 
-    >>> step_line({"reward": 0.53125, "rewards/format_reward/mean": 0.75, "completions/mean_length": 128.4,
-    ...            "kl": 0.00123, "frac_reward_zero_std": 0.25, "loss": 0.0, "learning_rate": 2e-5})
-    'reward 0.531  format 0.75  len 128  kl 0.0012  zero-std 0.25'
-    >>> step_line({"loss": 1.2345, "mean_token_accuracy": 0.5})
-    'loss 1.23  token acc 0.50'
+    >>> step_metrics({"reward": 0.53125, "rewards/format_reward/mean": 0.75, "completions/mean_length": 128.4,
+    ...               "kl": 0.00123, "frac_reward_zero_std": 0.25, "loss": 0.0, "learning_rate": 2e-5})
+    ['reward 0.531', 'format 0.75', 'len 128', 'kl 0.0012', 'zero-std 0.25']
+    >>> step_metrics({"loss": 1.2345, "mean_token_accuracy": 0.5}, short=True)
+    ['loss 1.23', 'tok acc 0.50']
     """
     parts = []
-    for key, label, form in STEP_FIELDS:
+    for key, label, short_label, form in STEP_FIELDS:
         if key == "loss" and "reward" in row:  # a GRPO step: its loss is left out
             continue
         if is_number(row.get(key), finite=True):
-            parts.append(f"{label} {form.format(float(row[key]))}")
-    return "  ".join(parts)
+            parts.append(f"{short_label if short else label} {form.format(float(row[key]))}")
+    return parts
+
+
+def step_line(row: Mapping, stage: str, step: str, eta: Estimate | None = None) -> str:
+    """The line of one logged step (indented), at most WIDTH columns where that can be: the long labels with room
+    between them, else the short ones and a shorter ETA, else without the stage's name (the banner above says it).
+
+    >>> from train.eta import Part
+    >>> eta = Estimate([Part("GRPO step", 1, 3 * 3600 + 420.0)])
+    >>> step_line({"reward": 0.53, "completions/mean_length": 128, "kl": 0.001}, "2ppl", "3/10", eta)
+    '  2ppl 3/10  reward 0.530  len 128  kl 0.001  ETA 3 h 07 min'
+    >>> grpo = {"reward": -0.03125, "rewards/format_reward/mean": 0.75, "rewards/answer_reward/mean": 0.0,
+    ...         "completions/mean_length": 512, "kl": 0.00123, "frac_reward_zero_std": 0.25}
+    >>> step_line(grpo, "3ppl", "15/20", eta)
+    '  3ppl 15/20 rew -0.031 fmt 0.75 ans 0.00 len 512 kl 0.0012 0-std 0.25 ETA 3h07m'
+    >>> step_line({**grpo, "completions/mean_length": 1024}, "3ppl", "150/200", eta)
+    '  150/200 rew -0.031 fmt 0.75 ans 0.00 len 1024 kl 0.0012 0-std 0.25 ETA 3h07m'
+    """
+    long_eta = [f"ETA {eta_short(eta)}"] if eta is not None else []
+    short_eta = [f"ETA {eta_short(eta, compact=True)}"] if eta is not None else []
+    tries = [
+        "  ".join([f"{stage} {step}", *step_metrics(row), *long_eta]),
+        " ".join([stage, step, *step_metrics(row, short=True), *short_eta]),
+        " ".join([step, *step_metrics(row, short=True), *short_eta]),
+    ]
+    fits = [line for line in tries if len(line) + 2 <= WIDTH]
+    return "  " + (fits[0] if fits else tries[-1])
 
 
 def duration(seconds: float) -> str:
@@ -77,10 +107,20 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def eta_short(estimate: Estimate) -> str:
+def eta_short(estimate: Estimate, *, compact: bool = False) -> str:
     """The time left in a few characters: "14 min", or "≥ 4 min" while work of some kind has not been timed yet (the
-    GRPO steps while the SFT stage trains; `eta_detail` names it)."""
+    GRPO steps while the SFT stage trains; `eta_detail` names it); `compact`: "≥4m", for a step line short of room."""
+    if compact:
+        return f"{'≥' if estimate.untimed else ''}{compact_duration(estimate.seconds)}"
     return f"{'≥ ' if estimate.untimed else ''}{duration(estimate.seconds)}"
+
+
+def compact_duration(seconds: float) -> str:
+    """
+    >>> compact_duration(42), compact_duration(125), compact_duration(3 * 3600 + 60 * 7)
+    ('42s', '2m', '3h07m')
+    """
+    return duration(seconds).replace(" min", "m").replace(" h ", "h").replace(" s", "s")
 
 
 def eta_detail(estimate: Estimate) -> str:
@@ -96,8 +136,8 @@ class RunConsole:
     run for its ETA (`train.eta.RunTimer`; a test hands in its own)."""
 
     def __init__(self, run_dir: Path, plan: Sequence[Stage], console: Console | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.run_dir, self.plan = run_dir, list(plan)
+                 clock: Callable[[], float] = time.monotonic, level_word: str = "level"):
+        self.run_dir, self.plan, self.level_word = run_dir, list(plan), level_word
         self.console = console or Console()
         self.timer = RunTimer.of(self.plan, clock=clock)
         self.done_steps = 0  # over the whole run, for the live bar
@@ -131,27 +171,23 @@ class RunConsole:
         return StageConsole(self, stage, len(self.plan))
 
 
-def report_command(run_dir: Path) -> str:
-    """
-    >>> report_command(Path("outputs/runs/x"))
-    'make report RUN=outputs/runs/x'
-    """
-    return f"make report RUN={run_dir}"
+def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_word: str = "level") -> str:
+    """The stage's rule: its place, name, levels (after the task's `level_word`, said once where the name is the
+    level), kind where not the default, and its steps.
 
-
-def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0) -> str:
-    """
     >>> from curriculum.plan import Stage
-    >>> banner(Stage(3, "4ppl", "grpo", {"4ppl": 1.0}, steps=10, pool=9), 5, 10)
+    >>> banner(Stage(3, "4ppl", "grpo", {"4ppl": 1.0}, steps=10, pool=9), 5, 10, level_word="")
     'stage 3/5 · 4ppl · 10 steps'
-    >>> banner(Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=16, pool=9), 6, 16, resumed_at=4)
+    >>> banner(Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=16, pool=9), 6, 16, resumed_at=4, level_word="")
     'stage 1/6 · sft · 2-3ppl · sft · 16 steps · resuming at step 4'
-    >>> banner(Stage(4, "5ppl", "grpo", {"5ppl": 1.0}, steps=1, pool=9), 6, 1)
-    'stage 4/6 · 5ppl · 1 step'
+    >>> banner(Stage(1, "2steps", "grpo", {"2steps": 1.0}, steps=2, pool=9), 5, 2)
+    'stage 1/5 · level 2steps · 2 steps'
+    >>> banner(Stage(2, "warm", "grpo", {"2steps": 1.0}, steps=1, pool=9), 5, 1)
+    'stage 2/5 · warm · level 2steps · 1 step'
     """
-    parts = [f"stage {stage.index}/{stages}", stage.name]
-    if stage.name != stage.level_label:
-        parts.append(stage.level_label)
+    levels = " ".join(word for word in (level_word, stage.level_label) if word)
+    parts = [f"stage {stage.index}/{stages}"]
+    parts += [levels] if stage.name == stage.level_label else [stage.name, levels]
     if not stage.kind_facts.default:
         parts.append(stage.kind)
     parts.append(plural(steps, "step"))
@@ -183,7 +219,7 @@ class StageConsole(TrainerCallback):
         timer.training_began(self.stage.index, state.global_step)  # steps a resumed stage had trained before
         if not state.is_world_process_zero:  # with many processes, one console
             return
-        self.run.console.rule(banner(self.stage, self.stages, state.max_steps, state.global_step))
+        self.run.console.rule(banner(self.stage, self.stages, state.max_steps, state.global_step, self.run.level_word))
         self.run.console.print(f"  {escape(eta_detail(timer.estimate()))}", soft_wrap=True, highlight=False)
         self.run.done_steps += state.global_step
         if self.run.console.is_terminal:  # a live bar only where it can redraw; a log file gets the lines
@@ -205,9 +241,8 @@ class StageConsole(TrainerCallback):
         if not logs or "train_runtime" in logs or not state.is_world_process_zero:  # the summary: metrics.jsonl's
             return
         # the whole run's ETA closes the line (the live bar, in a terminal, shows its steps)
-        self.console.print(f"  {escape(self.stage.name)} {state.global_step}/{state.max_steps}  "
-                           f"{escape(step_line(logs))}  ETA {escape(eta_short(self.run.timer.estimate()))}",
-                           soft_wrap=True, highlight=False)
+        line = step_line(logs, self.stage.name, f"{state.global_step}/{state.max_steps}", self.run.timer.estimate())
+        self.console.print(escape(line), soft_wrap=True, highlight=False)
 
     def on_train_end(self, args, state, control, **kwargs):
         # a stage ended early (promotion, the guard) leaves its unused budget out of the whole run's

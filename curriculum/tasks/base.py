@@ -224,6 +224,12 @@ class Task(ABC):
     #: the reference columns of its records (`TaskRecord.columns`): TRL hands them to every reward function
     columns: tuple[str, ...] = ("answer",)
 
+    @classmethod
+    def check_installed(cls) -> None:
+        """ConfigError naming what to install, where the task needs an optional package this environment lacks;
+        asked before a run folder exists (conf/errors.py SchemaCheck). Every package this one needs is installed."""
+        return None
+
     @property
     @abstractmethod
     def levels(self) -> tuple[str, ...]:

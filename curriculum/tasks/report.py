@@ -48,6 +48,9 @@ class TaskReport:
     format_reward: str | None = None  # the training reward that is the format rate (its logged __name__)
     chance: Mapping[str, float] = field(default_factory=dict)  # level -> accuracy of a blind guess
     chance_note: str = ""  # how chance is reckoned, under the accuracy plot
+    # the console's word before a level's label in a stage banner ("level 2steps", beside "2 steps" of training);
+    # empty where the label says what it is (K&K's "2ppl")
+    level_word: str = "level"
 
     def as_json(self) -> dict:
         """The record run.json keeps.
@@ -65,7 +68,7 @@ class TaskReport:
         >>> TaskReport.from_json({"record": "puzzle", "chance": {"2ppl": 0.25, "x": "?"}, "rates": "?"})
         TaskReport(record='puzzle', distinct='distinct problems', pool_note='', accuracy='answer right', \
 level_column='level', rates=(), picks=(), facts=(), sample_columns=(), format_reward=None, \
-chance={'2ppl': 0.25}, chance_note='')
+chance={'2ppl': 0.25}, chance_note='', level_word='level')
         >>> TaskReport.from_json(["not", "a", "mapping"]) is None
         True
         """

@@ -51,13 +51,17 @@ from curriculum.tasks.rewards import RewardFunc, RewardSettings
 TEST_SEED_OFFSET = 2**31
 
 
+# The version the `rgym` extra pins (pyproject.toml), for a user who installed the package without it.
+PINNED = "reasoning-gym==0.1.25"
+
+
 def _reasoning_gym():
     try:
         import reasoning_gym
         import reasoning_gym.factory
-    except ImportError as exc:
-        raise ImportError("task=reasoning_gym needs reasoning-gym, an optional extra: pip install -e '.[rgym]'") \
-            from exc
+    except ImportError as exc:  # a ConfigError: refused in one line, not a traceback
+        raise ConfigError(f"task: task=reasoning_gym needs reasoning-gym, an optional extra that is not importable "
+                          f"here ({exc}): pip install -e '.[rgym]' (or pip install {PINNED})") from None
     return reasoning_gym
 
 
@@ -135,6 +139,10 @@ class ReasoningGymTask(Task):
     report = TaskReport(format_reward="format_reward")
     columns = ("answer", "entry")
     has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
+
+    @classmethod
+    def check_installed(cls) -> None:
+        _reasoning_gym()
 
     def __init__(self, dataset: str, levels: Mapping[str, Mapping] | None = None,
                  settings: Mapping[str, Any] | None = None):

@@ -24,6 +24,7 @@ from rich.markup import escape
 
 from conf import CONF_DIR
 from core.rundir import ERROR, EVALUATION, RUN_JSON
+from core.runlock import LOCK_FILE, OWNER_FILE
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
 from eval.report.evaluation import evaluation_report, is_evaluation
@@ -43,10 +44,11 @@ def is_sweep(path: Path) -> bool:
 def _last_modified(path: Path) -> float:
     """Newest mtime of what a run or sweep holds, two levels deep (a directory's own mtime misses files
     rewritten in place). The report folder is left out, and so is the directory's own mtime, which
-    creating that folder bumps: reporting on an old run must not make it the latest."""
+    creating that folder bumps: reporting on an old run must not make it the latest. So are the run lock's
+    files, which a resume refused before it changed anything touches."""
     times = []
     for child in path.iterdir():
-        if child.name != REPORT_DIR:
+        if child.name not in (REPORT_DIR, LOCK_FILE, OWNER_FILE):
             times.append(child.stat().st_mtime)
             if child.is_dir():
                 times += [grand.stat().st_mtime for grand in child.iterdir() if grand.name != REPORT_DIR]

@@ -22,7 +22,7 @@ the plan, from results gathered from all ranks, or from files read before any of
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -78,16 +78,18 @@ log = logging.getLogger(__name__)
 
 
 def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
-                   identity: RunIdentity | None = None) -> float:
+                   identity: RunIdentity | None = None, accepted: Callable[[], None] = lambda: None) -> float:
     """Run (or resume) the curriculum `settings` describes (train/settings.py `read_settings`: the checked
     config) in `run_dir`; returns the sweep objective (on every rank).
 
     `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer; `processes` is the
     launch this process is part of (every rank calls this with the same settings and run directory);
-    `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder).
+    `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder);
+    `accepted` is called once nothing can refuse the run any more (its config, data and model checked), before it
+    changes anything in a run it continues (conf/claim.py HeldResume).
     """
     plan, validation = settings.plan, settings.validation
-    console = RunConsole(run_dir, plan)
+    console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word)
     if processes.is_main:
         say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
@@ -102,6 +104,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         rows = _training_rows(plan, settings.kinds, pools.training, AutoTokenizer.from_pretrained(base))
         # run.json opened (or started) by the main process; the others get its contents and save nothing
         opened = on_main(lambda: Manifest.open(run_dir, settings.config, plan, processes.world_size).data, processes)
+        accepted()
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)

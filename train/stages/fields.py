@@ -7,6 +7,7 @@ warmup, sampling ranges). `token_counts` is what the kinds' length checks count.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,7 +70,9 @@ def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
     known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
     for name, value in installed_names(fields, config_class).items():
         if name not in known:
-            raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL)")
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {key}.{close[0]}?" if close else ""
+            raise ConfigError(f"{key}.{name}: not a {config_class.__name__} field (TRL){hint}")
         if name in RUNNER_OWNED:
             raise ConfigError(f"{key}.{name}: set by the runner per stage; use limits.max_steps or the stage's steps")
         expected = _plain_type(known[name])

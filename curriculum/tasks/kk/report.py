@@ -16,6 +16,7 @@ REPORT = TaskReport(
     pool_note="validation pools hold no two puzzles equal up to renaming the people",
     accuracy="exact: every person right",
     level_column="ppl",
+    level_word="",  # "2ppl" says it: two people
     rates=(
         Rate("lenient_accuracy", "lenient", beside_accuracy=True, header="lenient %",
              title="Validation lenient accuracy (an untagged answer read by its final conclusion)",
