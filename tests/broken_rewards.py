@@ -21,6 +21,10 @@ def returns_beyond_float32(completions, **kwargs):
     return [1e39] + [0.0] * (len(completions) - 1)  # a finite Python float that TRL's float32 tensor makes inf
 
 
+def returns_near_float32_max(completions, **kwargs):
+    return [3e38] * len(completions)  # finite in float32 alone; two of them sum past it
+
+
 def returns_nan(completions, **kwargs):
     return [float("nan")] * len(completions)  # scores nothing, every batch
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 
 import pytest
@@ -110,11 +111,21 @@ def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, make_cfg):
     assert last_complete_checkpoint(run_dir / "stages" / "2-b" / "trainer") is None, "NaN weights never saved"
 
 
-def test_a_nan_loss_in_the_log_stops_the_stage():
+@pytest.mark.parametrize("logs, stopped", [
+    ({"loss": float("nan")}, "loss (nan)"),
+    # two rewards of 3e38 at weight 1, each within float32, sum to inf in TRL's float32 total
+    ({"loss": 0.0, "reward": float("inf")}, "reward (inf)"),
+    ({"loss": 0.1, "reward": 0.5}, None),  # a finite step trains on
+])
+def test_a_non_finite_loss_or_reward_in_the_log_stops_the_stage(logs, stopped):
     callback = DivergenceStop(stage_name="a")
     state = type("State", (), {"global_step": 3})()
-    with pytest.raises(NonFiniteLossError, match=r"stage a: the loss \(nan\) became non-finite \(nan/inf\) at step 3"):
-        callback.on_log(None, state, None, logs={"loss": float("nan")})
+    if stopped is None:
+        callback.on_log(None, state, None, logs=logs)
+        return
+    expected = rf"stage a: the {re.escape(stopped)} became non-finite \(nan/inf\) at step 3"
+    with pytest.raises(NonFiniteLossError, match=expected):
+        callback.on_log(None, state, None, logs=logs)
 
 
 def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, monkeypatch):

@@ -37,6 +37,18 @@ def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_pa
     assert stage["status"] == "failed" and "reward mine" in stage["error"], "run.json names it too"
 
 
+def test_rewards_that_sum_past_float32_stop_the_stage_rather_than_train_on_nothing(tmp_path, make_cfg):
+    """Each reward is finite in float32 (3e38), so each passes its check, but TRL's weighted sum is inf: every
+    advantage NaN, the loss and grad_norm 0. The stage must stop on the reward, never end done."""
+    run_dir = tmp_path / "run"
+    again = "+reward.custom.again={_target_: tests.broken_rewards.returns_near_float32_max, _partial_: true}"
+    cfg = _with_reward(make_cfg, "returns_near_float32_max", again)
+    with pytest.raises(RuntimeError, match=r"the reward \(inf\) became non-finite"):
+        run_curriculum(read_settings(cfg), run_dir)
+    manifest = json.loads((run_dir / "run.json").read_text())
+    assert manifest["status"] == "failed" and manifest["stages"][0]["status"] == "failed"
+
+
 @pytest.mark.parametrize("target", ["hangs", "hangs_async"])
 def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cfg, target):
     run_dir = tmp_path / "run"

@@ -176,7 +176,9 @@ class NonFiniteLossError(RuntimeError):
 
 
 class DivergenceStop(TrainerCallback):
-    """Stops the stage with `NonFiniteLossError` at a non-finite loss (in a log line) or weights (after a step).
+    """Stops the stage with `NonFiniteLossError` at a non-finite loss or reward (in a log line) or weights (after a
+    step). The reward is TRL's weighted sum, in float32: components each finite (train/rewards/checks.py) can still
+    sum past float32's range, and then every advantage is NaN, the loss and grad_norm 0, and nothing trains.
 
     The weights are checked where each rank holds them (`core.weights.held_here`: under ZeRO-3 and FSDP2 a
     parameter's module tensor is empty, its values in the rank's shard), and the ranks' answers are combined, so
@@ -188,9 +190,10 @@ class DivergenceStop(TrainerCallback):
         self.stage_name, self.processes = stage_name, processes
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        loss = (logs or {}).get("loss")
-        if isinstance(loss, float) and not math.isfinite(loss):
-            self._stop(f"the loss ({loss})", state.global_step)
+        for key in ("loss", "reward"):
+            value = (logs or {}).get(key)
+            if isinstance(value, float) and not math.isfinite(value):
+                self._stop(f"the {key} ({value})", state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         # Checked after each optimizer step and before the trainer saves it: diverged weights would
