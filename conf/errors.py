@@ -91,20 +91,8 @@ class SchemaCheck(Callback):
         try:
             check_schema(config)
             check_interpolations(config)
-            if config.get("task") is not None:
-                check_task_installed(config.task)
         except ConfigError as err:
             exit_on_config_error(err)
-
-
-def check_task_installed(task_cfg: DictConfig) -> None:
-    """ConfigError naming what to install when the task needs an optional package that does not import here
-    (`Task.check_installed`: task=reasoning_gym without the rgym extra), before a run folder exists."""
-    from curriculum.tasks import BUILT_IN, task_class  # only here: the schema check above needs none of it
-
-    target = task_cfg.get("_target_") or BUILT_IN.get(str(task_cfg.get("name")))
-    if target:
-        task_class(str(target)).check_installed()
 
 
 def config_error_line(err: BaseException) -> str | None:

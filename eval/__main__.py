@@ -148,14 +148,14 @@ def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, ou
 def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
     """On a machine without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo`
     measured (as a run warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
-    from train.run.preflight import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS, duration
+    from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
 
     tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
     seconds = tokens / CPU_TOKENS_PER_SECOND
     if torch.cuda.is_available() or seconds < CPU_WARN_HOURS * 3600:
         return None
     return (f"no CUDA GPU: this validation is GPU-sized (model {model}, up to {tokens:,} generated tokens); at "
-            f"~{CPU_TOKENS_PER_SECOND:.0f} tokens/s that is up to ~{duration(seconds)}. For a CPU-sized one: fewer "
+            f"~{CPU_TOKENS_PER_SECOND:.0f} tokens/s that is up to ~{seconds / 3600:.1f} h. For a CPU-sized one: fewer "
             "puzzles or tokens (eval.n, eval.max_new_tokens), or experiment=smoke")
 
 

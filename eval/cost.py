@@ -13,6 +13,13 @@ from dataclasses import asdict, dataclass
 
 from core.rundir import row_level
 
+# Generated tokens per second of a whole GRPO step (generation and the update) with SmolLM2-135M on the
+# project's 2-core CPU, from `make demo`'s 2ppl stage (metrics.jsonl: 8 steps x 8 completions x mean length
+# over their step_time). A larger model is slower in proportion to its size.
+CPU_TOKENS_PER_SECOND = 30.0
+# Above this many hours (at that rate) a CPU start is warned about.
+CPU_WARN_HOURS = 1.0
+
 
 @dataclass(frozen=True)
 class GenerationCost:

@@ -26,6 +26,7 @@ def stored_study(sweep_dir: Path, space: dict = SPACE, *, running: bool = False)
     with `running` a second trial asked but never launched (a sweep stopped between the two)."""
     storage = f"sqlite:///{sweep_dir / 'optuna.db'}"
     (sweep_dir / "0").mkdir(parents=True)
+    (sweep_dir / "0" / "run.json").write_text('{"status": "done"}')  # its run finished, as the trial did
     study = optuna.create_study(study_name=STUDY, storage=storage, direction="maximize")
     trial = study.ask()
     for name, (low, high) in space.items():

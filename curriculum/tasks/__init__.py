@@ -69,6 +69,7 @@ def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
         task_cfg = OmegaConf.to_container(task_cfg, resolve=True)
     settings = {str(k): v for k, v in task_cfg.items() if k not in ("_target_", "name")}
     cls = task_class(*_class_path(task_cfg))
+    cls.check_installed()  # an optional extra it needs, named in one line (not its import's traceback)
     params = [p for p in inspect.signature(cls).parameters if p != "fmt"]
     for name in settings:
         if name not in params:

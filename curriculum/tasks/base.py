@@ -227,7 +227,8 @@ class Task(ABC):
     @classmethod
     def check_installed(cls) -> None:
         """ConfigError naming what to install, where the task needs an optional package this environment lacks;
-        asked before a run folder exists (conf/errors.py SchemaCheck). Every package this one needs is installed."""
+        asked as the task is built (curriculum.tasks.build_task), before any model loads. Every package this one
+        needs is installed."""
         return None
 
     @property

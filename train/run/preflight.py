@@ -11,15 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from curriculum.plan import Stage, grpo_batch, validation_completions
+from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
 from eval.settings import ValidationSettings
 from train.console import duration
 
-# Generated tokens per second of a whole GRPO step (generation and the update) with SmolLM2-135M on the
-# project's 2-core CPU, from `make demo`'s 2ppl stage (metrics.jsonl: 8 steps x 8 completions x mean length
-# over their step_time). A larger model is slower in proportion to its size.
-CPU_TOKENS_PER_SECOND = 30.0
-# Above this many hours (at that rate) a CPU start is warned about.
-CPU_WARN_HOURS = 1.0
 CPU_SIZED = ("experiment=cpu_demo (SmolLM2-135M, the whole recipe in ~20-30 min) or experiment=smoke "
              "(a tiny random model, ~1 min)")
 

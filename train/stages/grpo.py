@@ -191,7 +191,7 @@ class GrpoStage:
                                 warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
         funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
         with colocated_engine_setup(ctx.engine) if colocated(args) else nullcontext():
-            return GRPOTrainer(
+            trainer = GRPOTrainer(
                 model=_policy(ctx, args.model_init_kwargs["dtype"]),
                 reward_funcs=funcs,
                 args=args,
@@ -200,6 +200,10 @@ class GrpoStage:
                 callbacks=ctx.callbacks,
                 peft_config=lora_config(self.shared.model),
             )
+        if colocated(args) and trainer.vllm_generation.llm is not ctx.engine.llm:  # never a second engine, silently
+            raise RuntimeError("TRL started a vLLM engine of its own beside the process's one (CUDA's allocator "
+                               "refuses a second): train/stages/grpo.py trl_engine_names no longer finds TRL's LLM")
+        return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
         """TRL's reference model, or (LoRA) the policy with adapters off."""
@@ -219,15 +223,20 @@ def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
     process, read them as a distributed launch (accelerate: MULTI_CPU or MULTI_GPU instead of NO) and wrapped the
     policy in DDP. The random state stays TRL's (seeded as an engine start seeds it), as bare TRL has it.
     """
-    import trl.generation.vllm_generation as trl_vllm
-
-    started = trl_vllm.LLM
-    trl_vllm.LLM = engine.for_trainer
+    names = trl_engine_names()
+    started = names.get("LLM")
+    names["LLM"] = engine.for_trainer
     try:
         with process_kept(rng=False):
             yield
     finally:
-        trl_vllm.LLM = started
+        names["LLM"] = started
+
+
+def trl_engine_names() -> dict:
+    """The globals TRL 1.16's `VLLMGeneration._init_vllm` reads `LLM` from: those of the class GRPOTrainer itself
+    builds (trl/trainer/grpo_trainer.py imports it by name), whichever module object sys.modules holds now."""
+    return GRPOTrainer.__init__.__globals__["VLLMGeneration"]._init_vllm.__globals__
 
 
 def colocated(args) -> bool:
