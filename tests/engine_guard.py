@@ -28,6 +28,7 @@ import weakref
 ONE_ENGINE = "CuMem allocator can only be used for one instance per process."
 FREED_ASLEEP = "a sleeping vLLM engine was shut down: on CUDA its allocations would be freed twice"
 _engines: list[weakref.ref] = []  # the weights of every engine this process started
+_installed = False
 
 
 def _log_start(model) -> None:
@@ -95,7 +96,12 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def install(strict: bool) -> None:
-    """The guard in this process (once): see the module docstring."""
+    """The guard in this process (once: a second install would wrap vLLM's classes twice and count each start
+    twice): see the module docstring."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
     patchers = {"vllm.entrypoints.llm": lambda m: _guard_llm(m, strict),
                 "vllm.v1.engine.core_client": _guard_core_client}
     for name in [n for n in patchers if n in sys.modules]:

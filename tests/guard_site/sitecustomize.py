@@ -3,7 +3,8 @@ on PYTHONPATH and sets KK_ENGINE_GUARD (`strict`: a product run keeps one vLLM e
 
 import os
 
-if os.environ.get("KK_ENGINE_GUARD"):
+# only as Python's own start-up hook (pytest's doctest collection imports this file too, in the test process)
+if __name__ == "sitecustomize" and os.environ.get("KK_ENGINE_GUARD"):
     from tests.engine_guard import install
 
     install(strict=os.environ["KK_ENGINE_GUARD"] == "strict")
