@@ -138,6 +138,16 @@ def _greedy(llm) -> list[list[int]]:
             for o in llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params, use_tqdm=False)]
 
 
+def _greedy_started_from(path: str, base: dict, *, rollouts: bool) -> list[list[int]]:
+    """Greedy tokens of an engine started from `path` itself (the reference a load or push is held to), closed after."""
+    engine = ProcessEngine(engine_arguments(base, rollouts=rollouts), rollouts=rollouts)
+    try:
+        with engine.validating(path, AutoTokenizer.from_pretrained(path)) as lent:
+            return _greedy(lent.llm)
+    finally:
+        engine.close()
+
+
 def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_with(two_models):
     """The process's engine started from one model, then given another's weights by TRL's sync (`sync_weights`
     -> `load_weights`, as before each rollout) or by a validation loading its checkpoint (`load_checkpoint`),
@@ -158,12 +168,7 @@ def test_weights_pushed_or_loaded_into_the_engine_are_the_weights_it_generates_w
     finally:
         engine.close()
     assert engine.starts == 1
-    reference = ProcessEngine(engine_arguments(rollout_arguments(TRL_COLOCATE), rollouts=True), rollouts=True)
-    try:
-        with reference.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
-            started_there = _greedy(lent.llm)
-    finally:
-        reference.close()
+    started_there = _greedy_started_from(pushed, rollout_arguments(TRL_COLOCATE), rollouts=True)
     assert after_push == after_load == started_there
     assert base_again == from_base != started_there, "a checkpoint's load replaces every weight the push wrote"
     assert len({tuple(t) for t in started_there}) == len(PROMPTS), "the pushed model's text follows the prompt"
@@ -183,12 +188,7 @@ def test_an_engine_that_only_validates_loads_a_checkpoint_through_vllms_own_relo
             base_again = _greedy(lent.llm)
     finally:
         engine.close()
-    reference = ProcessEngine(engine_arguments(validation_arguments(0.3, 0), rollouts=False), rollouts=False)
-    try:
-        with reference.validating(pushed, AutoTokenizer.from_pretrained(pushed)) as lent:
-            started_there = _greedy(lent.llm)
-    finally:
-        reference.close()
+    started_there = _greedy_started_from(pushed, validation_arguments(0.3, 0), rollouts=False)
     assert engine.starts == 1 and after_load == started_there != from_base == base_again
 
 
