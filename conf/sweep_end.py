@@ -4,7 +4,10 @@
 Each job ends by naming its own report; without this, the last thing a sweep printed was its last job's command,
 and the sweep folder's report was never named. A failed job does not stop a sweep (train/__main__.py: it records
 its error in its folder's error.txt and returns NaN), so the sweep's end says which failed and exits non-zero:
-a script or CI job running the sweep sees it.
+a script or CI job running the sweep sees it. Under `torchrun` or `accelerate launch` every rank runs this callback
+but only the main process writes run.json: a rank reading it could finish the last job before the main process has
+recorded `done` there and count the job failed. So the main process reads the folders and prints, and every rank
+takes its answer (the same exit status on every rank).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from core.distributed import on_main, start_processes
 from core.report_command import report_command
 from core.rundir import ERROR, RUN_JSON, Status
 
@@ -41,10 +45,16 @@ class SweepReportCommand(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)
-        jobs = job_folders(sweep)
-        failed = [job for job in jobs if job_failed(job)]
-        print(f"sweep done: {sweep} ({len(jobs)} jobs, {len(failed)} failed)\n"
-              f"report of every job compared: {report_command(sweep)}", flush=True)
+        jobs, failed = on_main(lambda: _say_sweep_end(sweep), start_processes())
         if failed:
             raise SystemExit(f"{len(failed)} of {len(jobs)} jobs failed: {', '.join(map(str, failed))} "
                              f"(each holds its {ERROR})")
+
+
+def _say_sweep_end(sweep: Path) -> tuple[list[Path], list[Path]]:
+    """The sweep's job folders and those that failed, printed with the report's command (the main process)."""
+    jobs = job_folders(sweep)
+    failed = [job for job in jobs if job_failed(job)]
+    print(f"sweep done: {sweep} ({len(jobs)} jobs, {len(failed)} failed)\n"
+          f"report of every job compared: {report_command(sweep)}", flush=True)
+    return jobs, failed

@@ -5,7 +5,8 @@ Reward functions, joined as `+reward.custom.<name>={_target_: tests.rank_drill.<
 `fails_on_rank` raises on one rank only (a failure on a rank other than the main one); `killed_on_rank` has one
 rank SIGKILL itself (what the kernel's out-of-memory killer does); `records_device` writes down, from inside the
 training process, the GPUs it was given and whether the process that started it loaded torch. `python -m
-tests.rank_drill` is a two-line program whose rank 1 never reaches the barrier rank 0 waits at.
+tests.rank_drill` is a two-line program whose rank 1 never reaches the barrier rank 0 waits at; `python -m
+tests.rank_drill sweep-end <folder>` ends a sweep whose last job rank 0 records done after rank 1 got there.
 """
 
 from __future__ import annotations
@@ -59,5 +60,22 @@ def main() -> None:
     barrier(processes)
 
 
+def sweep_end(sweep: str) -> None:
+    """A sweep's last job ends on rank 1 first: rank 1 reaches the sweep's end at once while rank 0 records the
+    job's run `done` a second later (only the main process writes run.json), then ends the sweep too."""
+    from omegaconf import OmegaConf
+
+    from conf.sweep_end import SweepReportCommand
+    from core.distributed import start_processes
+
+    processes = start_processes()
+    if processes.is_main:
+        time.sleep(1.5)
+        (Path(sweep) / "0" / "run.json").write_text('{"status": "done"}')
+    SweepReportCommand().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": sweep}}}))
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    sweep_end(sys.argv[2]) if sys.argv[1:2] == ["sweep-end"] else main()

@@ -125,6 +125,11 @@ def _wait_for(path: Path, launcher: subprocess.Popen, timeout: float = 300) -> N
         time.sleep(0.02)
 
 
+def _job_errors(output_dir: Path) -> str:
+    """Each failed job's error.txt, for an assertion's message: the launcher's stderr tail seldom holds it."""
+    return "".join(f"{p}:\n{p.read_text()}\n" for p in sorted(output_dir.glob("multirun/*/*/error.txt")))
+
+
 def test_a_sweep_under_two_processes_runs_each_job_once_in_one_sweep_folder(tmp_path, cache_dir):
     """`-m` under torchrun: both ranks name the sweep's folder by the main process's launch time, and run
     each job together into its own directory; the stage validates inside itself after step 1 (eval.every),
@@ -132,7 +137,7 @@ def test_a_sweep_under_two_processes_runs_each_job_once_in_one_sweep_folder(tmp_
     one_stage = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]"
     done = torchrun("-m", "train", "-m", *SMOKE, one_stage, "eval.every=1", "seed=1,2", f"paths.cache_dir={cache_dir}",
                     f"paths.output_dir={tmp_path}")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _job_errors(tmp_path) + done.stderr[-3000:]
     (sweep,) = (tmp_path / "multirun").iterdir()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == ["0", "1"]
     for job, seed in (("0", 1), ("1", 2)):
@@ -267,6 +272,16 @@ def test_a_collective_times_out_instead_of_waiting_forever():
     done = torchrun("-m", "tests.rank_drill", env={"KK_COLLECTIVE_TIMEOUT_S": "4"}, timeout=120)
     assert done.returncode != 0 and "Timed out" in done.stderr, done.stderr[-2000:]
     assert time.monotonic() - began < 100, "well before rank 1's sleep of 600 s ends"
+
+
+def test_a_sweep_ends_on_every_rank_as_the_main_process_recorded_its_jobs(tmp_path):
+    """Rank 1 reaches the sweep's end while its last job's run.json still says running (rank 0 writes `done` a
+    moment later): it must take the main process's count, 0 failed, not its own early read of the folder."""
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "run.json").write_text('{"status": "running"}')
+    done = torchrun("-m", "tests.rank_drill", "sweep-end", str(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("sweep done:") == 1 and "(1 jobs, 0 failed)" in done.stdout, done.stdout
 
 
 def test_a_run_held_by_another_process_refuses_both_ranks(two_processes, cache_dir):
