@@ -26,6 +26,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from core.stage_kinds import DEFAULT_KIND, STAGE_KIND_FACTS
+
 
 class Choice(str, Enum):
     """A key that takes one of a few names; a str, so it compares, prints and serialises as its name."""
@@ -97,11 +99,9 @@ class WandbMode(Choice):
     offline = "offline"
 
 
-class StageKindName(Choice):
-    """The stage kinds' names; train/stages/kinds.py builds one kind (a train.stages.base.StageKind) per name."""
-
-    grpo = "grpo"
-    sft = "sft"
+# The stage kinds' names, from the one list of kinds (core/stage_kinds.py); train/stages/kinds.py builds one kind (a
+# train.stages.base.StageKind) per name
+StageKindName = Choice("StageKindName", [(name, name) for name in STAGE_KIND_FACTS], module=__name__)
 
 
 class Launcher(Choice):
@@ -294,7 +294,7 @@ class StageConfig:
     steps: int | None = None
     epochs: float | None = None  # instead of steps: passes over the pool
     pool: int = MISSING
-    kind: StageKindName = StageKindName.grpo
+    kind: StageKindName = StageKindName(DEFAULT_KIND.name)
     overrides: dict[str, Any] = field(default_factory=dict)  # GRPOConfig or SFTConfig fields
     promote: Any = None  # PromoteConfig or null (typed_blocks)
     replay: float | None = None

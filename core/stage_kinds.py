@@ -1,9 +1,10 @@
-"""What each stage kind is, as plain facts: what the plan, the console and the report need to know of a kind
-(its step cap, its label, whether it learns from rewards) without importing the trainers.
+"""The stage kinds, the one list of them: what each is, as plain facts the plan, the console and the report need
+to know of a kind (its step cap, its label, whether it learns from rewards) without importing the trainers.
 
-`train/stages/` builds one trainer per kind named here, each carrying its facts; conf/schema.py's
-`StageKindName` accepts the same names (tests/test_stage_kinds.py holds the three together). A kind's
-name is also the config group of its trainer's fields (`grpo`, `sft`).
+Everything else that names the kinds derives from `STAGE_KIND_FACTS`: conf/schema.py's `StageKindName` (the
+names `kind:` accepts) is built from it, and train/stages/kinds.py refuses, at import, a kind listed here with no
+trainer or a trainer whose kind is not listed here. A kind's name is also the config group of its trainer's
+fields (`grpo`, `sft`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ SFT = StageKindFacts("sft", "SFT", learns_from_rewards=False, supervised=True, s
                      curve="loss", default=False,
                      trainer_config="SFTConfig")
 STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (GRPO, SFT)}
+# the kind of a stage without `kind:`: exactly one (unpacking fails at import otherwise)
+(DEFAULT_KIND,) = (facts for facts in STAGE_KIND_FACTS.values() if facts.default)
 
 
 def recorded_kind(name: str | None) -> StageKindFacts:
@@ -43,4 +46,4 @@ def recorded_kind(name: str | None) -> StageKindFacts:
     >>> recorded_kind("sft").label, recorded_kind(None).label, recorded_kind("ppo").label
     ('SFT', 'GRPO', 'GRPO')
     """
-    return STAGE_KIND_FACTS.get(name, GRPO) if isinstance(name, str) else GRPO
+    return STAGE_KIND_FACTS.get(name, DEFAULT_KIND) if isinstance(name, str) else DEFAULT_KIND

@@ -37,6 +37,7 @@ import torch
 from transformers import AutoConfig
 
 from core.distributed import SINGLE, Processes
+from core.trl_internals import mark_weights_asleep, mark_weights_loaded
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
 from eval.generation import Completion
@@ -187,8 +188,8 @@ class ColocatedEngine:
     """The GRPO trainer's colocated vLLM engine, lent to in-stage validation between optimizer steps.
 
     Mirrors TRL 1.16's own bookkeeping around a rollout (`GRPOTrainer._generate_single_turn`,
-    `VLLMGeneration.generate`): the private `_last_loaded_step` and `_llm_weights_sleeping` are set
-    as TRL sets them, so the next rollout re-syncs exactly when it would have.
+    `VLLMGeneration.generate`): which step's weights the engine holds, and that they sleep again, are recorded
+    as TRL records them (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
     """
 
     def __init__(self, trainer):
@@ -206,7 +207,7 @@ class ColocatedEngine:
         began = time.perf_counter()
         generation = self.trainer.vllm_generation
         generation.sync_weights()  # under sleep mode this wakes the weights first
-        self.trainer._last_loaded_step = self.trainer.state.global_step
+        mark_weights_loaded(self.trainer)
         if generation.enable_sleep_mode:
             generation.llm.wake_up(tags=["kv_cache"])
         try:
@@ -214,4 +215,4 @@ class ColocatedEngine:
         finally:
             if generation.enable_sleep_mode:
                 generation.llm.sleep(level=2)
-                generation._llm_weights_sleeping = True  # the next rollout pushes the weights again
+                mark_weights_asleep(generation)  # the next rollout pushes the weights again

@@ -1,7 +1,9 @@
-"""Stage kinds: one table the schema's names agree with, each kind's token budget, and SFT with LoRA adapters."""
+"""Stage kinds: one list (core/stage_kinds.py) the schema and the trainers derive from, each kind's token budget,
+and SFT with LoRA adapters."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,22 +12,51 @@ from transformers import AutoModelForCausalLM
 
 from conf.schema import StageConfig, StageKindName
 from core.checks import ConfigError
-from core.stage_kinds import STAGE_KIND_FACTS
+from core.stage_kinds import DEFAULT_KIND, GRPO, SFT, STAGE_KIND_FACTS
 from core.weights import fingerprint
 from tests.conftest import compose_cfg
 from train.run.runner import run_curriculum
 from train.settings import read_settings
-from train.stages.kinds import STAGE_KINDS
+from train.stages.grpo import GrpoStage
+from train.stages.kinds import STAGE_KINDS, kinds_by_name
+from train.stages.sft import SftStage
 
 SFT_STAGE = "{name: sft, kind: sft, ppl: 2, steps: 2, pool: 8}"
 
 
-def test_every_kind_the_schema_accepts_has_one_entry():
-    assert set(STAGE_KINDS) == {kind.value for kind in StageKindName}
-    assert [kind.facts.name for kind in STAGE_KINDS.values()] == list(STAGE_KINDS)
+def test_the_schema_and_the_trainers_name_the_listed_kinds():
+    # the names `kind:` accepts, and the default of a stage without one, are core/stage_kinds.py's
+    assert [kind.value for kind in StageKindName] == list(STAGE_KIND_FACTS)
+    assert StageConfig.kind.value == DEFAULT_KIND.name
     # the facts the layers below train/ read (the plan, the report) are the trainers' own
     assert {name: kind.facts for name, kind in STAGE_KINDS.items()} == STAGE_KIND_FACTS
-    assert [facts.name for facts in STAGE_KIND_FACTS.values() if facts.default] == [StageConfig.kind.value]
+
+
+class PpoStage:
+    """A kind's trainer, as a new kind would add one."""
+
+    facts = dataclasses.replace(GRPO, name="ppo", label="PPO", default=False)
+
+
+@pytest.mark.parametrize(("implementations", "listed", "refused"), [
+    # listed and implemented, each with the other's facts: the kinds by name
+    ((GrpoStage, SftStage), STAGE_KIND_FACTS, None),
+    # a kind added to core/stage_kinds.py alone: no trainer would build it
+    ((GrpoStage, SftStage), {**STAGE_KIND_FACTS, "ppo": PpoStage.facts},
+     "ppo is listed in core/stage_kinds.py with no trainer"),
+    # a trainer added alone: the schema would refuse its name, the plan and the report not know its facts
+    ((GrpoStage, SftStage, PpoStage), STAGE_KIND_FACTS,
+     r"ppo's trainer \(PpoStage\) has facts core/stage_kinds.py does not list"),
+    # a trainer whose facts were changed apart from the list: the plan would cap its steps by the list's
+    ((GrpoStage, SftStage), {**STAGE_KIND_FACTS, "sft": dataclasses.replace(SFT, step_cap="max_steps")},
+     r"sft's trainer \(SftStage\) has facts"),
+], ids=["in-step", "listed-only", "trainer-only", "facts-differ"])
+def test_a_kind_in_one_place_alone_is_refused_by_name(implementations, listed, refused):
+    if refused is None:
+        assert kinds_by_name(implementations, listed) == dict(zip(listed, implementations, strict=True))
+    else:
+        with pytest.raises(TypeError, match=refused):
+            kinds_by_name(implementations, listed)
 
 
 TOO_LONG = [

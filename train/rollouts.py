@@ -3,9 +3,9 @@ whole groups of the batch the step trained on, with each completion's reward per
 weighted reward and its advantage, into `rollouts.jsonl` and the tracker (a table).
 
 A callback never sees completions. TRL's GRPOTrainer keeps the last generation batch for its own
-`log_completions` table (`trainer._logs`: prompt, completion, rewards by function, advantages, filled
-before the step's log line); `bind` takes a reference to it, as TRL 1.16 lays it out, and a layout it
-does not know turns sampling off with one warning, never stopping training. Completions of one prompt
+`log_completions` table (prompt, completion, rewards by function, advantages, filled before the step's log
+line: `core.trl_internals.logged_batch`); `bind` takes a reference to it, and a layout it does not know turns
+sampling off with one warning, never stopping training. Completions of one prompt
 are consecutive (TRL repeats each prompt `num_generations` times), so the first `groups` x
 `num_generations` rows are whole groups.
 """
@@ -18,12 +18,10 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
+from core.trl_internals import logged_batch
 from curriculum.tasks.base import completion_text
 
 log = logging.getLogger(__name__)
-
-LOG_KEYS = ("prompt", "completion", "rewards", "advantages")  # TRL 1.16's `_logs` fields this reads
-
 
 @dataclass(frozen=True)
 class RolloutSettings:
@@ -80,9 +78,9 @@ class RolloutSampler(TrainerCallback):
         self.group_size = 1
 
     def bind(self, trainer) -> None:
-        batch = getattr(trainer, "_logs", None)
-        if not isinstance(batch, Mapping) or not all(key in batch for key in LOG_KEYS):
-            log.warning("rollouts: this TRL version keeps no `_logs` of the last batch as TRL 1.16 does; "
+        batch = logged_batch(trainer)
+        if batch is None:
+            log.warning("rollouts: this TRL version keeps no log of the last batch as TRL 1.16 does; "
                         "training rollouts are not sampled")
             return
         self.batch = batch

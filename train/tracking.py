@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 from core.jsonl import JsonlWriter, NullWriter
 from core.rundir import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS
 from core.tracker import open_tracker
+from core.trl_internals import trainer_method_name
 from train.identity import RunIdentity
 
 
@@ -71,8 +72,7 @@ class MetricsCallback(TrainerCallback):
         """The tracker's keys name the trainer's method (TRL's own name for it, "GRPO", "SFT"; else its class):
         `train/sft/loss`, `train/grpo/loss`. An SFT loss (cross-entropy on the reference responses) and a GRPO loss
         (the policy objective, ~0 by construction) are different quantities that must not share one panel."""
-        method = getattr(trainer, "_name", None) or type(trainer).__name__.removesuffix("Trainer")
-        self.prefix = f"train/{str(method).lower()}"
+        self.prefix = f"train/{trainer_method_name(trainer).lower()}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:

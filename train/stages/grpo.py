@@ -1,9 +1,10 @@
 """The GRPO stage kind: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final.
 
-TRL builds the reference model from the policy's `config._name_or_path`, so each stage starts from
+TRL builds the reference model from the checkpoint the policy's config names, so each stage starts from
 the saved directory of the previous one (never an in-memory model): with `reference:
 previous_stage` the reference then holds the previous stage's weights. For `rl_start` or `base`
-the policy is loaded here and pointed at that checkpoint, so TRL builds the reference from it.
+the policy is loaded here and pointed at that checkpoint (`core.trl_internals.point_reference_at`), so TRL builds
+the reference from it.
 With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
 adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
 With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer rolls out through the process's one engine
@@ -34,6 +35,7 @@ from trl.trainer.utils import is_async_callable
 from core.checks import ConfigError
 from core.models import lora_config
 from core.stage_kinds import GRPO
+from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
@@ -202,7 +204,7 @@ class GrpoStage:
             )
         if colocated(args) and trainer.vllm_generation.llm is not ctx.engine.llm:  # never a second engine, silently
             raise RuntimeError("TRL started a vLLM engine of its own beside the process's one (CUDA's allocator "
-                               "refuses a second): train/stages/grpo.py trl_engine_names no longer finds TRL's LLM")
+                               "refuses a second): core/trl_internals.py trl_engine_names no longer finds TRL's LLM")
         return trainer
 
     def reference_fingerprint(self, trainer: GRPOTrainer) -> str | None:
@@ -233,12 +235,6 @@ def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
         names["LLM"] = started
 
 
-def trl_engine_names() -> dict:
-    """The globals TRL 1.16's `VLLMGeneration._init_vllm` reads `LLM` from: those of the class GRPOTrainer itself
-    builds (trl/trainer/grpo_trainer.py imports it by name), whichever module object sys.modules holds now."""
-    return GRPOTrainer.__init__.__globals__["VLLMGeneration"]._init_vllm.__globals__
-
-
 def colocated(args) -> bool:
     """Whether a trainer with these arguments rolls out through its own vLLM engine (TRL's colocate mode)."""
     return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "colocate"
@@ -249,7 +245,7 @@ def _policy(ctx: StageContext, dtype_name: str):
     if ctx.reference_model in (None, ctx.init_model):
         return ctx.init_model
     model = AutoModelForCausalLM.from_pretrained(ctx.init_model, dtype=dtype_name)
-    model.config._name_or_path = ctx.reference_model  # TRL builds the reference from this path
+    point_reference_at(model, ctx.reference_model)
     return model
 
 

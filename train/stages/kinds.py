@@ -1,22 +1,46 @@
 """The stage kinds by the name a curriculum's `kind:` gives them, each built with the config it reads.
 
-Each kind carries its facts (core/stage_kinds.py: its step cap, label, whether it learns from rewards),
-which the layers below train/ read by the same name; the config schema's `conf.schema.StageKindName`
-accepts the same names, so a config is checked without importing the trainers. `tests/test_stage_kinds.py`
-holds the three together.
+The kinds are listed once, below train/ (core/stage_kinds.py: each kind's facts, which the plan, the report and
+the config schema's `StageKindName` read without importing the trainers). Here each listed kind gets its trainer,
+the implementation whose `facts` are that kind's; a kind listed there alone, or a trainer here alone, fails the
+import, naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from core.checks import plain
+from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
 from curriculum.tasks.base import Task
 from train.stages.base import KindSettings, StageKind
 from train.stages.grpo import GrpoStage
 from train.stages.sft import SftStage
 
-STAGE_KINDS: dict[str, type[StageKind]] = {kind.facts.name: kind for kind in (GrpoStage, SftStage)}
+
+def kinds_by_name(implementations: Sequence[type[StageKind]],
+                  listed: Mapping[str, StageKindFacts]) -> dict[str, type[StageKind]]:
+    """Each kind of `listed` (core/stage_kinds.py's list, in its order) by name, with its implementation: the one
+    whose `facts` are that kind's. Raises TypeError naming each kind on one side only.
+
+    >>> from core.stage_kinds import GRPO
+    >>> kinds_by_name([GrpoStage], {"grpo": GRPO})
+    {'grpo': <class 'train.stages.grpo.GrpoStage'>}
+    >>> kinds_by_name([GrpoStage], STAGE_KIND_FACTS)
+    Traceback (most recent call last):
+    TypeError: stage kinds out of step: sft is listed in core/stage_kinds.py with no trainer in train/stages/kinds.py
+    """
+    by_name = {kind.facts.name: kind for kind in implementations}
+    problems = [f"{name} is listed in core/stage_kinds.py with no trainer in train/stages/kinds.py"
+                for name in listed if name not in by_name]
+    problems += [f"{name}'s trainer ({kind.__name__}) has facts core/stage_kinds.py does not list"
+                 for name, kind in by_name.items() if listed.get(name) != kind.facts]
+    if problems:
+        raise TypeError("stage kinds out of step: " + "; ".join(problems))
+    return {name: by_name[name] for name in listed}
+
+
+STAGE_KINDS: dict[str, type[StageKind]] = kinds_by_name((GrpoStage, SftStage), STAGE_KIND_FACTS)
 
 
 #: The config groups the kinds read: those all of them share, and each kind's own (`grpo`, `sft`).

@@ -33,6 +33,7 @@ from core.distributed import Processes, barrier, broadcast, gather
 from core.models import merged_lora
 from core.published import FINAL_MARKER, final_digests, marker_digest
 from core.rundir import final_checkpoint, stage_path
+from core.trl_internals import load_checkpoint_weights
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
 from train.stages.base import StageContext, StageKind, StageResult
@@ -164,7 +165,7 @@ def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str |
     trainer.state = TrainerState.load_from_json(str(resume_from / TRAINER_STATE_NAME))
     if trainer.is_deepspeed_enabled:
         return str(resume_from), resume_from
-    trainer._load_from_checkpoint(str(resume_from))
+    load_checkpoint_weights(trainer, str(resume_from))
     return str(resume_from), None
 
 
