@@ -125,7 +125,8 @@ def _trl_inputs() -> dict:
                             [{"role": "assistant", "content": "<answer>Oliver</answer>"}]],
             "completion_ids": [[11, 12, 13], [14, 15]], "names": [["Zoey", "Oliver"], ["Zoey", "Oliver"]],
             "solution": [[True, False], [True, False]], "id": ["2ppl-0", "2ppl-0"],
-            "trainer_state": SimpleNamespace(global_step=0), "log_extra": lambda *a: None, "log_metric": lambda *a: None}
+            "trainer_state": SimpleNamespace(global_step=0),
+            "log_extra": lambda *a: None, "log_metric": lambda *a: None}
 
 
 def pure(completions, **kwargs):
