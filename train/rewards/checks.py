@@ -123,6 +123,10 @@ def _shown(value) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}" if value is not None else "None"
 
 
+_COPY_FIRST = ("TRL passes the same inputs to every reward of the step, so the rewards after it would score the "
+               "changed ones. Copy before editing (list(completions), copy.deepcopy(completions[i]))")
+
+
 class CheckedReward:
     """A reward function, called within `timeout_s`, its inputs left as they were and its result checked
     (`scores`); TRL sees its name.
@@ -163,9 +167,7 @@ class CheckedReward:
         return out
 
     def changed_message(self, changed: str) -> str:
-        return (f"reward {self.__name__}: changed its input {changed} in place; TRL passes the same inputs to every "
-                "reward of the step, so the rewards after it would score the changed ones. Copy before editing "
-                "(list(completions), copy.deepcopy(completions[i]))")
+        return f"reward {self.__name__}: changed its input {changed} in place; {_COPY_FIRST}"
 
     def __repr__(self) -> str:
         return f"CheckedReward({self.func!r}, timeout_s={self.timeout_s})"
@@ -194,9 +196,7 @@ class AsyncCheckedReward(CheckedReward):
         if not self.beside:
             return super().changed_message(changed)
         return (f"reward {self.__name__}: its input {changed} was changed in place while it ran, by it or by an async "
-                f"reward TRL awaited beside it ({', '.join(self.beside)}); TRL passes the same inputs to every reward "
-                "of the step, so the rewards after it would score the changed ones. Copy before editing "
-                "(list(completions), copy.deepcopy(completions[i]))")
+                f"reward TRL awaited beside it ({', '.join(self.beside)}); {_COPY_FIRST}")
 
 
 def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None,
