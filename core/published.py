@@ -16,10 +16,10 @@ also after a kill between the rewrite and run.json's next write.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from core.digests import damage, file_digest, folder_digests
+from core.parse_limits import ParseLimitError, parse_json
 from core.rundir import StageRecord
 
 FINAL_MARKER = "stage.json"
@@ -42,7 +42,10 @@ def final_problem(final_dir: Path) -> str | None:
     """Why a stage's final may not be handed on (missing, never published, damaged), None when it may."""
     if not final_dir.is_dir():
         return "missing"
-    info = _marker(final_dir)
+    try:
+        info = _marker(final_dir)
+    except ParseLimitError as err:  # a marker crafted to take its reader down: refused, naming it
+        return str(err)
     if info is None:
         return f"no complete {FINAL_MARKER} (a kill before it was published, or an edit)"
     if not isinstance(info, dict):
@@ -86,8 +89,15 @@ def recorded_final_problem(final_dir: Path, record: StageRecord) -> str | None:
 
 
 def _marker(final_dir: Path):
-    """A final's marker as JSON (any JSON: it is read from disk), or None when it is missing or not JSON."""
+    """A final's marker as JSON (any JSON: it is read from disk), or None when it is missing or not JSON; a
+    ParseLimitError ("its stage.json: JSON nested deeper than ...") when it nests beyond core.parse_limits' limit."""
     try:
-        return json.loads((final_dir / FINAL_MARKER).read_text())
-    except (OSError, ValueError):
+        text = (final_dir / FINAL_MARKER).read_text()
+    except (OSError, ValueError):  # missing, or not UTF-8
+        return None
+    try:
+        return parse_json(text, f"its {FINAL_MARKER}")
+    except ParseLimitError:
+        raise
+    except ValueError:
         return None

@@ -5,9 +5,11 @@ source), the prompt and the grader are the ones a run uses: the base model, ever
 from elsewhere are compared on identical puzzles. `model=` takes a config name (`tiny`,
 `qwen3-0.6b`, ...) or a path / hub id; a stage's final inside a run directory takes that run's
 model settings (chat template, context) from its `config.yaml`. The `eval` and `data` settings
-are checked, and the pools built, before any model loads; a path that does not exist is named as
-such (never looked up on the hub), and a checkpoint folder is checked as eval/checkpoint.py says
-(its files; a stage's final against its marker and its run's record; the task it was trained on).
+are checked, and the pools built and checked as a run's are (eval/settings.py `validation_pools`: a
+bad record is one `data error:` line naming its file and line), before any model loads; a path that
+does not exist is named as such (never looked up on the hub), and a checkpoint folder is checked as
+eval/checkpoint.py says (its files; a stage's final against its marker and its run's record; the task
+it was trained on).
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
 from core.weight_check import check_weights_match
-from curriculum.tasks.base import Task
+from curriculum.tasks.base import RecordError, Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.metrics import trials
-from eval.settings import run_task, validation_settings
+from eval.settings import run_task, validation_pools, validation_settings
 from eval.validation import validate
 
 
@@ -201,13 +203,15 @@ def main(cfg: DictConfig) -> float:
         check_cpu_head_size(cfg.eval, {}, cfg.model, checkpoint)
         check_context_length(cfg.model, checkpoint)
         settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, task)
-        pools = {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
+        pools = validation_pools(settings, int(cfg.seed))
         # a run's final: the run's own thread count, unless the command line sets one
         recorded = run_cpu_threads(checkpoint) if checkpoint and "cpu_threads" not in overrides_keys(overrides) \
             else None
         configure_cpu_threads(recorded or cfg.cpu_threads)
     except ConfigError as err:  # the message names the key; a traceback would bury it
         raise SystemExit(f"config error: {err}") from None
+    except RecordError as err:  # the message names the file and line
+        raise SystemExit(f"data error: {err}") from None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     model = checkpoint or str(cfg.model.name)
     print(size_line(pools, cfg.eval, model, task, out_dir), flush=True)

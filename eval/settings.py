@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task, TaskRecord
+from curriculum.tasks.contract import check_records
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
@@ -89,3 +90,13 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,
     )
+
+
+def validation_pools(settings: ValidationSettings, seed: int) -> dict[str, list[TaskRecord]]:
+    """The held-out pool of every subset `settings` validates, read as a run reads them and before any model loads:
+    the task held to its contract on one record of each subset (curriculum/tasks/contract.py: ConfigError naming the
+    member), then each pool as the task reads it, which screens its records (K&K: curriculum/tasks/kk/screen.py, a
+    RecordError naming the file and line). `seed` is the run's `seed`, which validation's test split never reads."""
+    task = settings.task
+    check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.seed))
+    return {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}

@@ -51,3 +51,8 @@ def exits_quietly(completions, **kwargs):
 
 def exits_with_code(completions, **kwargs):
     raise SystemExit(3)  # a judge's command-line entry point called as a function
+
+
+def appends_to_completions(completions, **kwargs):
+    completions.append("")  # a padding completion added to the list TRL hands every reward of the step
+    return [0.0] * (len(completions) - 1)

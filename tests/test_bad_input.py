@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
 from core.checks import ConfigError
 from curriculum.tasks.kk import generate
+from curriculum.tasks.kk.screen import ungradable
 from curriculum.tasks.kk.sources import RecordError
 from eval.report import latest_output
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
@@ -91,3 +93,93 @@ def test_a_run_directory_left_by_a_config_error_is_not_the_latest(tmp_path):
     (failed / ".hydra").mkdir(parents=True)
     (failed / "error.txt").write_text("ConfigError: limits.max_steps: must be a whole number > 0 (got -1)")
     assert latest_output(tmp_path) == good
+
+
+def _kk_test_file(root, edit):
+    """A local K&K source whose 2-person test file is 8 generated records with `edit` applied (the train file as
+    generated); the test file's path."""
+    for split, offset in (("train", 0), ("test", 1)):
+        records = generate(2, 8, seed=offset)
+        _write(root / split / "people2_num8.jsonl", edit(records) if split == "test" else records)
+    return root / "test" / "people2_num8.jsonl"
+
+
+def _repeated_index_at_line_4(records):
+    records[3] = {**records[3], "index": records[1]["index"]}
+    return records
+
+
+def _knight_named(records, which):
+    from tests.test_record_screen import renamed
+
+    return [renamed(r, r["names"][1], "Knight") if i in which else r for i, r in enumerate(records)]
+
+
+EVAL = ["experiment=smoke", "eval.subsets=[2]", "eval.n=4"]
+CONTRACT = "tests.test_task_contract"
+
+
+def _custom(name: str) -> list[str]:
+    return ["task=custom", f"task._target_={CONTRACT}.{name}"]
+
+
+# (how the test file is edited, or a user's task; what `python -m eval` refuses, or None: it validates on 4 records)
+EVAL_RECORDS = [
+    # the control: records as generated are validated on
+    (lambda r: r, None),
+    # one record K&K cannot grade right is dropped by name, the pool still full: validated on the other 4
+    (lambda r: _knight_named(r, {0}), None),
+    # two records with one id: samples could not say which was meant
+    (_repeated_index_at_line_4, (RecordError, r"^{path}:4: id 2ppl-\d+ \(index \d+\) repeats the record at {path}:2")),
+    # a file of nothing the grader can grade right: every answer would count wrong without a word
+    (lambda r: _knight_named(r, set(range(8))), (RecordError, r"^{path}: every one of its 8 records is dropped")),
+    # a user's task whose records are dicts: was an AttributeError in the pools
+    (_custom("DictRecords"), (ConfigError, rf"^task: {CONTRACT}.DictRecords.records\('2terms', 'test', n=1, "
+                                           r"seed=1234\)\[0\] is a dict, not a TaskRecord")),
+    # a grader that returns None: was an AttributeError after the model had generated every completion
+    (_custom("NoneGrade"), (ConfigError, rf"^task: {CONTRACT}.NoneGrade.grade\('', <2terms-test-0 columns>\) "
+                                         r"returned None")),
+]
+
+
+@pytest.mark.parametrize(("data", "refused"), EVAL_RECORDS,
+                         ids=["as-generated", "one-ungradable", "repeated-id", "all-ungradable", "dict-records",
+                              "none-grade"])
+def test_python_m_evals_records_are_checked_as_a_runs_are(tmp_path, make_cfg, data, refused):
+    from eval.settings import run_task, validation_pools, validation_settings
+
+    if callable(data):
+        path = _kk_test_file(tmp_path / "data", data)
+        data = ["data=local", f"data.path={tmp_path / 'data'}"]
+    else:
+        path = None
+    cfg = make_cfg(*EVAL, *data)
+    settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, run_task(cfg.task, str(cfg.prompt.fmt)))
+    if refused is None:
+        pools = validation_pools(settings, int(cfg.seed))
+        assert [len(pool) for pool in pools.values()] == [4]
+        assert all(ungradable(r.source) is None for r in pools["2ppl"]), "a dropped record is never validated on"
+        return
+    error, message = refused
+    with pytest.raises(error, match=message.format(path=re.escape(str(path)))):
+        validation_pools(settings, int(cfg.seed))
+
+
+@pytest.mark.parametrize(("data", "line"), [
+    (_repeated_index_at_line_4, r"data error: {path}:4: id 2ppl-\d+ \(index \d+\) repeats the record at {path}:2; "),
+    (_custom("DictRecords"), rf"config error: task: {CONTRACT}.DictRecords.records\('2terms', 'test', n=1, "),
+], ids=["repeated-id", "dict-records"])
+def test_python_m_eval_refuses_bad_records_in_one_line_before_any_model_loads(tmp_path, data, line):
+    path = None
+    if callable(data):
+        path = _kk_test_file(tmp_path / "data", data)
+        data = ["data=local", f"data.path={tmp_path / 'data'}"]
+    out = tmp_path / "out"
+    done = run_cli("eval", "model=tiny", *EVAL, *data, f"paths.cache_dir={tmp_path / 'cache'}",
+                   f"hydra.run.dir={out}", env={"PYTHONPATH": str(ROOT)}, timeout=300)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(line.format(path=re.escape(str(path))), lines[0]), done.stderr[-2000:]
+    assert "validating" not in done.stdout, "refused before it says its size"
+    assert not (tmp_path / "cache").exists(), "no model built or loaded"
+    assert not (out / "validation.jsonl").exists()

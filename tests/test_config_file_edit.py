@@ -4,13 +4,16 @@ edited file in one line naming it and the first changed key, leaving the run as 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
+from core.parse_limits import MAX_ALIASES, MAX_YAML_NODES
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
+from tests.test_received_folders import alias_bomb
 from train.run.manifest import CONFIG_FILE_HASH, Manifest, check_same_config, config_file_hash
 
 
@@ -44,10 +47,18 @@ EDITS = [
     (lambda text: set_key(text, "rollouts.groups", 7), "not the file the run wrote"),
     # no longer YAML at all: still named, not a parser's traceback
     (lambda text: text + "\n: [unclosed", "not the file the run wrote"),
+    # a YAML scalar, not a config's keys: named, not a key called ""
+    (lambda text: "just text\n", "not the file the run wrote"),
+    # an alias bomb (9**9 values expanded): OmegaConf took ~40 s for 6**5 of them; refused by the limit instead
+    (lambda text: text + alias_bomb(9, 9), f"more than {MAX_YAML_NODES} YAML values with its aliases expanded"),
+    # aliases past the count a config holds, each small: OmegaConf would read them and name a key
+    (lambda text: text + "z: &z x\nzz: [" + ", ".join(["*z"] * (MAX_ALIASES + 1)) + "]\n",
+     f"not the file the run wrote; {{file}}: more than {MAX_ALIASES} YAML aliases"),
 ]
 
 
-@pytest.mark.parametrize(("edit", "named"), EDITS, ids=["training-key", "comment", "resume-free-key", "not-yaml"])
+@pytest.mark.parametrize(("edit", "named"), EDITS, ids=["training-key", "comment", "resume-free-key", "not-yaml",
+                                                        "scalar", "alias-bomb", "many-aliases"])
 def test_a_resume_refuses_an_edited_config_file_naming_it(make_cfg, tmp_path, edit, named):
     resolved, planned = _opened(make_cfg, tmp_path)
     config_file = tmp_path / "config.yaml"
@@ -57,8 +68,23 @@ def test_a_resume_refuses_an_edited_config_file_naming_it(make_cfg, tmp_path, ed
     with pytest.raises(ConfigError) as refused:
         check_same_config(tmp_path, resolved, planned)
     line = str(refused.value)
-    assert "\n" not in line and str(config_file) in line and named in line, line
+    assert "\n" not in line and str(config_file) in line and named.format(file=config_file) in line, line
     assert config_file.read_text() == edited, "the edit is kept"
+
+
+def test_a_resume_with_another_config_names_a_config_file_beyond_a_limit_in_a_second(make_cfg, tmp_path):
+    """The keys that differ are read from config.yaml: a bomb sent in it is refused by the limit, not expanded."""
+    resolved, planned = _opened(make_cfg, tmp_path)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(config_file.read_text() + alias_bomb(9, 9))
+    started = time.monotonic()
+    with pytest.raises(ConfigError) as refused:
+        check_same_config(tmp_path, {**resolved, "seed": resolved["seed"] + 1}, planned)
+    assert time.monotonic() - started < 10, "refused as the file is read, not after expanding it"
+    assert str(refused.value).startswith(
+        f"resume={tmp_path}: the config differs from the one this run was started with (hash ")
+    assert f"in keys not read ({config_file}: more than {MAX_YAML_NODES} YAML values with its aliases expanded; " \
+           "not read)" in str(refused.value)
 
 
 def test_an_untouched_config_file_resumes_and_a_deleted_one_is_written_again(make_cfg, tmp_path):

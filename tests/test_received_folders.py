@@ -113,6 +113,33 @@ def test_a_metrics_line_nested_too_deep_is_a_skipped_line(tmp_path):
     assert "metrics.jsonl: skipped 1 unreadable line(s)" in (out / "report.md").read_text()
 
 
+# (a final's stage.json as sent, what the final's problem says)
+MARKERS = [
+    # nested past the limit: was a bare RecursionError from json.loads wherever a final is checked
+    ('{"stage": ' + "[" * 100_000 + "]" * 100_000 + "}", f"its stage.json: JSON nested deeper than {MAX_DEPTH} levels; "
+                                                          "not read"),
+    ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), f"its stage.json: JSON nested deeper than {MAX_DEPTH} levels"),
+    # within the limit, still no marker: said as before
+    ("[" * MAX_DEPTH + "]" * MAX_DEPTH, "its stage.json is not a stage's marker"),
+    ('{"stage": "a", "files": ', "no complete stage.json"),  # cut short by a kill
+]
+
+
+@pytest.mark.parametrize(("marker", "problem"), MARKERS, ids=["deep", "just-past", "at-limit", "cut-short"])
+def test_a_final_marker_nested_too_deep_is_refused_naming_it(tmp_path, marker, problem):
+    from core.published import final_info, final_problem
+    from eval.checkpoint import check_final
+
+    final = tmp_path / "final"
+    final.mkdir()
+    (final / "stage.json").write_text(marker)
+    assert final_problem(final).startswith(problem)
+    assert final_info(final) is None, "never handed on"
+    # python -m eval of a final copied out of its run: one config error naming the marker
+    with pytest.raises(ConfigError, match=rf"^model={final}: damaged since it was published \({problem}"):
+        check_final(str(final))
+
+
 def test_a_sweep_job_folder_that_is_a_link_is_skipped_by_name(tmp_path):
     sweep = tmp_path / "multirun" / "s"
     sweep.mkdir(parents=True)

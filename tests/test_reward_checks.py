@@ -1,4 +1,5 @@
-"""Reward drills: a user's reward that breaks stops its stage with an error naming it, through a real stage.
+"""Reward drills: a user's reward that breaks stops its stage with an error naming it, through a real stage (and
+the wrapper called as TRL calls it, for the inputs a reward changes).
 
 TRL 1.16 alone gives a TypeError or ValueError that does not name the reward (None, strings), trains on
 nothing and ends "done" (inf), or waits forever (a hang)."""
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -28,6 +30,8 @@ def _with_reward(make_cfg, target: str, *more: str):
     ("returns_strings", r"reward mine: completion 0 scored str '1.0', not a number \(or None: no score\)"),
     ("returns_inf", r"reward mine: completion 0 scored inf, not finite in float32"),
     ("returns_beyond_float32", r"reward mine: completion 0 scored 1e\+39, not finite in float32"),
+    # was blamed on its length ("returned 4 scores for 5 completions") after the rewards after it saw 5
+    ("appends_to_completions", r"reward mine: changed its input completions: 4 items, then 5 in place; .* Copy "),
 ])
 def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_path, make_cfg, target, message):
     run_dir = tmp_path / "run"
@@ -111,3 +115,98 @@ def test_nan_is_still_no_score():
     from train.rewards.checks import scores
 
     assert scores("mine", [float("nan"), 1.0], 2) == [None, 1.0]
+
+
+def _trl_inputs() -> dict:
+    """A batch of two conversational completions as TRL 1.16 passes it to each reward: its lists, its columns and
+    its handles (the state, the loggers)."""
+    return {"prompts": [[{"role": "user", "content": "Who is a knight?"}]] * 2,
+            "completions": [[{"role": "assistant", "content": "<answer>Zoey</answer>"}],
+                            [{"role": "assistant", "content": "<answer>Oliver</answer>"}]],
+            "completion_ids": [[11, 12, 13], [14, 15]], "names": [["Zoey", "Oliver"], ["Zoey", "Oliver"]],
+            "solution": [[True, False], [True, False]], "id": ["2ppl-0", "2ppl-0"],
+            "trainer_state": SimpleNamespace(global_step=0),
+            "log_extra": lambda *a: None, "log_metric": lambda *a: None}
+
+
+def pure(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def edits_a_copy(completions, **kwargs):
+    import copy
+
+    mine = copy.deepcopy(completions)
+    mine[0][0]["content"] = mine[0][0]["content"].strip("<>")
+    mine.append([])
+    return [1.0] * len(completions)
+
+
+def appends(completions, **kwargs):
+    completions.append([{"role": "assistant", "content": ""}])
+    return [0.0, 0.0]
+
+
+def edits_a_message(completions, **kwargs):
+    completions[1][0]["content"] = completions[1][0]["content"].removeprefix("<answer>")
+    return [0.0, 0.0]
+
+
+def edits_a_column(completions, names, **kwargs):
+    names[0].sort()  # one sample's names in another order: the grader would read positions wrongly
+    return [0.0, 0.0]
+
+
+def drives_the_state(completions, trainer_state, **kwargs):
+    trainer_state.seen = True  # TRL's handle, not an input: a reward may keep its own notes on it
+    return [0.0, 0.0]
+
+
+async def appends_async(completions, **kwargs):
+    completions.append([])
+    return [0.0, 0.0]
+
+
+# (reward, what the error names as changed, or None: it passes)
+INPUT_CASES = [
+    (pure, None),  # reads its inputs only
+    (edits_a_copy, None),  # deep-copies before editing: TRL's lists are as they were
+    (drives_the_state, None),  # trainer_state is a handle TRL passes, not data another reward scores
+    (appends, r"completions: 2 items, then 3"),  # the list grew: later rewards would score 3 completions
+    (edits_a_message, r"completions\[1\]"),  # a dict inside a conversational completion edited in place
+    (edits_a_column, r"names\[0\]"),  # a per-sample column TRL hands every reward, reordered
+]
+
+
+@pytest.mark.parametrize(("func", "changed"), INPUT_CASES, ids=[f.__name__ for f, _ in INPUT_CASES])
+def test_a_reward_that_changes_its_inputs_stops_naming_it_and_the_input(func, changed):
+    from train.rewards.checks import RewardError, checked_rewards
+
+    (reward,) = checked_rewards([func], timeout_s=None)
+    if changed is None:
+        assert len(reward(**_trl_inputs())) == 2
+        return
+    with pytest.raises(RewardError, match=rf"^reward {func.__name__}: changed its input {changed} in place; .*"
+                                          r"Copy before editing"):
+        reward(**_trl_inputs())
+
+
+def test_an_async_reward_that_changes_its_inputs_names_the_async_rewards_awaited_beside_it():
+    import asyncio
+
+    from train.rewards.checks import RewardError, checked_rewards
+
+    async def pure_async(completions, **kwargs):
+        return [1.0] * len(completions)
+
+    rewards = checked_rewards([pure, appends_async, pure_async], timeout_s=5)
+    inputs = _trl_inputs()
+    assert rewards[0](**inputs) == [1.0, 1.0]  # the sync reward runs first, on the inputs as they are
+
+    async def step():  # as TRL awaits the async rewards of a step: together
+        return await asyncio.gather(*(reward(**inputs) for reward in rewards[1:]))
+
+    with pytest.raises(RewardError, match=r"^reward appends_async: its input completions: 2 items, then 3 was "
+                                          r"changed in place while it ran, by it or by an async reward TRL awaited "
+                                          r"beside it \(pure_async\)"):
+        asyncio.run(step())

@@ -7,13 +7,15 @@ Three checks, each run where what it needs is first known:
 - `check_task` (by `build_task`): the members that need no data: `levels`, `validation_levels`.
 - `check_reward_functions` (by the reward group, when the run's rewards are built from its config):
   `reward_functions` returns callables by component name.
-- `check_records` (by `read_settings`, once the plan is known): one record of each level and split
-  the run uses (`records(..., n=1)`), and `grade` of an empty completion and, where a supervised stage
-  trains on them, of the task's reference response on that record.
+- `check_records` (by `read_settings`, once the plan is known, and by `python -m eval` for the subsets it
+  validates): one record of each level and split the run uses (`records(..., n=1)`), and `grade` of an
+  empty completion and, where a supervised stage trains on them, of the task's reference response on
+  that record.
 
-Not checked: a reward that changes its inputs (appends to `completions`): finding it means calling the
-user's reward before training with made-up inputs TRL would not pass (prompts, completion ids, the
-trainer's state), which could refuse a reward that is right.
+Not checked here: a reward that changes its inputs (appends to `completions`): finding it before training
+means calling the user's reward with made-up inputs TRL would not pass (prompts, completion ids, the
+trainer's state), which could refuse a reward that is right. Training finds it at its first call instead,
+where each reward call is checked.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ user's) so that:
   batch in which a reward scores no completion at all is reported, once per stage and reward: a
   warning in the console and in the stage's run.json entry (`warnings`), and the user's rewards log
   the share they scored each step (`rewards/<name>/scored_share` in metrics.jsonl and wandb);
+- a reward that changes its inputs in place (appends to `completions`, edits a message of one, rewrites a
+  column: TRL passes the same lists to every reward of the step, so the rewards after it would score the
+  changed ones) stops the stage with a `RewardError` naming the reward and the input (train/rewards/inputs.py);
 - a call running longer than `reward.timeout_s` stops the stage with a `RewardError` naming the
   reward. A Python thread cannot be stopped: the stuck call is left in a daemon thread, which ends
   with the process. An `async def` reward is timed by asyncio, which can only stop it at an `await`.
@@ -34,6 +37,7 @@ import numpy as np
 from core.checks import ConfigError, is_number
 from core.user_code import call_user_code, exit_failure
 from train.rewards.custom import NamedReward
+from train.rewards.inputs import changed_input, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +123,13 @@ def _shown(value) -> str:
     return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}" if value is not None else "None"
 
 
+_COPY_FIRST = ("TRL passes the same inputs to every reward of the step, so the rewards after it would score the "
+               "changed ones. Copy before editing (list(completions), copy.deepcopy(completions[i]))")
+
+
 class CheckedReward:
-    """A reward function, called within `timeout_s` and its result checked (`scores`); TRL sees its name.
+    """A reward function, called within `timeout_s`, its inputs left as they were and its result checked
+    (`scores`); TRL sees its name.
 
     `warn(event)` records a batch it scored nothing of (once per stage: a wrapper lives for one stage).
     `log_share`: log `rewards/<name>/scored_share` each call (the user's rewards; the built-ins score all).
@@ -133,10 +142,14 @@ class CheckedReward:
         self.warned = False
 
     def __call__(self, **kwargs) -> list[float | None]:
-        who = f"reward {self.__name__}"
-        return self.check(call_user_code(who, _call_in_time, self.func, kwargs, self.timeout_s, self.__name__), kwargs)
+        who, before = f"reward {self.__name__}", fingerprint(kwargs)
+        result = call_user_code(who, _call_in_time, self.func, kwargs, self.timeout_s, self.__name__)
+        return self.check(result, kwargs, before)
 
-    def check(self, result, kwargs: dict) -> list[float | None]:
+    def check(self, result, kwargs: dict, before: dict) -> list[float | None]:
+        changed = changed_input(before, kwargs)
+        if changed is not None:  # before its length is checked: the changed input's count is not the batch's
+            raise RewardError(self.changed_message(changed))
         out = scores(self.__name__, result, len(kwargs["completions"]))
         scored = sum(value is not None for value in out) / max(len(out), 1)
         if self.log_share and kwargs.get("log_metric") is not None:
@@ -153,21 +166,37 @@ class CheckedReward:
                 self.warn(event)
         return out
 
+    def changed_message(self, changed: str) -> str:
+        return f"reward {self.__name__}: changed its input {changed} in place; {_COPY_FIRST}"
+
     def __repr__(self) -> str:
         return f"CheckedReward({self.func!r}, timeout_s={self.timeout_s})"
 
 
 class AsyncCheckedReward(CheckedReward):
-    """The same for an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
+    """The same for an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable.
+
+    The async rewards of a step run together (`asyncio.gather`): an input changed while this one ran may have
+    been changed by one of `beside` (the stage's other async rewards), and the error names them too.
+    """
+
+    beside: tuple[str, ...] = ()
 
     async def __call__(self, **kwargs) -> list[float | None]:
+        before = fingerprint(kwargs)
         try:
             result = await asyncio.wait_for(self.func(**kwargs), self.timeout_s)
         except asyncio.TimeoutError:
             raise RewardError(_timeout_message(self.__name__, self.timeout_s)) from None
         except SystemExit as err:
             raise exit_failure(f"reward {self.__name__}", err) from err
-        return self.check(result, kwargs)
+        return self.check(result, kwargs, before)
+
+    def changed_message(self, changed: str) -> str:
+        if not self.beside:
+            return super().changed_message(changed)
+        return (f"reward {self.__name__}: its input {changed} was changed in place while it ran, by it or by an async "
+                f"reward TRL awaited beside it ({', '.join(self.beside)}); {_COPY_FIRST}")
 
 
 def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None,
@@ -175,8 +204,12 @@ def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None,
     """Every reward function of a stage wrapped (`CheckedReward`); the user's also log the share they score."""
     from trl.trainer.utils import is_async_callable
 
-    return [(AsyncCheckedReward if is_async_callable(f) else CheckedReward)(
+    wrapped = [(AsyncCheckedReward if is_async_callable(f) else CheckedReward)(
         f, timeout_s, warn, log_share=isinstance(f, NamedReward)) for f in funcs]
+    awaited = [w for w in wrapped if isinstance(w, AsyncCheckedReward)]
+    for reward in awaited:
+        reward.beside = tuple(other.__name__ for other in awaited if other is not reward)
+    return wrapped
 
 
 def _call_in_time(func: Callable, kwargs: dict, timeout_s: float | None, name: str):

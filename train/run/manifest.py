@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from core.checks import ConfigError, is_int
 from core.confined import write_text_regular
 from core.jsonl import write_json_atomic
+from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir import (
     CONFIG,
     RUN_JSON,
@@ -99,11 +99,15 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
     manifest = _read_manifest(path, planned)
     recorded, digest = manifest["config_hash"], config_hash(resolved)
     if recorded != digest:
-        changed = changed_keys(run_dir / CONFIG, resolved)
+        try:
+            changed = ", ".join(changed_keys(run_dir / CONFIG, resolved)) or "keys not recorded"
+        except ParseLimitError as err:  # a run folder someone sent: its keys are not read, the file is named
+            changed = f"keys not read ({err})"
+        except (yaml.YAMLError, ValueError):
+            changed = f"keys not read ({run_dir / CONFIG} is not YAML)"
         raise ConfigError(
             f"resume={run_dir}: the config differs from the one this run was started with (hash {recorded} vs "
-            f"{digest}) in {', '.join(changed) or 'keys not recorded'}; resume with the values in "
-            f"{run_dir / CONFIG}, or start a new run"
+            f"{digest}) in {changed}; resume with the values in {run_dir / CONFIG}, or start a new run"
         )
     check_config_file(run_dir, resolved, manifest.get(CONFIG_FILE_HASH))
 
@@ -126,15 +130,18 @@ def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) ->
         return
     if config_file_hash(path.read_bytes()) == recorded:
         return
+    what = "not the file the run wrote (its hash in run.json differs)"
     try:
-        changed = changed_keys(path, resolved)
-    except (OmegaConfBaseException, yaml.YAMLError, ValueError):  # not YAML any more: named all the same
-        changed = []
-    if changed:
-        old, new = _flatten(OmegaConf.to_container(OmegaConf.load(path), resolve=False)), _flatten(dict(resolved))
-        what = f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's {new.get(changed[0])!r}"
+        old, new = file_values(path), _flatten(dict(resolved))
+    except ParseLimitError as err:  # a file crafted to take its reader down: named, never expanded
+        what = f"not the file the run wrote; {err}"
+    except (yaml.YAMLError, ValueError):  # not YAML any more: named all the same
+        pass
     else:
-        what = "not the file the run wrote (its hash in run.json differs)"
+        changed = _differing(old, new)
+        if changed:
+            what = (f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's "
+                    f"{new.get(changed[0])!r}")
     raise ConfigError(f"resume={run_dir}: {path} was edited after the run wrote it ({what}); the run trains on "
                       "the values it started with, not the file's: put the file back as it was, or start a new run "
                       "with the edited config")
@@ -333,11 +340,24 @@ def _read_manifest(path: Path, planned: list[str]) -> dict:
 
 def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
     """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
-    left out)."""
+    left out); the file is read as `file_values` reads it."""
     if not config_file.exists():
         return []
-    old = _flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
-    new = _flatten(dict(resolved))
+    return _differing(file_values(config_file), _flatten(dict(resolved)))
+
+
+def file_values(config_file: Path) -> dict:
+    """A run's `config.yaml` as dotted keys and values, read within core.parse_limits' limits (a run folder may be
+    sent by someone: ParseLimitError naming the file beyond them, yaml.YAMLError or ValueError when it is not
+    YAML, or YAML of no config keys); interpolations stay as written."""
+    data = parse_yaml(config_file.read_text(), str(config_file))
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_file}: a YAML {type(data).__name__}, not a config's keys")
+    return _flatten(data)
+
+
+def _differing(old: Mapping, new: Mapping) -> list[str]:
+    """The dotted keys whose values differ between two flattened configs, RESUME_FREE_KEYS left out."""
     return sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
 
