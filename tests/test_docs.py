@@ -311,9 +311,15 @@ def test_every_docs_page_has_a_title_a_way_back_and_a_link_from_the_readme():
 
 
 def test_the_readme_fits_a_first_read():
-    """What it is, the two commands, the GPU and many-GPU commands and where to go next: a few screens."""
+    """What it is, then on its first screen the install, the smoke command, `make demo`, `make test` and a picture
+    of the report; the GPU and many-GPU commands and where to go next after: a few screens in all."""
     readme = (ROOT / "README.md").read_text()
     assert len(readme.split("\n")) <= 200
-    for heading in ("## Two commands on a fresh machine", "## On a GPU", "## Many GPUs", "## Where to go next"):
+    for heading in ("## Start here", "## On a GPU", "## Many GPUs", "## Installing, versions and the test suite",
+                    "## Where to go next"):
         assert f"\n{heading}\n" in readme, heading
-    assert "make test" in readme and "make demo" in readme
+    first_screen = "\n".join(readme.split("\n")[:40])
+    for shown in ("make install", "pip install -e .", "experiment=smoke", "make demo", "make test", "![", ".png)"):
+        assert shown in first_screen, f"README's first 40 lines: no {shown!r}"
+    assert first_screen.index("experiment=smoke") < first_screen.index("make demo")
+    assert "transformers 5.17" not in first_screen, "versions and their conflicts belong lower down"
