@@ -60,7 +60,7 @@ def test_the_best_trial_is_marked_in_the_table_the_summary_and_the_curves(tmp_pa
     weight = {"0": "0.375", "1": "0.951"}[best]
     assert summary.startswith(f"**best job** {best} (") and f"`reward.weights.format={weight}`" in summary
     caption = next(b.caption for b in blocks if getattr(b, "caption", "").startswith("one colour per job"))
-    assert "training reward" in caption and f"the best job (reward.weights.format={weight} (best))" in caption
+    assert "training reward" in caption and f"thicker: the best job, reward.weights.format={weight}" in caption
     assert (sweep / "report" / "sweep_curves.png").read_bytes()[:4] == b"\x89PNG"
     assert "0.3745401188473625" not in "".join(str(b) for b in blocks)
 

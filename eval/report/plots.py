@@ -153,6 +153,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
     mark_events(ax, panel.events)
     ax.set_title(panel.title, fontsize=10)
     ax.set_ylabel(panel.ylabel)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))  # a learning rate as 1e-4, not 0.000100
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     _legend(ax)

@@ -114,7 +114,7 @@ def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path, best
         return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
     marked = job_labels([best], params, best)[0] if best is not None else None
     image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png", reward=reward, best=marked)
-    best_words = f"; thicker: the best job ({marked})" if marked else ""
+    best_words = f"; thicker: the best job, {ra.job_label(best.overrides, params, best.name)}" if best else ""
     return [Image(image, f"one colour per job: {CURVES_NOTE}; then training reward and mean length per "
                          f"step{best_words}")]
 
