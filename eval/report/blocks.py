@@ -237,14 +237,15 @@ def to_markdown(title: str, blocks: Sequence) -> str:
     return "\n".join(out)
 
 
-# A note is a paragraph that is all emphasis (`_..._` in the Markdown); the contents are the list after the title.
+# A note is a paragraph that is all emphasis (`_..._` in the Markdown); the contents are the list after the title, in
+# two columns when long.
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f2f2f2}td:first-child{text-align:left}p>em:only-child{color:#8a5a00}
 img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
 pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}summary{cursor:pointer;color:#555}
-h1+p+ul{columns:2;column-gap:2em;font-size:0.92em}"""
+h1+p+ul{font-size:0.92em}h1+p+ul:has(li:nth-child(9)){columns:2;column-gap:2em}"""
 
 
 def _embedded_image(self, tokens, idx, options, env) -> str:
