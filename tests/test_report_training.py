@@ -49,25 +49,25 @@ def make_run(root: Path, references: list[str | None], *, rows=None, manifest_ex
     return run
 
 
-@pytest.mark.parametrize(("references", "refreshed_at"), [
+@pytest.mark.parametrize(("references", "refreshed_at", "sentence"), [
     # reference: previous_stage: stage 2 measures KL against stage 1's final, stage 3 against stage 2's
-    (["/base", "RUN/stages/1-2ppl/final", "RUN/stages/2-3ppl/final"], [3.5, 6.5]),
+    (["/base", "RUN/stages/1-2ppl/final", "RUN/stages/2-3ppl/final"], [3.5, 6.5], rt.REFRESH_SENTENCE),
     # reference: rl_start / base: one checkpoint throughout, never a refresh
-    (["/base", "/base", "/base"], []),
+    (["/base", "/base", "/base"], [], rt.NO_REFRESH_SENTENCE),
     # a final of some stage but not the one before (stage 3 against stage 1's): no refresh there
-    (["/base", "RUN/stages/1-2ppl/final", "RUN/stages/1-2ppl/final"], [3.5]),
-    # beta 0: no reference recorded at all
-    ([None, None, None], []),
+    (["/base", "RUN/stages/1-2ppl/final", "RUN/stages/1-2ppl/final"], [3.5], rt.REFRESH_SENTENCE),
+    # a KL logged but no reference in run.json (an older run): nothing marked, and not claimed either way
+    ([None, None, None], [], rt.UNKNOWN_REFERENCE_SENTENCE),
 ])
 def test_the_kl_panel_marks_a_refresh_at_each_boundary_where_the_reference_became_the_stage_befores_final(
-        tmp_path, references, refreshed_at):
+        tmp_path, references, refreshed_at, sentence):
     run = make_run(tmp_path, references)
     manifest = json.loads((run / "run.json").read_text())
     assert [event.step for event in rt.reference_refreshes(manifest)] == refreshed_at
     markdown = (write_report(run) / "report.md").read_text()
     # the sawtooth explained in one sentence where there is one; otherwise why there is none
-    assert (rt.REFRESH_SENTENCE in markdown) == bool(refreshed_at)
-    assert (rt.NO_REFRESH_SENTENCE in markdown) == (not refreshed_at)
+    said = [s for s in (rt.REFRESH_SENTENCE, rt.NO_REFRESH_SENTENCE, rt.UNKNOWN_REFERENCE_SENTENCE) if s in markdown]
+    assert said == [sentence]
     assert "](training_curves.png)" in markdown
 
 
@@ -208,3 +208,15 @@ def test_the_contents_link_every_section_heading_and_each_link_lands_on_one(tmp_
     ids = re.findall(r"<h2 id=\"([^\"]*)\">", html)
     assert [anchor for _, anchor in links] == ids and len(set(ids)) == len(ids)
     assert {"trls-training-curves", "history", "throughput-and-memory"} <= set(ids)
+
+
+@pytest.mark.parametrize(("kinds", "labels"), [
+    (["grpo", "grpo"], ["loss"]),  # one kind: one line
+    # an SFT cold start's loss is cross-entropy, GRPO's ~0 by construction: never one line across both
+    (["sft", "grpo"], ["loss (SFT)", "loss (GRPO)"]),
+    ([None, "grpo"], ["loss"]),  # an entry without a kind reads as GRPO's
+])
+def test_the_loss_is_one_line_per_stage_kind(kinds, labels):
+    manifest = {"stages": [{"index": k + 1, "kind": kind} for k, kind in enumerate(kinds)]}
+    rows = [{"stage": k + 1, "global_step": k + 1, "loss": 0.5} for k in range(len(kinds))]
+    assert [s.label for s in rt.loss_series(manifest, rows)] == labels

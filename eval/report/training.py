@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.rundir import STAGES, StageRecord, stage_dirname, stage_records
+from core.stage_kinds import recorded_kind
 from eval.report.adaptive import REFRESH, Event
 from eval.report.blocks import Image, Table, Text, fmt
 from eval.report.plots import Panel, plot_step_panels
@@ -35,6 +36,8 @@ REFRESH_SENTENCE = ("At each blue diamond (a stage boundary) the reference was r
                     "and grows as the stage trains, a sawtooth and not a fault.")
 NO_REFRESH_SENTENCE = ("The reference was never refreshed at a stage boundary (reference: rl_start or base): the KL "
                        "is measured against one checkpoint throughout and does not reset between stages.")
+UNKNOWN_REFERENCE_SENTENCE = ("run.json records no stage's reference (a run from before it did): a refresh, where "
+                              "the KL would drop to ~0 at a stage boundary, cannot be marked.")
 THROUGHPUT = "tokens per second"
 
 
@@ -69,11 +72,15 @@ def loss_series(manifest: dict, steps: Sequence[dict]) -> list[Series]:
     """The loss, one line per stage kind where the run has several: an SFT loss (cross-entropy on the reference
     responses) and a GRPO loss are different quantities."""
     kinds = {s.index: s.kind_facts.label for s in stage_records(manifest)}
-    labels = list(dict.fromkeys(kinds.get(r.get("stage"), "GRPO") for r in steps))
+    unknown = recorded_kind(None).label  # a row of a stage run.json does not list: as an entry without a kind
+
+    def kind_of(row: dict) -> str:
+        return kinds.get(row.get("stage"), unknown)
+
+    labels = list(dict.fromkeys(map(kind_of, steps)))
     if len(labels) < 2:
         return [s for s in (step_series(steps, "loss"),) if s is not None]
-    split = [step_series([r for r in steps if kinds.get(r.get("stage"), "GRPO") == label], "loss", f"loss ({label})")
-             for label in labels]
+    split = [step_series([r for r in steps if kind_of(r) == label], "loss", f"loss ({label})") for label in labels]
     return [s for s in split if s is not None]
 
 
@@ -97,8 +104,10 @@ def kl_blocks(manifest: dict, steps: Sequence[dict]) -> tuple[Panel | None, list
         return None, [Text(f"no numeric `{KL}` in metrics.jsonl (logged only when grpo.beta > 0): panel 'KL to the "
                            "reference' skipped", True)]
     refreshes = reference_refreshes(manifest)
+    recorded = any(s.reference for s in stage_records(manifest))
     panel = Panel(f"KL to the reference  ({KL})", "KL", [kl], events=refreshes)
-    return panel, [Text(REFRESH_SENTENCE if refreshes else NO_REFRESH_SENTENCE)]
+    sentence = REFRESH_SENTENCE if refreshes else NO_REFRESH_SENTENCE if recorded else UNKNOWN_REFERENCE_SENTENCE
+    return panel, [Text(sentence, note=not recorded)]
 
 
 def curves_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Boundary], out_dir: Path) -> list:
