@@ -188,6 +188,7 @@ def test_the_history_names_resumes_retrains_skipped_checkpoints_failures_and_war
     markdown = (write_report(run) / "report.md").read_text()
     assert "3 attempts: started 2026-01-01T00:00:00, resumed 2026-01-01_01-00-00, 2026-01-01_02-00-00" in markdown
     assert "| 4ppl | failed | RewardError: \\<b\\>x\\</b\\> |" in markdown  # run.json's text escaped
+    assert "| stage | what happened | detail |\n|:---|:---|:---|" in markdown  # words, aligned left
     html = (run / "report" / "report.html").read_text()
     assert "<b>x</b>" not in html
 

@@ -37,6 +37,7 @@ class Text:
 class Table:
     headers: list[str]
     rows: list[list[str]]
+    left: int = 0  # the leading columns of words, aligned left (the page aligns numbers right, its first column left)
 
 
 @dataclass(frozen=True)
@@ -223,7 +224,7 @@ def to_markdown(title: str, blocks: Sequence) -> str:
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
             out += ["| " + " | ".join(map(_cell, block.headers)) + " |",
-                    "|" + "---|" * len(block.headers),
+                    "|" + ":---|" * block.left + "---|" * (len(block.headers) - block.left),
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
             # the caption again as text under the image, so both pages show it (alt text is hidden): a paragraph of

@@ -68,6 +68,6 @@ def history_blocks(run_dir: Path, manifest: dict) -> list:
                 if times else f"one attempt, started {md_escape(fmt(created))}: never resumed")
     error = [Text(md_escape(f"the last attempt failed: {manifest['error']}"))] if manifest.get("error") else []
     rows = history_rows(run_dir, manifest)
-    events = [Table(["stage", "what happened", "detail"], rows)] if rows else [
+    events = [Table(["stage", "what happened", "detail"], rows, left=3)] if rows else [
         Text("no stage was interrupted, retrained, failed or warned; no checkpoint was skipped")]
     return [Heading("History"), Text(attempts), *error, *events]
