@@ -41,6 +41,7 @@ SAMPLES = "samples"
 EVALUATION = "evaluation.json"  # what `python -m eval` validated, in its folder (outputs/eval/<time>/)
 ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)
 STAGES = "stages"
+REFUSED_FINAL = "final.refused"  # a done stage's final a resume refused, set aside beside `final/`
 BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
 
 

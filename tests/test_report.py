@@ -159,8 +159,8 @@ def test_sweep_jobs_table_with_a_failed_job(sweep):
     title, blocks = sweep_report(sweep, sweep / "report")
     table = [b for b in blocks if isinstance(b, Table)][-1]
     assert table.headers[:3] == ["job", "reward.weights.format", "status"]
-    # every accuracy with its 95% interval and n: 4 puzzles a subset, 8 behind the mean
-    assert table.rows[0][:8] == ["0", "0.5", "done", "1/1", "0.375", "0.375 [0.14, 0.69] n=8",
+    # every accuracy with its 95% interval and n: 4 puzzles a subset, 8 behind the mean; the one finished job is best
+    assert table.rows[0][:8] == ["0 (best)", "0.5", "done", "1/1", "0.375", "0.375 [0.14, 0.69] n=8",
                                  "0.500 [0.15, 0.85] n=4", "0.250 [0.05, 0.70] n=4"]
     assert table.rows[1][2] == "failed" and table.rows[1][-1].startswith("curriculum.plan.ConfigError")
     assert (sweep / "report" / "sweep_accuracy.png").exists()  # one parameter: accuracy vs its values
@@ -173,7 +173,8 @@ def embedded_images(html: str) -> list[str]:
 def test_whole_run_report_writes_markdown_html_and_pngs(partial_run):
     out = write_report(partial_run)
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["accuracy.png", "collapse.png", "format.png", "length.png", "reward.png"]
+    # no TRL curve (loss, grad_norm, kl...) nor num_tokens logged in the fixture: no curves or throughput figure
+    assert pngs == ["accuracy.png", "collapse.png", "format.png", "length.png", "length_per_stage.png", "reward.png"]
     for png in pngs:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     markdown = (out / "report.md").read_text()
@@ -190,7 +191,7 @@ def test_whole_run_report_writes_markdown_html_and_pngs(partial_run):
 
 
 def test_report_of_a_run_with_almost_nothing_never_raises(tmp_path):
-    """A torn run.json, a step row without rewards or lengths, a NaN entropy: notes, no figures."""
+    """A torn run.json, a step row without rewards or lengths, a NaN entropy: notes, and only the loss drawn."""
     run = tmp_path / "fresh"
     run.mkdir()
     (run / "run.json").write_text('{"status": "runn')
@@ -201,7 +202,8 @@ def test_report_of_a_run_with_almost_nothing_never_raises(tmp_path):
     for expected in ("run.json is missing or unreadable", "no rows in validation.jsonl yet",
                      "reward plot skipped", "length plot skipped", "no numeric `entropy`", "no numeric `kl`"):
         assert expected in markdown
-    assert list(out.glob("*.png")) == [] and "<img" not in (out / "report.html").read_text()
+    assert [p.name for p in out.glob("*.png")] == ["training_curves.png"]  # the one curve logged: loss
+    assert (out / "report.html").read_text().count("<img") == 1
 
 
 def test_two_swept_parameters_make_a_heatmap(tmp_path):
@@ -234,11 +236,11 @@ def test_latest_output_is_the_newest_run_or_sweep_and_the_cli_prints_where(tmp_p
 
 def test_the_report_says_when_ratio_clipping_never_acted():
     """One optimizer step per generation batch: the ratio is 1, clip-higher is inert, and the report says so."""
-    from eval.report.run import _ratio_clipping_note
+    from eval.report.training import ratio_clipping_note
 
-    assert _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
-    assert not _ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])
-    assert not _ratio_clipping_note([{"loss": 1.0}]), "nothing to say when TRL logged no clip ratio"
+    assert ratio_clipping_note([{"clip_ratio/region_mean": 0.0}] * 3)
+    assert not ratio_clipping_note([{"clip_ratio/region_mean": 0.0}, {"clip_ratio/region_mean": 0.02}])
+    assert not ratio_clipping_note([{"loss": 1.0}]), "nothing to say when TRL logged no clip ratio"
 
 
 

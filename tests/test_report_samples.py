@@ -171,11 +171,12 @@ def test_a_crafted_run_folder_cannot_make_the_report_inline_a_file_it_did_not_wr
     assert embedded and all(data in written.values() for data in embedded)  # only the report's own figures
     assert len(re.findall(r"<img ", html)) == len(embedded) == len(written)
     assert b"SECRET" not in b"".join(embedded) and "SECRET" not in html
-    # the Markdown itself links no image but the report's own PNGs, and no link at all
+    # the Markdown itself links no image but the report's own PNGs, and no link but its contents' to its own headings
     tokens = MarkdownIt("commonmark").enable("table").parse((out / "report.md").read_text())
     children = [child for token in tokens for child in (token.children or [])]
     assert {c.attrGet("src") for c in children if c.type == "image"} <= set(written)
-    assert not [c for c in children if c.type == "link_open"]
+    links = [c.attrGet("href") for c in children if c.type == "link_open"]
+    assert links and set(links) <= {f"#{anchor}" for anchor in re.findall(r"<h2 id=\"([^\"]*)\"", html)}
 
 
 def test_a_crafted_run_folder_renders_as_text_never_as_html(crafted_run):
@@ -186,11 +187,12 @@ def test_a_crafted_run_folder_renders_as_text_never_as_html(crafted_run):
     # no raw tag from the run folder: the only tags are the page's own
     tags = set(re.findall(r"<([a-zA-Z][a-zA-Z0-9]*)", html))
     assert tags <= {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "em", "strong",
-                    "code", "table", "thead", "tbody", "tr", "th", "td", "img", "pre", "details", "summary"}
+                    "code", "table", "thead", "tbody", "tr", "th", "td", "img", "pre", "details", "summary",
+                    "ul", "li", "a"}  # the list and links of the contents
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
     assert "&lt;img src=x onerror=alert(2)&gt;" in html
     # the hostile stage name is a heading's text; the long completion is folded; the symlinked folder unread
     assert "### after ![leak\\](secret.txt): 2ppl" in markdown
-    assert "<h3>after ![leak](secret.txt): 2ppl</h3>" in html
+    assert re.search(r"<h3 id=\"[\w-]*\">after !\[leak\]\(secret.txt\): 2ppl</h3>", html)
     assert "<details><summary>the completion: 60 lines" in html
     assert "2-escape" not in markdown.split("## Samples")[1]

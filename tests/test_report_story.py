@@ -61,10 +61,10 @@ def test_each_stage_says_what_it_trained_step_by_step_and_what_changed(demo_like
 def test_a_failed_run_leads_with_its_error(demo_like):
     (demo_like / "error.txt").write_text(TRACEBACK)
     report = (write_report(demo_like) / "report.md").read_text()
-    body = report.split("\n", 2)[2]  # after the title
-    assert body.startswith("## This run failed")
-    assert "ConfigError: grpo.num_generations: 3 does not divide the generation batch 4" in body.split("\n## ")[0]
-    assert body.index("This run failed") < body.index("What each stage did")
+    sections = report.split("\n## ")[1:]  # after the title and the contents, which list the same order
+    assert sections[0].startswith("This run failed")
+    assert "ConfigError: grpo.num_generations: 3 does not divide the generation batch 4" in sections[0]
+    assert "- [This run failed](#this-run-failed)" in report.split("\n## ")[0]
 
 
 def test_a_run_that_failed_before_its_manifest_is_still_a_run_and_shows_its_error(tmp_path):
@@ -72,7 +72,7 @@ def test_a_run_that_failed_before_its_manifest_is_still_a_run_and_shows_its_erro
     (run / ".hydra").mkdir(parents=True)
     (run / "error.txt").write_text(TRACEBACK)
     main([str(run)])
-    assert (run / "report" / "report.md").read_text().split("\n", 2)[2].startswith("## This run failed")
+    assert (run / "report" / "report.md").read_text().split("\n## ")[1].startswith("This run failed")
 
 
 def test_a_folder_that_is_no_run_is_refused_naming_the_runs_inside(tmp_path, demo_like):

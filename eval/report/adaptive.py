@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from core.checks import is_int
 from core.rundir import stage_records
 from core.stats import rate_text
+from eval.report.blocks import short_number
 from eval.report.series import Series, as_number, step_series
 
-PROMOTION, GUARD = "promotion", "guard"
+PROMOTION, GUARD, REFRESH = "promotion", "guard", "refresh"
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Event:
 
     step: float  # global step
     label: str
-    kind: str  # promotion | guard
+    kind: str  # promotion | guard | refresh (a stage whose KL reference is the previous stage's final)
 
 
 def _accuracy_text(end: dict) -> str:
@@ -97,12 +98,15 @@ def length_curve(steps: Sequence[dict], label: str) -> Series | None:
 
 
 def job_label(overrides: dict[str, str], params: Sequence[str], name: str) -> str:
-    """A job's legend entry: its values of the swept parameters ("curriculum=kk_adaptive"), else its number.
+    """A job's legend entry: its values of the swept parameters ("curriculum=kk_adaptive"; a long decimal to 3
+    significant digits), else its number.
 
     >>> job_label({"curriculum": "kk_adaptive", "seed": "1"}, ["curriculum"], "3")
     'curriculum=kk_adaptive'
+    >>> job_label({"reward.weights.format": "0.3745401188473625"}, ["reward.weights.format"], "3")
+    'reward.weights.format=0.375'
     >>> job_label({}, [], "3")
     'job 3'
     """
-    parts = [f"{p}={overrides[p]}" for p in params if p in overrides]
+    parts = [f"{p}={short_number(overrides[p])}" for p in params if p in overrides]
     return ", ".join(parts) if parts else f"job {name}"

@@ -37,6 +37,7 @@ class Text:
 class Table:
     headers: list[str]
     rows: list[list[str]]
+    left: int = 0  # the leading columns of words, aligned left (the page aligns numbers right, its first column left)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,26 @@ def fmt(value, digits: int = 3) -> str:
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     return str(value)
+
+
+def short_number(text) -> str:
+    """A value as a reader compares it: a decimal written with more than 3 significant digits (an Optuna trial's
+    0.3745401188473625) rounded to 3; whole numbers, words and short decimals as written.
+
+    >>> short_number("0.3745401188473625"), short_number("2.0"), short_number("1e-05"), short_number("128")
+    ('0.375', '2.0', '1e-05', '128')
+    >>> short_number("kk_ladder"), short_number(None), short_number("1234.5678")
+    ('kk_ladder', 'None', '1.23e+03')
+    """
+    text = str(text)
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if re.fullmatch(r"[+-]?\d+", text.strip()) or value != value or value in (float("inf"), float("-inf")):
+        return text
+    rounded = f"{value:.3g}"
+    return rounded if float(rounded) != value else text
 
 
 # Markdown that untrusted text could start anywhere in a line: emphasis, code spans, raw HTML and
@@ -152,9 +173,50 @@ def info_words(text) -> str:
     return " ".join(re.sub(r"[^\w.,:()+-]+", " ", str(text)).split())
 
 
+def slug(text: str) -> str:
+    """A heading's anchor as GitHub makes it (so report.md's contents link there too): lower case, punctuation
+    dropped, each space a hyphen.
+
+    >>> slug("Validation accuracy per subset"), slug("KL (beta > 0) · per stage")
+    ('validation-accuracy-per-subset', 'kl-beta--0--per-stage')
+    """
+    return re.sub(r"[^\w\- ]", "", " ".join(str(text).split("\n")).strip().lower()).replace(" ", "-")
+
+
+class Anchors:
+    """The anchors of a page's headings in order: a heading's slug, suffixed -1, -2, ... when an earlier heading has
+    it (GitHub's rule)."""
+
+    def __init__(self):
+        self.seen: dict[str, int] = {}
+
+    def __call__(self, text: str) -> str:
+        base = slug(text)
+        count = self.seen.get(base, 0)
+        self.seen[base] = count + 1
+        return base if count == 0 else f"{base}-{count}"
+
+
+# A contents entry's text: link text, so a bracket from a run folder must not close it either
+_LINK_TEXT = re.compile(_INLINE.pattern + r"|[\[\]]")
+
+
+def contents(title: str, blocks: Sequence) -> list[str]:
+    """The page's table of contents: a link to each section (level-2 heading), when there are two or more."""
+    anchors = Anchors()
+    anchors(title)
+    headings = [(block, anchors(block.text)) for block in blocks if isinstance(block, Heading)]  # every one counts
+    sections = [(block.text, anchor) for block, anchor in headings if block.level == 2]
+    if len(sections) < 2:
+        return []
+    return ["**Contents**", "",
+            *(f"- [{md_escape(text, line_start=False, inline=_LINK_TEXT)}](#{anchor})" for text, anchor in sections),
+            ""]
+
+
 def to_markdown(title: str, blocks: Sequence) -> str:
-    """Markdown with images linked relative to the report directory."""
-    out = [f"# {md_escape(title, inline=_INLINE_CLOSED)}", ""]
+    """Markdown with images linked relative to the report directory, its contents at the top."""
+    out = [f"# {md_escape(title, inline=_INLINE_CLOSED)}", "", *contents(title, blocks)]
     for block in blocks:
         if isinstance(block, Heading):
             out += [f"{'#' * block.level} {md_escape(block.text, inline=_INLINE_CLOSED)}", ""]
@@ -162,7 +224,7 @@ def to_markdown(title: str, blocks: Sequence) -> str:
             out += [f"_{block.text}_" if block.note else block.text, ""]
         elif isinstance(block, Table):
             out += ["| " + " | ".join(map(_cell, block.headers)) + " |",
-                    "|" + "---|" * len(block.headers),
+                    "|" + ":---|" * block.left + "---|" * (len(block.headers) - block.left),
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
             # the caption again as text under the image, so both pages show it (alt text is hidden): a paragraph of
@@ -176,13 +238,15 @@ def to_markdown(title: str, blocks: Sequence) -> str:
     return "\n".join(out)
 
 
-# A note is a paragraph that is all emphasis (`_..._` in the Markdown).
+# A note is a paragraph that is all emphasis (`_..._` in the Markdown); the contents are the list after the title, in
+# two columns when long.
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f2f2f2}td:first-child{text-align:left}p>em:only-child{color:#8a5a00}
 img{max-width:100%}code{background:#f4f4f4;padding:0 3px}
-pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}summary{cursor:pointer;color:#555}"""
+pre{background:#f7f7f7;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}summary{cursor:pointer;color:#555}
+h1+p+ul{font-size:0.92em}h1+p+ul:has(li:nth-child(9)){columns:2;column-gap:2em}"""
 
 
 def _embedded_image(self, tokens, idx, options, env) -> str:
@@ -215,13 +279,20 @@ def _folded_completion(self, tokens, idx, options, env) -> str:
     return f"<details><summary>the completion: {lines} lines, {len(text)} characters</summary>{body}</details>\n"
 
 
+def _heading_with_anchor(self, tokens, idx, options, env) -> str:
+    """A heading with its id, as `contents` links to it (its text as read, so escapes do not count)."""
+    tokens[idx].attrSet("id", env["anchors"](self.renderInlineAsText(tokens[idx + 1].children, options, env)))
+    return self.renderToken(tokens, idx, options, env)
+
+
 def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = ()) -> str:
     """One self-contained page from the report's Markdown: inline CSS, raw HTML escaped, long completions
     folded, and embedded only the `images` (file names) the report drew into `image_dir`."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
     renderer.add_render_rule("image", _embedded_image)
     renderer.add_render_rule("fence", _folded_completion)
+    renderer.add_render_rule("heading_open", _heading_with_anchor)
     own = {name for name in images if Path(name).name == name and (image_dir / name).is_file()}
-    body = renderer.render(markdown, {"image_dir": image_dir, "images": own})
+    body = renderer.render(markdown, {"image_dir": image_dir, "images": own, "anchors": Anchors()})
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")

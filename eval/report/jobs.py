@@ -29,6 +29,7 @@ from core.rundir import (
 )
 from core.stats import wilson_interval
 from eval.metrics import trials
+from eval.report.blocks import short_number
 from eval.report.series import Series, as_number
 
 # error.txt of a run of many processes starts with the failing rank (train/failures.py record_error)
@@ -100,6 +101,27 @@ def load_job(job_dir: Path) -> Job:
     return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
                error, final_trials(scan_jsonl(job_dir / VALIDATION, inside=job_dir).rows,
                                    stages[-1].index if stages else None))
+
+
+def sweep_direction(sweep_dir: Path) -> str:
+    """Which way the sweep's objective is better: Optuna's `direction` in multirun.yaml (maximize | minimize), else
+    maximize (the objective is an accuracy)."""
+    multirun = read_mapping(sweep_dir / "multirun.yaml", inside=sweep_dir)
+    hydra = multirun.get("hydra") if isinstance(multirun.get("hydra"), dict) else {}
+    sweeper = hydra.get("sweeper") if isinstance(hydra.get("sweeper"), dict) else {}
+    return "minimize" if sweeper.get("direction") == "minimize" else "maximize"
+
+
+def best_job(jobs: Sequence[Job], direction: str = "maximize") -> Job | None:
+    """The finished job with the best objective (the first of equals), None when no job has one.
+
+    >>> jobs = [Job(str(i), Path("."), {}, "done", 1, 1, {}, value, None) for i, value in enumerate([0.2, 0.5, None])]
+    >>> best_job(jobs).name, best_job(jobs, "minimize").name, best_job(jobs[2:])
+    ('1', '0', None)
+    """
+    scored = [job for job in jobs if job.objective is not None]
+    sign = -1.0 if direction == "minimize" else 1.0
+    return max(scored, key=lambda job: sign * job.objective, default=None)
 
 
 def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]:
@@ -227,7 +249,7 @@ def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float |
             low, high = (min(values), max(values)) if len(points) > 1 else (None, None)
         lows.append(low)
         highs.append(high)
-    return Series(label, [str(x) for x in xs], ys, lows, highs)
+    return Series(label, [short_number(x) for x in xs], ys, lows, highs)
 
 
 def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job], float | None]):

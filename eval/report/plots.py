@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eval.report.adaptive import PROMOTION, Event
+from eval.report.adaptive import GUARD, PROMOTION, REFRESH, Event
 from eval.report.series import Boundary, Series, StageGrid, intervals
 
 # Subsets keep one colour and marker in every figure, by the first number of their level (2ppl and 2steps are
@@ -103,17 +103,20 @@ def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
                     fontsize=8, color="0.25")
 
 
-# Promotion: a green upward triangle (the stage passed); guard event: a red cross (something collapsed).
-EVENT_STYLE = {PROMOTION: ("#1a9641", "^", "promoted on skill"), "guard": ("#d7191c", "X", "collapse guard")}
+# (colour, marker, legend name, height in the axes) of each kind of event. Promotion: a green upward triangle (the
+# stage passed); guard event: a red cross (something collapsed); a reference refresh: a blue diamond at the foot of
+# the axes, where the KL it resets falls (the stage labels take the top).
+EVENT_STYLE = {PROMOTION: ("#1a9641", "^", "promoted on skill", 0.97), GUARD: ("#d7191c", "X", "collapse guard", 0.97),
+               REFRESH: ("#2c7bb6", "D", "reference refreshed", 0.04)}
 
 
 def mark_events(ax, events: Sequence[Event]) -> None:
-    """A dotted line and a marker at the top of the axes for each event; one legend entry per kind."""
+    """A dotted line and a marker for each event; one legend entry per kind."""
     labelled = set()
     for event in events:
-        color, marker, name = EVENT_STYLE[event.kind]
+        color, marker, name, height = EVENT_STYLE[event.kind]
         ax.axvline(event.step, color=color, linestyle=":", linewidth=1.2, zorder=1)
-        ax.plot([event.step], [0.97], marker=marker, color=color, markersize=8, linestyle="none",
+        ax.plot([event.step], [height], marker=marker, color=color, markersize=8, linestyle="none",
                 transform=ax.get_xaxis_transform(), label=None if event.kind in labelled else name)
         labelled.add(event.kind)
 
@@ -150,6 +153,7 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
     mark_events(ax, panel.events)
     ax.set_title(panel.title, fontsize=10)
     ax.set_ylabel(panel.ylabel)
+    ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))  # a learning rate as 1e-4, not 0.000100
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     _legend(ax)
@@ -306,11 +310,14 @@ def _bar_isolated(ax, series: Series, color: str) -> None:
 
 @literal_text
 def plot_sweep_curves(accuracy: Sequence[tuple[str, Sequence[Series]]], length: Sequence[Series], path: Path,
-                      title: str = "The sweep's jobs compared") -> Path:
+                      title: str = "The sweep's jobs compared", reward: Sequence[Series] = (),
+                      best: str | None = None) -> Path:
     """Jobs (or runs) overlaid: each accuracy panel (title, one curve per job: the mean over shared subsets, or one
     subset with its gaps; `series.accuracy_panels`) with markers at stage ends and a band for the 95% interval,
-    then training mean length per step; one colour per job in every panel, on the global-step axis."""
+    then training reward and mean length per step; one colour per job in every panel, on the global-step axis;
+    the `best` job's lines (its label) drawn thicker."""
     panels = [(name, lines, True) for name, lines in accuracy if lines]
+    panels += [("training reward per step (weighted total)", reward, False)] if reward else []
     panels += [("training mean completion length per step (tokens)", length, False)] if length else []
     fig, axes = _figure(len(panels), height=3.6 if len(panels) < 4 else 2.8)
     labels = list(dict.fromkeys(s.label for _, lines, _ in panels for s in lines))
@@ -320,7 +327,8 @@ def plot_sweep_curves(accuracy: Sequence[tuple[str, Sequence[Series]]], length: 
     for ax, (panel_title, lines, is_accuracy) in zip(axes, panels, strict=True):
         for series in lines:
             style = styles[series.label] if is_accuracy else {**styles[series.label], "marker": None}
-            ax.plot(series.x, _nan(series.y), label=series.label, linewidth=1.8 if is_accuracy else 1.2,
+            width = (1.8 if is_accuracy else 1.2) * (2.0 if series.label == best else 1.0)
+            ax.plot(series.x, _nan(series.y), label=series.label, linewidth=width,
                     markersize=max(4.0, 9.0 - 1.5 * labels.index(series.label)), **style)
             if series.low is not None and series.high is not None:
                 ax.fill_between(series.x, _nan(series.low), _nan(series.high), color=style["color"], alpha=0.12,

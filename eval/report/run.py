@@ -1,4 +1,5 @@
-"""One run's report: its stages, how they ended, validation per subset, length, reward, format, collapse.
+"""One run's report: its stages, its history, how they ended, validation per subset, length, reward, format, TRL's
+curves, throughput, collapse.
 
 A report is a list of blocks (`eval.report.blocks`); this module only chooses and orders them, from
 the series `eval.report.series` reads and the figures `eval.report.plots` draws.
@@ -13,11 +14,14 @@ from curriculum.tasks.report import Rate
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape
+from eval.report.history import history_blocks
+from eval.report.lengths import length_distribution_blocks
 from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
 from eval.report.rollouts import rollout_blocks
 from eval.report.samples import samples_blocks
 from eval.report.story import story_blocks
 from eval.report.tables import change_note, grid_table, pool_sizes
+from eval.report.training import curves_blocks, throughput_blocks
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
 # A share is drawn on a fixed 0..1 axis.
@@ -27,8 +31,7 @@ COLLAPSE_KEYS = (
     ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
     ("completions/distinct_share", "distinct completions per group: near-identical rollouts", "share",
      "logged by runs since the collapse guard"),
-    ("kl", "KL to the reference", "KL", "logged only when grpo.beta > 0"),
-)
+)  # the KL, with its reference refreshes: `eval.report.training`
 
 
 def _stage_table(manifest: dict, steps: list[dict]) -> Table:
@@ -199,23 +202,10 @@ def _collapse(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
             notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
         else:
             panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share", events=events))
-    notes += _ratio_clipping_note(run.steps)
     if not panels:
         return notes
     image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
-    return [Image(image, "entropy, truncation, zero-variance groups and KL per step"), *notes]
-
-
-def _ratio_clipping_note(steps: list[dict]) -> list:
-    """Say when PPO-style ratio clipping (epsilon, clip-higher's epsilon_high) never acted, and why."""
-    clipped = [r["clip_ratio/region_mean"] for r in steps if isinstance(r.get("clip_ratio/region_mean"), int | float)]
-    if not clipped or any(clipped):
-        return []
-    return [Text("`clip_ratio/region_mean` is 0 at every step: with one optimizer step per generation batch and "
-                 "num_iterations 1 the importance ratio is exactly 1, so epsilon / epsilon_high (clip-higher) never "
-                 "acted. They act only when num_iterations > 1 or steps_per_generation > "
-                 "gradient_accumulation_steps. (The truncation panel's `completions/clipped_ratio` is another "
-                 "thing: completions cut at max_completion_length.)", True)]
+    return [Image(image, "entropy, truncation, zero-variance groups and distinct completions per step"), *notes]
 
 
 def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
@@ -224,11 +214,16 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
     boundaries = rs.stage_boundaries(run.manifest, run.steps)
     events = [*ra.promotion_points(run.manifest), *ra.guard_events(run.manifest)]
     story = story_blocks(run.manifest, run.steps, run.validation)
-    blocks = [*failure_blocks(run_dir), *_summary(run), *([Heading("What each stage did"), *story] if story else []),
+    names = dict(rs.planned_stages(run.manifest))
+    blocks = [*failure_blocks(run_dir), *_summary(run), *history_blocks(run_dir, run.manifest),
+              *([Heading("What each stage did"), *story] if story else []),
               *_stage_ends(run), *_validation(run, out_dir),
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
+              *length_distribution_blocks(run_dir, run.manifest, run.steps, names, out_dir),
               Heading("Reward"), *_rewards(run, boundaries, out_dir), *rollout_blocks(run_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
+              Heading("TRL's training curves"), *curves_blocks(run.manifest, run.steps, boundaries, out_dir),
+              Heading("Throughput and memory"), *throughput_blocks(run.manifest, run.steps, boundaries, out_dir),
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
-              *samples_blocks(run_dir, dict(rs.planned_stages(run.manifest)), run.task_report)]
+              *samples_blocks(run_dir, names, run.task_report)]
     return f"Run report: {run_dir.name}", blocks

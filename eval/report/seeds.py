@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 
 from core.rundir import BASELINE, level_order, row_level
-from eval.report.blocks import Heading, Table, Text, code, md_escape
+from eval.report.blocks import Heading, Table, Text, code, md_escape, short_number
 from eval.report.jobs import Job
 from eval.report.series import as_number, load_run
 
@@ -85,7 +85,7 @@ def seed_blocks(jobs: Sequence[Job], params: Sequence[str]) -> list:
                          "between settings must beat. Stages a seed has not validated yet are left out of its "
                          "cell (the count says how many seeds it holds).")]
     for key, group in seed_groups(jobs, params).items():
-        setting = ", ".join(code(f"{p}={v}") for p, v in key) or "every job"
+        setting = ", ".join(code(f"{p}={short_number(v)}") for p, v in key) or "every job"
         seeds = md_escape(", ".join(str(job.overrides.get(seed)) for job in group))
         blocks += [Text(f"**{setting}**: seeds {seeds} (jobs {md_escape(', '.join(job.name for job in group))})"),
                    seed_table(group)]

@@ -18,6 +18,10 @@ from eval.report.blocks import Text, md_escape
 from eval.report.series import as_number
 
 NO_SIGNAL_KEY = "frac_reward_zero_std"
+# A GRPO stage's entropy or mean completion length under this share of the run's first logged value, from some step
+# to its last, is called a collapse in its paragraph (a dip it recovers from is not).
+COLLAPSE_SHARE = 0.5
+COLLAPSE_SIGNALS = (("entropy", "entropy"), ("completions/mean_length", "mean completion length"))
 
 
 def stage_steps(steps: Sequence[dict], index: int) -> list[dict]:
@@ -80,6 +84,48 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
             f"step{'s' if len(silent) > 1 else ''} {shown})")
 
 
+def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[str, tuple[int, float]]:
+    """(global step, value) of each collapse signal's first logged value over the stages that learn from rewards
+    (an SFT stage's entropy is over the reference responses, another quantity).
+
+    >>> rows = [{"stage": 1, "global_step": 2, "entropy": 0.8}, {"stage": 1, "global_step": 1, "entropy": 0.9}]
+    >>> first_values(rows, [StageRecord(index=1, kind="grpo")])
+    {'entropy': (1, 0.9)}
+    """
+    rewarded = {s.index for s in stages if s.kind_facts.learns_from_rewards}
+    found = {}
+    for key, _ in COLLAPSE_SIGNALS:
+        points = [(int(step), value) for r in steps if r.get("stage") in rewarded
+                  and (step := as_number(r.get("global_step"))) is not None
+                  and (value := as_number(r.get(key))) is not None]
+        if points:
+            found[key] = min(points)
+    return found
+
+
+def collapse_words(rows: Sequence[dict], key: str, label: str, first: tuple[int, float] | None) -> str | None:
+    """A collapse of `key` in a stage (its rows): under COLLAPSE_SHARE of the run's `first` (global step, value) from
+    some step to the stage's last; None when it ends above that, or nothing is known.
+
+    >>> rows = [{"stage_step": s, "entropy": e} for s, e in enumerate([0.8, 0.5, 0.3, 0.1], start=1)]
+    >>> collapse_words(rows, "entropy", "entropy", (1, 0.8))
+    "entropy collapsed: under 50% of the run's first value (0.8 at global step 1) from step 3 (0.3) to its last (0.1)"
+    >>> collapse_words(rows[:2], "entropy", "entropy", (1, 0.8)) is None
+    True
+    """
+    points = [(int(r["stage_step"]), v) for r in rows if (v := as_number(r.get(key))) is not None]
+    if not points or first is None or first[1] <= 0:
+        return None
+    below = [value < COLLAPSE_SHARE * first[1] for _, value in points]
+    if not below[-1]:
+        return None
+    start = len(below) - next((i for i, low in enumerate(reversed(below)) if not low), len(below))
+    (step, value), last = points[start], points[-1][1]
+    since = "from its first step" if start == 0 else f"from step {step}"
+    return (f"{label} collapsed: under {COLLAPSE_SHARE:.0%} of the run's first value ({first[1]:.3g} at global step "
+            f"{first[0]}) {since} ({value:.3g}) to its last ({last:.3g})")
+
+
 def change_words(before: dict, after: dict) -> str:
     """One subset's accuracy from one validation to the next, with Newcombe's 95% interval for the change.
 
@@ -120,7 +166,9 @@ def validation_words(validation: Sequence[dict], index: int) -> str | None:
     return "validation accuracy: " + "; ".join(changes) + same
 
 
-def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[dict]) -> str:
+def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[dict],
+                firsts: dict[str, tuple[int, float]] | None = None) -> str:
+    """One stage's paragraph; `firsts`: the run's first value of each collapse signal (`first_values`)."""
     rows = stage_steps(steps, stage.index)
     kind = stage.kind_facts
     done = stage.steps_done or len(rows)
@@ -128,6 +176,7 @@ def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[
     words = [curve_words(rows, kind.curve, kind.curve)]
     if kind.learns_from_rewards:
         words.append(no_signal_words(rows))
+        words += [collapse_words(rows, key, label, (firsts or {}).get(key)) for key, label in COLLAPSE_SIGNALS]
     words.append(validation_words(validation, stage.index))
     said = [w for w in words if w]
     return head + (": " + "; ".join(md_escape(w, line_start=False) for w in said) if said else ": nothing logged yet")
@@ -140,9 +189,11 @@ def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dic
     if not stages:
         return []
     note = ("Read step by step (metrics.jsonl), not as halves; each change in validation with Newcombe's 95% "
-            "interval for a difference: a change whose interval holds 0 is within noise.")
+            "interval for a difference: a change whose interval holds 0 is within noise. Entropy or mean length "
+            f"under {COLLAPSE_SHARE:.0%} of the run's first value, to a stage's last step, is called a collapse.")
     overall = [Text(words) for words in overall_words(steps, validation)]
-    return [Text(note, note=True), *(Text(stage_words(s, steps, validation)) for s in stages), *overall]
+    firsts = first_values(steps, stage_records(manifest))
+    return [Text(note, note=True), *(Text(stage_words(s, steps, validation, firsts)) for s in stages), *overall]
 
 
 def _validated(validation: Sequence[dict], index: int) -> dict[str, dict]:

@@ -16,7 +16,7 @@ from core.stats import rate_text, wilson_interval
 from eval.report import adaptive as ra
 from eval.report import jobs as js
 from eval.report import series as rs
-from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
+from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape, short_number
 from eval.report.plots import CURVES_NOTE, plot_sweep_curves, plot_sweep_heatmaps, plot_sweep_lines
 from eval.report.seeds import SEED_KEYS, seed_blocks, seed_param
 
@@ -36,12 +36,18 @@ def mean_note(jobs: Sequence[js.Job]) -> str:
     return f"mean: over {', '.join(js.shared_levels(jobs)) or 'no subset every finished job has'}"
 
 
-def _jobs_table(jobs: Sequence[js.Job], params: list[str], ranked: bool = False) -> Table:
+BEST = "best"  # the mark of the job with the best objective, in its table row and its curves' legend
+
+
+def _jobs_table(jobs: Sequence[js.Job], params: list[str], ranked: bool = False, best: js.Job | None = None) -> Table:
+    """One row per job: its values of the swept parameters (long decimals to 3 significant digits), how far it got,
+    its objective and final accuracies; the `best` job's name marked."""
     levels = sorted({level for job in jobs for level in job.final_accuracy}, key=level_order)
     mean, puzzles = js.mean_measure(js.shared_levels(jobs))
     if ranked:  # best first; unfinished jobs last
         jobs = sorted(jobs, key=lambda j: (mean(j) is None, -(mean(j) or 0.0)))
-    rows = [[job.name, *(fmt(job.overrides.get(p)) for p in params), job.status,
+    rows = [[f"{job.name} ({BEST})" if job is best else job.name,
+             *(short_number(fmt(job.overrides.get(p))) for p in params), job.status,
              f"{job.stages_done}/{job.stages_total}", fmt(job.objective), rate_text(mean(job), puzzles(job)),
              *(rate_text(job.final_accuracy.get(level), job.final_trials.get(level)) for level in levels),
              fmt(job.error)]
@@ -58,7 +64,8 @@ def _heatmap(jobs: Sequence[js.Job], rows: str, cols: str, measure: Measure) -> 
     notes = [[_cell_note([job for job in jobs if value(job) is not None and str(job.overrides.get(rows)) == r
                           and str(job.overrides.get(cols)) == c], value, trials) for c in col_values]
              for r in row_values]
-    return f"{label} final accuracy", row_values, col_values, matrix, notes
+    shown = ([short_number(v) for v in values] for values in (row_values, col_values))
+    return f"{label} final accuracy", *shown, matrix, notes
 
 
 def _cell_note(cell: Sequence[js.Job], value, trials) -> str:
@@ -70,7 +77,7 @@ def _cell_note(cell: Sequence[js.Job], value, trials) -> str:
     return f"[{low:.2f}, {high:.2f}]"
 
 
-def _sweep_accuracy(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
+def _sweep_accuracy(jobs: Sequence[js.Job], params: list[str], out_dir: Path, best: js.Job | None = None) -> list:
     measures = _accuracy_measures(jobs)
     if not any(job.final_accuracy for job in jobs):
         return [Text("no job has finished its last stage: nothing to plot yet", True)]
@@ -88,18 +95,37 @@ def _sweep_accuracy(jobs: Sequence[js.Job], params: list[str], out_dir: Path) ->
         return [Text("no swept parameter to plot against but the seed: see the seeds table below", True)]
     return [Text(f"{len(params)} swept parameters: jobs ranked by mean final accuracy ({md_escape(mean_note(jobs))}) "
                  "instead of a plot"),
-            _jobs_table(jobs, params, ranked=True)]
+            _jobs_table(jobs, params, ranked=True, best=best)]
 
 
-def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path) -> list:
-    """Every job's accuracy-after-each-stage and length curves overlaid on the global-step axis."""
-    runs = [(ra.job_label(job.overrides, params, job.name), rs.load_run(job.path)) for job in jobs]
+def job_labels(jobs: Sequence[js.Job], params: list[str], best: js.Job | None) -> list[str]:
+    """Each job's legend entry (`adaptive.job_label`), the best job's marked."""
+    return [ra.job_label(job.overrides, params, job.name) + (f" ({BEST})" if job is best else "") for job in jobs]
+
+
+def _sweep_curves(jobs: Sequence[js.Job], params: list[str], out_dir: Path, best: js.Job | None = None) -> list:
+    """Every job's accuracy-after-each-stage, training reward and length curves overlaid on the global-step axis,
+    the best job's drawn thicker."""
+    runs = list(zip(job_labels(jobs, params, best), (rs.load_run(job.path) for job in jobs), strict=True))
     accuracy = rs.accuracy_panels([(label, run.validation) for label, run in runs])
+    reward = [s for label, run in runs if (s := rs.step_series(run.steps, "reward", label)) is not None]
     length = [s for label, run in runs if (s := ra.length_curve(run.steps, label)) is not None]
-    if not any(lines for _, lines in accuracy) and not length:
+    if not any(lines for _, lines in accuracy) and not length and not reward:
         return [Text("no job has validated a stage or logged a step yet: curves skipped", True)]
-    image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png")
-    return [Image(image, f"one colour per job: {CURVES_NOTE}; and mean length per step")]
+    marked = job_labels([best], params, best)[0] if best is not None else None
+    image = plot_sweep_curves(accuracy, length, out_dir / "sweep_curves.png", reward=reward, best=marked)
+    best_words = f"; thicker: the best job, {ra.job_label(best.overrides, params, best.name)}" if best else ""
+    return [Image(image, f"one colour per job: {CURVES_NOTE}; then training reward and mean length per "
+                         f"step{best_words}")]
+
+
+def best_words(best: js.Job | None, params: list[str], direction: str) -> str:
+    """The summary's line on the best job: its number, objective and values of the swept parameters."""
+    if best is None:
+        return "**best job** none yet (no job has finished with an objective)"
+    values = ", ".join(code(f"{p}={short_number(best.overrides.get(p))}") for p in params if p in best.overrides)
+    return (f"**best job** {md_escape(best.name)} ({'lowest' if direction == 'minimize' else 'highest'} objective "
+            f"{best.objective:.3f}){': ' + values if values else ''}")
 
 
 def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
@@ -116,10 +142,13 @@ def sweep_report(sweep_dir: Path, out_dir: Path) -> tuple[str, list]:
     summary = (f"**jobs** {len(jobs)} ({', '.join(f'{n} {status}' for status, n in sorted(counts.items()))})"
                f" · **swept** {', '.join(code(p) for p in params) or 'nothing'}"
                + (f" · **averaged over** {code(seed)}" if seed else ""))
-    blocks = [Text(summary), *skipped, Heading("Final accuracy against the swept parameters"),
-              *_sweep_accuracy(jobs, plotted, out_dir), *seed_blocks(jobs, params),
-              Heading("The jobs compared: accuracy after each stage and response length"),
-              *_sweep_curves(jobs, params, out_dir), Heading("Every job"), _jobs_table(jobs, params),
+    direction = js.sweep_direction(sweep_dir)
+    best = js.best_job(jobs, direction)
+    blocks = [Text(summary), Text(best_words(best, params, direction)), *skipped,
+              Heading("Final accuracy against the swept parameters"),
+              *_sweep_accuracy(jobs, plotted, out_dir, best), *seed_blocks(jobs, params),
+              Heading("The jobs compared: accuracy after each stage, training reward and response length"),
+              *_sweep_curves(jobs, params, out_dir, best), Heading("Every job"), _jobs_table(jobs, params, best=best),
               Text(md_escape(f"mean acc: {mean_note(jobs)}")),
               Text(f"one job's curves: {code(f'python -m eval.report {sweep_dir}/<job>')}")]
     return f"Sweep report: {sweep_dir.name}", blocks

@@ -30,7 +30,7 @@ from pathlib import Path
 from core.distributed import Processes, on_main
 from core.jsonl import read_jsonl
 from core.published import final_info, final_problem, marker_digest, recorded_final_problem
-from core.rundir import METRICS, StageRecord, final_checkpoint, stage_final, stage_path
+from core.rundir import METRICS, REFUSED_FINAL, StageRecord, final_checkpoint, stage_final, stage_path
 from curriculum.plan import Stage
 from train.run.manifest import Manifest
 from train.stages.base import StageResult
@@ -126,7 +126,7 @@ def _refuse_final(run_dir: Path, manifest: Manifest, stage: Stage, problem: str,
                            "again from the previous complete checkpoint")
     final = stage_final(run_dir, record)
     if final.is_dir():
-        refused = final.with_name("final.refused")
+        refused = final.with_name(REFUSED_FINAL)
         shutil.rmtree(refused, ignore_errors=True)
         final.rename(refused)
         said += f"; set aside as {refused}"
