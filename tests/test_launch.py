@@ -53,7 +53,8 @@ def test_prompts_per_step_is_per_device_x_accumulation_x_processes_over_generati
               "num_generations": 8}
     batch = grpo_batch(fields, "grpo", processes)
     assert batch.prompts_per_step == prompts == per_device * accumulation * processes / 8
-    assert batch.ratio_is_one, "one optimizer step per generation batch, whatever the processes"
+    # one optimizer step per generation batch, used once, whatever the processes: the importance ratio is 1
+    assert (batch.steps_per_generation, batch.num_iterations) == (accumulation, 1)
 
 
 @pytest.mark.parametrize("processes", [1, 2, 4])

@@ -7,7 +7,7 @@ import pytest
 from core.gpu_pool import visible_gpus
 from curriculum.tasks.base import RecordError
 from curriculum.tasks.kk.generator import generate
-from curriculum.tasks.kk.sources import read_records
+from curriculum.tasks.kk.sources import load_records
 
 
 def _parquet(path, records) -> None:
@@ -25,11 +25,11 @@ def _parquet(path, records) -> None:
 def test_a_truncated_parquet_file_is_named(tmp_path, keep):
     path = tmp_path / "2ppl" / "train.parquet"
     _parquet(path, generate(2, 8, seed=0))
-    assert len(read_records(path)) == 8, "whole, it reads"
+    assert len(load_records("local", 2, "train", path=tmp_path)) == 8, "whole, it reads"
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(RecordError, match=rf"^{path}: not a readable parquet file \("):
-        read_records(path)
+        load_records("local", 2, "train", path=tmp_path)
 
 
 @pytest.mark.parametrize(("value", "gpus"), [

@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from curriculum.tasks.kk import KKTask, kk_record
-from curriculum.tasks.kk.grading.claims import last_claims
+from curriculum.tasks.kk.grading.claims import read_claims
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
@@ -44,7 +44,7 @@ LAST_CLAIMS = [
 
 @pytest.mark.parametrize(("reasoning", "expected"), LAST_CLAIMS)
 def test_last_claims(reasoning, expected):
-    assert tuple(last_claims(reasoning, NAMES).values()) == expected
+    assert tuple(read_claims(reasoning, NAMES).last().values()) == expected
 
 
 def think(reasoning: str, answer: str = RIGHT) -> str:
