@@ -218,14 +218,14 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
 
 
 def _stage_level(block: dict, key: str) -> tuple[object, str]:
-    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, its older name (K&K's
-    curricula wrote a people count there), not both."""
-    level, older = block.get("level"), block.get("ppl")
-    if level is not None and older is not None:
-        raise ConfigError(f"{key}: give level or ppl (its older name), not both")
-    if level is None and older is None:
+    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, K&K's name for it (its
+    curricula write a people count there), not both."""
+    level, people = block.get("level"), block.get("ppl")
+    if level is not None and people is not None:
+        raise ConfigError(f"{key}: give level or ppl (K&K's name for level), not both")
+    if level is None and people is None:
         raise ConfigError(f"{key}.level: missing; a level of the task")
-    return (level, f"{key}.level") if level is not None else (older, f"{key}.ppl")
+    return (level, f"{key}.level") if level is not None else (people, f"{key}.ppl")
 
 
 def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> Stage:

@@ -35,13 +35,13 @@ def write_jsonl(path: Path, rows: list[dict], torn: str = "") -> None:
 
 
 def stage_entry(index: int, ppl: int, status: str, start: int | None = None, end: int | None = None) -> dict:
-    return {"index": index, "name": f"{ppl}ppl", "ppl_label": str(ppl), "status": status, "steps_budget": 4,
+    return {"index": index, "name": f"{ppl}ppl", "level_label": f"{ppl}ppl", "status": status, "steps_budget": 4,
             "steps_done": 0 if end is None else end - start, "global_step_start": start,
             "global_step_end": end, "final_metrics": {}}
 
 
 def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -> dict:
-    return {"stage": stage, "stage_name": f"{ppl}ppl", "ppl": str(ppl), "stage_step": stage_step,
+    return {"stage": stage, "stage_name": f"{ppl}ppl", "level": f"{ppl}ppl", "stage_step": stage_step,
             "global_step": global_step, "kind": "step", "reward": 0.1 * global_step,
             "rewards/format_reward/mean": 0.5, "rewards/answer_reward/mean": 0.2,
             "completions/mean_length": 100.0 + global_step, "completions/min_length": 50.0,
@@ -50,7 +50,7 @@ def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -
 
 
 def val_row(stage: int, name: str, step: int, ppl: int, accuracy: float, tokens: float) -> dict:
-    return {"stage": stage, "stage_name": name, "global_step": step, "ppl": ppl, "accuracy": accuracy,
+    return {"stage": stage, "stage_name": name, "global_step": step, "level": f"{ppl}ppl", "ppl": ppl, "accuracy": accuracy,
             "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
 
 
@@ -64,7 +64,7 @@ def partial_run(tmp_path) -> Path:
     (run / "run.json").write_text(json.dumps(manifest))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     steps = [step_row(1, 2, k, k) for k in (1, 2, 3)]
-    summary = {"stage": 1, "stage_name": "2ppl", "ppl": "2", "stage_step": 3, "global_step": 3,
+    summary = {"stage": 1, "stage_name": "2ppl", "level": "2ppl", "stage_step": 3, "global_step": 3,
                "kind": "summary", "train_runtime": 1.0}
     write_jsonl(run / "metrics.jsonl", [*steps, summary, step_row(2, 3, 1, 4), step_row(2, 3, 2, 5)],
                 torn='{"stage": 2, "stage_step": 3, "glo')
@@ -131,7 +131,7 @@ def done_manifest(accuracy: dict[str, float]) -> dict:
 
 def done_validation(job: Path, accuracy: dict[str, float], n: int = 4) -> None:
     """The validation.jsonl that goes with `done_manifest`: each subset after stage 1, over `n` puzzles."""
-    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "ppl": int(k[0]),
+    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "level": k,
                                             "accuracy": v, "n": n} for k, v in accuracy.items()])
 
 

@@ -66,7 +66,7 @@ def test_sweep_report_overlays_each_jobs_accuracy_and_length(tmp_path):
         stages = [stage_entry(k, 2, "done", points[k - 1][0], step) for k, (step, _) in enumerate(points) if k]
         job = make_job(sweep, num, [f"+curriculum={name}", "experiment=smoke"],
                        manifest={"status": "done", "stages": stages})
-        rows = [{"stage": k, "global_step": step, "ppl": 2, "accuracy": acc, "n": 4} for k, (step, acc) in
+        rows = [{"stage": k, "global_step": step, "level": "2ppl", "accuracy": acc, "n": 4} for k, (step, acc) in
                 enumerate(points)]
         write_jsonl(job / "validation.jsonl", rows)
         write_jsonl(job / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3, 4)])

@@ -42,7 +42,7 @@ def _run_with_accuracies(tmp_path: Path, accuracies: list[float], n: int) -> Pat
     run.mkdir()
     stages = [stage_entry(k, 2, "done", 2 * (k - 1), 2 * k) for k in range(1, len(accuracies))]
     (run / "run.json").write_text(json.dumps({"status": "done", "stages": stages}))
-    rows = [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "global_step": 2 * k, "ppl": 2,
+    rows = [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "global_step": 2 * k, "level": "2ppl",
              "accuracy": acc, "format_rate": acc, "mean_tokens": 50.0, "n": n, "puzzles": n, "with_reasoning": n}
             for k, acc in enumerate(accuracies)]
     write_jsonl(run / "validation.jsonl", rows)
@@ -88,7 +88,7 @@ def _seed_job(sweep: Path, num: int, fmt: str, seed: int, accuracies: list[float
               for k, acc in enumerate(accuracies) if k]
     job = make_job(sweep, num, ["+curriculum=kk_ladder", f"reward.weights.format={fmt}", f"seed={seed}"],
                    manifest={"status": "done", "stages": stages})
-    write_jsonl(job / "validation.jsonl", [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "ppl": 2,
+    write_jsonl(job / "validation.jsonl", [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "level": "2ppl",
                                             "global_step": 2 * k, "accuracy": acc, "n": 100, "puzzles": 100}
                                            for k, acc in enumerate(accuracies)])
 
