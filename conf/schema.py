@@ -13,9 +13,9 @@ inside a typed block that is null).
 
 Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it), `model.lora`, `model.chat_template_kwargs` and
-`cpu_threads` (auto or a number); the checks in train/ and curriculum/ take those. Ranges (a count
-> 0, a share in [0, 1]) and rules across keys stay hand checks too.
+its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it), `model.lora`,
+`model.chat_template_kwargs` and `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take
+those. Ranges (a count > 0, a share in [0, 1]) and rules across keys stay hand checks too.
 """
 
 from __future__ import annotations

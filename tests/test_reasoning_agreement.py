@@ -154,8 +154,8 @@ def test_the_report_shows_the_reasoning_metrics_per_stage(tmp_path):
     (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage]}))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     (run / "metrics.jsonl").write_text("")
-    rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "level": "2ppl", "accuracy": 0.5, "mean_tokens": 90.0,
-             "format_rate": 1.0, "reasoning_agrees_rate": agrees, "correct_but_disagrees": 0.125,
+    rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "level": "2ppl", "accuracy": 0.5,
+             "mean_tokens": 90.0, "format_rate": 1.0, "reasoning_agrees_rate": agrees, "correct_but_disagrees": 0.125,
              "invented_name_rate": 0.25, "n": 8} for s, name, agrees in ((0, "baseline", 0.375), (1, "2ppl", 0.875))]
     (run / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = (write_report(run) / "report.md").read_text()

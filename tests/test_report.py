@@ -50,8 +50,8 @@ def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -
 
 
 def val_row(stage: int, name: str, step: int, ppl: int, accuracy: float, tokens: float) -> dict:
-    return {"stage": stage, "stage_name": name, "global_step": step, "level": f"{ppl}ppl", "ppl": ppl, "accuracy": accuracy,
-            "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
+    return {"stage": stage, "stage_name": name, "global_step": step, "level": f"{ppl}ppl", "ppl": ppl,
+            "accuracy": accuracy, "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
 
 
 @pytest.fixture
