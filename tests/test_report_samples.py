@@ -1,5 +1,6 @@
 """The report's Samples section, intervals in every accuracy cell on a real run, and a run folder that
-tries to smuggle Markdown, HTML and local files into the report (issue 20)."""
+tries to smuggle Markdown, HTML and local files into the report (everything read from a run folder is
+untrusted: the report shows it as text)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from eval.report.cli import main, write_report
 from tests.test_report import TRACEBACK, stage_entry, step_row, val_row, write_jsonl
 
-# the demo's 2ppl stage as the issue read it: up to 1.50 at step 5, then down every step
+# a demo run's 2ppl stage: up to 1.50 at step 5, then down every step
 DEMO_REWARDS = [0.58, 0.90, 1.10, 1.30, 1.50, 1.22, 1.00, 0.625]
 
 
