@@ -19,7 +19,7 @@ def _parquet(path, records) -> None:
 
 
 @pytest.mark.parametrize("keep", [
-    0.5,  # cut mid-file: its footer is gone (was pyarrow's ArrowInvalid, naming no file)
+    0.5,  # cut mid-file: its footer is gone (pyarrow's own ArrowInvalid names no file)
     0.0,  # emptied: "Parquet file size is 0 bytes"
 ])
 def test_a_truncated_parquet_file_is_named(tmp_path, keep):
@@ -33,7 +33,7 @@ def test_a_truncated_parquet_file_is_named(tmp_path, keep):
 
 
 @pytest.mark.parametrize(("value", "gpus"), [
-    ("-1", []),  # the usual way to hide every GPU: was a GPU named "-1" handed to a launch=per_gpu job
+    ("-1", []),  # the usual way to hide every GPU: no GPU named "-1" handed to a launch=per_gpu job
     ("", []),  # empty: none either
     ("0,-1,2", ["0"]),  # CUDA reads up to the first negative index
     ("1,0", ["1", "0"]),  # order kept: the pool hands them out in it
