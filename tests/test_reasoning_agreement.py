@@ -151,7 +151,8 @@ def test_the_report_shows_the_reasoning_metrics_per_stage(tmp_path):
     run.mkdir()
     stage = {"index": 1, "name": "2ppl", "level_label": "2ppl", "status": "done", "steps_budget": 2, "steps_done": 2,
              "global_step_start": 0, "global_step_end": 2, "final_metrics": {}}
-    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage]}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage],
+                                                     "task_report": KKTask.report.as_json()}))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     (run / "metrics.jsonl").write_text("")
     rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "level": "2ppl", "accuracy": 0.5,

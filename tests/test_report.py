@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from curriculum.tasks.kk import KKTask
 from eval.report import cli as report
 from eval.report import jobs as js
 from eval.report import series as rs
@@ -28,6 +29,10 @@ TRACEBACK = """Traceback (most recent call last):
            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^
 curriculum.plan.ConfigError: grpo.num_generations: 3 does not divide the generation batch 4
 """
+
+
+#: What a K&K run records in run.json of how its report shows the task (train/run/runner.py)
+KK_REPORT = KKTask.report.as_json()
 
 
 def write_jsonl(path: Path, rows: list[dict], torn: str = "") -> None:
@@ -58,7 +63,7 @@ def val_row(stage: int, name: str, step: int, ppl: int, accuracy: float, tokens:
 def partial_run(tmp_path) -> Path:
     run = tmp_path / "runs" / "partial"
     run.mkdir(parents=True)
-    manifest = {"status": "running", "curriculum": "kk_ladder", "baseline": {},
+    manifest = {"status": "running", "curriculum": "kk_ladder", "baseline": {}, "task_report": KK_REPORT,
                 "stages": [stage_entry(1, 2, "done", 0, 3), stage_entry(2, 3, "running", 3),
                            stage_entry(3, 4, "pending")]}
     (run / "run.json").write_text(json.dumps(manifest))
@@ -116,7 +121,7 @@ def make_job(sweep: Path, num: int, overrides: list[str], *, manifest: dict | No
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     if manifest is not None:
-        (job / "run.json").write_text(json.dumps(manifest))
+        (job / "run.json").write_text(json.dumps({"task_report": KK_REPORT, **manifest}))
         (job / "config.yaml").write_text("objective: mean_final_accuracy\n")
     if error is not None:
         (job / "error.txt").write_text(error)
@@ -126,7 +131,8 @@ def make_job(sweep: Path, num: int, overrides: list[str], *, manifest: dict | No
 def done_manifest(accuracy: dict[str, float]) -> dict:
     final = {k: {"accuracy": v} for k, v in accuracy.items()}
     last = {**stage_entry(1, 2, "done", 0, 4), "final_metrics": final}
-    return {"status": "done", "stages": [last]}
+    # the objective the job returned (mean_final_accuracy), as a run records it
+    return {"status": "done", "stages": [last], "objective": sum(accuracy.values()) / len(accuracy)}
 
 
 def done_validation(job: Path, accuracy: dict[str, float], n: int = 4) -> None:

@@ -10,7 +10,7 @@ import pytest
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report import write_report
-from tests.test_report import make_job, stage_entry, step_row, write_jsonl
+from tests.test_report import KK_REPORT, make_job, stage_entry, step_row, write_jsonl
 
 PROMOTED = {"reason": "threshold", "stage_step": 3, "accuracy": 0.85, "n": 100, "threshold": 0.8, "checks": []}
 STOPPED = {"reason": "guard", "signal": "length_drop", "stage_step": 4, "accuracy": 0.1, "n": 100,
@@ -26,7 +26,8 @@ def adaptive_run(tmp_path) -> Path:
     run.mkdir()
     stages = [{**stage_entry(1, 2, "done", 0, 3), "end": PROMOTED},
               {**stage_entry(2, 3, "done", 3, 7), "end": STOPPED, "guard_events": [EVENT]}]
-    (run / "run.json").write_text(json.dumps({"status": "done", "baseline": {}, "stages": stages}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "baseline": {}, "stages": stages,
+                                                   "task_report": KK_REPORT}))
     write_jsonl(run / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3)]
                 + [step_row(2, 3, k, 3 + k, **{"completions/distinct_share": 0.5}) for k in (1, 2, 3, 4)])
     return run

@@ -16,7 +16,7 @@ from curriculum.tasks.kk.sources import load_records
 from eval.report.cli import write_report
 from eval.validation import results_table
 from tests.pools import held_out_pools, stage_pool
-from tests.test_report import make_job, stage_entry, write_jsonl
+from tests.test_report import KK_REPORT, make_job, stage_entry, write_jsonl
 
 # (rate before, n before, rate after, n after, expected mark): is a change beyond chance?
 CHANGES = [
@@ -41,7 +41,7 @@ def _run_with_accuracies(tmp_path: Path, accuracies: list[float], n: int) -> Pat
     run = tmp_path / f"run-{n}"
     run.mkdir()
     stages = [stage_entry(k, 2, "done", 2 * (k - 1), 2 * k) for k in range(1, len(accuracies))]
-    (run / "run.json").write_text(json.dumps({"status": "done", "stages": stages}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "stages": stages, "task_report": KK_REPORT}))
     rows = [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "global_step": 2 * k, "level": "2ppl",
              "accuracy": acc, "format_rate": acc, "mean_tokens": 50.0, "n": n, "puzzles": n, "with_reasoning": n}
             for k, acc in enumerate(accuracies)]

@@ -58,7 +58,8 @@ class NoLevels(GoodTask):
 
 
 class SpacedLevel(GoodTask):
-    levels = ("2 terms", "3terms")  # a folder name and a config key: unchecked, an error naming a key and level never written
+    # a folder name and a config key: unchecked, an error naming a key and level never written
+    levels = ("2 terms", "3terms")
 
 
 class RepeatedLevel(GoodTask):

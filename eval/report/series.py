@@ -28,7 +28,6 @@ from core.rundir import (
     stage_records,
 )
 from core.stats import wilson_interval
-from curriculum.tasks import built_in_report
 from curriculum.tasks.report import TaskReport
 from eval.metrics import RATES, trials
 
@@ -76,10 +75,9 @@ class RunData:
 
     @property
     def task_report(self) -> TaskReport:
-        """How the run's task is shown: what run.json recorded (`task_report`), else the built-in task its
-        config names (`curriculum.tasks.built_in_report`: a run from before runs recorded it)."""
-        recorded = TaskReport.from_json(self.manifest.get("task_report"))
-        return recorded if recorded is not None else built_in_report(self.config.get("task"))
+        """How the run's task is shown: what run.json recorded (`task_report`); a record that does not read
+        (run.json damaged or written by someone else) shows the run as every task is."""
+        return TaskReport.from_json(self.manifest.get("task_report")) or TaskReport()
 
 
 # --- reading --------------------------------------------------------------------------------------
