@@ -13,9 +13,9 @@ inside a typed block that is null).
 
 Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `level` (a level, a list or {level: weight}; `ppl`, its older name), `model.lora`, `model.chat_template_kwargs` and
-`cpu_threads` (auto or a number); the checks in train/ and curriculum/ take those. Ranges (a count
-> 0, a share in [0, 1]) and rules across keys stay hand checks too.
+its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it), `model.lora`,
+`model.chat_template_kwargs` and `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take
+those. Ranges (a count > 0, a share in [0, 1]) and rules across keys stay hand checks too.
 """
 
 from __future__ import annotations
@@ -290,7 +290,7 @@ class StageConfig:
     name: str | None = None  # required, but for a `level: each` stage (curriculum/plan.py ladder_stages)
     # a level of the task, a list (uniform mix), {level: weight}, all (the whole split) or each (a stage per level)
     level: Any = None
-    ppl: Any = None  # the older name of `level` (K&K's curricula wrote people counts: 3, [2, 3], {2: 1, 3: 3})
+    ppl: Any = None  # K&K's name for `level` (its curricula write people counts: 3, [2, 3], {2: 1, 3: 3})
     steps: int | None = None
     epochs: float | None = None  # instead of steps: passes over the pool
     pool: int = MISSING

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from core.confined import open_regular, read_inside, refuse_link
 from core.parse_limits import parse_json
-from core.rundir import row_level
 
 
 def write_json_atomic(path: Path, payload) -> None:
@@ -97,8 +96,7 @@ class JsonlWriter:
         self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
 
     def _key(self, row: dict):
-        # a `level` key reads a K&K row written before levels by its ppl (row_level), so a resume dedupes it
-        return tuple(row_level(row) if k == "level" else row.get(k) for k in self.key)
+        return tuple(row.get(k) for k in self.key)
 
     def write(self, rows: Iterable[dict]) -> None:
         fresh = [r for r in rows if self._key(r) not in self.seen]

@@ -183,15 +183,11 @@ class StageRecord:
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:
-        """The record of a run.json stage entry; keys it does not name are left out. A K&K entry written
-        before levels (`ppl` {"3": 1.0}, `pool_ppl`, `ppl_label` "3") reads as its levels ("3ppl").
+        """The record of a run.json stage entry; keys it does not name are left out.
 
-        >>> StageRecord.from_json({"ppl": {"2": 0.5, "3": 0.5}, "ppl_label": "2-3"}).levels
+        >>> StageRecord.from_json({"levels": {"2ppl": 0.5, "3ppl": 0.5}, "level_label": "2-3ppl", "other": 1}).levels
         {'2ppl': 0.5, '3ppl': 0.5}
-        >>> StageRecord.from_json({"ppl_label": "2-3"}).level_label
-        '2-3ppl'
         """
-        entry = {**_levels_of_ppl(entry), **entry}
         return cls(**{k: entry[k] for k in cls.__dataclass_fields__ if entry.get(k) is not None})
 
     def to_json(self) -> dict:
@@ -248,45 +244,20 @@ def stage_final(run_dir: Path, record: StageRecord) -> Path:
     return Path(run_dir) / expected
 
 
-def _levels_of_ppl(entry: Mapping) -> dict:
-    """The level fields of a stage entry written before levels, from its ppl fields (what it lacks left out)."""
-    found = {}
-    for old, new in (("ppl", "levels"), ("pool_ppl", "pool_levels")):
-        if isinstance(entry.get(old), Mapping):
-            found[new] = {level_key(int(k)) if str(k).isdigit() else str(k): v for k, v in entry[old].items()}
-    if isinstance(entry.get("ppl_label"), str):
-        found["level_label"] = f"{entry['ppl_label']}ppl"
-    return found
-
-
 def stage_records(manifest: Mapping) -> list[StageRecord]:
     """The typed stages of a run.json mapping, in its order (entries that are not mappings left out)."""
     return [StageRecord.from_json(s) for s in manifest.get("stages") or [] if isinstance(s, Mapping)]
 
 
-def level_key(level) -> str:
-    """The key of a subset (a task's level) in run.json's summaries, file names and rows: a level key stays
-    itself; a whole number is K&K's people count as rows before levels wrote it ("<n>ppl").
-
-    >>> level_key(3), level_key("3ppl"), level_key("6+steps")
-    ('3ppl', '3ppl', '6+steps')
-    """
-    if is_int(level):
-        return f"{level}ppl"
-    return str(level)
-
-
 def row_level(row: Mapping) -> str | None:
-    """The level a validation row is about: its `level`, or a K&K row's `ppl` (older rows have only that).
+    """The level a validation row is about: its `level` when that is a non-empty string, else None (a row read
+    back is untrusted: a damaged one is left out, never a key of another type).
 
-    >>> row_level({"level": "2steps"}), row_level({"ppl": 3}), row_level({"ppl": None})
-    ('2steps', '3ppl', None)
+    >>> row_level({"level": "2steps"}), row_level({"level": ["2ppl"]}), row_level({"ppl": 3})
+    ('2steps', None, None)
     """
     level = row.get("level")
-    if isinstance(level, str) and level:
-        return level
-    ppl = row.get("ppl")
-    return level_key(ppl) if is_int(ppl) else None
+    return level if isinstance(level, str) and level else None
 
 
 def level_order(key: str) -> tuple:
@@ -302,9 +273,9 @@ def level_order(key: str) -> tuple:
     return (prefix, int(match.group()) if match else -1, text)
 
 
-def samples_file(samples: Path, level) -> Path:
+def samples_file(samples: Path, level: str) -> Path:
     """`<samples dir>/<level>.jsonl`: one subset's graded completions."""
-    return samples / f"{level_key(level)}.jsonl"
+    return samples / f"{level}.jsonl"
 
 
 def validation_summary(rows: Iterable[Mapping]) -> dict:

@@ -39,9 +39,8 @@ STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (G
 
 
 def recorded_kind(name: str | None) -> StageKindFacts:
-    """The facts of a stage kind as run.json records it. A record read back is untrusted: one without a kind (a
-    run older than kinds) or with a kind this version does not know is read as the default kind's, as the
-    report always read it.
+    """The facts of a stage kind as run.json records it. A record read back is untrusted: one without a kind, or
+    with a kind this version does not know, is read as the default kind's.
 
     >>> recorded_kind("sft").label, recorded_kind(None).label, recorded_kind("ppo").label
     ('SFT', 'GRPO', 'GRPO')

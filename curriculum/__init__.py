@@ -1,1 +1,3 @@
-"""The task and the ladder: Knights-and-Knaves puzzles, data sources, prompts and the stage plan."""
+"""The task and the ladder: tasks behind one contract (`curriculum.tasks`: Knights and Knaves, GSM8K,
+reasoning-gym datasets, a user's own), their training and validation pools, prompts, and the stage plan
+with its adaptive rules."""

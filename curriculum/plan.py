@@ -194,7 +194,7 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
     name, kind = block["name"], block["kind"]
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
-    level_weights = parse_levels(_stage_level(block, key), key, sections.task)
+    level_weights = parse_levels(_stage_level(block, key), sections.task)
     pool = whole_number(block["pool"], f"{key}.pool")
     overrides = {**(block["overrides"] or {}), **sections.named_overrides.get(name, {})}  # by stage name, win
     steps = _stage_steps(block, key, pool, sections, overrides)
@@ -218,14 +218,14 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
 
 
 def _stage_level(block: dict, key: str) -> tuple[object, str]:
-    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, its older name (K&K's
-    curricula wrote a people count there), not both."""
-    level, older = block.get("level"), block.get("ppl")
-    if level is not None and older is not None:
-        raise ConfigError(f"{key}: give level or ppl (its older name), not both")
-    if level is None and older is None:
+    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, K&K's name for it (its
+    curricula write a people count there), not both."""
+    level, people = block.get("level"), block.get("ppl")
+    if level is not None and people is not None:
+        raise ConfigError(f"{key}: give level or ppl (K&K's name for level), not both")
+    if level is None and people is None:
         raise ConfigError(f"{key}.level: missing; a level of the task")
-    return (level, f"{key}.level") if level is not None else (older, f"{key}.ppl")
+    return (level, f"{key}.level") if level is not None else (people, f"{key}.ppl")
 
 
 def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> Stage:
@@ -239,12 +239,12 @@ def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> S
     return dataclasses.replace(stage, replay=replay_weights(share, ordered, key))
 
 
-def parse_levels(written: tuple[object, str], stage_key: str, task: Task) -> dict[str, float]:
+def parse_levels(written: tuple[object, str], task: Task) -> dict[str, float]:
     """A stage's levels as normalised weights, in the task's order: one level, a list (uniform) or
     {level: weight}; a number names a level as the task reads it (K&K: a people count, 3, [2, 3], {2: 1, 3: 3}).
 
     >>> from curriculum.tasks.kk import KKTask
-    >>> parse_levels(({2: 1, 3: 3}, "level"), "stage", KKTask())
+    >>> parse_levels(({2: 1, 3: 3}, "level"), KKTask())
     {'2ppl': 0.25, '3ppl': 0.75}
     """
     value, key = plain(written[0]), written[1]
@@ -355,11 +355,6 @@ class GrpoBatch:
         micro_batches_per_generation = self.steps_per_generation * self.num_iterations
         return self.prompts_per_generation * self.gradient_accumulation_steps / micro_batches_per_generation
 
-    @property
-    def ratio_is_one(self) -> bool:
-        """Each generation feeds exactly one optimizer step, once: the importance ratio is 1 and never clips."""
-        return self.num_iterations == 1 and self.steps_per_generation == self.gradient_accumulation_steps
-
 
 def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
     """The batch arithmetic of GRPOConfig fields on `world_size` processes; ConfigError (naming
@@ -367,8 +362,8 @@ def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
 
     >>> b = grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
     ...                 "num_generations": 8, "num_iterations": 2}, "grpo")
-    >>> b.prompts_per_generation, b.prompts_per_step, b.ratio_is_one
-    (8, 4.0, False)
+    >>> b.prompts_per_generation, b.prompts_per_step
+    (8, 4.0)
     >>> grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}, "grpo", 4).prompts_per_step
     8.0
     """

@@ -40,11 +40,12 @@ from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
 from core.weight_check import check_weights_match
+from curriculum.tasks import build_task
 from curriculum.tasks.base import RecordError, Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.metrics import trials
-from eval.settings import run_task, validation_pools, validation_settings
+from eval.settings import validation_pools, validation_settings
 from eval.validation import validate
 
 
@@ -195,7 +196,7 @@ def main(cfg: DictConfig) -> float:
     try:
         check_ranges(cfg)
         checkpoint = checked_checkpoint(cfg, overrides)
-        task = run_task(cfg.task, str(cfg.prompt.fmt))
+        task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))
         if checkpoint:
             check_task(checkpoint, task.name)
         task.check_format(str(cfg.prompt.fmt))

@@ -123,7 +123,7 @@ def _recorded_stage(value: str, run_dir: Path, dirname: str):
 
 
 def trained_task(value: str) -> str | None:
-    """The task an intact final's marker names (the run's task), None for any other model or an older final."""
+    """The task an intact final's marker names (the run's task), None for any other model or a marker naming none."""
     path = Path(value)
     info = final_info(path) if (path / FINAL_MARKER).exists() else None
     task = info.get("task") if info else None

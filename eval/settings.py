@@ -13,7 +13,6 @@ from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
 
-from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task, TaskRecord
 from curriculum.tasks.contract import check_records
 
@@ -47,15 +46,11 @@ class ValidationSettings:
         return [self.task.render(r, self.prompt, chat=self.chat) for r in records]
 
 
-def run_task(task_cfg, fmt: str) -> Task:
-    """The task `task_cfg` describes, grading the prompt's answer format `fmt` where it reads one."""
-    return build_task(task_cfg, fmt=fmt)
-
-
 def subset_levels(task: Task, subsets) -> tuple[str, ...]:
     """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
     it), `all` (every level) or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
 
+    >>> from curriculum.tasks import build_task
     >>> kk = build_task({"name": "kk"})
     >>> subset_levels(kk, [3, "2ppl"]), len(subset_levels(kk, ["all"])), subset_levels(kk, None)[-1]
     (('2ppl', '3ppl'), 7, '7ppl')
@@ -70,6 +65,7 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
     """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
 
     >>> from omegaconf import OmegaConf
+    >>> from curriculum.tasks import build_task
     >>> cfg = OmegaConf.create({"eval": {"subsets": [2, 3], "n": 4, "max_new_tokens": 64, "batch_size": 8,
     ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0},
     ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},

@@ -77,7 +77,7 @@ AIMS = {
     "validation_batched_speedup": (">=", 2.0),
     "validation_verdict_agreement": (">=", 0.95),
     "peak_rss_vs_bare": ("<=", 1.10),
-    # the budget for the runner's collectives (fingerprints gathered, barriers around each final)
+    # the budget for the runner's collectives (fingerprints gathered, barriers around each final)
     "orchestration_overhead_torchrun": ("<=", 1.05),
     # two processes on two cores: the second core's generation and backward, less gloo's all-reduce of a
     # 60k-parameter model and the runner's gathers, should bring at least a third more completions per second

@@ -6,13 +6,14 @@ from omegaconf import DictConfig
 
 from curriculum.data import training_pool
 from curriculum.plan import Stage
+from curriculum.tasks import build_task
 from curriculum.tasks.base import Task, TaskRecord
-from eval.settings import ValidationSettings, run_task, validation_settings
+from eval.settings import ValidationSettings, validation_settings
 
 
 def config_task(cfg: DictConfig) -> Task:
     """The run's task, as the runner builds it."""
-    return run_task(cfg.task, str(cfg.prompt.fmt))
+    return build_task(cfg.task, fmt=str(cfg.prompt.fmt))
 
 
 def config_validation(cfg: DictConfig) -> ValidationSettings:

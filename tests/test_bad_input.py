@@ -146,7 +146,8 @@ EVAL_RECORDS = [
                          ids=["as-generated", "one-ungradable", "repeated-id", "all-ungradable", "dict-records",
                               "none-grade"])
 def test_python_m_evals_records_are_checked_as_a_runs_are(tmp_path, make_cfg, data, refused):
-    from eval.settings import run_task, validation_pools, validation_settings
+    from curriculum.tasks import build_task
+    from eval.settings import validation_pools, validation_settings
 
     if callable(data):
         path = _kk_test_file(tmp_path / "data", data)
@@ -154,7 +155,7 @@ def test_python_m_evals_records_are_checked_as_a_runs_are(tmp_path, make_cfg, da
     else:
         path = None
     cfg = make_cfg(*EVAL, *data)
-    settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, run_task(cfg.task, str(cfg.prompt.fmt)))
+    settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task(cfg.task, str(cfg.prompt.fmt)))
     if refused is None:
         pools = validation_pools(settings, int(cfg.seed))
         assert [len(pool) for pool in pools.values()] == [4]

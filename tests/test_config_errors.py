@@ -17,24 +17,25 @@ from tests.conftest import compose_cfg, run_cli
 
 # (arguments after `python -m train +curriculum=kk_ladder experiment=smoke`, the one line it must print)
 TRAIN_CLI = [
-    # a misspelt top-level key added with +: was accepted, and the whole ladder ran without the cap
+    # a misspelt top-level key added with +: unchecked, accepted, and the whole ladder runs without the cap
     (["+limts.max_steps=1"], "config error: limts: not a config key; did you mean limits?"),
-    # a count that is not a number: was int()'s traceback ("invalid literal for int()")
+    # a count that is not a number: unchecked, int()'s traceback ("invalid literal for int()")
     (["eval.n=abc"], "config error: eval.n: Value 'abc' of type 'str' could not be converted to Integer"),
-    # a seed that is not a number: was a traceback from the data pools, after the run folder was made
+    # a seed that is not a number: unchecked, a traceback from the data pools, after the run folder is made
     (["seed=abc"], "config error: seed: Value 'abc' of type 'str' could not be converted to Integer"),
     # a misspelt stage key added with +, inside the list of stages: named with its stage and the real key
     (["+curriculum.stages.0.stpes=3"],
      "config error: curriculum.stages[0].stpes: not a config key; did you mean curriculum.stages[0].steps?"),
-    # a resume path that is no run, with an explicit run folder: started a fresh run there without a word
+    # a resume path that is no run, with an explicit run folder: unchecked, a fresh run starts there without a word
     (["resume={tmp}/no-such-run", "hydra.run.dir={tmp}/out/run"],
      "config error: resume={tmp}/no-such-run: does not exist; a run directory holds run.json"),
-    # an id the tiny model never reads, refused after Hydra made the run folder: trained the tiny model, exit 0;
+    # an id the tiny model never reads, refused after Hydra made the run folder (unchecked: the tiny
+    # model trains, exit 0);
     # the folder goes, and so does paths.output_dir/runs, which Hydra made for it
     (["model.id=/some/missing/dir"], "config error: model.id: /some/missing/dir is ignored by model.source=tiny"),
-    # a misspelt GRPOConfig field: suggested only the +, which then added the misspelling
+    # a misspelt GRPOConfig field: the suggestion is the real field, not a + that would add the misspelling
     (["grpo.learning_rat=1e-5"], "config error: grpo.learning_rat: not a config key; did you mean grpo.learning_rate?"),
-    # with the +: was "not a GRPOConfig field (TRL)" with no field named
+    # with the +: the real field named too, not "not a GRPOConfig field (TRL)" alone
     (["+grpo.learning_rat=1e-5"],
      "config error: grpo.learning_rat: not a GRPOConfig field (TRL); did you mean grpo.learning_rate?"),
 ]
@@ -54,8 +55,8 @@ def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(
 
 
 def test_a_missing_optional_extra_is_named_in_one_line_before_any_folder(tmp_path):
-    # a reasoning_gym first on the path that fails to import, as it does without the rgym extra: was 58 lines with
-    # two tracebacks and a run folder holding only error.txt
+    # a reasoning_gym first on the path that fails to import, as it does without the rgym extra: one line,
+    # not two tracebacks and a run folder holding only error.txt
     hidden = tmp_path / "site" / "reasoning_gym"
     hidden.mkdir(parents=True)
     (hidden / "__init__.py").write_text('raise ImportError("not installed here")\n')
@@ -71,9 +72,9 @@ def test_a_missing_optional_extra_is_named_in_one_line_before_any_folder(tmp_pat
 
 # (arguments after `python -m eval model=tiny experiment=smoke`, the line it must end with)
 EVAL_CLI = [
-    # the same count: was int()'s traceback
+    # the same count: unchecked, int()'s traceback
     (["eval.n=abc"], "config error: eval.n: Value 'abc' of type 'str' could not be converted to Integer"),
-    # a misspelt key of a group, added with +: was ignored
+    # a misspelt key of a group, added with +: unchecked, ignored
     (["+eval.nn=3"], "config error: eval.nn: not a config key; did you mean eval.n?"),
 ]
 

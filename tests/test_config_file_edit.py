@@ -39,7 +39,7 @@ def set_key(text: str, key: str, value) -> str:
 
 # (how config.yaml is edited, what the refusal names)
 EDITS = [
-    # a training value changed by hand: was accepted, the file left saying 0.5 while the run trained on its own
+    # a training value changed by hand: unchecked, accepted, the file left saying 0.5 while the run trains on its own
     (lambda text: set_key(text, "grpo.learning_rate", 0.5), "first changed key grpo.learning_rate: 0.5 in the file"),
     # only a comment added: no key differs, yet the file is not the one the run wrote
     (lambda text: "# tuned by hand\n" + text, "not the file the run wrote"),

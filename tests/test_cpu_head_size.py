@@ -22,7 +22,7 @@ ROLLOUTS_REFUSED = "grpo.use_vllm: colocated vLLM rollouts, but vLLM's CPU atten
 
 # (the command after `python -m`, the line it must end with)
 TRAIN_CLI = [
-    # the tiny model's heads are 16: was a RuntimeError from vLLM after the model loaded
+    # the tiny model's heads are 16: unchecked, a RuntimeError from vLLM after the model loads
     (["+curriculum=kk_ladder", "experiment=smoke", "eval.backend=vllm"], f"config error: {TINY_REFUSED}"),
     # TRL's colocated engine runs the same kernel
     (["+curriculum=kk_ladder", "experiment=smoke", "+grpo.use_vllm=true", "+grpo.vllm_mode=colocate"],

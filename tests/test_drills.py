@@ -18,7 +18,7 @@ from tests.conftest import compose_cfg
 from train.run.runner import run_curriculum
 from train.run.stage_end import DivergenceStop, NonFiniteLossError
 from train.settings import read_settings
-from train.stages.checkpoints import last_complete_checkpoint
+from train.stages.checkpoints import scan_checkpoints
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
         "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]
@@ -37,16 +37,16 @@ def test_a_half_written_trainer_checkpoint_is_never_resumed_from(kept_run, tmp_p
     run_dir, _ = kept_run
     trainer = tmp_path / "trainer"
     shutil.copytree(run_dir / "stages" / "1-a" / "trainer", trainer)
-    complete = last_complete_checkpoint(trainer)
+    complete = scan_checkpoints(trainer).usable
     assert complete is not None and complete.name == "checkpoint-2"
     # a kill during the save of step 3: weights written, trainer_state.json (written last) not yet
     torn = trainer / "checkpoint-3"
     shutil.copytree(complete, torn)
     (torn / "trainer_state.json").unlink()
-    assert last_complete_checkpoint(trainer) == complete
+    assert scan_checkpoints(trainer).usable == complete
     # a kill while trainer_state.json itself was being written
     (torn / "trainer_state.json").write_text('{"global_step": 3, "log_hist')
-    assert last_complete_checkpoint(trainer) == complete
+    assert scan_checkpoints(trainer).usable == complete
 
 
 def test_a_final_without_its_marker_is_not_handed_off(kept_run, tmp_path):
@@ -108,7 +108,7 @@ def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, make_cfg):
     assert manifest["stages"][0]["status"] == "done" and final_info(run_dir / "stages" / "1-a" / "final")
     assert manifest["stages"][1]["status"] == "failed" and "non-finite" in manifest["stages"][1]["error"]
     assert not (run_dir / "stages" / "2-b" / "final").exists(), "a diverged stage publishes no final"
-    assert last_complete_checkpoint(run_dir / "stages" / "2-b" / "trainer") is None, "NaN weights never saved"
+    assert scan_checkpoints(run_dir / "stages" / "2-b" / "trainer").usable is None, "NaN weights never saved"
 
 
 @pytest.mark.parametrize("logs, stopped", [

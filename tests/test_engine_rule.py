@@ -51,7 +51,7 @@ def guarded_client():
 
 @pytest.mark.parametrize("calls, refused", [
     ([], False),  # never slept: freed as any allocation
-    ([("sleep", None)], True),  # freed asleep: CUDA hands its allocations back twice (the old release's order)
+    ([("sleep", None)], True),  # freed asleep: CUDA hands its allocations back twice (a close that skips wake_up)
     ([("sleep", None), ("wake_up", None)], False),  # woken whole first: what ProcessEngine.close does
     ([("sleep", None), ("wake_up", ["kv_cache"])], True),  # the weights still asleep
     ([("sleep", None), ("wake_up", ["kv_cache"]), ("wake_up", ["weights"])], False),  # woken in TRL's two steps

@@ -71,7 +71,7 @@ def run_json_linked_out(run: Path) -> None:
 
 @pytest.mark.parametrize("change, refusal", [
     (None, None),  # the final its run recorded: validated
-    # the case: stage a's folder holds stage b's final, intact with its own marker
+    # stage a's folder holds stage b's final, intact with its own marker
     (swap, r"not the final its run recorded for stage 1-a \(its stage.json names stage 'b', not 'a'"),
     (flip, r"not the final its run recorded for stage 1-a \(model.safetensors: its sha256 differs"),
     # run.json is what vouches for it: gone, or read only through a link out of the run, it vouches for nothing

@@ -254,7 +254,7 @@ def test_grade_fields_and_reasons():
     g = grade(T("Zoey is a knave."), P2, S2)
     assert isinstance(g, Grade)
     assert g.assignment == {"Zoey": False, "Oliver": None}
-    assert (g.answered, g.n_right, g.complete, g.strict_correct) == (True, 1, False, False)
+    assert (g.answered, g.n_right, g.complete, g.correct, g.format_ok) == (True, 1, False, False, True)
     assert g.reasons == ("Oliver missing",)
 
 

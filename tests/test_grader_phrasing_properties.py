@@ -1,6 +1,6 @@
-"""Property tests of issue 13's classes: each rendering of a random puzzle (2-8 people, K&K names)
-grades right, one flipped role grades wrong, and no variation of a wrong or hedged answer passes.
-The real K&K records check the same renderings, and that a copied question never passes."""
+"""Property tests of the phrasing classes of tests/test_grader_phrasings.py: each rendering of a random puzzle
+(2-8 people, K&K names) grades right, one flipped role grades wrong, and no variation of a wrong or hedged
+answer passes. The real K&K records check the same renderings, and that a copied question never passes."""
 
 from __future__ import annotations
 

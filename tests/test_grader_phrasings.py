@@ -1,4 +1,5 @@
-"""Issue 13's classes of phrasings, one table per class: read right, refused, accepted.
+"""The classes of phrasings small models write in K&K answers, one table per class: read right, refused,
+accepted.
 
 Each case: (answer block text, names, solution, correct, reason substring or None), with a comment
 saying why. Names are from the published K&K pool; the answer sits in a well-formed think_answer
@@ -22,7 +23,7 @@ P4, S4 = ["Sebastian", "Aria", "Aurora", "Jack"], [True, False, False, True]
 OK, NO = True, False
 
 RESPECTIVELY = [
-    # the issue's sentence: names then roles, in order
+    # names then roles, in order
     ("Zoey and Jacob are a knight and a knave, respectively.", P2, S2, OK, None),
     # the other order of the pair
     ("Jacob and Zoey are a knave and a knight, respectively.", P2, S2, OK, None),
@@ -45,7 +46,7 @@ RESPECTIVELY = [
 ]
 
 TABLES = [
-    # the issue's two-column table: each name takes its column's role
+    # a two-column table: each name takes its column's role
     ("| Knights | Knaves |\n|---|---|\n| Zoey | Jacob |", P2, S2, OK, None),
     # ragged rows, empty cells and padding
     ("|  Knights  |  Knaves |\n| :---: | :---: |\n|   Isabella | Penelope |\n| Evelyn |   |", P3, S3, OK, None),
@@ -202,7 +203,7 @@ RULES_RESTATED = [
 ]
 
 REPORTED_CLAIMS = [
-    # the issue's verification paragraph: a reported claim through an "and" chain
+    # a verification paragraph: a reported claim through an "and" chain
     ("Sebastian and Jack are knights; Aria and Aurora are knaves.\n\nVerification: Aria's statement that "
      "Aurora is a knight and Jack is a knave is false, consistent with Aria being a knave.", P4, S4, OK, None),
     ("Sebastian is a knight, Aria is a knave, Aurora is a knave, Jack is a knight. Aria says Sebastian is a "

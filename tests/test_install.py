@@ -14,8 +14,9 @@ from tests.conftest import ROOT, run_cli
 # None, exactly as when the package is not installed (transformers, TRL and accelerate all ask so).
 HIDE_PEFT = "import sys\nsys.modules['peft'] = None\n"
 
-# What the libraries used to print on every stage; and vLLM's import, which a run that does not use it (the
-# tiny model's heads of 16 are not vLLM's) keeps unloaded (core.models.defer_vllm).
+# What the libraries print on every stage unless quieted (core.models.quiet_libraries); and vLLM's import,
+# which a run that does not use it (the tiny model's heads of 16 are not vLLM's) keeps unloaded
+# (core.models.defer_vllm).
 NOISE = ("`gradient_checkpointing` is deprecated", "`is_gradient_checkpointing` is deprecated", "Loading weights",
          "Writing model shards", "Map:", "Filter:", "Triton is installed")
 

@@ -42,13 +42,14 @@ def _stamp(folder, text: str, *, newer_than_pyproject: bool) -> None:
 
 # (what the stamp holds, whether it is newer than pyproject.toml, whether `make report` installs first)
 STAMPS = [
-    # what this pyproject.toml installs, in a fresh clone whose pyproject.toml is newer: was a whole reinstall
+    # what this pyproject.toml installs, in a fresh clone whose pyproject.toml is newer: no reinstall (a
+    # clone's file times say nothing of what was installed)
     ("{id}\n", False, False),
     # the same, the stamp newer: installed
     ("{id}\n", True, False),
     # another dependency list (or extras) recorded: install, however new the stamp
     ("deps-0000000000000000\n", True, True),
-    # an empty stamp, from before stamps recorded this: the old rule, older than pyproject.toml installs
+    # an empty stamp (it records no dependency list): the file times decide, older than pyproject.toml installs
     ("", False, True),
     # ...newer than it does not
     ("", True, False),

@@ -18,6 +18,7 @@ from conf.schema import StageConfig
 from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
+from curriculum.tasks import build_task
 from train.config_check import check_config, check_one_gpu_per_process
 from train.launch.relaunch import launch_command
 
@@ -53,18 +54,19 @@ def test_prompts_per_step_is_per_device_x_accumulation_x_processes_over_generati
               "num_generations": 8}
     batch = grpo_batch(fields, "grpo", processes)
     assert batch.prompts_per_step == prompts == per_device * accumulation * processes / 8
-    assert batch.ratio_is_one, "one optimizer step per generation batch, whatever the processes"
+    # one optimizer step per generation batch, used once, whatever the processes: the importance ratio is 1
+    assert (batch.steps_per_generation, batch.num_iterations) == (accumulation, 1)
 
 
 @pytest.mark.parametrize("processes", [1, 2, 4])
 def test_the_size_said_before_a_run_counts_every_process_completions_and_shares_validation(make_cfg, processes):
     """Each process generates its own per-device batch every step (the smoke recipe: 4 completions per process), as
     TRL's batch arithmetic counts them, while validation's puzzles are shared out over the processes, not repeated."""
-    from eval.settings import run_task, validation_settings
+    from eval.settings import validation_settings
     from train.run.preflight import run_size
 
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
-    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes, task=task)
     size = run_size(OmegaConf.to_container(cfg.grpo, resolve=True), plan,
                     validation_settings(cfg.eval, cfg.prompt, cfg.model, task), processes)

@@ -45,7 +45,7 @@ def published_score(prompt: str, completion: str, names, solution) -> float:
 CASES = [
     # the format Logic-RL's prompt asks for: both read it right
     (f"Both tell the truth.</think><answer>{RIGHT}</answer>", 3.0, 3.0),
-    # the issue's case: "Knights" says the role once for two people, so Logic-RL's count check fails (-2 + 1)
+    # "Knights" says the role once for two people, so Logic-RL's count check fails (-2 + 1)
     ("Both tell the truth.</think><answer>Knights: Zoey, Ava</answer>", 3.0, -1.0),
     # a collective: no "<name> is a <role>" sentence for either person
     ("Both tell the truth.</think><answer>Zoey and Ava are both knights.</answer>", 3.0, -1.0),
@@ -116,7 +116,8 @@ def test_kk_logicrl_is_the_published_recipe(make_cfg):
     cfg = make_cfg("+curriculum=kk_logicrl")
     assert (cfg.data.source, cfg.prompt.name) == ("hub", "logic_rl")
     assert cfg.reward.weights.logic_rl_strict == 1.0 and cfg.reward.weights.tiered == 0.0
-    # curriculum.sh: lr 5e-7, 8 prompts x 8, 4096 tokens, KL 0.001; #50: temperature 0.7; verl: entropy 0.001
+    # curriculum.sh: lr 5e-7, 8 prompts x 8, 4096 tokens, KL 0.001; Logic-RL issue #50: temperature 0.7;
+    # verl: entropy 0.001
     grpo = cfg.grpo
     assert (grpo.learning_rate, grpo.num_generations, grpo.max_completion_length, grpo.beta) == (5e-7, 8, 4096, 0.001)
     assert (grpo.per_device_train_batch_size * grpo.gradient_accumulation_steps, grpo.temperature) == (64, 0.7)

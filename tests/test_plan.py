@@ -107,7 +107,7 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "grpo.top_k=-1"), "grpo.top_k"),
     (("+curriculum=kk_ladder", "+grpo.min_p=2.0"), "grpo.min_p"),
     (("+curriculum=kk_ladder", "+grpo.repetition_penalty=0.0"), "grpo.repetition_penalty"),
-    # an open TRL group is typed by TRL's dataclass: a rate that is not a number (was int()'s traceback)
+    # an open TRL group is typed by TRL's dataclass: a rate that is not a number (unchecked: int()'s traceback)
     (("+curriculum=kk_ladder", "grpo.learning_rate=abc"), "grpo.learning_rate"),
     # ... and a count that is not whole
     (("+curriculum=kk_ladder", "grpo.num_generations=4.5"), "grpo.num_generations"),

@@ -7,7 +7,7 @@ import pytest
 from core.gpu_pool import visible_gpus
 from curriculum.tasks.base import RecordError
 from curriculum.tasks.kk.generator import generate
-from curriculum.tasks.kk.sources import read_records
+from curriculum.tasks.kk.sources import load_records
 
 
 def _parquet(path, records) -> None:
@@ -19,21 +19,21 @@ def _parquet(path, records) -> None:
 
 
 @pytest.mark.parametrize("keep", [
-    0.5,  # cut mid-file: its footer is gone (was pyarrow's ArrowInvalid, naming no file)
+    0.5,  # cut mid-file: its footer is gone (pyarrow's own ArrowInvalid names no file)
     0.0,  # emptied: "Parquet file size is 0 bytes"
 ])
 def test_a_truncated_parquet_file_is_named(tmp_path, keep):
     path = tmp_path / "2ppl" / "train.parquet"
     _parquet(path, generate(2, 8, seed=0))
-    assert len(read_records(path)) == 8, "whole, it reads"
+    assert len(load_records("local", 2, "train", path=tmp_path)) == 8, "whole, it reads"
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * keep)])
     with pytest.raises(RecordError, match=rf"^{path}: not a readable parquet file \("):
-        read_records(path)
+        load_records("local", 2, "train", path=tmp_path)
 
 
 @pytest.mark.parametrize(("value", "gpus"), [
-    ("-1", []),  # the usual way to hide every GPU: was a GPU named "-1" handed to a launch=per_gpu job
+    ("-1", []),  # the usual way to hide every GPU: no GPU named "-1" handed to a launch=per_gpu job
     ("", []),  # empty: none either
     ("0,-1,2", ["0"]),  # CUDA reads up to the first negative index
     ("1,0", ["1", "0"]),  # order kept: the pool hands them out in it

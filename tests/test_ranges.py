@@ -18,7 +18,7 @@ SMOKE = ["+curriculum=kk_ladder", "experiment=smoke"]
 
 # (overrides, the start of the refusal)
 OUT_OF_RANGE = [
-    # beyond numpy's 32-bit seeding: was numpy's "Seed must be between 0 and 2**32 - 1" traceback 12 s in
+    # beyond numpy's 32-bit seeding: unchecked, numpy's "Seed must be between 0 and 2**32 - 1" traceback 12 s in
     (["seed=18446744073709551616"],
      "seed: 18446744073709551616 is not a seed: seeds are whole numbers in [0, 2**32-1]"),
     (["seed=-1"], "seed: -1 is not a seed"),  # negative: numpy's refusal too
@@ -106,7 +106,7 @@ def test_a_bad_interpolation_is_one_line_naming_its_key_before_a_run_folder(tmp_
 def test_python_m_train_refuses_cpu_threads_0_before_a_run_folder(tmp_path):
     done = run_cli("train", *SMOKE, f"paths.output_dir={tmp_path / 'out'}", "cpu_threads=0", timeout=120)
     assert done.stderr.strip().splitlines() == ["config error: cpu_threads: must be auto or a whole number > 0 (got 0)"]
-    assert not list((tmp_path / "out").glob("runs/*")), "no run folder (was made and left running)"
+    assert not list((tmp_path / "out").glob("runs/*")), "no run folder (a refused run leaves none)"
 
 
 def test_python_m_eval_refuses_a_seed_out_of_range(tmp_path):

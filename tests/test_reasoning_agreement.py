@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from curriculum.tasks.kk import KKTask, kk_record
-from curriculum.tasks.kk.grading.claims import last_claims
+from curriculum.tasks.kk.grading.claims import read_claims
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.reasoning import check_reasoning
 from eval.generation import Completion
@@ -44,7 +44,7 @@ LAST_CLAIMS = [
 
 @pytest.mark.parametrize(("reasoning", "expected"), LAST_CLAIMS)
 def test_last_claims(reasoning, expected):
-    assert tuple(last_claims(reasoning, NAMES).values()) == expected
+    assert tuple(read_claims(reasoning, NAMES).last().values()) == expected
 
 
 def think(reasoning: str, answer: str = RIGHT) -> str:
@@ -149,13 +149,14 @@ def test_the_results_table_prints_the_reasoning_metrics():
 def test_the_report_shows_the_reasoning_metrics_per_stage(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    stage = {"index": 1, "name": "2ppl", "ppl_label": "2", "status": "done", "steps_budget": 2, "steps_done": 2,
+    stage = {"index": 1, "name": "2ppl", "level_label": "2ppl", "status": "done", "steps_budget": 2, "steps_done": 2,
              "global_step_start": 0, "global_step_end": 2, "final_metrics": {}}
-    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage]}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": [stage],
+                                                     "task_report": KKTask.report.as_json()}))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     (run / "metrics.jsonl").write_text("")
-    rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "ppl": 2, "accuracy": 0.5, "mean_tokens": 90.0,
-             "format_rate": 1.0, "reasoning_agrees_rate": agrees, "correct_but_disagrees": 0.125,
+    rows = [{"stage": s, "stage_name": name, "global_step": 2 * s, "level": "2ppl", "accuracy": 0.5,
+             "mean_tokens": 90.0, "format_rate": 1.0, "reasoning_agrees_rate": agrees, "correct_but_disagrees": 0.125,
              "invented_name_rate": 0.25, "n": 8} for s, name, agrees in ((0, "baseline", 0.375), (1, "2ppl", 0.875))]
     (run / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     report = (write_report(run) / "report.md").read_text()

@@ -15,7 +15,16 @@ from core.parse_limits import MAX_ALIASES, MAX_DEPTH, MAX_YAML_BYTES, ParseLimit
 from eval.report import series as rs
 from eval.report.cli import main, write_report
 from eval.report.sweep import sweep_report
-from tests.test_report import done_manifest, done_validation, make_job, stage_entry, step_row, val_row, write_jsonl
+from tests.test_report import (
+    KK_REPORT,
+    done_manifest,
+    done_validation,
+    make_job,
+    stage_entry,
+    step_row,
+    val_row,
+    write_jsonl,
+)
 
 
 def alias_bomb(levels: int, fan: int) -> str:
@@ -72,7 +81,8 @@ def crafted_run(folder, *, config: str = "objective: mean_final_accuracy\n", man
     """A small run folder as a report reads it: one stage of three steps, validated before and after."""
     folder.mkdir(parents=True)
     stages = [stage_entry(1, 2, "done", 0, 3)]
-    (folder / "run.json").write_text(manifest or json.dumps({"status": "done", "stages": stages}))
+    (folder / "run.json").write_text(manifest or json.dumps({"status": "done", "stages": stages,
+                                                                         "task_report": KK_REPORT}))
     (folder / "config.yaml").write_text(config)
     write_jsonl(folder / "metrics.jsonl", steps or [step_row(1, 2, k, k) for k in (1, 2, 3)])
     write_jsonl(folder / "validation.jsonl", [val_row(0, "baseline", 0, 2, 0.1, 300.0),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from curriculum.tasks.kk import KKTask
 from eval.report import cli as report
 from eval.report import jobs as js
 from eval.report import series as rs
@@ -30,18 +31,22 @@ curriculum.plan.ConfigError: grpo.num_generations: 3 does not divide the generat
 """
 
 
+#: What a K&K run records in run.json of how its report shows the task (train/run/runner.py)
+KK_REPORT = KKTask.report.as_json()
+
+
 def write_jsonl(path: Path, rows: list[dict], torn: str = "") -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + torn)
 
 
 def stage_entry(index: int, ppl: int, status: str, start: int | None = None, end: int | None = None) -> dict:
-    return {"index": index, "name": f"{ppl}ppl", "ppl_label": str(ppl), "status": status, "steps_budget": 4,
+    return {"index": index, "name": f"{ppl}ppl", "level_label": f"{ppl}ppl", "status": status, "steps_budget": 4,
             "steps_done": 0 if end is None else end - start, "global_step_start": start,
             "global_step_end": end, "final_metrics": {}}
 
 
 def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -> dict:
-    return {"stage": stage, "stage_name": f"{ppl}ppl", "ppl": str(ppl), "stage_step": stage_step,
+    return {"stage": stage, "stage_name": f"{ppl}ppl", "level": f"{ppl}ppl", "stage_step": stage_step,
             "global_step": global_step, "kind": "step", "reward": 0.1 * global_step,
             "rewards/format_reward/mean": 0.5, "rewards/answer_reward/mean": 0.2,
             "completions/mean_length": 100.0 + global_step, "completions/min_length": 50.0,
@@ -50,21 +55,21 @@ def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -
 
 
 def val_row(stage: int, name: str, step: int, ppl: int, accuracy: float, tokens: float) -> dict:
-    return {"stage": stage, "stage_name": name, "global_step": step, "ppl": ppl, "accuracy": accuracy,
-            "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
+    return {"stage": stage, "stage_name": name, "global_step": step, "level": f"{ppl}ppl", "ppl": ppl,
+            "accuracy": accuracy, "format_rate": 0.5, "mean_tokens": tokens, "n": 4}
 
 
 @pytest.fixture
 def partial_run(tmp_path) -> Path:
     run = tmp_path / "runs" / "partial"
     run.mkdir(parents=True)
-    manifest = {"status": "running", "curriculum": "kk_ladder", "baseline": {},
+    manifest = {"status": "running", "curriculum": "kk_ladder", "baseline": {}, "task_report": KK_REPORT,
                 "stages": [stage_entry(1, 2, "done", 0, 3), stage_entry(2, 3, "running", 3),
                            stage_entry(3, 4, "pending")]}
     (run / "run.json").write_text(json.dumps(manifest))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     steps = [step_row(1, 2, k, k) for k in (1, 2, 3)]
-    summary = {"stage": 1, "stage_name": "2ppl", "ppl": "2", "stage_step": 3, "global_step": 3,
+    summary = {"stage": 1, "stage_name": "2ppl", "level": "2ppl", "stage_step": 3, "global_step": 3,
                "kind": "summary", "train_runtime": 1.0}
     write_jsonl(run / "metrics.jsonl", [*steps, summary, step_row(2, 3, 1, 4), step_row(2, 3, 2, 5)],
                 torn='{"stage": 2, "stage_step": 3, "glo')
@@ -116,7 +121,7 @@ def make_job(sweep: Path, num: int, overrides: list[str], *, manifest: dict | No
     (job / ".hydra").mkdir(parents=True)
     (job / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
     if manifest is not None:
-        (job / "run.json").write_text(json.dumps(manifest))
+        (job / "run.json").write_text(json.dumps({"task_report": KK_REPORT, **manifest}))
         (job / "config.yaml").write_text("objective: mean_final_accuracy\n")
     if error is not None:
         (job / "error.txt").write_text(error)
@@ -126,12 +131,13 @@ def make_job(sweep: Path, num: int, overrides: list[str], *, manifest: dict | No
 def done_manifest(accuracy: dict[str, float]) -> dict:
     final = {k: {"accuracy": v} for k, v in accuracy.items()}
     last = {**stage_entry(1, 2, "done", 0, 4), "final_metrics": final}
-    return {"status": "done", "stages": [last]}
+    # the objective the job returned (mean_final_accuracy), as a run records it
+    return {"status": "done", "stages": [last], "objective": sum(accuracy.values()) / len(accuracy)}
 
 
 def done_validation(job: Path, accuracy: dict[str, float], n: int = 4) -> None:
     """The validation.jsonl that goes with `done_manifest`: each subset after stage 1, over `n` puzzles."""
-    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "ppl": int(k[0]),
+    write_jsonl(job / "validation.jsonl", [{"stage": 1, "stage_name": "2ppl", "global_step": 4, "level": k,
                                             "accuracy": v, "n": n} for k, v in accuracy.items()])
 
 

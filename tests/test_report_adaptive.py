@@ -10,7 +10,7 @@ import pytest
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report import write_report
-from tests.test_report import make_job, stage_entry, step_row, write_jsonl
+from tests.test_report import KK_REPORT, make_job, stage_entry, step_row, write_jsonl
 
 PROMOTED = {"reason": "threshold", "stage_step": 3, "accuracy": 0.85, "n": 100, "threshold": 0.8, "checks": []}
 STOPPED = {"reason": "guard", "signal": "length_drop", "stage_step": 4, "accuracy": 0.1, "n": 100,
@@ -26,7 +26,8 @@ def adaptive_run(tmp_path) -> Path:
     run.mkdir()
     stages = [{**stage_entry(1, 2, "done", 0, 3), "end": PROMOTED},
               {**stage_entry(2, 3, "done", 3, 7), "end": STOPPED, "guard_events": [EVENT]}]
-    (run / "run.json").write_text(json.dumps({"status": "done", "baseline": {}, "stages": stages}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "baseline": {}, "stages": stages,
+                                                   "task_report": KK_REPORT}))
     write_jsonl(run / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3)]
                 + [step_row(2, 3, k, 3 + k, **{"completions/distinct_share": 0.5}) for k in (1, 2, 3, 4)])
     return run
@@ -66,7 +67,7 @@ def test_sweep_report_overlays_each_jobs_accuracy_and_length(tmp_path):
         stages = [stage_entry(k, 2, "done", points[k - 1][0], step) for k, (step, _) in enumerate(points) if k]
         job = make_job(sweep, num, [f"+curriculum={name}", "experiment=smoke"],
                        manifest={"status": "done", "stages": stages})
-        rows = [{"stage": k, "global_step": step, "ppl": 2, "accuracy": acc, "n": 4} for k, (step, acc) in
+        rows = [{"stage": k, "global_step": step, "level": "2ppl", "accuracy": acc, "n": 4} for k, (step, acc) in
                 enumerate(points)]
         write_jsonl(job / "validation.jsonl", rows)
         write_jsonl(job / "metrics.jsonl", [step_row(1, 2, k, k) for k in (1, 2, 3, 4)])

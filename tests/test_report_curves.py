@@ -13,7 +13,7 @@ from tests.test_report import make_job, stage_entry, step_row, write_jsonl
 
 def validations(plan: list[tuple[int, dict[int, float]]]) -> list[dict]:
     """Validation rows of (global step, {ppl: accuracy}) per validation, stage by stage, n=4 each."""
-    return [{"stage": k, "global_step": step, "ppl": ppl, "accuracy": accuracy, "n": 4}
+    return [{"stage": k, "global_step": step, "level": f"{ppl}ppl", "ppl": ppl, "accuracy": accuracy, "n": 4}
             for k, (step, found) in enumerate(plan) for ppl, accuracy in found.items()]
 
 

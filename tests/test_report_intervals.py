@@ -16,7 +16,7 @@ from curriculum.tasks.kk.sources import load_records
 from eval.report.cli import write_report
 from eval.validation import results_table
 from tests.pools import held_out_pools, stage_pool
-from tests.test_report import make_job, stage_entry, write_jsonl
+from tests.test_report import KK_REPORT, make_job, stage_entry, write_jsonl
 
 # (rate before, n before, rate after, n after, expected mark): is a change beyond chance?
 CHANGES = [
@@ -41,8 +41,8 @@ def _run_with_accuracies(tmp_path: Path, accuracies: list[float], n: int) -> Pat
     run = tmp_path / f"run-{n}"
     run.mkdir()
     stages = [stage_entry(k, 2, "done", 2 * (k - 1), 2 * k) for k in range(1, len(accuracies))]
-    (run / "run.json").write_text(json.dumps({"status": "done", "stages": stages}))
-    rows = [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "global_step": 2 * k, "ppl": 2,
+    (run / "run.json").write_text(json.dumps({"status": "done", "stages": stages, "task_report": KK_REPORT}))
+    rows = [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "global_step": 2 * k, "level": "2ppl",
              "accuracy": acc, "format_rate": acc, "mean_tokens": 50.0, "n": n, "puzzles": n, "with_reasoning": n}
             for k, acc in enumerate(accuracies)]
     write_jsonl(run / "validation.jsonl", rows)
@@ -88,7 +88,7 @@ def _seed_job(sweep: Path, num: int, fmt: str, seed: int, accuracies: list[float
               for k, acc in enumerate(accuracies) if k]
     job = make_job(sweep, num, ["+curriculum=kk_ladder", f"reward.weights.format={fmt}", f"seed={seed}"],
                    manifest={"status": "done", "stages": stages})
-    write_jsonl(job / "validation.jsonl", [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "ppl": 2,
+    write_jsonl(job / "validation.jsonl", [{"stage": k, "stage_name": "baseline" if k == 0 else "2ppl", "level": "2ppl",
                                             "global_step": 2 * k, "accuracy": acc, "n": 100, "puzzles": 100}
                                            for k, acc in enumerate(accuracies)])
 

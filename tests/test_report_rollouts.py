@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from eval.report.cli import write_report
-from tests.test_report import stage_entry, write_jsonl
+from tests.test_report import KK_REPORT, stage_entry, write_jsonl
 
 WEIGHTS = {"format_reward": 0.5, "answer_reward": 2.0}
 
@@ -25,7 +25,8 @@ def group(stage: int, step: int, prompt: str, parts: list[tuple[float, float]]) 
 def test_each_grpo_stage_shows_its_widest_group_and_one_without_signal(tmp_path: Path):
     run = tmp_path / "run"
     run.mkdir()
-    (run / "run.json").write_text(json.dumps({"status": "done", "stages": [stage_entry(1, 2, "done", 0, 2)]}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "stages": [stage_entry(1, 2, "done", 0, 2)],
+                                                    "task_report": KK_REPORT}))
     rows = [*group(1, 1, "P1 <script>", [(1, 0), (0, 0), (1, 0), (1, 0)]),  # spread 0.5
             *group(1, 1, "P2", [(1, 1), (0, 0), (1, 0), (0, 0)]),  # spread 2.5: the widest
             *group(1, 2, "P3", [(1, 0)] * 4),  # no signal

@@ -1,5 +1,6 @@
 """The report's Samples section, intervals in every accuracy cell on a real run, and a run folder that
-tries to smuggle Markdown, HTML and local files into the report (issue 20)."""
+tries to smuggle Markdown, HTML and local files into the report (everything read from a run folder is
+untrusted: the report shows it as text)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
     (run / "report").mkdir(parents=True)
     (run / "report" / "secret.txt").write_bytes(SECRET)  # a file already in the report folder, not drawn by it
     names = ["![leak](secret.txt)", f"![abs]({outside / 'secret.png'})", "<script>alert(3)</script>"]
-    stages = [{**stage_entry(k + 1, 2, "done", k, k + 1), "name": name, "error": HOSTILE, "ppl_label": HOSTILE}
+    stages = [{**stage_entry(k + 1, 2, "done", k, k + 1), "name": name, "error": HOSTILE, "level_label": HOSTILE}
               for k, name in enumerate(names)]
     # run.json's record of the task: every word the report takes from it is the folder's too
     task_report = {"record": HOSTILE, "distinct": HOSTILE, "pool_note": HOSTILE, "accuracy": HOSTILE,
@@ -140,9 +141,9 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
     (run / "run.json").write_text(json.dumps(manifest))
     (run / "config.yaml").write_text(json.dumps({"model": {"name": HOSTILE}, "reward": {"weights": {HOSTILE: 1}},
                                                  "grpo": {"loss_type": HOSTILE}, "eval": {"subsets": HOSTILE}}))
-    write_jsonl(run / "metrics.jsonl", [{"stage": 1, "stage_name": names[0], "ppl": HOSTILE, "stage_step": 1,
+    write_jsonl(run / "metrics.jsonl", [{"stage": 1, "stage_name": names[0], "level": HOSTILE, "stage_step": 1,
                                          "global_step": 1, "kind": "step", "completions/mean_length": 5.0}])
-    write_jsonl(run / "validation.jsonl", [{"stage": k, "stage_name": name, "global_step": k, "ppl": 2,
+    write_jsonl(run / "validation.jsonl", [{"stage": k, "stage_name": name, "global_step": k, "level": "2ppl",
                                             "accuracy": 0.5, "format_rate": 0.5, "mean_tokens": 4.0, "n": 2,
                                             "puzzles": 2} for k, name in enumerate(["baseline", *names])])
     sample = {"id": HOSTILE, "sample": HOSTILE, "completion": f"{HOSTILE}\n```\n</pre><img src=x>\n" * 20,

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from eval.report.cli import main, write_report
-from tests.test_report import TRACEBACK, stage_entry, step_row, val_row, write_jsonl
+from tests.test_report import KK_REPORT, TRACEBACK, stage_entry, step_row, val_row, write_jsonl
 
-# the demo's 2ppl stage as the issue read it: up to 1.50 at step 5, then down every step
+# a demo run's 2ppl stage: up to 1.50 at step 5, then down every step
 DEMO_REWARDS = [0.58, 0.90, 1.10, 1.30, 1.50, 1.22, 1.00, 0.625]
 
 
@@ -23,7 +23,8 @@ def demo_like(tmp_path) -> Path:
     run.mkdir()
     stages = [stage_entry(1, 2, "done", 0, 8), stage_entry(2, 6, "done", 8, 9)]
     stages[0]["steps_budget"], stages[1]["steps_budget"] = 8, 1
-    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": stages}))
+    (run / "run.json").write_text(json.dumps({"status": "done", "curriculum": "kk_ladder", "stages": stages,
+                                                   "task_report": KK_REPORT}))
     (run / "config.yaml").write_text("objective: mean_final_accuracy\n")
     steps = [step_row(1, 2, k, k, reward=r) for k, r in enumerate(DEMO_REWARDS, start=1)]
     steps.append(step_row(2, 6, 1, 9, reward=0.3, frac_reward_zero_std=1.0, loss=0.0))

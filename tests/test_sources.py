@@ -13,7 +13,7 @@ import pytest
 
 from curriculum.tasks.kk import RECORD_FIELDS, generate, parse_statements
 from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.sources import RecordError, load_records, published_count, read_records, split_disjoint
+from curriculum.tasks.kk.sources import RecordError, load_records, published_count, split_disjoint
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared/data/kk-logic-rl"
 
@@ -130,7 +130,7 @@ def test_bad_parquet_names_the_file_and_column(tmp_path):
     short = pa.array([r[:2] for r in table.column("solution").to_pylist()])
     pq.write_table(table.set_column(table.schema.get_field_index("solution"), "solution", short), path)
     with pytest.raises(RecordError, match=re.escape(f"{path}, row 0: column 'solution' has 2 roles")):
-        read_records(path)
+        load_records("local", 3, "test", path=tmp_path)
 
 
 def test_hub_offline_says_what_to_use_instead(monkeypatch):

@@ -25,7 +25,7 @@ def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
     done = run_cli("train", "-m", "+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1",
                    f"paths.cache_dir={cache_dir}", f"hydra.sweep.dir={sweep_dir}",
                    "reward.weights.format=0,0.5,-1")
-    # a failed job does not stop the sweep, but the sweep's exit status says one failed (was 0)
+    # a failed job does not stop the sweep, but the sweep's exit status says one failed (not 0)
     assert done.returncode == 1, done.stderr[-3000:]
     jobs = {}
     for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()):
@@ -71,8 +71,8 @@ def offline_runs(job) -> dict[str, bytes]:
 
 
 def test_two_sweeps_never_share_a_wandb_run_and_each_job_is_named_and_grouped(tmp_path, cache_dir):
-    # the same sweep twice: job 0 of each used to get the id "0-<config hash>", and online with resume="allow"
-    # the second sweep's jobs were attached to the first sweep's runs
+    # the same sweep twice: an id of job number and config hash alone ("0-<config hash>") would repeat, and online
+    # with resume="allow" the second sweep's jobs would be attached to the first sweep's runs
     ids = {}
     for sweep in ("a", "b"):
         sweep_dir = tmp_path / "multirun" / sweep
@@ -117,7 +117,7 @@ def test_a_killed_gsm8k_search_resumes_its_killed_trial_in_its_folder_and_runs_t
     killed_when([*search, "hydra.sweeper.n_trials=2"], ready=sweep_dir / "1" / "run.json")  # trial 1 mid-run
     assert [t.state.name for t in study().trials] == ["COMPLETE", "RUNNING"]
     job0 = (sweep_dir / "0" / "run.json").read_bytes()
-    # the same folder and command, 3 trials in all: was 3 more, beside a trial RUNNING for ever and its half job
+    # the same folder and command, 3 trials in all: not 3 more, beside a trial RUNNING for ever and its half job
     resumed = run_cli(*search, "hydra.sweeper.n_trials=3")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert (f"trial 1 (job {sweep_dir / '1'}) was left running by a sweep that was killed: resuming its run in its "
@@ -158,7 +158,7 @@ def truncate(path: Path, size: int) -> None:
 @pytest.mark.parametrize("damage, refusal", [
     # SQLite opens an empty file as a new database: the search silently started over, numbering over job 0
     (lambda db: truncate(db, 0), r"optuna.db: empty \(0 bytes\): the sweep's study is gone"),
-    # cut inside its header: was an 89-line SQLAlchemy traceback ("file is not a database") that never named it
+    # cut inside its header: named in one line, not an 89-line SQLAlchemy traceback ("file is not a database")
     (lambda db: truncate(db, 10), r"optuna.db: not an SQLite database \(damaged or truncated\)"),
     # cut further on: the header is whole, the pages are not
     (lambda db: truncate(db, 100), r"optuna.db: not a readable study \(database disk image is malformed\)"),

@@ -55,7 +55,7 @@ def _space(**changed) -> dict:
     # a parameter dropped
     (_space(**{"reward.weights.xml_count": None}), "searches reward.weights.xml_count over interval(0.0, 1.0), this "
                                                    "sweep over not searched"),
-    # one added: was optuna's ValueError mid-sweep, its trial left RUNNING
+    # one added: unchecked, optuna's ValueError mid-sweep, its trial left RUNNING
     ({**_space(), "reward.weights.extra": optuna.distributions.CategoricalDistribution([0.0, 1.0])},
      "searches reward.weights.extra over not searched, this sweep over choice(0.0, 1.0)"),
 ])

@@ -1,6 +1,6 @@
 """A user's task held to its contract when a run reads its config, before any model loads: each breach is one
-line naming the member and what it returned (curriculum/tasks/contract.py), where it used to surface later as
-another error. The broken tasks are small subclasses of one good task, each breaking one member."""
+line naming the member and what it returned (curriculum/tasks/contract.py), instead of another error later
+that names neither. The broken tasks are small subclasses of one good task, each breaking one member."""
 
 from __future__ import annotations
 
@@ -50,15 +50,16 @@ class GoodTask(Task):
 
 
 class IntLevels(GoodTask):
-    levels = (2, 3)  # numbers, not keys: was a TypeError deep in the plan
+    levels = (2, 3)  # numbers, not keys: unchecked, a TypeError deep in the plan
 
 
 class NoLevels(GoodTask):
-    levels = ()  # was "curriculum.stages: must be a non-empty list", a key the user never wrote
+    levels = ()  # unchecked: "curriculum.stages: must be a non-empty list", a key the user never wrote
 
 
 class SpacedLevel(GoodTask):
-    levels = ("2 terms", "3terms")  # a folder name and a config key: was an error naming a key and level never written
+    # a folder name and a config key: unchecked, an error naming a key and level never written
+    levels = ("2 terms", "3terms")
 
 
 class RepeatedLevel(GoodTask):
@@ -66,18 +67,18 @@ class RepeatedLevel(GoodTask):
 
 
 class DictRecords(GoodTask):
-    def records(self, level, split, *, n=None, seed=0):  # plain dicts: was an AttributeError in the pools
+    def records(self, level, split, *, n=None, seed=0):  # plain dicts: unchecked, an AttributeError in the pools
         return [{"id": r.id, "question": r.question, "answer": r.columns["answer"]} for r in
                 super().records(level, split, n=n, seed=seed)]
 
 
 class NoTestRecords(GoodTask):
-    def records(self, level, split, *, n=None, seed=0):  # no held-out records at 3terms: was "lower eval.n"
+    def records(self, level, split, *, n=None, seed=0):  # no held-out records at 3terms: unchecked, "lower eval.n"
         return [] if (level, split) == ("3terms", "test") else super().records(level, split, n=n, seed=seed)
 
 
 class NoneQuestion(GoodTask):
-    def records(self, level, split, *, n=None, seed=0):  # was a TypeError when the prompt was rendered
+    def records(self, level, split, *, n=None, seed=0):  # unchecked: a TypeError when the prompt is rendered
         return [TaskRecord(r.id, r.level, None, r.columns) for r in super().records(level, split, n=n, seed=seed)]
 
 
@@ -93,7 +94,7 @@ class IntGrade(GoodTask):
 
 
 class StrReward(GoodTask):
-    def reward_functions(self, settings):  # the name, not the function: was "'str' object has no attribute ..."
+    def reward_functions(self, settings):  # the name, not the function: unchecked, "'str' object has no attribute ..."
         return {"sum": "sum_reward"}
 
 

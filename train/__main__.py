@@ -9,7 +9,7 @@ by the run lock writes nothing: the directory belongs to the live run; a resume 
 config) changes nothing either: its log lines and record wait for the run to accept it (conf/claim.py).
 A run refused by a config error (or a model that cannot be had here) before it wrote anything is one
 line and leaves no folder
-(conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/exits.py).
+(conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/failures.py).
 
 Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
 the ranks join their process group and take the main process's launch time, so that every time-named
@@ -41,9 +41,8 @@ from core.distributed import Processes, broadcast, gather, start_processes
 from core.rundir import ERROR
 from core.runlock import RunLockedError
 from core.stage_kinds import STAGE_KIND_FACTS
-from train.exits import interrupted_line, refusal_line
-from train.failures import record_error, record_refusal
-from train.identity import RunIdentity, requested_optimizers, run_identity
+from train.failures import interrupted_line, record_error, record_refusal, refusal_line
+from train.identity import RunIdentity, named_optims, run_identity
 
 log = logging.getLogger("train")
 
@@ -111,8 +110,8 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
     # that starts its run (launch=) never loads them
     from core.models import defer_bitsandbytes, defer_deepspeed, defer_vllm, quiet_libraries
 
-    optims = requested_optimizers([cfg.get(kind) for kind in STAGE_KIND_FACTS],
-                                  OmegaConf.select(cfg, "curriculum.stages"), cfg.get("stage_overrides"))
+    optims = named_optims([cfg.get(kind) for kind in STAGE_KIND_FACTS],
+                          OmegaConf.select(cfg, "curriculum.stages"), cfg.get("stage_overrides"))
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
     defer_deepspeed()  # before transformers imports it: only a DeepSpeed launch needs it

@@ -18,9 +18,10 @@ from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding,
 from core.models import LORA_KEYS, uses_bitsandbytes
 from core.rundir import objective
 from curriculum.plan import Stage, ladder_stages
+from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
-from eval.settings import run_task, subset_levels
+from eval.settings import subset_levels
 from train.rewards.reward_group import task_reward_funcs
 from train.silent_settings import check_model_id, check_promotions, smoke_on_pretrained_warning
 from train.stages.base import StageKind
@@ -41,7 +42,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     what the launch's `processes` allow.
     """
     check_ranges(cfg, [stage.name for stage in plan])
-    task = task if task is not None else run_task(cfg.task, str(cfg.prompt.fmt))
+    task = task if task is not None else build_task(cfg.task, fmt=str(cfg.prompt.fmt))
     _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())
     check_launch_precision(os.environ, cfg.model.lora)

@@ -78,7 +78,7 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
-def requested_optimizers(kind_groups: Sequence, stages: Sequence | None, stage_overrides: Mapping | None) -> set[str]:
+def named_optims(kind_groups: Sequence, stages: Sequence | None, stage_overrides: Mapping | None) -> set[str]:
     """Every `optim` a config names: the stage kinds' groups (`grpo`, `sft`), each stage's overrides and
     `stage_overrides`."""
     blocks: list = list(kind_groups)

@@ -16,9 +16,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from core.distributed import SINGLE, Processes
 from curriculum.plan import Stage, build_plan
+from curriculum.tasks import build_task
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_records
-from eval.settings import ValidationSettings, run_task, subset_levels, validation_settings
+from eval.settings import ValidationSettings, subset_levels, validation_settings
 from train.config_check import check_config
 from train.rollouts import RolloutSettings
 from train.run.finals import FinalsSettings
@@ -56,7 +57,7 @@ class RunSettings:
 def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings:
     """Check `cfg` (ConfigError naming the first bad key) and return what a run of it reads; `processes` is the
     launch (every step's batch counts them)."""
-    task = run_task(cfg.task, str(cfg.prompt.fmt))
+    task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes.world_size, task=task)
     check_config(cfg, plan, processes, task=task)
     check_records(task, plan, subset_levels(task, cfg.eval.subsets), cfg.prompt.fmt, seeds=(cfg.seed, cfg.eval.seed))

@@ -3,7 +3,7 @@
 ``build_task(cfg.task, fmt=cfg.prompt.fmt)`` turns a task config into a :class:`~curriculum.tasks.base.Task`:
 ``_target_`` is the import path of its class (conf/task/<name>.yaml for the built-ins; a user's own
 module on PYTHONPATH, ``task=custom task._target_=my_pkg.MyTask``), every other key one of its
-settings. A config written before tasks had import paths names a built-in by ``name``. A task's
+settings; a built-in may be named by its short ``name`` instead (``{"name": "gsm8k"}``). A task's
 module is imported only when it is built, so K&K never imports reasoning-gym (an optional extra:
 ``pip install -e '.[rgym]'``).
 """
@@ -19,16 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 from core.checks import ConfigError
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_task
-from curriculum.tasks.report import TaskReport
 
-#: The built-in tasks by the `name` a task config gave before `_target_` (run folders keep such configs).
+#: The built-in tasks by their short name: a task config may name one by `name` instead of its `_target_`.
 BUILT_IN = {
     "kk": "curriculum.tasks.kk.KKTask",
     "gsm8k": "curriculum.tasks.gsm8k.GSM8KTask",
     "reasoning_gym": "curriculum.tasks.rgym.ReasoningGymTask",
 }
-#: What a run folder written before tasks existed ran (its config names no task).
-BEFORE_TASKS = "kk"
 
 
 def task_class(path: str, key: str = "task._target_") -> type[Task]:
@@ -89,19 +86,4 @@ def _class_path(task_cfg: Mapping) -> tuple[str, str]:
     return BUILT_IN[name], "task.name"
 
 
-def built_in_report(task_cfg) -> TaskReport:
-    """How a run's report shows its task when its run.json predates `task_report`: as the built-in task its
-    config names (no task at all: a run from before tasks). A class no built-in is is never imported here (a
-    run folder may come from anyone): such a run is shown as every task is.
-
-    >>> built_in_report(None).record, built_in_report({"name": "gsm8k"}).record
-    ('puzzle', 'problem')
-    >>> built_in_report({"_target_": "os.system"}) == TaskReport()
-    True
-    """
-    named = task_cfg if isinstance(task_cfg, Mapping) else {"name": BEFORE_TASKS}
-    path = named.get("_target_") or BUILT_IN.get(str(named.get("name")))
-    return task_class(path).report if path in BUILT_IN.values() else TaskReport()
-
-
-__all__ = ["BUILT_IN", "Task", "build_task", "built_in_report", "task_class"]
+__all__ = ["BUILT_IN", "Task", "build_task", "task_class"]

@@ -1,9 +1,9 @@
 """The report of a `python -m eval` folder (`outputs/eval/<time>/`): one model validated on every subset.
 
 The folder holds `evaluation.json` (the model, the task and how its report shows it), `config.yaml`,
-`validation.jsonl` (a row per subset) and `samples/<level>.jsonl`; a folder from before evaluation.json is
-shown as the built-in task its config names. Like a run folder it is untrusted: read without following a
-link out of it, every text escaped where it is shown.
+`validation.jsonl` (a row per subset) and `samples/<level>.jsonl`. Like a run folder it is untrusted: read
+without following a link out of it, every text escaped where it is shown (an evaluation.json whose task
+record does not read is shown as every task is).
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.jsonl import scan_jsonl
-from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, level_order, read_mapping, row_level
+from core.rundir import EVALUATION, SAMPLES, VALIDATION, level_order, read_mapping, row_level
 from core.stats import rate_text
-from curriculum.tasks import built_in_report
 from curriculum.tasks.report import TaskReport
 from eval.metrics import trials
 from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
@@ -24,9 +23,8 @@ from eval.report.tables import pool_sizes
 
 
 def is_evaluation(path: Path) -> bool:
-    """A `python -m eval` folder: its evaluation.json, or (from before it) validation rows without a run.json."""
-    return (path / EVALUATION).is_file() or ((path / VALIDATION).is_file() and (path / CONFIG).is_file()
-                                             and (path / SAMPLES).is_dir() and not (path / "run.json").exists())
+    """A `python -m eval` folder: it holds evaluation.json."""
+    return (path / EVALUATION).is_file()
 
 
 def _rates(report: TaskReport) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -49,8 +47,7 @@ def subsets_table(rows: list[dict], report: TaskReport) -> Table:
 def evaluation_report(folder: Path, out_dir: Path) -> tuple[str, list]:
     """The title and blocks of a `python -m eval` folder's report; draws its accuracy plot into `out_dir`."""
     record = read_mapping(folder / EVALUATION, inside=folder)
-    config = read_mapping(folder / CONFIG, inside=folder)
-    report = TaskReport.from_json(record.get("task_report")) or built_in_report(config.get("task"))
+    report = TaskReport.from_json(record.get("task_report")) or TaskReport()
     scan = scan_jsonl(folder / VALIDATION, inside=folder)
     rows = sorted((r for r in scan.rows if row_level(r) is not None), key=lambda r: level_order(row_level(r)))
     model = record.get("model") or next((r.get("stage_name") for r in rows), None)

@@ -14,7 +14,6 @@ from pathlib import Path
 from core.confined import read_inside
 from core.jsonl import scan_jsonl
 from core.rundir import (
-    CONFIG,
     ERROR,
     RUN_JSON,
     VALIDATION,
@@ -22,7 +21,6 @@ from core.rundir import (
     final_accuracy,
     level_order,
     load_file,
-    objective,
     read_mapping,
     row_level,
     stage_records,
@@ -94,10 +92,7 @@ def load_job(job_dir: Path) -> Job:
     status = "failed" if error is not None else manifest.get("status", "not started")
     stages = stage_records(manifest)
     accuracy = final_accuracy(manifest)
-    objective_name = str(read_mapping(job_dir / CONFIG, inside=job_dir).get("objective", "mean_final_accuracy"))
-    # run.json records the objective the job returned; older runs did not, so compute it then
-    recorded = as_number(manifest.get("objective"))
-    value = (objective(objective_name, accuracy) if recorded is None else recorded) if status == Status.DONE else None
+    value = as_number(manifest.get("objective")) if status == Status.DONE else None  # what the job returned
     return Job(job_dir.name, job_dir, overrides, status, sum(s.done for s in stages), len(stages), accuracy, value,
                error, final_trials(scan_jsonl(job_dir / VALIDATION, inside=job_dir).rows,
                                    stages[-1].index if stages else None))

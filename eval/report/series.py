@@ -28,7 +28,6 @@ from core.rundir import (
     stage_records,
 )
 from core.stats import wilson_interval
-from curriculum.tasks import built_in_report
 from curriculum.tasks.report import TaskReport
 from eval.metrics import RATES, trials
 
@@ -76,10 +75,9 @@ class RunData:
 
     @property
     def task_report(self) -> TaskReport:
-        """How the run's task is shown: what run.json recorded (`task_report`), else the built-in task its
-        config names (`curriculum.tasks.built_in_report`: a run from before runs recorded it)."""
-        recorded = TaskReport.from_json(self.manifest.get("task_report"))
-        return recorded if recorded is not None else built_in_report(self.config.get("task"))
+        """How the run's task is shown: what run.json recorded (`task_report`); a record that does not read
+        (run.json damaged or written by someone else) shows the run as every task is."""
+        return TaskReport.from_json(self.manifest.get("task_report")) or TaskReport()
 
 
 # --- reading --------------------------------------------------------------------------------------
@@ -186,22 +184,22 @@ def reward_series(rows: Sequence[dict]) -> list[Series]:
 
 def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
     """Each stage's start (its first global step - 0.5), labelled by its level: from run.json, else from
-    metrics rows (a K&K row written before levels names it by `ppl`, "2-6").
+    metrics rows.
 
     A metrics row's stage starts after `global_step - stage_step`, which covers a run.json that is
     missing; stages that have not started (no start anywhere) get no boundary.
 
-    >>> manifest = {"stages": [{"index": 1, "ppl_label": "2", "global_step_start": 0},
+    >>> manifest = {"stages": [{"index": 1, "level_label": "2ppl", "global_step_start": 0},
     ...                        {"index": 2, "level_label": "3steps", "global_step_start": 10}, {"index": 3}]}
-    >>> stage_boundaries(manifest, [{"stage": 4, "ppl": "2-6", "stage_step": 1, "global_step": 31}])
+    >>> stage_boundaries(manifest, [{"stage": 4, "level": "2-6ppl", "stage_step": 1, "global_step": 31}])
     [Boundary(step=0.5, label='2ppl'), Boundary(step=10.5, label='3steps'), Boundary(step=30.5, label='2-6ppl')]
     """
     starts: dict[int, tuple[int, str]] = {}
     for row in rows:
         step, stage_step = as_number(row.get("global_step")), as_number(row.get("stage_step"))
         if step is not None and stage_step is not None and row.get("stage") not in starts:
-            label = row.get("level") or (f"{row['ppl']}ppl" if row.get("ppl") else None)
-            starts[row.get("stage")] = (int(step - stage_step), str(label or row.get("stage_name") or row.get("stage")))
+            label = row.get("level") or row.get("stage_name") or row.get("stage")
+            starts[row.get("stage")] = (int(step - stage_step), str(label))
     for stage in stage_records(manifest):
         if stage.global_step_start is not None:
             label = stage.level_label or stage.name or stage.index

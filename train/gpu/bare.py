@@ -58,12 +58,14 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
 
     from core.models import resolve_model
     from curriculum.data import draw_pools, to_rows
-    from eval.settings import run_task, subset_levels
+    from curriculum.tasks import build_task
+    from eval.settings import subset_levels
     from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments
     from train.rewards.reward_group import task_reward_funcs
     from train.stages.grpo import colocated, colocated_engine_setup, grpo_config
 
-    fmt, task = str(run.prompt.fmt), run_task(run.task, str(run.prompt.fmt))
+    fmt = str(run.prompt.fmt)
+    task = build_task(run.task, fmt=fmt)
     init = str(stage_final(out_dir, run.plan[stage.index - 2])) if stage.index > 1 else \
         resolve_model(run.model, run.cache_dir)
     tokenizer = AutoTokenizer.from_pretrained(init, padding_side="left")

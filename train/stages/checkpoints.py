@@ -104,7 +104,3 @@ def checkpoint_step(checkpoint: Path) -> int:
     """
     return int(checkpoint.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-"))
 
-
-def last_complete_checkpoint(trainer_dir: Path, world_size: int = 1) -> Path | None:
-    """The newest trainer checkpoint that is complete and intact, else None."""
-    return scan_checkpoints(trainer_dir, world_size).usable

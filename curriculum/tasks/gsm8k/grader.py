@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from curriculum.tasks.base import AnswerGrade, completion_text, final_answer_block
 
-#: The recipe's strict format (the issue's form: one optional newline at the end), applied with re.DOTALL.
+#: The recipe's strict format (one optional newline at the end), applied with re.DOTALL.
 STRICT_FORMAT = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n?$"
 #: The soft format: the four tags in order, anything around them but before <reasoning> (re.match, re.DOTALL).
 SOFT_FORMAT = r"<reasoning>.*?</reasoning>.*?<answer>.*?</answer>"

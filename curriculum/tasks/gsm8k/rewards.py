@@ -29,7 +29,7 @@ from __future__ import annotations
 from curriculum.tasks.base import completion_text, final_answer_block
 from curriculum.tasks.gsm8k.grader import grade, read_number, soft_format, strict_format
 
-#: The recipe's weights (issue 22: correctness 2.0, integer 0.5, strict 0.5, soft 0.5, XML count 0.125 a tag).
+#: The recipe's weights (correctness 2.0, integer 0.5, strict 0.5, soft 0.5, XML count 0.125 a tag).
 RECIPE_WEIGHTS = {"correctness": 2.0, "integer": 0.5, "strict_format": 0.5, "soft_format": 0.5, "xml_count": 0.5}
 XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 #: Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).

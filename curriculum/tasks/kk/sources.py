@@ -190,11 +190,6 @@ def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterat
     return ((where, check_solution(record, where, kind)) for where, record in located) if check_solutions else located
 
 
-def read_records(path: str | Path) -> list[dict]:
-    """All gradable records of a ``.jsonl`` or ``.parquet`` file, validated and normalized (`screen.screened`)."""
-    return [record for _, record in screened(located_records(path), str(path))]
-
-
 def _local_file(root: Path, ppl: int, split: str) -> Path:
     """The file for (ppl, split) in the jsonl layout or the Logic-RL parquet layout under ``root``."""
     pattern = re.compile(rf"people{ppl}_num\d+\.jsonl")

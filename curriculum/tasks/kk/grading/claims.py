@@ -1,7 +1,7 @@
 """Claims about who is a knight and who is a knave, read out of free text.
 
 The one reader of "X is a knight / knave" phrasings: the grader reads answer blocks with it
-(`curriculum.tasks.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`last_claims`), so both read
+(`curriculum.tasks.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`Claims.last`), so both read
 a sentence the same way. Every step is a single pass over the tokens: linear in the text.
 
 1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline
@@ -126,7 +126,3 @@ def read_claims(text: str, names: Sequence[str]) -> Claims:
     void = tuple(dict.fromkeys(b.void)) if b.void else ()
     return Claims(names, b.invented, b.claimed, b.assumed, b.hedged, b.hedged_sentences, void, b.notes)
 
-
-def last_claims(text: str, names: Sequence[str]) -> dict[str, bool | None]:
-    """The last definite claim about each person in `text` (e.g. a reasoning block), or None."""
-    return read_claims(text, names).last()

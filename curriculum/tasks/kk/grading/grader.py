@@ -16,8 +16,8 @@ Parsing approach, in two layers, each a single linear pass (no regex that can ba
 
 `correct` is judged on the answer alone (every person decided and equal to the solution, and no one
 outside the puzzle given a role: a reward must never teach a model to invent people); format is
-reported separately in `format_ok`, and `Grade.strict_correct` is Logic-RL's validation criterion
-(both). Rewards decide how to combine them (`train/rewards/reward_group.py`).
+reported separately in `format_ok` (Logic-RL's validation criterion asks for both). Rewards decide
+how to combine them (`train/rewards/reward_group.py`).
 """
 
 from __future__ import annotations
@@ -70,11 +70,6 @@ class Grade:
     def complete(self) -> bool:
         """Every person was given exactly one role (right or wrong)."""
         return all(role is not None for role in self.assignment.values())
-
-    @property
-    def strict_correct(self) -> bool:
-        """Correct and well formatted: Logic-RL's validation criterion (reward == 3)."""
-        return self.correct and self.format_ok
 
 
 def _nfc(text: str) -> str:
