@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -249,7 +250,7 @@ def stage_final(run_dir: Path, record: StageRecord) -> Path:
 
 def _levels_of_ppl(entry: Mapping) -> dict:
     """The level fields of a stage entry written before levels, from its ppl fields (what it lacks left out)."""
-    found = {}
+    found: dict[str, Any] = {}
     for old, new in (("ppl", "levels"), ("pool_ppl", "pool_levels")):
         if isinstance(entry.get(old), Mapping):
             found[new] = {level_key(int(k)) if str(k).isdigit() else str(k): v for k, v in entry[old].items()}

@@ -76,7 +76,7 @@ def scores(name: str, result, count: int) -> list[float | None]:
                           f"completion ({count} completions)")
     if len(result) != count:
         raise RewardError(f"reward {name}: returned {len(result)} scores for {count} completions (one each)")
-    out = []
+    out: list[float | None] = []
     for i, value in enumerate(result):
         if value is None:
             out.append(None)
@@ -160,7 +160,7 @@ class CheckedReward:
 class AsyncCheckedReward(CheckedReward):
     """The same for an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
 
-    async def __call__(self, **kwargs) -> list[float | None]:
+    async def __call__(self, **kwargs) -> list[float | None]:  # type: ignore[override]  # TRL tells async rewards by this
         try:
             result = await asyncio.wait_for(self.func(**kwargs), self.timeout_s)
         except asyncio.TimeoutError:
