@@ -68,7 +68,7 @@ test: install $(FLOOR)/.installed  ## Run the test suite but the slow tests, the
 	PYTHONPATH=$(CURDIR)/$(FLOOR) KK_TRANSFORMERS_FLOOR=$(patsubst transformers==%,%,$(TRANSFORMERS_FLOOR)) \
 		$(PY) -m pytest tests -m "vllm and not slow" -q
 
-test-quick: install  ## The edit loop (<3 min): unit tests, doctests, config checks; no training run, no vLLM, no slow test
+test-quick: install  ## The edit loop: unit tests, doctests, config checks (no training, no app process, no vLLM, no slow test)
 	$(PY) -m pytest -m "not slow and not run and not vllm" -q
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
