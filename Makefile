@@ -24,7 +24,7 @@ KILLS ?= 20
 SEED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-full drill demo gpu-check train sweep report bench lint clean
+.PHONY: help install test test-quick test-full drill demo gpu-check train sweep report bench lint clean
 
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -68,6 +68,9 @@ test: install $(FLOOR)/.installed  ## Run the test suite but the slow tests, the
 	PYTHONPATH=$(CURDIR)/$(FLOOR) KK_TRANSFORMERS_FLOOR=$(patsubst transformers==%,%,$(TRANSFORMERS_FLOOR)) \
 		$(PY) -m pytest tests -m "vllm and not slow" -q
 
+test-quick: install  ## The edit loop: unit tests, doctests, config checks (no training, no app process, no vLLM, no slow test)
+	$(PY) -m pytest -m "not slow and not run and not vllm" -q
+
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
 	$(PY) -m pytest -q
 
@@ -98,9 +101,10 @@ report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<
 bench: install  ## Speed and memory figures, measured side by side; writes outputs/bench.json
 	$(PY) -m tests.bench $(ARGS)
 
-lint: install  ## ruff
+lint: install  ## ruff on the checkout, then mypy on the product packages (pyproject.toml: [tool.ruff], [tool.mypy])
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:  ## Remove caches (keeps outputs/ and .venv)
-	rm -rf .pytest_cache .ruff_cache .hypothesis build *.egg-info
+	rm -rf .pytest_cache .ruff_cache .mypy_cache .hypothesis build *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

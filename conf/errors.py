@@ -173,7 +173,7 @@ def _omegaconf_line(err: OmegaConfBaseException, prefix: str = "") -> str:
     if isinstance(err, MissingMandatoryValue):
         return f"{key}: missing; give it a value ({key}=...)"
     if isinstance(err, (ConfigKeyError, ConfigAttributeError)) and err.key is not None:
-        if dataclasses.is_dataclass(err.object_type):
+        if isinstance(err.object_type, type) and dataclasses.is_dataclass(err.object_type):
             return f"{key}: not a config key; {_closest(str(err.key), key, err.object_type)}{_sweeper_hint(key)}"
         return (f"{key}: not a config key; {_closest_in_open_group(str(err.key), key, err.parent_node)}"
                 f"{_sweeper_hint(key)}")

@@ -84,7 +84,7 @@ class _LimitedLoader(yaml.SafeLoader):
     def measure(self, node) -> None:
         """Record `node`'s size and depth from its children's (composed, so measured, before it)."""
         if isinstance(node, yaml.ScalarNode):
-            children = []
+            children: list = []
         else:
             children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
         sizes = [self.measured[id(child)] for child in children]

@@ -14,6 +14,7 @@ the same whichever rank generates it: the completions equal one process's (greed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -103,8 +104,9 @@ def encode_prompts(texts: list[str], tokenizer) -> dict:
 
 def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, samples, eos_ids) -> list[Completion]:
     enc = {k: v.to(model.device) for k, v in encode_prompts(texts, tokenizer).items()}
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0 else {
-        "do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    sampling: dict[str, Any] = (
+        {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0
+        else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
     sampling["repetition_penalty"] = 1.0
     # synced_gpus off: the model is whole on this process (transformers would otherwise sync every step with the
     # other ranks once a trainer registered ZeRO-3, while each rank generates its own batches)

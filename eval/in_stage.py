@@ -34,7 +34,7 @@ class InStageValidation(TrainerCallback):
         self.processes = processes
         self.tags = {"stage": stage_index, "stage_name": stage_name}
         self.step_offset = step_offset
-        self.colocated = None  # an eval.vllm_backend.ColocatedEngine, lent by the stage's trainer (`bind`)
+        self.colocated: ColocatedEngine | None = None  # lent by the stage's trainer (`bind`)
 
     def bind(self, trainer) -> None:
         """Borrow the trainer's colocated vLLM engine (GRPO's rollouts in colocate mode), when validation goes

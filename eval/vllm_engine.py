@@ -30,6 +30,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -91,7 +92,7 @@ class ProcessEngine:
     def __init__(self, arguments: Mapping, *, rollouts: bool, shutdown_at_close: bool = True):
         self.arguments, self.rollouts = dict(arguments), rollouts
         self.shutdown_at_close = shutdown_at_close
-        self.llm = None
+        self.llm: Any = None  # vllm.LLM, once started
         self.starts, self.start_seconds = 0, 0.0
 
     @property

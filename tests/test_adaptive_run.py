@@ -14,6 +14,9 @@ from train.run.runner import run_curriculum
 from train.settings import read_settings
 from train.stages.grpo import DISTINCT_KEY
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 LENGTH = "completions/mean_length"
 
 

@@ -56,6 +56,7 @@ CASES = [
 
 
 # asking for more 2-person puzzles than exist warns (the generator) before the check names the key
+@pytest.mark.run
 @pytest.mark.filterwarnings("ignore:only 399 distinct 2-person puzzles:UserWarning")
 @pytest.mark.parametrize(("overrides", "files", "error", "message"), CASES)
 def test_bad_input_is_named_before_anything_is_written(tmp_path, make_cfg, overrides, files, error, message):
@@ -71,6 +72,7 @@ def test_bad_input_is_named_before_anything_is_written(tmp_path, make_cfg, overr
     assert not (run_dir / "run.json").exists() and not (run_dir / "config.yaml").exists()
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("args", "message"), [
     # "no completions to score", after loading the model
     (["model=tiny", "eval.n=0"], "config error: eval.n: must be > 0 (got 0)"),

@@ -110,6 +110,7 @@ def test_run_measured_reports_the_childs_own_peak_and_failures(tmp_path):
         run_measured(["json.tool", str(tmp_path / "missing.json")], tmp_path / "bad.log")
 
 
+@pytest.mark.run
 def test_measuring_pieces_run_at_tiny_sizes(make_cfg, tmp_path):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "eval.n=2", TWO_STAGES)
     stages = bare_ladder(cfg, tmp_path / "bare")

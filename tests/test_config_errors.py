@@ -41,6 +41,7 @@ TRAIN_CLI = [
 ]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("args", "line"), TRAIN_CLI, ids=[a[0] for a, _ in TRAIN_CLI])
 def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(tmp_path, args, line):
     args = [arg.format(tmp=tmp_path) for arg in args]
@@ -54,6 +55,7 @@ def test_python_m_train_refuses_a_bad_config_in_one_line_before_anything_exists(
     assert not (tmp_path / "cache").exists(), "no model built or loaded"
 
 
+@pytest.mark.run
 def test_a_missing_optional_extra_is_named_in_one_line_before_any_folder(tmp_path):
     # a reasoning_gym first on the path that fails to import, as it does without the rgym extra: one line,
     # not two tracebacks and a run folder holding only error.txt
@@ -79,6 +81,7 @@ EVAL_CLI = [
 ]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("args", "line"), EVAL_CLI, ids=[a[0] for a, _ in EVAL_CLI])
 def test_python_m_eval_refuses_a_bad_config_in_one_line(tmp_path, args, line):
     done = run_cli("eval", "model=tiny", "experiment=smoke", f"paths.output_dir={tmp_path / 'out'}",

@@ -106,6 +106,7 @@ def test_a_run_json_without_the_hash_is_not_refused(make_cfg, tmp_path):
     check_same_config(tmp_path, resolved, planned)
 
 
+@pytest.mark.run
 def test_python_m_train_resume_refuses_an_edited_config_file_in_one_line(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     common = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]",

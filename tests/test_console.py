@@ -18,6 +18,9 @@ import torch
 
 from tests.conftest import ROOT, run_cli
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 SMOKE = ("+curriculum=kk_ladder", "experiment=smoke")
 # the long labels do not fit 80 columns here: the short ones, one space apart
 STEP_LINE = re.compile(r"^  (\dppl) (\d)/2 rew -?\d\.\d{3} fmt \d\.\d\d ans \d\.\d\d len \d+ kl \S+ "

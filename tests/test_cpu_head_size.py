@@ -37,6 +37,7 @@ def refused_in_one_line(done, line: str) -> None:
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.run
 @pytest.mark.skipif(torch.cuda.is_available(), reason="vLLM's CPU attention is what is refused")
 @pytest.mark.parametrize(("args", "line"), TRAIN_CLI, ids=["eval-backend", "rollouts"])
 def test_vllm_on_heads_its_cpu_attention_refuses_leaves_no_run_folder(tmp_path, args, line):
@@ -47,6 +48,7 @@ def test_vllm_on_heads_its_cpu_attention_refuses_leaves_no_run_folder(tmp_path, 
     assert not (tmp_path / "cache").exists(), "no model built: the head size is read from model.tiny"
 
 
+@pytest.mark.run
 @pytest.mark.skipif(torch.cuda.is_available(), reason="vLLM's CPU attention is what is refused")
 def test_python_m_eval_refuses_it_before_the_model_is_built(tmp_path):
     """(Hydra makes `python -m eval`'s own folder before its checks run, as for every eval.* refusal.)"""

@@ -16,6 +16,9 @@ from tests.test_finals import FailInStage
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 TWO_STAGES = ("+curriculum=kk_ladder", "experiment=smoke",
               "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]")
 

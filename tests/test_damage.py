@@ -15,6 +15,9 @@ from train.run.manifest import Manifest
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 TWO_STAGES = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true", "cpu_threads=1",
               "grpo.save_total_limit=null", "limits.max_steps=3",
               "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"]

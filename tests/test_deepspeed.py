@@ -27,6 +27,9 @@ from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 from tests.drivers import KILL_WHILE_PUBLISHING, POISON_ONE_SHARD
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 # cpu_threads pinned: two runs compared weight for weight must sum their floats with the same threads
 SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2", "cpu_threads=1"]
 STAGES = ["1-2ppl", "2-3ppl", "3-4ppl", "4-5ppl", "5-6ppl"]

@@ -26,6 +26,9 @@ from core.runlock import RunLock
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # The command. eval.batch_size=2 splits each subset's 4 puzzles into two batches, so that each
 # rank generates one of them and the gathered rows are compared with one process's.

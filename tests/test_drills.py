@@ -33,6 +33,7 @@ def kept_run(tmp_path_factory, cache_dir):
     return run_dir, cfg
 
 
+@pytest.mark.run
 def test_a_half_written_trainer_checkpoint_is_never_resumed_from(kept_run, tmp_path):
     run_dir, _ = kept_run
     trainer = tmp_path / "trainer"
@@ -49,6 +50,7 @@ def test_a_half_written_trainer_checkpoint_is_never_resumed_from(kept_run, tmp_p
     assert scan_checkpoints(trainer).usable == complete
 
 
+@pytest.mark.run
 def test_a_final_without_its_marker_is_not_handed_off(kept_run, tmp_path):
     run_dir, _ = kept_run
     final = tmp_path / "final"
@@ -65,6 +67,7 @@ def _damage_first_final(run_dir):
     (run_dir / "stages" / "1-a" / "final" / "model.safetensors").unlink()
 
 
+@pytest.mark.run
 def test_a_missing_stage_checkpoint_is_named(kept_run, tmp_path):
     source, cfg = kept_run
     run_dir = tmp_path / "run"
@@ -74,6 +77,7 @@ def test_a_missing_stage_checkpoint_is_named(kept_run, tmp_path):
         run_curriculum(read_settings(cfg), run_dir)
 
 
+@pytest.mark.run
 def test_a_missing_stage_checkpoint_can_be_retrained(kept_run, tmp_path, cache_dir):
     source, cfg = kept_run
     run_dir = tmp_path / "run"
@@ -97,6 +101,7 @@ class PoisonGradients(TrainerCallback):
             next(model.parameters()).register_hook(lambda grad: grad * float("nan"))
 
 
+@pytest.mark.run
 def test_nan_stops_the_stage_and_keeps_what_was_done(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke",
@@ -167,6 +172,7 @@ def test_a_full_disk_stops_with_a_clear_error_and_truncates_nothing(tmp_path, mo
     assert [r["step"] for r in read_jsonl(path)] == [0, 1, 2, 3]
 
 
+@pytest.mark.run
 def test_a_prompt_longer_than_the_context_fails_before_anything_is_written(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke", "model.context_length=200")
@@ -182,6 +188,7 @@ def _copy_without_manifest(source, tmp_path):
     return run_dir
 
 
+@pytest.mark.run
 def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, make_cfg):
     source, cfg = kept_run
     run_dir = _copy_without_manifest(source, tmp_path)
@@ -193,6 +200,7 @@ def test_a_final_from_another_config_is_not_adopted(kept_run, tmp_path, make_cfg
     assert (run_dir / "stages" / "1-a" / "final" / "stage.json").read_bytes() == marker, "the old final is untouched"
 
 
+@pytest.mark.run
 def test_a_final_of_this_config_is_adopted_without_training_again(kept_run, tmp_path):
     source, cfg = kept_run
     run_dir = _copy_without_manifest(source, tmp_path)
@@ -203,6 +211,7 @@ def test_a_final_of_this_config_is_adopted_without_training_again(kept_run, tmp_
     assert (run_dir / "metrics.jsonl").read_bytes() == metrics, "no step trained twice"
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("damage, message", [
     ("", r"run.json: empty\."),  # a zero-byte copy
     ('{"run_dir": "x", "config_hash": "ab', r"run.json: truncated or damaged \(Unterminated string.*line 1\)"),  # torn
@@ -218,6 +227,7 @@ def test_a_damaged_manifest_is_named_with_what_to_do(kept_run, tmp_path, damage,
     assert final_info(run_dir / "stages" / "1-a" / "final") is not None, "the finals are kept"
 
 
+@pytest.mark.run
 def test_a_resume_with_another_config_names_the_keys_that_differ(kept_run, tmp_path, make_cfg):
     source, _ = kept_run
     run_dir = tmp_path / "run"

@@ -56,7 +56,7 @@ def train(run: RunConsole, clock: Clock, stage: Stage, step_seconds: float, etas
 def test_the_eta_counts_each_kinds_steps_the_stage_starts_and_saves_and_the_validations_to_come(tmp_path):
     clock, out = Clock(), io.StringIO()
     run = RunConsole(tmp_path, PLAN, Console(file=out, width=200), clock=clock)
-    run.expect_validations({index: COMPLETIONS for index in range(4)})
+    run.expect_validations(dict.fromkeys(range(4), COMPLETIONS))
     etas: list = []
     validate(run, clock, 0)
     for stage, step in zip(PLAN, (SFT_STEP, GRPO_STEP, GRPO_STEP), strict=True):

@@ -169,6 +169,7 @@ def test_a_runs_final_is_validated_on_the_runs_thread_count(run, recorded, expec
     assert run_cpu_threads(final(run)) == expected
 
 
+@pytest.mark.run
 def test_python_m_eval_refuses_a_swapped_final_in_one_line(run, tmp_path):
     swap(run)
     done = run_cli("eval", f"model={final(run)}", f"hydra.run.dir={tmp_path / 'eval'}")

@@ -7,9 +7,14 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from eval.report.cli import main as report_main
 from tests.conftest import run_cli
 from tests.test_console import interrupt_when
+
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
 
 
 def rows_of(out_dir) -> list[dict]:

@@ -15,6 +15,9 @@ from core.rundir import StageRecord
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 LADDER = ("+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=1")
 
 

@@ -26,6 +26,9 @@ from core.published import final_problem
 from core.weights import fingerprint
 from tests.conftest import ROOT, compose_cfg, run_cli
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory, cache_dir):

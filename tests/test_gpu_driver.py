@@ -100,6 +100,7 @@ def test_the_driver_is_read_from_nvidia_smi_then_the_kernel_module_then_nvml(tmp
     assert driver.driver_version() == "535.104.05"
 
 
+@pytest.mark.run
 def test_the_cli_names_the_cpu_build_on_a_machine_with_a_driver(tmp_path):
     """This CPU's torch with a driver on PATH, as a user who installed the CPU build on a GPU box runs it."""
     smi = tmp_path / "nvidia-smi"

@@ -24,6 +24,7 @@ from tests.conftest import run_cli
 ONE_STAGE = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"]
 
 
+@pytest.mark.run
 def test_two_gpus_run_three_optuna_trials_two_at_a_time_each_on_a_gpu_of_its_own(tmp_path, cache_dir):
     seen, sweep = tmp_path / "seen", tmp_path / "sweep"
     seen.mkdir()
@@ -69,6 +70,7 @@ def _claim_once(pool: list[str], folder) -> list[str]:
         return gpus
 
 
+@pytest.mark.run
 def test_the_pool_is_every_gpu_visible_to_the_sweep_and_sets_how_many_jobs_run_at_once(make_cfg, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5,7")
     cfg = make_cfg("+curriculum=kk_ladder", "launch=per_gpu", hydra_config=True)
@@ -96,6 +98,7 @@ def test_a_pool_a_job_cannot_claim_from_is_refused_naming_the_key(launch, refuse
         check_launch(launch)
 
 
+@pytest.mark.run
 def test_a_per_gpu_sweep_on_a_machine_without_gpus_is_refused_before_it_starts(tmp_path):
     sweep = tmp_path / "sweep"
     refused = run_cli("train", "-m", *ONE_STAGE, "launch=per_gpu", "seed=1,2", f"hydra.sweep.dir={sweep}",
@@ -105,6 +108,7 @@ def test_a_per_gpu_sweep_on_a_machine_without_gpus_is_refused_before_it_starts(t
     assert "Traceback" not in refused.stderr and not sweep.exists()
 
 
+@pytest.mark.run
 def test_a_job_whose_run_is_refused_keeps_its_folder_with_the_refusal_in_error_txt(tmp_path, cache_dir):
     """The run a job starts lives in the job's folder: refused by its config, it leaves the job's Hydra record and
     log there and says why in error.txt (what the sweep's report shows), and the sweep goes on (to exit 1)."""

@@ -96,7 +96,7 @@ def test_an_invented_person_with_a_role_is_never_right(puzzle, render, data, kni
 def test_a_hedged_entry_leaves_that_person_undecided(puzzle, data, hedge):
     names, solution = puzzle
     i = data.draw(st.integers(0, len(names) - 1))
-    lines = [hedge.format(n=n) if j == i else f"{n} is {role(s)}" 
+    lines = [hedge.format(n=n) if j == i else f"{n} is {role(s)}"
              for j, (n, s) in enumerate(zip(names, solution, strict=True))]
     g = grade(T("\n".join(lines)), names, solution)
     assert not g.correct and g.assignment[names[i]] is None, g

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -11,6 +12,9 @@ from core.jsonl import read_jsonl
 from core.weights import fingerprint
 from train.run.runner import run_curriculum
 from train.settings import read_settings
+
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
 

@@ -33,6 +33,7 @@ def without_peft(tmp_path) -> dict:
     return env
 
 
+@pytest.mark.run
 def test_the_smoke_ladder_runs_without_peft_and_its_console_is_the_run(tmp_path, cache_dir, without_peft):
     run_dir = tmp_path / "run"
     done = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", f"paths.cache_dir={cache_dir}",
@@ -44,6 +45,7 @@ def test_the_smoke_ladder_runs_without_peft_and_its_console_is_the_run(tmp_path,
     assert [noise for noise in NOISE if noise in console] == []
 
 
+@pytest.mark.run
 def test_lora_without_peft_names_the_extra_before_anything_is_written(tmp_path, cache_dir, without_peft):
     run_dir = tmp_path / "run"
     refused = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", f"paths.cache_dir={cache_dir}",

@@ -9,6 +9,9 @@ import pytest
 
 from tests.kill_drill import TAMPERING, drill
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 
 @pytest.mark.slow
 def test_kills_drawn_over_a_run_each_resume_to_the_uninterrupted_runs_results(tmp_path, cache_dir):

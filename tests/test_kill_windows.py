@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -18,6 +19,9 @@ from core.published import final_info
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 from tests.drivers import KILL_WHILE_PUBLISHING
+
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
 
 STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 3, pool: 8}, {name: b, ppl: 3, steps: 3, pool: 8}]"
 COMMON = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3", STAGES, "cpu_threads=1"]

@@ -14,6 +14,9 @@ from tests.conftest import compose_cfg
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 
 def _fingerprint_of(path) -> str:
     return fingerprint(AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32))

@@ -19,6 +19,9 @@ from tests.conftest import compose_cfg, run_cli
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 PROBE = "rewards/low_tokens/mean"
 TWO_STAGES = "curriculum.stages=[{name: a, ppl: 2, steps: 20, pool: 16}, {name: b, ppl: 3, steps: 5, pool: 16}]"
 PROBE_ONLY = ("limits.max_steps=null", "grpo.learning_rate=1e-2", "grpo.save_steps=100", "reward.weights.format=0",

@@ -151,6 +151,7 @@ def test_on_the_published_records_prompt_truth_and_score_are_logic_rls(cache_dir
         assert logic_rl_scores([row["prompt"][0]["content"]], [answer], [row["names"]], [row["solution"]]) == [3.0]
 
 
+@pytest.mark.run
 def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_dir, tmp_path):
     """A smoke stage of kk_logicrl on Logic-RL's own files (data=local): the pool is their 3ppl train split,
     and the reward TRL logs is Logic-RL's score (-3..3) of the tiny model's completions."""

@@ -8,6 +8,8 @@ import doctest
 import importlib
 import json
 
+import pytest
+
 from core.jsonl import read_jsonl
 from eval.report import write_report
 from tests.conftest import ROOT, compose_cfg, run_cli
@@ -34,6 +36,7 @@ def test_the_readme_task_is_small_and_its_reward_examples_hold(tmp_path, monkeyp
     assert module.AdditionTask().levels == tuple(LEVELS)
 
 
+@pytest.mark.run
 def test_the_readme_task_runs_a_ladder_validated_reported_and_tracked(tmp_path, cache_dir):
     (tmp_path / "my_task.py").write_text(readme_task())
     run_dir = tmp_path / "run"
@@ -62,6 +65,7 @@ def test_the_readme_task_runs_a_ladder_validated_reported_and_tracked(tmp_path, 
     assert "reasoning_agrees" not in table["columns"]
 
 
+@pytest.mark.run
 def test_the_readme_task_cold_starts_on_its_reference_responses(tmp_path, cache_dir, monkeypatch):
     (tmp_path / "my_task.py").write_text(readme_task())
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -49,6 +49,7 @@ def _sft_prompt_ids(rows, tokenizer, model, tmp_path) -> list[int]:
     return example["input_ids"][: in_loss.index(True)]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("template", TEMPLATES)
 def test_every_consumer_sees_the_same_prompt_tokens(template, tiny, make_cfg, tmp_path):
     path, tokenizer, model = tiny

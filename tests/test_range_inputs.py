@@ -43,6 +43,7 @@ def test_cuda_visible_devices_is_read_as_cuda_reads_it(value, gpus):
     assert visible_gpus({"CUDA_VISIBLE_DEVICES": value}) == gpus
 
 
+@pytest.mark.run
 def test_a_per_gpu_sweep_with_every_gpu_hidden_is_refused_before_it_starts(tmp_path):
     from tests.conftest import run_cli
 

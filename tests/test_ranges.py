@@ -95,6 +95,7 @@ INTERPOLATIONS = [
 ]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("override", "line"), INTERPOLATIONS, ids=["missing", "recursive"])
 def test_a_bad_interpolation_is_one_line_naming_its_key_before_a_run_folder(tmp_path, override, line):
     done = run_cli("train", *SMOKE, f"paths.output_dir={tmp_path / 'out'}", override, timeout=120)
@@ -103,12 +104,14 @@ def test_a_bad_interpolation_is_one_line_naming_its_key_before_a_run_folder(tmp_
     assert not (tmp_path / "out").exists(), "no run folder"
 
 
+@pytest.mark.run
 def test_python_m_train_refuses_cpu_threads_0_before_a_run_folder(tmp_path):
     done = run_cli("train", *SMOKE, f"paths.output_dir={tmp_path / 'out'}", "cpu_threads=0", timeout=120)
     assert done.stderr.strip().splitlines() == ["config error: cpu_threads: must be auto or a whole number > 0 (got 0)"]
     assert not list((tmp_path / "out").glob("runs/*")), "no run folder (a refused run leaves none)"
 
 
+@pytest.mark.run
 def test_python_m_eval_refuses_a_seed_out_of_range(tmp_path):
     done = run_cli("eval", "model=tiny", "experiment=smoke", f"paths.output_dir={tmp_path / 'out'}", "seed=-5",
                    f"paths.cache_dir={tmp_path / 'cache'}", timeout=120)
@@ -127,6 +130,7 @@ def test_a_context_beyond_the_models_positions_is_refused(make_cfg):
         check_config(cfg, build_plan(cfg))
 
 
+@pytest.mark.run
 def test_a_run_folder_inside_a_stage_final_is_refused_before_it_is_made(tmp_path):
     final = tmp_path / "run" / "stages" / "1-a" / "final"
     final.mkdir(parents=True)

@@ -14,6 +14,9 @@ from eval.report.cli import main
 from tests.conftest import ROOT, compose_cfg
 from tests.test_report import make_job
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 
 @pytest.fixture(scope="module")
 def two_runs(smoke_ladder, cache_dir, tmp_path_factory) -> tuple[Path, Path]:

@@ -38,6 +38,7 @@ def _section(markdown: str, title: str) -> str:
     return markdown.split(f"## {title}")[1].split("\n## ")[0]
 
 
+@pytest.mark.run
 def test_every_accuracy_and_rate_cell_carries_its_interval_and_n(smoke_report):
     _, markdown, _ = smoke_report
     for title in RATE_TABLES:
@@ -51,6 +52,7 @@ def test_every_accuracy_and_rate_cell_carries_its_interval_and_n(smoke_report):
     assert "**validation pools** (distinct puzzles up to renaming): 2ppl 4 · 3ppl 4" in markdown
 
 
+@pytest.mark.run
 def test_the_report_has_a_samples_section_for_every_stage_and_subset(smoke_report):
     run_dir, markdown, html = smoke_report
     stages = json.loads((run_dir / "run.json").read_text())["stages"]

@@ -32,6 +32,7 @@ def _wait_for(path: Path, proc, timeout: float = 300) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.run
 def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     common = [*SMOKE, f"paths.cache_dir={cache_dir}"]
@@ -69,6 +70,7 @@ def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
 ONE_STAGE = [*SMOKE, "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"]
 
 
+@pytest.mark.run
 def test_second_run_on_a_live_run_directory_is_refused_and_writes_nothing_there(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     first = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}")
@@ -102,6 +104,7 @@ main()
 """
 
 
+@pytest.mark.run
 def test_a_failed_run_resumed_to_the_end_is_reported_done_without_resume_as_a_parameter(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     common = [*ONE_STAGE, f"paths.cache_dir={cache_dir}"]
@@ -120,6 +123,7 @@ def _resume_overrides(run_dir: Path) -> list[str]:
     return [line for path in (run_dir / ".hydra").glob("resume-*/overrides.yaml") for line in path.read_text().split()]
 
 
+@pytest.mark.run
 def test_resume_of_a_path_that_is_no_run_directory_is_refused_before_anything_is_created(tmp_path, cache_dir):
     missing = tmp_path / "no-such-run"
     refused = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={missing}")

@@ -25,6 +25,7 @@ def _with_reward(make_cfg, target: str, *more: str):
                     *more)
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("target, message", [
     ("returns_none", r"reward mine: returned None, not a list of one number \(or None\) per completion \(4 comp"),
     ("returns_strings", r"reward mine: completion 0 scored str '1.0', not a number \(or None: no score\)"),
@@ -41,6 +42,7 @@ def test_a_reward_returning_what_is_not_a_score_stops_the_stage_naming_it(tmp_pa
     assert stage["status"] == "failed" and "reward mine" in stage["error"], "run.json names it too"
 
 
+@pytest.mark.run
 def test_rewards_that_sum_past_float32_stop_the_stage_rather_than_train_on_nothing(tmp_path, make_cfg):
     """Each reward is finite in float32 (3e38), so each passes its check, but TRL's weighted sum is inf: every
     advantage NaN, the loss and grad_norm 0. The stage must stop on the reward, never end done."""
@@ -53,6 +55,7 @@ def test_rewards_that_sum_past_float32_stop_the_stage_rather_than_train_on_nothi
     assert manifest["status"] == "failed" and manifest["stages"][0]["status"] == "failed"
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("target", ["hangs", "hangs_async"])
 def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cfg, target):
     run_dir = tmp_path / "run"
@@ -60,6 +63,7 @@ def test_a_reward_that_hangs_stops_the_stage_after_its_timeout(tmp_path, make_cf
         run_curriculum(read_settings(_with_reward(make_cfg, target, "reward.timeout_s=2")), run_dir)
 
 
+@pytest.mark.run
 def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stage(tmp_path, make_cfg, caplog):
     run_dir = tmp_path / "run"
     cfg = _with_reward(make_cfg, "returns_nan", "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]")
@@ -73,6 +77,7 @@ def test_a_reward_that_scores_no_completion_of_a_batch_is_reported_once_per_stag
     assert [r["rewards/mine/scored_share"] for r in steps] == [0.0, 0.0]
 
 
+@pytest.mark.run
 def test_none_for_some_completions_is_trls_no_score_and_passes(tmp_path, make_cfg):
     run_dir = tmp_path / "run"
     run_curriculum(read_settings(_with_reward(make_cfg, "scores_half")), run_dir)
@@ -82,6 +87,7 @@ def test_none_for_some_completions_is_trls_no_score_and_passes(tmp_path, make_cf
         == [0.5]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])  # none is a number of seconds > 0
 def test_a_timeout_that_is_not_seconds_is_a_config_error(tmp_path, make_cfg, value):
     from core.checks import ConfigError

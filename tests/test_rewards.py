@@ -223,7 +223,7 @@ def test_each_completion_is_graded_once_per_batch(monkeypatch):
     calls = []
     real = rewards.grade
     monkeypatch.setattr(rewards, "grade", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
-    funcs, _ = build_reward_funcs({"weights": {c: 1.0 for c in COMPONENTS}}, fmt="think_answer",
+    funcs, _ = build_reward_funcs({"weights": dict.fromkeys(COMPONENTS, 1.0)}, fmt="think_answer",
                                   max_completion_length=64)
     completions = [think_answer(RIGHT), think_answer("Both are knights."), think_answer(RIGHT)]
     for f in funcs:

@@ -21,6 +21,7 @@ def rollouts(smoke_ladder) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.run
 def test_every_grpo_stage_is_sampled_at_its_first_and_last_step_in_whole_groups(rollouts):
     # rollouts.every 10 and 2-step smoke stages: steps 1 (first) and 2 (last). rollouts.groups is 2, but a
     # smoke step generates one group (4 completions of one prompt): all of it, and no more
@@ -33,6 +34,7 @@ def test_every_grpo_stage_is_sampled_at_its_first_and_last_step_in_whole_groups(
         assert len({r["prompt"] for r in rows}) == 1 and "knights and knaves" in rows[0]["prompt"]
 
 
+@pytest.mark.run
 def test_each_row_holds_its_components_their_weighted_sum_and_the_advantage_grpo_used(rollouts):
     by_group = defaultdict(list)
     for row in rollouts:

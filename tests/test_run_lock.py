@@ -13,6 +13,9 @@ from eval.report import latest_output
 from tests.conftest import ROOT, run_cli
 from tests.test_runlock import hold_lock
 
+# every test here runs the app: training, or `python -m train`/`eval` as a process
+pytestmark = pytest.mark.run
+
 ONE_STEP = ["+curriculum=kk_ladder", "experiment=smoke", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 4}]",
             "eval.subsets=[2]"]
 

@@ -42,7 +42,7 @@ def test_two_processes_racing_for_a_fresh_run_directory_never_both_win(tmp_path)
     outcomes = [results.get(timeout=120) for _ in range(2 * TRIALS)]
     for racer in racers:
         racer.join(timeout=60)
-    winners = {run_dir: 0 for run_dir in run_dirs}
+    winners = dict.fromkeys(run_dirs, 0)
     for run_dir, won in outcomes:
         winners[run_dir] += won
     assert set(winners.values()) == {1}, "exactly one of the two racers wins every directory"

@@ -57,6 +57,7 @@ def test_sft_pool_never_holds_a_validation_puzzle(make_cfg):
     assert removed > 0, "2ppl puzzles are few: generated train and test overlap, and the overlap is removed"
 
 
+@pytest.mark.run
 def test_sft_stage_hands_off_to_grpo(tmp_path, make_cfg, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_dir = tmp_path / "run"

@@ -72,6 +72,7 @@ TOO_LONG = [
 ]
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("overrides", "message"), TOO_LONG, ids=["sft.max_length", "stage max_length", "grpo"])
 def test_rows_over_their_kinds_budget_fail_before_anything_is_written(tmp_path, cache_dir, overrides, message):
     run_dir = tmp_path / "run"
@@ -87,6 +88,7 @@ def _changed_weights(base_dir, final_dir) -> set[str]:
     return {name for name, weights in final if not torch.equal(weights, base[name])}
 
 
+@pytest.mark.run
 @pytest.mark.parametrize(("lora", "only_projections"), [
     # adapters on every linear projection, merged at publish: embeddings and norms keep the base's values
     ("model.lora={r: 4, alpha: 8, dropout: 0.0, learning_rate: 1.0e-2}", True),

@@ -18,6 +18,7 @@ from core.checks import ConfigError
 from tests.conftest import ROOT, run_cli
 
 
+@pytest.mark.run
 def test_two_value_sweep_plus_a_failing_job(tmp_path, cache_dir):
     sweep_dir = tmp_path / "sweep"
     # -1: a weight of the right type that the job's own checks refuse (a negative weight); a value of the
@@ -70,6 +71,7 @@ def offline_runs(job) -> dict[str, bytes]:
     return {run.name[prefix:]: next(run.glob("run-*.wandb")).read_bytes() for run in runs}
 
 
+@pytest.mark.run
 def test_two_sweeps_never_share_a_wandb_run_and_each_job_is_named_and_grouped(tmp_path, cache_dir):
     # the same sweep twice: an id of job number and config hash alone ("0-<config hash>") would repeat, and online
     # with resume="allow" the second sweep's jobs would be attached to the first sweep's runs
@@ -105,6 +107,7 @@ def killed_when(args: list[str], ready: Path) -> None:
     proc.wait()
 
 
+@pytest.mark.run
 def test_a_killed_gsm8k_search_resumes_its_killed_trial_in_its_folder_and_runs_to_n_trials(tmp_path, cache_dir):
     optuna = pytest.importorskip("optuna")
     sweep_dir = tmp_path / "sweep"
@@ -177,6 +180,7 @@ def test_a_damaged_study_file_is_refused_naming_it(tmp_path, damage, refusal):
         sweeper.open_study(tmp_path)
 
 
+@pytest.mark.run
 def test_a_damaged_study_file_ends_the_search_in_one_line(tmp_path, cache_dir):
     pytest.importorskip("optuna")
     a_stored_study(tmp_path)

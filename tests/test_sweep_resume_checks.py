@@ -82,6 +82,7 @@ def test_n_trials_below_one_is_refused(n_trials):
         check_trial_count(n_trials)
 
 
+@pytest.mark.run
 def test_python_m_train_refuses_a_changed_search_space_in_one_line(tmp_path):
     storage = stored_study(tmp_path)
     done = run_cli(*SEARCH, f"hydra.sweep.dir={tmp_path}", "reward.weights.correctness=interval(0.5,5.0)", timeout=300)
@@ -93,6 +94,7 @@ def test_python_m_train_refuses_a_changed_search_space_in_one_line(tmp_path):
     assert [t.state.name for t in optuna.load_study(study_name=STUDY, storage=storage).trials] == ["COMPLETE"]
 
 
+@pytest.mark.run
 def test_python_m_train_marks_a_trial_left_running_without_a_job_failed_and_goes_on(tmp_path):
     storage = stored_study(tmp_path, running=True)
     done = run_cli(*SEARCH, f"hydra.sweep.dir={tmp_path}", "hydra.sweeper.n_trials=2", timeout=300, merged=True)
@@ -102,12 +104,14 @@ def test_python_m_train_marks_a_trial_left_running_without_a_job_failed_and_goes
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["0"], "no job ran: 2 trials in all"
 
 
+@pytest.mark.run
 def test_python_m_train_refuses_n_trials_0_in_one_line(tmp_path):
     done = run_cli(*SEARCH, f"hydra.sweep.dir={tmp_path}", "hydra.sweeper.n_trials=0", timeout=300)
     assert done.stderr.strip().splitlines()[-1] == ("config error: hydra.sweeper.n_trials: 0 is not a number of trials "
                                                     ">= 1 (the trials the study holds in all, those finished counted)")
 
 
+@pytest.mark.run
 def test_a_sweeper_key_without_its_search_names_the_search_to_give(tmp_path):
     # a resume without +hparams_search= runs Hydra's basic sweeper, which has no n_trials
     done = run_cli("train", "-m", "+curriculum=gsm8k_grpo", "experiment=smoke", f"hydra.sweep.dir={tmp_path}",

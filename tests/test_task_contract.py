@@ -156,6 +156,7 @@ def test_a_task_built_outside_a_run_is_held_to_its_levels_too():
         check_task(IntLevels())
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("cls", [IntLevels, StrReward])
 def test_python_m_train_refuses_a_broken_task_in_one_line_leaving_no_run_folder(tmp_path, cls):
     done = run_cli("train", *task_of(cls), *LADDER, f"hydra.run.dir={tmp_path / 'run'}",

@@ -20,6 +20,7 @@ GSM_LEVELS = ["2steps", "3steps", "4steps", "5steps", "6+steps"]
 SMOKE_LEVELS = GSM_LEVELS[:2]  # experiment=smoke's eval.subsets [2, 3]: the task's first two levels
 
 
+@pytest.mark.run
 def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and_a_report(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     done = run_cli("train", "+curriculum=gsm8k_ladder", "model=tiny", "experiment=smoke",
@@ -101,6 +102,7 @@ def test_a_task_and_its_config_must_fit(make_cfg, overrides, message):
         check_config(cfg, build_plan(cfg))
 
 
+@pytest.mark.run
 def test_a_reasoning_gym_stage_runs_over_every_level_with_its_own_score(tmp_path, cache_dir):
     pytest.importorskip("reasoning_gym", reason="reasoning-gym is an optional extra: pip install -e '.[rgym]'")
     run_dir = tmp_path / "run"

@@ -101,6 +101,7 @@ def test_wandb_mode_offline_with_a_key_is_an_offline_run_without_network(tmp_pat
     assert [p.name.endswith("-run-1") for p in (tmp_path / "wandb").glob("offline-run-*")] == [True]
 
 
+@pytest.mark.run
 def test_a_wandb_run_that_cannot_start_fails_the_run(tmp_path, make_cfg, monkeypatch):
     """wandb.init raising (a key the server refuses) after run.json says running: the run is failed, not running."""
     import wandb

@@ -16,6 +16,7 @@ from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 
+@pytest.mark.run
 @pytest.mark.parametrize("target, code", [
     ("exits_quietly", 0),  # was rc 0, no message, the run left running
     ("exits_with_code", 3),  # was rc 3 and nothing said
@@ -54,6 +55,7 @@ def test_keyboard_interrupt_passes_as_it_is():
         call_user_code("reward mine", interrupted)
 
 
+@pytest.mark.run
 def test_python_m_train_records_a_rewards_system_exit_in_error_txt_and_run_json(tmp_path, cache_dir):
     run_dir = tmp_path / "run"
     done = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",

@@ -65,6 +65,7 @@ def test_empty_subset_is_an_error():
         subset_metrics([])
 
 
+@pytest.mark.run
 def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
     run_dir, _ = smoke_ladder
     stage_dirs = {0: "0-baseline"} | {
@@ -92,6 +93,7 @@ def test_smoke_ladder_rows_agree_with_a_recount_from_samples(smoke_ladder):
         assert {k: row[k] for k in KK_COLUMNS} == {k: recount[k] for k in KK_COLUMNS}
 
 
+@pytest.mark.run
 def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     run_dir, _ = smoke_ladder
     stage = json.loads((run_dir / "run.json").read_text())["stages"][1]
@@ -109,6 +111,7 @@ def test_python_m_eval_reproduces_a_stage(smoke_ladder, cache_dir, tmp_path):
     assert re.search(r"mean accuracy over 2 subsets: \d\.\d{3} \[\d\.\d\d, \d\.\d\d\] n=8", done.stdout), done.stdout
 
 
+@pytest.mark.run
 def test_validation_every_n_steps_inside_a_stage(tmp_path, make_cfg):
     from train.run.runner import run_curriculum
     from train.settings import read_settings

@@ -57,6 +57,7 @@ def test_the_hf_loader_refuses_weights_it_would_initialise(tiny):
         load_for_inference(tiny, "cpu")
 
 
+@pytest.mark.run
 def test_python_m_eval_refuses_it_in_one_line_writing_no_rows(tiny, tmp_path):
     (tiny / "config.json").write_text(json.dumps(BERT))
     done = run_cli("eval", f"model={tiny}", "experiment=smoke", "model.chat=false", f"hydra.run.dir={tmp_path / 'out'}",

@@ -79,6 +79,7 @@ def server_mode_trainer(client, callbacks=()) -> SimpleNamespace:
                            callback_handler=SimpleNamespace(callbacks=list(callbacks)))
 
 
+@pytest.mark.run
 def test_the_stand_ins_use_trls_own_names():
     """A rename in TRL fails here rather than leaving every stage's group open."""
     assert callable(VLLMClient.close_communicator) and callable(VLLMClient.init_communicator)
@@ -88,6 +89,7 @@ def test_the_stand_ins_use_trls_own_names():
     assert "self.communicator.group.store = None" in inspect.getsource(VLLMClient.close_communicator)
 
 
+@pytest.mark.run
 def test_the_port_is_free_for_the_next_stage_once_training_ends(server_url):
     port = free_port()
     client = connected_client(server_url, port)
@@ -116,6 +118,7 @@ class FailingTrainer:
         raise RuntimeError("training failed mid-stage")
 
 
+@pytest.mark.run
 def test_a_stage_that_fails_mid_training_still_closes_the_group(server_url, make_cfg, tmp_path):
     port = free_port()
     client = connected_client(server_url, port)

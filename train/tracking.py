@@ -58,7 +58,7 @@ class RunLogs:
 class MetricsCallback(TrainerCallback):
     """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, level and global step."""
 
-    def __init__(self, writer: JsonlWriter, tracker, *, stage_index: int, stage_name: str, level: str,
+    def __init__(self, writer: JsonlWriter | NullWriter, tracker, *, stage_index: int, stage_name: str, level: str,
                  step_offset: int):
         self.writer, self.tracker = writer, tracker
         self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}

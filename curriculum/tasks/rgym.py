@@ -233,7 +233,7 @@ class ReasoningGymTask(Task):
     def _safe_score(self, answer: str | None, entry: Mapping) -> float:
         try:
             return float(self._score(answer, entry))
-        except Exception:  # noqa: BLE001 - a scorer that raises on a model's text must not stop training
+        except Exception:  # a scorer that raises on a model's text must not stop training
             return 0.0
 
     def grade(self, completion, columns: Mapping[str, Any]) -> AnswerGrade:

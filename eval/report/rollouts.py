@@ -64,7 +64,7 @@ def groups_of(rows: Sequence[dict]) -> list[Group]:
         if found and (found[-1].stage, found[-1].stage_step, found[-1].prompt) == key:
             found[-1].rows.append(row)
         else:
-            found.append(Group(*key[:1], str(row.get("stage_name") or key[0]), *key[1:], [row]))
+            found.append(Group(key[0], str(row.get("stage_name") or key[0]), key[1], key[2], [row]))
     return found
 
 

@@ -91,7 +91,7 @@ def _summary(run: rs.RunData) -> list:
     facts = [f"**status** {md_escape(fmt(m.get('status')))}", f"**curriculum** {md_escape(fmt(m.get('curriculum')))}",
              f"**stages done** {done}/{len(stages)}", f"**base model** {code(fmt(m.get('base_model')))}",
              f"**created** {md_escape(fmt(m.get('created')))}", f"**training steps logged** {len(run.steps)}"]
-    blocks = [Text(" · ".join(facts))]
+    blocks: list[Heading | Text | Table] = [Text(" · ".join(facts))]
     if run.config:
         blocks.append(Text(_config_facts(run.config)))
     blocks += [Text(note, note=True) for note in run.notes]

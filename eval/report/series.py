@@ -259,7 +259,7 @@ def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]
     >>> grid.stages, grid.levels, grid.values
     (['baseline', '2ppl', '3ppl'], ['2ppl', '3ppl'], {'2ppl': [0.1, 0.5, None], '3ppl': [0.0, None, None]})
     """
-    names = {index: name for index, name in planned}
+    names = dict(planned)
     cells: dict[tuple[int, str], tuple[float | None, int | None]] = {}
     for row in rows:
         if row.get("stage") is None or row_level(row) is None:

@@ -96,7 +96,8 @@ class MemoryWatch:
     def __init__(self, cuda: bool, every: float = 0.1):
         self.cuda, self.every, self.peak_used = cuda, every, 0
         self.result: dict = {}
-        self.read_used, self.thread = None, None
+        self.read_used: Callable[[], int] | None = None
+        self.thread: threading.Thread | None = None
 
     def __enter__(self):
         self.began, self.stop = time.perf_counter(), threading.Event()

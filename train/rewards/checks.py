@@ -80,7 +80,7 @@ def scores(name: str, result, count: int) -> list[float | None]:
                           f"completion ({count} completions)")
     if len(result) != count:
         raise RewardError(f"reward {name}: returned {len(result)} scores for {count} completions (one each)")
-    out = []
+    out: list[float | None] = []
     for i, value in enumerate(result):
         if value is None:
             out.append(None)
@@ -182,7 +182,7 @@ class AsyncCheckedReward(CheckedReward):
 
     beside: tuple[str, ...] = ()
 
-    async def __call__(self, **kwargs) -> list[float | None]:
+    async def __call__(self, **kwargs) -> list[float | None]:  # type: ignore[override]  # TRL tells async rewards by this
         before = fingerprint(kwargs)
         try:
             result = await asyncio.wait_for(self.func(**kwargs), self.timeout_s)

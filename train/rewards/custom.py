@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
@@ -34,7 +35,7 @@ TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state"
 class NamedReward:
     """A custom reward under its config name: TRL logs `rewards/<__name__>/mean`. Picklable."""
 
-    def __init__(self, name: str, func: Callable[..., list]):
+    def __init__(self, name: str, func: Callable[..., Any]):
         self.__name__, self.func = name, func
 
     def __call__(self, **kwargs) -> list:
@@ -47,7 +48,7 @@ class NamedReward:
 class AsyncNamedReward(NamedReward):
     """The same for an `async def` reward: TRL gathers these concurrently, so the wrapper stays awaitable."""
 
-    async def __call__(self, **kwargs) -> list:
+    async def __call__(self, **kwargs) -> list:  # type: ignore[override]  # TRL tells async rewards by this
         return await self.func(**kwargs)
 
 

@@ -47,7 +47,7 @@ class CollapseWatch:
 
     def __init__(self, guard: Guard):
         self.guard = guard
-        self.values = {key: deque(maxlen=guard.window) for _, key in GUARD_SIGNALS}
+        self.values: dict[str, deque[float]] = {key: deque(maxlen=guard.window) for _, key in GUARD_SIGNALS}
         self.best_length: float | None = None
         self.tripped: set[str] = set()
 

@@ -19,7 +19,7 @@ from transformers import Trainer
 from core.distributed import Processes
 from core.stage_kinds import StageKindFacts
 from curriculum.plan import Stage
-from curriculum.tasks.base import Task
+from curriculum.tasks.base import Task, TaskRecord
 from eval.vllm_engine import ProcessEngine
 
 
@@ -93,7 +93,10 @@ class StageKind(Protocol):
 
     facts: StageKindFacts  # its name, label, step cap, whether it learns from rewards (`reference: rl_start`)
 
-    def rows(self, records: list[dict], tokenizer):
+    def __init__(self, group: Mapping, shared: KindSettings) -> None:
+        """The kind from its own config group (plain) and the settings every kind shares."""
+
+    def rows(self, records: list[TaskRecord], tokenizer):
         """The stage's training rows (a datasets.Dataset) from its pool's records."""
 
     def check(self, stage: Stage, key: str) -> None:

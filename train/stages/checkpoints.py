@@ -87,7 +87,7 @@ def scan_checkpoints(trainer_dir: Path, world_size: int = 1) -> CheckpointScan:
         match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", child.name)
         if match and child.is_dir():
             steps.append((int(match.group(1)), child))
-    skipped = []
+    skipped: list[dict] = []
     for _, child in sorted(steps, reverse=True):
         problem = checkpoint_problem(child, world_size)
         if problem is None:

@@ -39,7 +39,7 @@ from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
-from curriculum.tasks.base import completion_text
+from curriculum.tasks.base import TaskRecord, completion_text
 from eval.vllm_backend import process_kept
 from eval.vllm_engine import ProcessEngine, rollout_arguments
 from train.rewards.checks import check_timeout, checked_rewards
@@ -151,7 +151,7 @@ class GrpoStage:
     def __init__(self, grpo: Mapping, shared: KindSettings):
         self.grpo, self.shared = grpo, shared
 
-    def rows(self, records: list[dict], tokenizer):
+    def rows(self, records: list[TaskRecord], tokenizer):
         model = self.shared.model
         return to_rows(self.shared.task, records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
                        chat_kwargs=model.get("chat_template_kwargs"))

@@ -17,6 +17,7 @@ from core.models import lora_config
 from core.stage_kinds import SFT
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
+from curriculum.tasks.base import TaskRecord
 from train.stages.base import KindSettings, StageContext
 from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
 
@@ -33,7 +34,7 @@ class SftStage:
         """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
         return {**self.sft, **stage.overrides}
 
-    def rows(self, records: list, tokenizer):
+    def rows(self, records: list[TaskRecord], tokenizer):
         """SFT rows: each record's prompt and the task's reference response (`Task.sft_target`; check_config
         keeps kind: sft to a supervised task)."""
         model = self.shared.model

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from curriculum.tasks.base import completion_text, final_answer_block
 from curriculum.tasks.gsm8k.grader import grade, read_number, soft_format, strict_format
+from curriculum.tasks.rewards import RewardFunc
 
 #: The recipe's weights (correctness 2.0, integer 0.5, strict 0.5, soft 0.5, XML count 0.125 a tag).
 RECIPE_WEIGHTS = {"correctness": 2.0, "integer": 0.5, "strict_format": 0.5, "soft_format": 0.5, "xml_count": 0.5}
@@ -100,7 +101,7 @@ def xml_count_reward(completions, **kwargs) -> list[float]:
     return [xml_count(completion_text(c)) for c in completions]
 
 
-REWARD_FUNCTIONS = {
+REWARD_FUNCTIONS: dict[str, RewardFunc] = {
     "correctness": correctness_reward,
     "integer": integer_reward,
     "strict_format": strict_format_reward,

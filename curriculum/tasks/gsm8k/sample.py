@@ -48,7 +48,7 @@ def gsm_symbolic_rows(seed: int) -> Iterator[dict[str, str]]:
 
 def sample_split(seed: int, per_level: int, exclude: Collection[str] = ()) -> list[dict[str, str]]:
     """`per_level` distinct problems of each level, in draw order, none whose question is in `exclude`."""
-    taken = {level: 0 for level in LEVELS}
+    taken = dict.fromkeys(LEVELS, 0)
     seen, rows = set(exclude), []
     for row in gsm_symbolic_rows(seed):
         level, key = step_level(solution_steps(row["answer"])), normalized_question(row["question"])

@@ -23,6 +23,7 @@ import re
 
 from curriculum.tasks.base import completion_text
 from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT
+from curriculum.tasks.rewards import RewardFunc
 
 
 def extract_xml_answer(text: str) -> str:
@@ -105,7 +106,7 @@ def xmlcount_reward_func(completions, **kwargs) -> list[float]:
 
 
 #: component name -> function: the recipe's five, as `reward=gsm8k_stack_verbatim` weighs them (1.0 each)
-VERBATIM_FUNCTIONS = {
+VERBATIM_FUNCTIONS: dict[str, RewardFunc] = {
     "recipe_correctness": correctness_reward_func,
     "recipe_int": int_reward_func,
     "recipe_strict_format": strict_format_reward_func,

@@ -89,7 +89,8 @@ def _smallest_form(parsed: Statements, mentions: list[set[int]], plain: Statemen
     if not tied:
         return repr(_relabelled(parsed, colors))
     cell = min(tied)
-    forms, explored = [], []
+    forms: list[str] = []
+    explored: list[int] = []
     for person in (p for p, color in enumerate(colors) if color == cell):
         # Exchangeable twins lead to the same smallest form; exploring one of them is enough
         # (this keeps "everyone says the same about themselves" linear instead of n!).

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from core.checks import ConfigError, is_number, whole_number
 from curriculum.tasks.base import completion_text
@@ -90,7 +91,7 @@ class GradeCache:
         return {"fmt": self.fmt, "maxsize": self.maxsize}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["fmt"], state["maxsize"])
+        GradeCache.__init__(self, state["fmt"], state["maxsize"])
 
 
 def _grades(completions, names, solution, fmt: str, grader: Grader | None) -> list[Grade]:
@@ -203,8 +204,9 @@ def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -
     return logic_rl_scores(prompts, [completion_text(c) for c in completions], names, solution)
 
 
-_FUNCS = {"format": format_reward, "think": think_reward, "answer": answer_reward, "partial": partial_reward,
-          "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
+_FUNCS: dict[str, RewardFunc] = {
+    "format": format_reward, "think": think_reward, "answer": answer_reward, "partial": partial_reward,
+    "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
 
 
 def _finite(value, key: str) -> float:
@@ -255,7 +257,7 @@ def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
     buffer = whole_number((settings.options.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")
     table = tier_table(settings.options.get("tiered") or {})
     graded = {"fmt": settings.fmt, "grader": GradeCache(settings.fmt)}
-    bound = {
+    bound: dict[str, dict[str, Any]] = {
         # a buffer longer than the completion (a CPU smoke run) ramps over the whole length
         "overlong": {"max_completion_length": settings.max_completion_length,
                      "buffer": min(buffer, settings.max_completion_length)},

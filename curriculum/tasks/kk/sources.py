@@ -299,7 +299,8 @@ def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
     (5, 10)
     """
     held_out = {canonical_key(record) for record in val_records}
-    kept, removed = [], 0
+    kept: list[dict] = []
+    removed = 0
     for record in train_records:
         if limit is not None and len(kept) >= limit:
             break

@@ -82,7 +82,8 @@ class Binder:
         person = self.people.get(tok)
         if person is None and (tok in self.extra or KIND.get(tok) == "stranger"):
             person = self.people[tok] = self.n + len(self.invented)
-            self.invented = self.invented or []  # the class default is an empty tuple
+            if isinstance(self.invented, tuple):  # the class default, empty and immutable
+                self.invented = []
             self.invented.append(tok)
         return person
 
@@ -102,14 +103,17 @@ class Binder:
 
     def hedge_people(self, people: Sequence[int]) -> None:
         """Leave `people` undecided, and this sentence out of a reasoning's last claims."""
-        self.hedged = self.hedged or set()  # the class defaults are empty and immutable; start own sets
-        self.hedged_sentences = self.hedged_sentences or set()
+        if isinstance(self.hedged, frozenset):  # the class defaults are empty and immutable; start own sets
+            self.hedged = set()
+        if isinstance(self.hedged_sentences, frozenset):
+            self.hedged_sentences = set()
         self.hedged.update(people)
         self.hedged_sentences.add(self.sentence)
 
     def assigned(self) -> set[int]:
         """Everyone given a role so far (kept incrementally, so "the rest" stays linear)."""
-        self._assigned = self._assigned or set()
+        if isinstance(self._assigned, frozenset):
+            self._assigned = set()
         self._assigned.update(person for person, _, _ in self.claimed[self._assigned_upto:])
         self._assigned_upto = len(self.claimed)
         return self._assigned
@@ -188,12 +192,14 @@ class Binder:
         if self.hedge and self.touched:
             self.hedge_people(self.touched)
         elif self.hedge and not self.saw_role:
-            self.void = self.void or []
+            if isinstance(self.void, tuple):
+                self.void = []
             self.void.append("a hedge that names nobody")
         if self.declining and self.touched:
             self.hedge_people(self.touched)  # "Zoey is a knight, but I am not sure"
         elif self.declining:
-            self.void = self.void or []
+            if isinstance(self.void, tuple):
+                self.void = []
             self.void.append("a sentence saying the roles cannot be determined")
         self.quant, self.only_bound, self.excluded, self.pending = None, None, [], []
         self.excepting = self.only = self.ditto = self.ditto_here = self.elliptic = self.hedge = False

@@ -52,7 +52,8 @@ def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
     elif tok in SUPPOSITIONS:
         b.supposing = b.quiet = True
     elif tok in ASSUMPTIONS and b.events is b.claimed:
-        b.assumed = b.assumed or []
+        if isinstance(b.assumed, tuple):
+            b.assumed = []
         b.events = b.assumed  # "Assume Zoey is a knight": what follows in the sentence is assumed
     if tok == "neither":
         b.ditto = True  # "Zoey is not a knight, and neither is Liam" (a role word after it cancels this)
@@ -234,6 +235,7 @@ def pair_respectively(b: Binder, tokens: Sequence[str], start: int, end: int) ->
             b.named([person], role)
     else:
         b.hedge_people(names)
-        b.notes = b.notes or []
+        if isinstance(b.notes, tuple):
+            b.notes = []
         b.notes.append(f"'respectively' pairs {len(names)} names with {len(roles)} roles")
     b.sentence_break(".", end)

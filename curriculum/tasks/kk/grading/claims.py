@@ -36,6 +36,7 @@ a sentence the same way. Every step is a single pass over the tokens: linear in 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from curriculum.tasks.kk.grading.claim_binder import Binder
@@ -75,8 +76,8 @@ class Claims(NamedTuple):
     invented: Sequence[str]
     events: Sequence[tuple[int, bool, int]]
     assumed: Sequence[tuple[int, bool, int]]
-    hedged: frozenset[int]
-    hedged_sentences: frozenset[int]
+    hedged: AbstractSet[int]
+    hedged_sentences: AbstractSet[int]
     void: Sequence[str]
     notes: Sequence[str]
 
