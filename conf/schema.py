@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING
 
@@ -101,7 +101,10 @@ class WandbMode(Choice):
 
 # The stage kinds' names, from the one list of kinds (core/stage_kinds.py); train/stages/kinds.py builds one kind (a
 # train.stages.base.StageKind) per name
-StageKindName = Choice("StageKindName", [(name, name) for name in STAGE_KIND_FACTS], module=__name__)
+if TYPE_CHECKING:  # a type checker cannot read an Enum built from a list at import: it sees the base class
+    StageKindName = Choice
+else:
+    StageKindName = Choice("StageKindName", [(name, name) for name in STAGE_KIND_FACTS], module=__name__)
 
 
 class Launcher(Choice):

@@ -122,7 +122,7 @@ def curves_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Bo
             *([table] if (table := stage_curves_table(manifest, steps)) else []), *ratio_clipping_note(steps)]
 
 
-def ratio_clipping_note(steps: list[dict]) -> list:
+def ratio_clipping_note(steps: Sequence[dict]) -> list:
     """Say when PPO-style ratio clipping (epsilon, clip-higher's epsilon_high) never acted, and why."""
     clipped = [r["clip_ratio/region_mean"] for r in steps if isinstance(r.get("clip_ratio/region_mean"), int | float)]
     if not clipped or any(clipped):
