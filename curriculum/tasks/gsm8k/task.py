@@ -155,7 +155,7 @@ class GSM8KTask(Task):
     has_all = True  # a stage's `level: all` trains on the whole split (the one-stage recipe)
     supervised = True  # every record has its worked solution (`sft_target`)
     columns = ("answer", "answer_text")
-    report = TaskReport(format_reward="strict_format_reward")
+    report = TaskReport(format_reward="strict_format")
 
     def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
                  hub_config: str = "main"):
