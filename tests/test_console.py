@@ -149,7 +149,7 @@ def test_wandb_gets_the_rollouts_and_the_graded_validation_samples_as_tables(smo
     assert len(rollouts) == 10  # a table per sampled step: 5 stages x (first, last)
     table = json.loads(rollouts[0].read_text())
     # one column per reward component, as TRL's log_completions table, not one column of JSON
-    components = {"format_reward", "answer_reward", "overlong_reward", "low_tokens"}
+    components = {"format", "answer", "overlong", "low_tokens"}  # their keys, as TRL logs them
     assert {"prompt", "completion", "reward", "advantage", *components} <= set(table["columns"])
     assert "rewards" not in table["columns"]
     assert len(table["data"]) == 4  # one group of 4 completions
