@@ -182,8 +182,8 @@ def sft_then_grpo(tmp_path_factory, cache_dir):
                    env={"WANDB_MODE": "offline"})
     assert done.returncode == 0, done.stderr[-3000:]
     records = wandb_records(next(run_dir.glob("wandb/offline-run-*/run-*.wandb")))
-    kinds = {kind: [r for r in records if r.WhichOneof("record_type") == kind] for kind in ("run", "history", "summary")}
-    return run_dir, kinds
+    kinds = ("run", "history", "summary")
+    return run_dir, {kind: [r for r in records if r.WhichOneof("record_type") == kind] for kind in kinds}
 
 
 def test_a_grpo_stage_sends_trls_own_keys_and_sft_its_own(sft_then_grpo):

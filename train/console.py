@@ -63,7 +63,8 @@ def component_fields(rewards: Sequence[Mapping] | None) -> tuple:
     """
     names = [str(c.get("name")) for c in rewards or () if isinstance(c, Mapping)]
     shorts = [short_name(n) for n in names]
-    return tuple((f"rewards/{n}/mean", n, s if shorts.count(s) == 1 else n, "{:.2f}") for n, s in zip(names, shorts))
+    return tuple((f"rewards/{n}/mean", n, s if shorts.count(s) == 1 else n, "{:.2f}")
+                 for n, s in zip(names, shorts, strict=True))
 
 
 def reward_formula(rewards: Sequence[Mapping] | None) -> str:

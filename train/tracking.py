@@ -24,9 +24,8 @@ from core.jsonl import JsonlWriter, NullWriter
 from core.rundir import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS
 from core.stage_kinds import StageKindFacts
 from core.tracker import open_tracker
-from curriculum.plan import Stage
 from train.identity import RunIdentity
-
+from train.settings import RunSettings
 
 # The prefix transformers' WandbCallback gives a trainer's log keys (`rewrite_logs`), and the keys of a trainer's
 # end-of-training line it keeps in the run's summary instead of its history (`WandbCallback.on_log`).
@@ -41,17 +40,18 @@ def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: 
                         run_id=run_id, config=config, writes=writes)
 
 
-def tracker_config(config: dict, reward_stack: list[dict] | None, plan: list[Stage]) -> dict:
+def tracker_config(settings: RunSettings) -> dict:
     """The wandb run's config: the resolved config, the reward stack as run.json records it (every component with
-    its weight and where it came from) and each stage's index, name, kind and levels.
+    its weight and where it came from: `RunSettings.reward_stack`) and each stage's index, name, kind and levels.
 
+    >>> from types import SimpleNamespace
     >>> from curriculum.plan import Stage
-    >>> tracker_config({"seed": 1}, [{"name": "format", "weight": 0.5, "source": "reward.weights"}],
-    ...                [Stage(1, "sft", "sft", {"2ppl": 1.0}, steps=2, pool=4)])["stages"]
+    >>> tracker_config(SimpleNamespace(config={"seed": 1}, reward_stack=None,
+    ...                                plan=[Stage(1, "sft", "sft", {"2ppl": 1.0}, steps=2, pool=4)]))["stages"]
     [{'index': 1, 'name': 'sft', 'kind': 'sft', 'levels': '2ppl'}]
     """
-    stages = [{"index": s.index, "name": s.name, "kind": s.kind, "levels": s.level_label} for s in plan]
-    return {**config, "reward_stack": reward_stack, "stages": stages}
+    stages = [{"index": s.index, "name": s.name, "kind": s.kind, "levels": s.level_label} for s in settings.plan]
+    return {**settings.config, "reward_stack": settings.reward_stack, "stages": stages}
 
 
 @dataclass(frozen=True)

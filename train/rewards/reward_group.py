@@ -50,9 +50,10 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
     negative weight needs `reward.allow_negative_weights`. ConfigError names the bad key.
 
     >>> from curriculum.tasks import build_task
+    >>> gsm8k = build_task({"name": "gsm8k", "source": "sample"})
     >>> funcs, stack = reward_stack({"task": "gsm8k", "preset": "gsm8k_stack", "weights": {"correctness": 1.0,
-    ...                              "xml_count": 0, "soft_format": 0}}, build_task({"name": "gsm8k", "source": "sample"}),
-    ...                             fmt="reasoning_answer", max_completion_length=200)
+    ...                              "xml_count": 0, "soft_format": 0}}, gsm8k, fmt="reasoning_answer",
+    ...                             max_completion_length=200)
     >>> [f.__name__ for f in funcs]
     ['correctness', 'integer', 'strict_format']
     >>> [(c.name, c.weight, c.source) for c in stack]  # doctest: +NORMALIZE_WHITESPACE

@@ -129,8 +129,8 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
     tracker = engine = None
     try:
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
-        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"], writes=processes.is_main,
-                               config=tracker_config(settings.config, manifest.fields["reward_stack"], settings.plan))
+        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
+                               config=tracker_config(settings), writes=processes.is_main)
         engine = process_engine(settings, base, processes)
         CurriculumRun(
             settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
