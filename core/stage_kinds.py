@@ -25,14 +25,18 @@ class StageKindFacts:
     curve: str  # the metrics.jsonl key its training curve follows
     default: bool  # the kind of a stage without `kind:`; the console and the plots name every other kind
     trainer_config: str  # TRL's config class (`trl.<name>`), whose fields its config group holds
+    # the tracker's prefix of its trainer's log keys: GRPO's as TRL logs them through transformers' WandbCallback
+    # (`train/reward`, `train/kl`), so a TRL dashboard reads them; SFT's apart (`sft/loss`), since its loss
+    # (cross-entropy on reference responses) and GRPO's (the policy objective) must never share a panel
+    tracker_prefix: str
 
 
 GRPO = StageKindFacts("grpo", "GRPO", learns_from_rewards=True, supervised=False, step_cap="max_steps",
                       curve="reward", default=True,
-                      trainer_config="GRPOConfig")
+                      trainer_config="GRPOConfig", tracker_prefix="train")
 SFT = StageKindFacts("sft", "SFT", learns_from_rewards=False, supervised=True, step_cap="max_sft_steps",
                      curve="loss", default=False,
-                     trainer_config="SFTConfig")
+                     trainer_config="SFTConfig", tracker_prefix="sft")
 STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (GRPO, SFT)}
 # the kind of a stage without `kind:`: exactly one (unpacking fails at import otherwise)
 (DEFAULT_KIND,) = (facts for facts in STAGE_KIND_FACTS.values() if facts.default)

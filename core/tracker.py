@@ -27,6 +27,8 @@ WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
 WANDB_HOST = "https://api.wandb.ai"
 # A server that answers opens a TCP connection in well under a second; a machine without network never does.
 PROBE_TIMEOUT_S = 3.0
+# The text a row may carry to wandb beside its numbers: the stage kind of a training row (grpo, sft)
+TEXT_KEYS = ("stage_kind",)
 
 
 class TrackerStartError(RuntimeError):
@@ -114,16 +116,18 @@ class WandbTracker:
             # no ~30-line history panel at the end of every run; where the run is and how to sync it still show
             settings=wandb.Settings(quiet=True),
         )
-        # training panels over the global step, validation panels over the stage (one point per stage)
-        for metric in ("global_step", "stage"):
+        # training panels over the global step, validation panels over the stage (one point per stage); the stage's
+        # kind beside every training row, as text
+        for metric in ("global_step", "stage", "stage_kind"):
             self.run.define_metric(metric, hidden=True)
         for prefix in ("train", "sft", "guard", "val_step", "rollouts"):
             self.run.define_metric(f"{prefix}/*", step_metric="global_step")
         self.run.define_metric("val/*", step_metric="stage")
 
     def log(self, row: dict, step: int) -> None:
-        numbers = {k: v for k, v in row.items() if is_number(v)}
-        self.run.log({**numbers, "global_step": step}, step=step)
+        """The row's numbers (and its text metadata, `TEXT_KEYS`) at `step`."""
+        kept = {k: v for k, v in row.items() if is_number(v) or (k in TEXT_KEYS and isinstance(v, str))}
+        self.run.log({**kept, "global_step": step}, step=step)
 
     def table(self, key: str, rows: list[dict], step: int) -> None:
         """`rows` (one dict each, the same keys) as a wandb table under `key`; nested values as JSON text."""

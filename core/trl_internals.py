@@ -70,15 +70,6 @@ def point_reference_at(model, path: str) -> None:
     model.config.name_or_path = path
 
 
-def trainer_method_name(trainer) -> str:
-    """The training method a trainer runs as TRL names it ("GRPO", "SFT"); else its class name without `Trainer`.
-
-    TRL 1.16's class attribute `_name` (`GRPOTrainer._name`, `SFTTrainer._name`), which TRL uses for its model
-    cards: the tracker's keys name the method, so that the losses of two methods never share a panel.
-    """
-    return str(getattr(trainer, "_name", None) or type(trainer).__name__.removesuffix("Trainer"))
-
-
 def trl_engine_names() -> dict:
     """The module globals TRL 1.16's `VLLMGeneration._init_vllm` looks `LLM` up in when it starts a colocated
     engine: putting another callable under `LLM` there hands TRL the process's engine instead of a second one.

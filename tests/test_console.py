@@ -22,9 +22,10 @@ from tests.conftest import ROOT, run_cli
 pytestmark = pytest.mark.run
 
 SMOKE = ("+curriculum=kk_ladder", "experiment=smoke")
-# the long labels do not fit 80 columns here: the short ones, one space apart
-STEP_LINE = re.compile(r"^  (\dppl) (\d)/2 rew -?\d\.\d{3} fmt \d\.\d\d ans \d\.\d\d len \d+ kl \S+ "
-                       r"0-std \d\.\d\d ETA .+$")
+# the smoke stack's four components (format, answer, overlong, the probe low_tokens) fit no one-line form within 80
+# columns: the step's line with its total, then a line of the components by their keys
+STEP_LINE = re.compile(r"^  (\dppl) (\d)/2  reward -?\d\.\d{3}  len \d+  kl \S+  zero-std \d\.\d\d  ETA .+$")
+COMPONENTS_LINE = re.compile(r"^    format -?\d\.\d\d  answer -?\d\.\d\d  overlong -?\d\.\d\d  low_tokens -?\d\.\d\d$")
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +50,17 @@ def test_the_console_says_the_size_and_folder_first_and_the_report_command_at_bo
     assert "run done objective mean_final_accuracy = " in console
 
 
-def test_one_banner_per_stage_and_one_compact_line_per_step(smoke_console):
+def test_one_banner_per_stage_with_its_reward_and_a_compact_step_line_with_each_component(smoke_console):
     run_dir, console = smoke_console
     for index, name in enumerate(("2ppl", "3ppl", "4ppl", "5ppl", "6ppl"), start=1):
         assert f"stage {index}/5 · {name} · 2 steps" in console  # K&K's level label says itself: no "level"
-    steps = [STEP_LINE.match(line) for line in console.splitlines()]
-    assert [(m[1], m[2]) for m in steps if m] == [(f"{p}ppl", s) for p in range(2, 7) for s in "12"]
-    assert all(len(m[0]) <= 80 for m in steps if m), "a step line fits a terminal's 80 columns (a longer one wraps)"
+    lines = console.splitlines()
+    steps = [(STEP_LINE.match(line), lines[i + 1]) for i, line in enumerate(lines[:-1])]
+    assert [(m[1], m[2]) for m, _ in steps if m] == [(f"{p}ppl", s) for p in range(2, 7) for s in "12"]
+    assert all(COMPONENTS_LINE.match(below) for m, below in steps if m), "each component's mean, by its key"
+    assert all(len(m[0]) <= 80 and len(below) <= 80 for m, below in steps if m), "within a terminal's 80 columns"
+    # under each banner, the reward TRL sums from the run's stack (run.json's reward_stack), probe included
+    assert console.count("  reward = 0.5 format + 2 answer + 0.5 overlong + 1 low_tokens\n") == 5
     # transformers' ~40-key dict per step (and its stage summary) stays out of the console, in metrics.jsonl only
     assert "'loss':" not in console and "train_runtime" not in console and "clip_ratio/low_mean" not in console
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -152,7 +157,7 @@ def test_wandb_gets_the_rollouts_and_the_graded_validation_samples_as_tables(smo
     assert len(rollouts) == 10  # a table per sampled step: 5 stages x (first, last)
     table = json.loads(rollouts[0].read_text())
     # one column per reward component, as TRL's log_completions table, not one column of JSON
-    components = {"format_reward", "answer_reward", "overlong_reward", "low_tokens"}
+    components = {"format", "answer", "overlong", "low_tokens"}  # their keys, as TRL logs them
     assert {"prompt", "completion", "reward", "advantage", *components} <= set(table["columns"])
     assert "rewards" not in table["columns"]
     assert len(table["data"]) == 4  # one group of 4 completions
@@ -161,7 +166,8 @@ def test_wandb_gets_the_rollouts_and_the_graded_validation_samples_as_tables(smo
     table = json.loads(validation[0].read_text())
     assert {"id", "correct", "format_ok", "tokens", "reasoning_agrees", "question", "answer", "reference",
             "completion"} <= set(table["columns"])
-    # training metrics under their trainer's method, validation rates with their interval bounds, a group
+    # GRPO's metrics under TRL's own keys (tests/test_tracker.py holds them to TRL's), validation rates with their
+    # interval bounds, a group
     record = next(run_dir.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
-    assert b"train/grpo/reward" in record and b"train/loss" not in record
+    assert b"train/reward" in record and b"train/grpo/" not in record
     assert b"val/2ppl/accuracy_low" in record and f"{run_dir.parent.name}/{run_dir.name}".encode() in record

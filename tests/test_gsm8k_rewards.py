@@ -20,7 +20,7 @@ from curriculum.tasks.gsm8k.rewards import (
     strict_format_reward,
     xml_count_reward,
 )
-from curriculum.tasks.gsm8k.verbatim import VERBATIM_FUNCTIONS
+from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
 from curriculum.tasks.rewards import RewardSettings
 
 # what the run hands every task's rewards (GSM8K's read neither)
@@ -130,7 +130,8 @@ def test_every_reward_ignores_trl_extras_and_keeps_batch_order():
 
 def test_the_task_and_the_config_offer_the_recipe_stack():
     task = GSM8KTask(source="sample")
-    assert task.reward_functions(SETTINGS) == {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS}  # verbatim: its own file
+    # the write-up's five and the gist's two format readings: their own file
+    assert task.reward_functions(SETTINGS) == {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS, **GIST_FORMAT_FUNCTIONS}
     config = yaml.safe_load((CONF_DIR / "reward" / "gsm8k_stack.yaml").read_text())
     assert config["task"] == task.name
     assert config["weights"] == task.reward_presets()["gsm8k_stack"] == RECIPE_WEIGHTS

@@ -106,7 +106,7 @@ def test_the_port_scores_every_response_as_the_published_parser(completion, prom
 def test_the_preset_is_logic_rls_score_alone_with_accuracy_logged(make_cfg):
     funcs, weights = task_reward_funcs(make_cfg("reward=logic_rl_strict").reward, KKTask(), fmt="logic_rl",
                                        max_completion_length=64)
-    assert [f.__name__ for f in funcs] == ["answer_reward", "logic_rl_strict_reward"] and weights == [0.0, 1.0]
+    assert [f.__name__ for f in funcs] == ["answer", "logic_rl_strict"] and weights == [0.0, 1.0]
     completion = "x</think><answer>Knights: Zoey, Ava</answer>"
     batch = {"completions": [completion], "names": [NAMES], "solution": [SOLUTION], "prompts": [PROMPT]}
     assert [f(**batch) for f in funcs] == [[1.0], [-1.0]]  # right for the grader's accuracy, -1 as reward
@@ -170,7 +170,7 @@ def test_kk_logicrl_trains_on_the_published_records_with_logic_rls_reward(cache_
     run_dir = tmp_path / "run"
     run_curriculum(read_settings(cfg), run_dir)
     steps = [r for r in read_jsonl(run_dir / METRICS) if r.get("kind") == "step"]
-    assert steps and all(-3.0 <= r["rewards/logic_rl_strict_reward/mean"] <= 3.0 for r in steps)
+    assert steps and all(-3.0 <= r["rewards/logic_rl_strict/mean"] <= 3.0 for r in steps)
     manifest = json.loads((run_dir / "run.json").read_text())
     assert manifest["stages"][0]["status"] == "done"
     samples = read_jsonl(run_dir / "samples" / "1-3ppl" / "3ppl.jsonl")

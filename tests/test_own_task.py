@@ -53,7 +53,7 @@ def test_the_readme_task_runs_a_ladder_validated_reported_and_tracked(tmp_path, 
     # its own rewards, by their names, at its preset's weights (and smoke's probe reward)
     step = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step")
     assert {k.split("/")[1] for k in step if k.startswith("rewards/") and k.endswith("/mean")} == {
-        "correct_reward", "tagged_reward", "low_tokens"}
+        "correct", "tagged", "low_tokens"}  # the keys of its preset, which TRL logs them by
     # its report speaks of sums and finds its own format reward (no note that it is missing); nothing of K&K's
     report = (write_report(run_dir) / "report.md").read_text()
     assert "| after stage | 2digits | 3digits |" in report and "sum `2digits-test-" in report

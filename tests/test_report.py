@@ -48,7 +48,7 @@ def stage_entry(index: int, ppl: int, status: str, start: int | None = None, end
 def step_row(stage: int, ppl: int, stage_step: int, global_step: int, **extra) -> dict:
     return {"stage": stage, "stage_name": f"{ppl}ppl", "level": f"{ppl}ppl", "stage_step": stage_step,
             "global_step": global_step, "kind": "step", "reward": 0.1 * global_step,
-            "rewards/format_reward/mean": 0.5, "rewards/answer_reward/mean": 0.2,
+            "rewards/format/mean": 0.5, "rewards/answer/mean": 0.2,
             "completions/mean_length": 100.0 + global_step, "completions/min_length": 50.0,
             "completions/max_length": 200.0, "completions/clipped_ratio": 0.1, "entropy": 0.9,
             "frac_reward_zero_std": 0.25, **extra}
@@ -111,7 +111,7 @@ def test_validation_series_one_per_ppl_with_the_baseline_first(partial_run):
 
 def test_reward_series_total_then_components_and_missing_keys_are_none(partial_run):
     run = rs.load_run(partial_run)
-    assert [s.label for s in rs.reward_series(run.steps)] == ["total", "format_reward", "answer_reward"]
+    assert [s.label for s in rs.reward_series(run.steps)] == ["total", "format", "answer"]
     assert rs.step_series(run.steps, "kl") is None
 
 

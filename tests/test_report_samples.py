@@ -139,7 +139,7 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
                    "picks": [[HOSTILE, "correct"]], "facts": [[HOSTILE, "tokens"]], "chance": {"2ppl": 0.25},
                    "chance_note": HOSTILE}
     manifest = {"status": HOSTILE, "curriculum": HOSTILE, "base_model": f"`x` {HOSTILE}", "stages": stages,
-                "task_report": task_report}
+                "task_report": task_report, "reward_stack": [{"name": HOSTILE, "weight": 1, "source": HOSTILE}]}
     (run / "run.json").write_text(json.dumps(manifest))
     (run / "config.yaml").write_text(json.dumps({"model": {"name": HOSTILE}, "reward": {"weights": {HOSTILE: 1}},
                                                  "grpo": {"loss_type": HOSTILE}, "eval": {"subsets": HOSTILE}}))

@@ -111,16 +111,16 @@ def test_every_preset_reproduces_its_scheme(preset, load_preset):
     assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]
     funcs, weights = build_reward_funcs(cfg, fmt="think_answer", max_completion_length=256)
     by_name = dict(zip([f.__name__ for f in funcs], weights, strict=True))
-    assert by_name == {f"{k}_reward": float(w) for k, w in cfg.weights.items() if w != 0 or k == "answer"}
-    if "tiered_reward" in by_name:
+    assert by_name == {k: float(w) for k, w in cfg.weights.items() if w != 0 or k == "answer"}  # TRL logs the keys
+    if "tiered" in by_name:
         tiers, completions = zip(*TIER_EXAMPLES["think_answer"], strict=True)
-        tiered = next(f for f in funcs if f.__name__ == "tiered_reward")
+        tiered = next(f for f in funcs if f.__name__ == "tiered")
         assert tiered(**batch(list(completions))) == [SCHEME_VALUES[preset][t] for t in tiers]
 
 
 def test_default_preset_is_the_documented_mix(load_preset):
     funcs, weights = build_reward_funcs(load_preset("default"), fmt="think_answer", max_completion_length=512)
-    assert [f.__name__ for f in funcs] == ["format_reward", "answer_reward", "overlong_reward"]
+    assert [f.__name__ for f in funcs] == ["format", "answer", "overlong"]
     assert weights == [0.5, 2.0, 0.5]
 
 
@@ -128,7 +128,7 @@ def test_default_preset_is_the_documented_mix(load_preset):
 def test_presets_compose_and_sweep_with_hydra(preset, make_cfg):
     cfg = make_cfg(f"reward={preset}", "reward.weights.format=1", "++reward.tiered.table.correct=7")
     funcs, weights = build_reward_funcs(cfg.reward, fmt="logic_rl", max_completion_length=256)
-    assert dict(zip([f.__name__ for f in funcs], weights, strict=True))["format_reward"] == 1.0
+    assert dict(zip([f.__name__ for f in funcs], weights, strict=True))["format"] == 1.0
     assert rewards.tier_table(cfg.reward.tiered)["correct"] == 7.0
 
 
@@ -194,9 +194,9 @@ def test_bound_components_take_trls_call():
     }
     values = {get_callable_name(f): f(**batch(completions), **trl_kwargs) for f in funcs}
     assert values == {
-        "format_reward": [1.0, 0.0], "think_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0],
-        "partial_reward": [1.0, 0.0], "overlong_reward": [0.0, -1.0], "tiered_reward": [3.0, -3.0],
-        "logic_rl_strict_reward": [3.0, -3.0],
+        "format": [1.0, 0.0], "think": [1.0, 0.0], "answer": [1.0, 0.0],
+        "partial": [1.0, 0.0], "overlong": [0.0, -1.0], "tiered": [3.0, -3.0],
+        "logic_rl_strict": [3.0, -3.0],
     }
 
 
@@ -208,7 +208,7 @@ def test_overlong_buffer_is_capped_at_the_completion_length():
 def test_answer_reward_is_kept_at_weight_zero_and_others_are_dropped():
     funcs, weights = build_reward_funcs({"weights": {"partial": 1}}, fmt="answer_only",
                                         max_completion_length=64)
-    assert [f.__name__ for f in funcs] == ["answer_reward", "partial_reward"]
+    assert [f.__name__ for f in funcs] == ["answer", "partial"]
     assert weights == [0.0, 1.0]
 
 
@@ -283,5 +283,5 @@ def test_the_tasks_default_preset_is_the_default_file(load_preset, make_cfg):
     """reward=preset takes the task's `default` preset: K&K's is conf/reward/default.yaml's mix, in code too."""
     assert KKTask().reward_presets()["default"] == {k: v for k, v in load_preset("default").weights.items() if v}
     funcs, weights = build_reward_funcs(make_cfg("reward=preset").reward, fmt="think_answer", max_completion_length=512)
-    assert [f.__name__ for f in funcs] == ["format_reward", "answer_reward", "overlong_reward"]
+    assert [f.__name__ for f in funcs] == ["format", "answer", "overlong"]
     assert weights == [0.5, 2.0, 0.5]

@@ -63,9 +63,10 @@ def test_sft_stage_hands_off_to_grpo(tmp_path, make_cfg, monkeypatch):
     run_dir = tmp_path / "run"
     cfg = make_cfg("+curriculum=kk_r1", "experiment=smoke", "limits.max_sft_steps=4", "logger=wandb")
     run_curriculum(read_settings(cfg), run_dir)
-    # wandb: the SFT loss (cross-entropy) and the GRPO loss under their own names, never one panel of both
+    # wandb: the SFT loss (cross-entropy) under sft/, the GRPO loss under TRL's own key, never one panel of both
+    # (tests/test_tracker.py reads the keys of each row)
     record = next(run_dir.glob("wandb/offline-run-*/run-*.wandb")).read_bytes()
-    assert b"train/sft/loss" in record and b"train/grpo/loss" in record and b"train/loss" not in record
+    assert b"sft/loss" in record and b"train/loss" in record and b"train/sft/" not in record
     manifest = json.loads((run_dir / "run.json").read_text())
     sft, first_grpo = manifest["stages"][:2]
     assert sft["kind"] == "sft" and sft["status"] == "done" and sft["steps_done"] == 4

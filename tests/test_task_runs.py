@@ -39,11 +39,10 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     # every task's columns, and none of K&K's: no people count, no person accuracy, no reasoning or lenient rates
     assert all(r["n"] == 4 and not {"ppl", "person_accuracy", "lenient_accuracy", "reasoning_agrees_rate"} & set(r)
                for r in rows)
-    # TRL ran the recipe's five rewards (and smoke's probe reward), by their names
+    # TRL ran the recipe's five rewards (and smoke's probe reward), by their keys
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step"]
     names = {k.split("/")[1] for k in steps[0] if k.startswith("rewards/") and k.endswith("/mean")}
-    assert names == {"correctness_reward", "integer_reward", "strict_format_reward", "soft_format_reward",
-                     "xml_count_reward", "low_tokens"}
+    assert names == {"correctness", "integer", "strict_format", "soft_format", "xml_count", "low_tokens"}
     # the graded completions name the reference answer of the shipped sample's test record they were asked
     samples = read_jsonl(run_dir / "samples" / "0-baseline" / "3steps.jsonl")
     references = {r.id: r.columns["answer"] for r in GSM8KTask(source="sample").records("3steps", "test")}
@@ -92,7 +91,8 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
      r"curriculum.stages\[0\].name: a `level: each` stage is one stage per level"),
     # a preset the task does not offer
     (["+curriculum=gsm8k_grpo", "reward=preset", "reward.preset=nope"],
-     r"reward.preset: 'nope' is not a preset of task gsm8k; its presets: gsm8k_stack, default, gsm8k_stack_verbatim"),
+     r"reward.preset: 'nope' is not a preset of task gsm8k; its presets: gsm8k_stack, default, gsm8k_stack_verbatim, "
+     r"gsm8k_stack_gist"),
 ])
 def test_a_task_and_its_config_must_fit(make_cfg, overrides, message):
     if "+curriculum=reasoning_gym" in overrides:
@@ -117,6 +117,6 @@ def test_a_reasoning_gym_stage_runs_over_every_level_with_its_own_score(tmp_path
     # the reward TRL ran is the dataset's score_answer (format is weighted 0, so left out), plus smoke's probe
     steps = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step"]
     assert {k.split("/")[1] for k in steps[0] if k.startswith("rewards/") and k.endswith("/mean")} == {
-        "answer_reward", "low_tokens"}
+        "answer", "low_tokens"}
     samples = read_jsonl(run_dir / "samples" / "1-all" / "level3.jsonl")
     assert len(samples) == 4 and all(s["reference"] and s["id"].startswith("level3-test-") for s in samples)

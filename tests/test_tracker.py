@@ -1,5 +1,7 @@
 """The tracker's mode and start: `logger.mode: auto` follows WANDB_MODE, probes the wandb host (3 s at most) only
-with a key and no WANDB_MODE, and a wandb run that cannot start fails the run instead of leaving it running.
+with a key and no WANDB_MODE, and a wandb run that cannot start fails the run instead of leaving it running. What a
+run sends: a GRPO stage's keys exactly as TRL logs them through transformers' WandbCallback, SFT's apart, the stage
+and its kind on every row, the reward stack and the stages in the config (read back from wandb's own offline record).
 
 No test reaches outside this machine: a probed host is a port on 127.0.0.1 that nothing listens on.
 """
@@ -9,11 +11,18 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import struct
 import time
+from pathlib import Path
 
 import pytest
+from transformers.integrations.integration_utils import rewrite_logs
+from wandb.proto import wandb_internal_pb2
 
+from core.jsonl import read_jsonl
 from core.tracker import TrackerStartError, WandbTracker, host_answers, wandb_mode
+from tests.conftest import run_cli
+from train.tracking import SUMMARY_SCALARS
 
 KEY = {"WANDB_API_KEY": "0" * 40}  # a key of the right length that no server knows
 
@@ -135,3 +144,82 @@ def test_python_m_eval_ends_in_one_line_when_wandb_cannot_start(tmp_path, monkey
     cfg = OmegaConf.create({"logger": {"backend": "wandb", "project": "kk", "mode": "online"}})
     with pytest.raises(SystemExit, match=r"^logger: wandb.init failed in mode 'online' \(CommError: permission denied"):
         eval_tracker(cfg, tmp_path, "tiny", None)
+
+
+# metrics.jsonl's own columns beside the trainer's log line (train/tracking.py MetricsCallback)
+OUR_TAGS = {"stage", "stage_name", "level", "stage_step", "global_step", "kind"}
+
+
+def wandb_records(path: Path) -> list:
+    """The protobuf Records of an offline run's `.wandb` file: wandb's LevelDB-style log (a 7-byte file header, then
+    32 KiB blocks of chunks, each a 7-byte header: checksum, length, type FULL 1 / FIRST 2 / MIDDLE 3 / LAST 4)."""
+    data, found, pos, chunks = path.read_bytes(), [], 7, b""
+    assert data[:4] == b":W&B"
+    while pos + 7 <= len(data):
+        if 32768 - pos % 32768 < 7:  # a block's tail too short for a header is padding
+            pos += 32768 - pos % 32768
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        chunks, pos = chunks + data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunks)
+            found.append(record)
+            chunks = b""
+    return found
+
+
+def _items(updates) -> dict:
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in updates}
+
+
+@pytest.fixture(scope="module")
+def sft_then_grpo(tmp_path_factory, cache_dir):
+    """The smallest smoke run through the CLI with wandb offline: one SFT step, then one GRPO step (tiny model)."""
+    run_dir = tmp_path_factory.mktemp("tracked") / "run"
+    done = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", "model=tiny", "logger=wandb",
+                   "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 1, pool: 4}, {name: a, ppl: 2, steps: 1, "
+                   "pool: 4}]", "eval.subsets=[2]", f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
+                   env={"WANDB_MODE": "offline"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = wandb_records(next(run_dir.glob("wandb/offline-run-*/run-*.wandb")))
+    kinds = ("run", "history", "summary")
+    return run_dir, {kind: [r for r in records if r.WhichOneof("record_type") == kind] for kind in kinds}
+
+
+def test_a_grpo_stage_sends_trls_own_keys_and_sft_its_own(sft_then_grpo):
+    run_dir, records = sft_then_grpo
+    rows = [_items(r.history.item) for r in records["history"]]
+    steps = {row["stage_kind"]: row for row in rows if "stage_kind" in row}
+    logged = {r["stage"]: r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"}
+    # GRPO: what TRL's trainer logged (metrics.jsonl, less our tags), rewritten by transformers' own function
+    trl = rewrite_logs({k: v for k, v in logged[2].items() if k not in OUR_TAGS})
+    assert {k for k in steps["grpo"] if k.startswith("train/")} == {*trl, "train/global_step"}
+    assert {"train/reward", "train/kl", "train/loss", "train/reward_std", "train/rewards/format/mean",
+            "train/rewards/low_tokens/mean", "train/completions/clipped_ratio"} <= set(steps["grpo"])
+    # SFT: its keys under sft/, none under train/ but the step, so its loss never shares GRPO's train/loss panel
+    assert {k for k in steps["sft"] if k.startswith("sft/")} == {f"sft/{k}" for k in logged[1] if k not in OUR_TAGS}
+    assert {k for k in steps["sft"] if k.startswith("train/")} == {"train/global_step"}
+    assert not any(k.startswith(("train/grpo/", "train/sft/")) for row in rows for k in row)
+    # the stage, its kind and the run's global step on every training row
+    assert [(steps[k]["stage"], steps[k]["train/global_step"], steps[k]["_step"]) for k in ("sft", "grpo")] == [
+        (1, 1, 1), (2, 2, 2)]
+    # the trainer's end-of-stage scalars in the summary, as WandbCallback keeps them: bare for GRPO, sft/ for SFT
+    summary = {k for r in records["summary"] for k in _items(r.summary.update)}
+    assert set(SUMMARY_SCALARS) <= summary and {f"sft/{k}" for k in SUMMARY_SCALARS} <= summary
+    assert not any(k in row for k in SUMMARY_SCALARS for row in rows), "no history row holds them"
+
+
+def test_the_wandb_config_holds_the_reward_stack_run_json_records_and_the_stages(sft_then_grpo):
+    run_dir, records = sft_then_grpo
+    config = _items(records["run"][0].run.config.update)
+    stack = json.loads((run_dir / "run.json").read_text())["reward_stack"]
+    # smoke's probe reward beside the default's three, each by its key, weight and where the weight came from
+    assert stack == [{"name": "format", "weight": 0.5, "source": "reward.weights"},
+                     {"name": "answer", "weight": 2.0, "source": "reward.weights"},
+                     {"name": "overlong", "weight": 0.5, "source": "reward.weights"},
+                     {"name": "low_tokens", "weight": 1.0, "source": "reward.custom"}]
+    assert config["reward_stack"] == stack
+    assert config["stages"] == [{"index": 1, "name": "sft", "kind": "sft", "levels": "2ppl"},
+                                {"index": 2, "name": "a", "kind": "grpo", "levels": "2ppl"}]
+    assert config["reward"]["weights"]["format"] == 0.5, "the resolved config as before"

@@ -16,7 +16,7 @@ import pytest
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
-from trl import GRPOConfig, GRPOTrainer, SFTTrainer
+from trl import GRPOConfig, GRPOTrainer
 
 from core.models import resolve_model
 from core.trl_internals import (
@@ -25,7 +25,6 @@ from core.trl_internals import (
     mark_weights_asleep,
     mark_weights_loaded,
     point_reference_at,
-    trainer_method_name,
     trl_engine_names,
 )
 from core.weights import fingerprint
@@ -229,17 +228,3 @@ def test_name_or_path_is_where_trl_builds_the_reference_from(tiny_path, tmp_path
                           processing_class=AutoTokenizer.from_pretrained(tiny_path, padding_side="left"))
     assert fingerprint(trainer.ref_model) == fingerprint(reference)
     assert fingerprint(trainer.ref_model) != fingerprint(trainer.model), "the control: not the policy's weights"
-
-
-class LocalTrainer(Trainer):
-    """A trainer TRL does not name: its class name says the method."""
-
-
-@pytest.mark.parametrize(("trainer_class", "method"), [
-    (GRPOTrainer, "GRPO"),  # TRL's `_name`
-    (SFTTrainer, "SFT"),
-    (LocalTrainer, "Local"),  # no `_name` of TRL's: the class name without "Trainer"
-])
-def test_name_is_trls_name_for_the_method(trainer_class, method):
-    """TRL's trainers' class attribute `_name`: the tracker's keys (`train/grpo/...`, `train/sft/...`) come from it."""
-    assert trainer_method_name(object.__new__(trainer_class)) == method

@@ -3,7 +3,9 @@
 transformers prints a ~40-key dict at every log step and a tqdm bar per stage; here the trainer's
 console is the run's (`StageConsole` takes its place, `bind` removes transformers' printers): a
 whole-run progress bar with an ETA while a stage trains (in a terminal), and per step one compact
-line of the signals a person watches (reward, format, answer share, length, KL, zero-std share).
+line of the signals a person watches (reward, each reward component's mean, length, KL, zero-std share).
+The components are the run's reward stack as run.json records it (`reward_stack`): under each banner of a
+stage that learns from rewards the weighted sum they make, on each step line their means by their keys.
 The full dict goes only to metrics.jsonl (`train.tracking.MetricsCallback`).
 """
 
@@ -27,12 +29,11 @@ from core.report_command import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
-# (metrics key, label, short label, format) of the compact step line, in the order a person reads them; absent keys
-# are left out. The short labels are for a line that would not fit WIDTH with the long ones.
+# (metrics key, label, short label, format) of the compact step line, in the order a person reads them, the reward
+# components' means after the total (`component_fields`); absent keys are left out. The short labels are for a line
+# that would not fit WIDTH with the long ones.
+TOTAL_FIELD = ("reward", "reward", "rew", "{:.3f}")
 STEP_FIELDS = (
-    ("reward", "reward", "rew", "{:.3f}"),
-    ("rewards/format_reward/mean", "format", "fmt", "{:.2f}"),
-    ("rewards/answer_reward/mean", "answer", "ans", "{:.2f}"),
     ("completions/mean_length", "len", "len", "{:.0f}"),
     ("kl", "kl", "kl", "{:.2g}"),
     ("frac_reward_zero_std", "zero-std", "0-std", "{:.2f}"),
@@ -43,17 +44,59 @@ STEP_FIELDS = (
 WIDTH = 80
 
 
-def step_metrics(row: Mapping, *, short: bool = False) -> list[str]:
-    """The "<label> <value>" parts of one logged step (`short`: the short labels).
+def short_name(name: str) -> str:
+    """A reward component's key in at most 4 characters for a step line short of room: its first 4 letters, or for a
+    key of parts its first part's first three and the next part's first letter.
 
-    >>> step_metrics({"reward": 0.53125, "rewards/format_reward/mean": 0.75, "completions/mean_length": 128.4,
-    ...               "kl": 0.00123, "frac_reward_zero_std": 0.25, "loss": 0.0, "learning_rate": 2e-5})
+    >>> [short_name(n) for n in ("format", "answer", "overlong", "low_tokens", "strict_format", "kl")]
+    ['form', 'answ', 'over', 'lowt', 'strf', 'kl']
+    """
+    first, *rest = name.split("_")
+    return first[:3] + rest[0][:1] if rest else first[:4]
+
+
+def component_fields(rewards: Sequence[Mapping] | None) -> tuple:
+    """The step line's fields of the reward stack's components (run.json's `reward_stack`), in TRL's order.
+
+    >>> component_fields([{"name": "format", "weight": 0.5, "source": "reward.weights"}])
+    (('rewards/format/mean', 'format', 'form', '{:.2f}'),)
+    """
+    names = [str(c.get("name")) for c in rewards or () if isinstance(c, Mapping)]
+    shorts = [short_name(n) for n in names]
+    return tuple((f"rewards/{n}/mean", n, s if shorts.count(s) == 1 else n, "{:.2f}")
+                 for n, s in zip(names, shorts, strict=True))
+
+
+def reward_formula(rewards: Sequence[Mapping] | None) -> str:
+    """The reward as TRL sums it from the stack, and the components logged at weight 0.
+
+    >>> reward_formula([{"name": "format", "weight": 0.5}, {"name": "answer", "weight": 0.0},
+    ...                 {"name": "low_tokens", "weight": 1.0}])
+    'reward = 0.5 format + 1 low_tokens; logged at weight 0: answer'
+    """
+    stack = [c for c in rewards or () if isinstance(c, Mapping) and is_number(c.get("weight"))]
+    weighted = " + ".join(f"{float(c['weight']):g} {c.get('name')}" for c in stack if c["weight"])
+    logged = ", ".join(str(c.get("name")) for c in stack if not c["weight"])
+    return f"reward = {weighted or '0'}" + (f"; logged at weight 0: {logged}" if logged else "")
+
+
+def step_metrics(row: Mapping, *, short: bool = False, components: tuple = ()) -> list[str]:
+    """The "<label> <value>" parts of one logged step (`short`: the short labels; `components`: the reward
+    components' fields, `component_fields`).
+
+    >>> step_metrics({"reward": 0.53125, "rewards/format/mean": 0.75, "completions/mean_length": 128.4,
+    ...               "kl": 0.00123, "frac_reward_zero_std": 0.25, "loss": 0.0, "learning_rate": 2e-5},
+    ...              components=component_fields([{"name": "format"}, {"name": "answer"}]))
     ['reward 0.531', 'format 0.75', 'len 128', 'kl 0.0012', 'zero-std 0.25']
     >>> step_metrics({"loss": 1.2345, "mean_token_accuracy": 0.5}, short=True)
     ['loss 1.23', 'tok acc 0.50']
     """
+    return _parts(row, (TOTAL_FIELD, *components, *STEP_FIELDS), short)
+
+
+def _parts(row: Mapping, fields: Sequence[tuple], short: bool) -> list[str]:
     parts = []
-    for key, label, short_label, form in STEP_FIELDS:
+    for key, label, short_label, form in fields:
         if key == "loss" and "reward" in row:  # a GRPO step: its loss is left out
             continue
         if is_number(row.get(key), finite=True):
@@ -61,30 +104,51 @@ def step_metrics(row: Mapping, *, short: bool = False) -> list[str]:
     return parts
 
 
-def step_line(row: Mapping, stage: str, step: str, eta: Estimate | None = None) -> str:
+def step_line(row: Mapping, stage: str, step: str, eta: Estimate | None = None, components: tuple = ()) -> str:
     """The line of one logged step (indented), at most WIDTH columns where that can be: the long labels with room
-    between them, else the short ones and a shorter ETA, else without the stage's name (the banner above says it).
+    between them, else the short ones and a shorter ETA, else without the stage's name (the banner above says it);
+    where a reward stack's components (`component_fields`) fit none of these, they take a second line of their own
+    under the first.
 
     >>> from train.eta import Part
     >>> eta = Estimate([Part("GRPO step", 1, 3 * 3600 + 420.0)])
     >>> step_line({"reward": 0.53, "completions/mean_length": 128, "kl": 0.001}, "2ppl", "3/10", eta)
     '  2ppl 3/10  reward 0.530  len 128  kl 0.001  ETA 3 h 07 min'
-    >>> grpo = {"reward": -0.03125, "rewards/format_reward/mean": 0.75, "rewards/answer_reward/mean": 0.0,
+    >>> kk = component_fields([{"name": "format"}, {"name": "answer"}])
+    >>> grpo = {"reward": -0.03125, "rewards/format/mean": 0.75, "rewards/answer/mean": 0.0,
     ...         "completions/mean_length": 512, "kl": 0.00123, "frac_reward_zero_std": 0.25}
-    >>> step_line(grpo, "3ppl", "15/20", eta)
-    '  3ppl 15/20 rew -0.031 fmt 0.75 ans 0.00 len 512 kl 0.0012 0-std 0.25 ETA 3h07m'
-    >>> step_line({**grpo, "completions/mean_length": 1024}, "3ppl", "150/200", eta)
-    '  150/200 rew -0.031 fmt 0.75 ans 0.00 len 1024 kl 0.0012 0-std 0.25 ETA 3h07m'
+    >>> step_line({**grpo, "completions/mean_length": 64}, "3ppl", "5/20", eta, kk)
+    '  3ppl 5/20 rew -0.031 form 0.75 answ 0.00 len 64 kl 0.0012 0-std 0.25 ETA 3h07m'
+    >>> step_line(grpo, "3ppl", "150/200", eta, kk)
+    '  150/200 rew -0.031 form 0.75 answ 0.00 len 512 kl 0.0012 0-std 0.25 ETA 3h07m'
+    >>> four = kk + component_fields([{"name": "overlong"}, {"name": "low_tokens"}])
+    >>> print(step_line({**grpo, "rewards/overlong/mean": -0.01, "rewards/low_tokens/mean": 0.5}, "3ppl", "1/2", eta,
+    ...                 four))
+      3ppl 1/2  reward -0.031  len 512  kl 0.0012  zero-std 0.25  ETA 3 h 07 min
+        format 0.75  answer 0.00  overlong -0.01  low_tokens 0.50
     """
+    one = _fitting(row, stage, step, eta, components)
+    if one is not None or not components:
+        return "  " + (one or _forms(row, stage, step, eta, components)[-1])
+    first = _fitting(row, stage, step, eta, ()) or _forms(row, stage, step, eta, ())[-1]
+    second = ["  ".join(_parts(row, components, short=False)), " ".join(_parts(row, components, short=True))]
+    return f"  {first}\n    {next((line for line in second if len(line) + 4 <= WIDTH), second[-1])}"
+
+
+def _forms(row: Mapping, stage: str, step: str, eta: Estimate | None, components: tuple) -> list[str]:
+    """The step line's forms, longest first (unindented)."""
     long_eta = [f"ETA {eta_short(eta)}"] if eta is not None else []
     short_eta = [f"ETA {eta_short(eta, compact=True)}"] if eta is not None else []
-    tries = [
-        "  ".join([f"{stage} {step}", *step_metrics(row), *long_eta]),
-        " ".join([stage, step, *step_metrics(row, short=True), *short_eta]),
-        " ".join([step, *step_metrics(row, short=True), *short_eta]),
+    return [
+        "  ".join([f"{stage} {step}", *step_metrics(row, components=components), *long_eta]),
+        " ".join([stage, step, *step_metrics(row, short=True, components=components), *short_eta]),
+        " ".join([step, *step_metrics(row, short=True, components=components), *short_eta]),
     ]
-    fits = [line for line in tries if len(line) + 2 <= WIDTH]
-    return "  " + (fits[0] if fits else tries[-1])
+
+
+def _fitting(row: Mapping, stage: str, step: str, eta: Estimate | None, components: tuple) -> str | None:
+    """The longest form that fits WIDTH once indented, or None."""
+    return next((line for line in _forms(row, stage, step, eta, components) if len(line) + 2 <= WIDTH), None)
 
 
 def duration(seconds: float) -> str:
@@ -136,8 +200,10 @@ class RunConsole:
     run for its ETA (`train.eta.RunTimer`; a test hands in its own)."""
 
     def __init__(self, run_dir: Path, plan: Sequence[Stage], console: Console | None = None,
-                 clock: Callable[[], float] = time.monotonic, level_word: str = "level"):
+                 clock: Callable[[], float] = time.monotonic, level_word: str = "level",
+                 rewards: Sequence[Mapping] | None = None):
         self.run_dir, self.plan, self.level_word = run_dir, list(plan), level_word
+        self.rewards = rewards  # the reward stack as run.json records it (`reward_stack`)
         self.console = console or Console()
         self.timer = RunTimer.of(self.plan, clock=clock)
         self.done_steps = 0  # over the whole run, for the live bar
@@ -220,6 +286,8 @@ class StageConsole(TrainerCallback):
         if not state.is_world_process_zero:  # with many processes, one console
             return
         self.run.console.rule(banner(self.stage, self.stages, state.max_steps, state.global_step, self.run.level_word))
+        if self.stage.kind_facts.learns_from_rewards and self.run.rewards:
+            self.run.console.print(f"  {escape(reward_formula(self.run.rewards))}", soft_wrap=True, highlight=False)
         self.run.console.print(f"  {escape(eta_detail(timer.estimate()))}", soft_wrap=True, highlight=False)
         self.run.done_steps += state.global_step
         if self.run.console.is_terminal:  # a live bar only where it can redraw; a log file gets the lines
@@ -241,7 +309,8 @@ class StageConsole(TrainerCallback):
         if not logs or "train_runtime" in logs or not state.is_world_process_zero:  # the summary: metrics.jsonl's
             return
         # the whole run's ETA closes the line (the live bar, in a terminal, shows its steps)
-        line = step_line(logs, self.stage.name, f"{state.global_step}/{state.max_steps}", self.run.timer.estimate())
+        line = step_line(logs, self.stage.name, f"{state.global_step}/{state.max_steps}", self.run.timer.estimate(),
+                         component_fields(self.run.rewards))
         self.console.print(escape(line), soft_wrap=True, highlight=False)
 
     def on_train_end(self, args, state, control, **kwargs):

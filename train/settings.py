@@ -21,6 +21,7 @@ from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_records
 from eval.settings import ValidationSettings, subset_levels, validation_settings
 from train.config_check import check_config
+from train.rewards.reward_group import reward_stack, stack_record
 from train.rollouts import RolloutSettings
 from train.run.finals import FinalsSettings
 from train.stages.base import StageKind
@@ -48,6 +49,9 @@ class RunSettings:
     objective: str  # `objective`: what a sweeper optimises
     rollouts: RolloutSettings  # `rollouts`
     finals: FinalsSettings  # `finals`
+    # `reward` resolved: each component TRL weighs, with its weight and where the weight came from (run.json's
+    # `reward_stack`: `train.rewards.reward_group.reward_stack`); None in a run without a stage that learns from them
+    reward_stack: list[dict] | None
 
     @property
     def model_name(self) -> str:
@@ -79,4 +83,14 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
         objective=str(cfg.objective),
         rollouts=RolloutSettings(every=int(cfg.rollouts.every), groups=int(cfg.rollouts.groups)),
         finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
+        reward_stack=run_reward_stack(cfg, task, plan),
     )
+
+
+def run_reward_stack(cfg: DictConfig, task: Task, plan: list[Stage]) -> list[dict] | None:
+    """The reward stack the run's GRPO stages train on (`reward_stack`), None when no stage learns from rewards."""
+    if not any(stage.kind_facts.learns_from_rewards for stage in plan):
+        return None
+    _, stack = reward_stack(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                            max_completion_length=int(cfg.grpo.max_completion_length))
+    return stack_record(stack)

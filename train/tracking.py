@@ -2,10 +2,13 @@
 
 One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the
 trainers report to "none" and `MetricsCallback` forwards every log line with a global step that
-continues across stages, and the stage and its level beside it (`define_metric`: training panels by
-global step, validation panels by stage). Its name, group and id come from `train.identity`; tables
-(validation samples, training rollouts) go where a tracker keeps them; the sweep objective ends in
-the run's summary.
+continues across stages, under the keys TRL's integration gives a GRPO stage (`train/<key>`, as
+transformers' WandbCallback rewrites them, with `train/global_step`) or the stage kind's own prefix
+(`sft/loss`: `StageKindFacts.tracker_prefix`), and the stage, its kind and its level beside each row
+(`define_metric`: training panels by global step, validation panels by stage). The wandb config adds
+the run's reward stack and its stages to the resolved config (`tracker_config`). Its name, group and id
+come from `train.identity`; tables (validation samples, training rollouts) go where a tracker keeps
+them; the sweep objective ends in the run's summary.
 """
 
 from __future__ import annotations
@@ -19,9 +22,15 @@ from transformers import TrainerCallback
 
 from core.jsonl import JsonlWriter, NullWriter
 from core.rundir import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS
+from core.stage_kinds import StageKindFacts
 from core.tracker import open_tracker
-from core.trl_internals import trainer_method_name
 from train.identity import RunIdentity
+from train.settings import RunSettings
+
+# The prefix transformers' WandbCallback gives a trainer's log keys (`rewrite_logs`), and the keys of a trainer's
+# end-of-training line it keeps in the run's summary instead of its history (`WandbCallback.on_log`).
+TRL_PREFIX = "train"
+SUMMARY_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 
 
 def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: str, config: dict, *,
@@ -29,6 +38,20 @@ def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: 
     """The run's tracker (core/tracker.py), named, grouped and typed by its `identity`."""
     return open_tracker(logger, run_dir, name=identity.name, group=identity.group, job_type=identity.job_type,
                         run_id=run_id, config=config, writes=writes)
+
+
+def tracker_config(settings: RunSettings) -> dict:
+    """The wandb run's config: the resolved config, the reward stack as run.json records it (every component with
+    its weight and where it came from: `RunSettings.reward_stack`) and each stage's index, name, kind and levels.
+
+    >>> from types import SimpleNamespace
+    >>> from curriculum.plan import Stage
+    >>> tracker_config(SimpleNamespace(config={"seed": 1}, reward_stack=None,
+    ...                                plan=[Stage(1, "sft", "sft", {"2ppl": 1.0}, steps=2, pool=4)]))["stages"]
+    [{'index': 1, 'name': 'sft', 'kind': 'sft', 'levels': '2ppl'}]
+    """
+    stages = [{"index": s.index, "name": s.name, "kind": s.kind, "levels": s.level_label} for s in settings.plan]
+    return {**settings.config, "reward_stack": settings.reward_stack, "stages": stages}
 
 
 @dataclass(frozen=True)
@@ -59,20 +82,13 @@ class MetricsCallback(TrainerCallback):
     """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, level and global step."""
 
     def __init__(self, writer: JsonlWriter | NullWriter, tracker, *, stage_index: int, stage_name: str, level: str,
-                 step_offset: int):
+                 step_offset: int, kind: StageKindFacts):
         self.writer, self.tracker = writer, tracker
         self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}
-        self.step_offset = step_offset
+        self.step_offset, self.kind = step_offset, kind
         # the tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index)
         numbers = [float(n) for n in re.findall(r"\d+", level)]
         self.level_value = sum(numbers) / len(numbers) if numbers else stage_index
-        self.prefix = "train"  # `bind` adds the trainer's method
-
-    def bind(self, trainer) -> None:
-        """The tracker's keys name the trainer's method (TRL's own name for it, "GRPO", "SFT"; else its class):
-        `train/sft/loss`, `train/grpo/loss`. An SFT loss (cross-entropy on the reference responses) and a GRPO loss
-        (the policy objective, ~0 by construction) are different quantities that must not share one panel."""
-        self.prefix = f"train/{trainer_method_name(trainer).lower()}"
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -81,7 +97,27 @@ class MetricsCallback(TrainerCallback):
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = "summary" if "train_runtime" in logs else "step"
         self.writer.write([row])
-        tracked = {"stage": self.tags["stage"], "level": self.level_value,
-                   **{f"{self.prefix}/{k}": v for k, v in logs.items()}}
-        self.tracker.log(tracked, step=row["global_step"])
+        prefix = self.kind.tracker_prefix
+        scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
+        if scalars:  # transformers' WandbCallback keeps these in the summary (bare for TRL's `train` prefix)
+            self.tracker.summary({(k if prefix == TRL_PREFIX else f"{prefix}/{k}"): v for k, v in scalars.items()})
+        self.tracker.log(tracked_row({k: v for k, v in logs.items() if k not in scalars}, prefix,
+                                     global_step=row["global_step"], stage=self.tags["stage"],
+                                     stage_kind=self.kind.name, level=self.level_value),
+                         step=row["global_step"])
+
+
+def tracked_row(logs: Mapping, prefix: str, *, global_step: int, stage: int, stage_kind: str, level: float) -> dict:
+    """One trainer log line as the tracker gets it: each key under the kind's `prefix` (GRPO's `train/<key>`, as
+    transformers' WandbCallback `rewrite_logs` writes TRL's logs), the run's global step as `train/global_step`
+    (the step TRL's dashboards plot against; here it continues across stages), and the stage, its kind and its
+    level as metadata.
+
+    >>> tracked_row({"reward": 0.5, "kl": 0.01}, "train", global_step=7, stage=2, stage_kind="grpo", level=3.0)
+    {'stage': 2, 'stage_kind': 'grpo', 'level': 3.0, 'train/global_step': 7, 'train/reward': 0.5, 'train/kl': 0.01}
+    >>> tracked_row({"loss": 1.2}, "sft", global_step=2, stage=1, stage_kind="sft", level=2.0)["sft/loss"]
+    1.2
+    """
+    return {"stage": stage, "stage_kind": stage_kind, "level": level, "train/global_step": global_step,
+            **{f"{prefix}/{k}": v for k, v in logs.items()}}
 

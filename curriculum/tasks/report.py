@@ -45,7 +45,7 @@ class TaskReport:
     picks: tuple[tuple[str, str], ...] = ()
     facts: tuple[tuple[str, str], ...] = ()  # (label, sample key): shown with each sample where present
     sample_columns: tuple[str, ...] = ()  # the tracker's sample table, beside every task's columns
-    format_reward: str | None = None  # the training reward that is the format rate (its logged __name__)
+    format_reward: str | None = None  # the reward component that is the format rate (its key: `rewards/<key>/mean`)
     chance: Mapping[str, float] = field(default_factory=dict)  # level -> accuracy of a blind guess
     chance_note: str = ""  # how chance is reckoned, under the accuracy plot
     # the console's word before a level's label in a stage banner ("level 2steps", beside "2 steps" of training);

@@ -136,7 +136,7 @@ class ReasoningGymTask(Task):
     """One reasoning-gym dataset, its levels from `levels` or its curriculum (module docstring)."""
 
     name = "reasoning_gym"
-    report = TaskReport(format_reward="format_reward")
+    report = TaskReport(format_reward="format")
     columns = ("answer", "entry")
     has_all = True  # `level: all`: every level in turn (a one-stage run over the dataset's difficulties)
 

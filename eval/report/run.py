@@ -69,19 +69,36 @@ def failure_blocks(run_dir: Path) -> list:
             Completion("\n".join(lines[-ERROR_TAIL_LINES:]))]
 
 
-def _config_facts(config: dict) -> str:
-    """The settings a reader compares runs by, from config.yaml: model, reward weights, GRPO's key knobs
-    (escaped: a config.yaml from elsewhere may hold Markdown)."""
+def _config_facts(config: dict, reward_stack) -> str:
+    """The settings a reader compares runs by: the model, the reward stack as run.json records it, GRPO's key knobs
+    and the validation subsets from config.yaml (escaped: a run folder from elsewhere may hold Markdown)."""
     def section(name: str) -> dict:
         return config.get(name) if isinstance(config.get(name), dict) else {}
 
-    weights = section("reward").get("weights") or {}
     grpo = section("grpo")
-    nonzero = ", ".join(f"{k} {v}" for k, v in (weights.items() if isinstance(weights, dict) else ()) if v) or "-"
     knobs = ", ".join(f"{k} {grpo[k]}" for k in ("learning_rate", "beta", "num_generations",
                                                   "max_completion_length", "loss_type") if k in grpo)
-    return (f"**model** {md_escape(fmt(section('model').get('name')))} · **reward weights** {md_escape(nonzero)} · "
+    return (f"**model** {md_escape(fmt(section('model').get('name')))} · "
+            f"**reward stack** {md_escape(reward_stack_text(reward_stack))} · "
             f"**grpo** {md_escape(knobs or '-')} · **eval subsets** {code(fmt(section('eval').get('subsets')))}")
+
+
+def reward_stack_text(records) -> str:
+    """run.json's `reward_stack` (every component TRL weighed: name, weight, where the weight came from) in a line;
+    read back untrusted, an entry that is not one is left out.
+
+    >>> reward_stack_text([{"name": "format", "weight": 0.5, "source": "reward.weights"},
+    ...                    {"name": "answer", "weight": 0.0, "source": "logged"},
+    ...                    {"name": "low_tokens", "weight": 1.0, "source": "reward.custom"}, "junk"])
+    'format 0.5 (reward.weights), answer 0 (logged), low_tokens 1 (reward.custom)'
+    >>> reward_stack_text(None)
+    'not recorded (a run without a GRPO stage)'
+    """
+    shown = [f"{entry['name']} {float(entry['weight']):g} ({entry.get('source', '?')})"
+             for entry in (records if isinstance(records, list) else ())
+             if isinstance(entry, dict) and isinstance(entry.get("name"), str) and rs.as_number(entry.get("weight"))
+             is not None]
+    return ", ".join(shown) or "not recorded (a run without a GRPO stage)"
 
 
 def _summary(run: rs.RunData) -> list:
@@ -93,7 +110,7 @@ def _summary(run: rs.RunData) -> list:
              f"**created** {md_escape(fmt(m.get('created')))}", f"**training steps logged** {len(run.steps)}"]
     blocks: list[Heading | Text | Table] = [Text(" · ".join(facts))]
     if run.config:
-        blocks.append(Text(_config_facts(run.config)))
+        blocks.append(Text(_config_facts(run.config, m.get("reward_stack"))))
     blocks += [Text(note, note=True) for note in run.notes]
     blocks += [Text(md_escape(f"stage {s.name} failed: {s.error}"), True) for s in stages if s.error]
     if stages:

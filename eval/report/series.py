@@ -172,9 +172,9 @@ def step_band(rows: Sequence[dict], low: str, high: str) -> tuple[Series, Series
 def reward_series(rows: Sequence[dict]) -> list[Series]:
     """The total reward, then each component's mean (`rewards/<name>/mean`), in the order logged.
 
-    >>> rows = [{"global_step": 1, "reward": 0.5, "rewards/format_reward/mean": 1.0, "rewards/x/std": 0.1}]
+    >>> rows = [{"global_step": 1, "reward": 0.5, "rewards/format/mean": 1.0, "rewards/x/std": 0.1}]
     >>> [(s.label, s.y) for s in reward_series(rows)]
-    [('total', [0.5]), ('format_reward', [1.0])]
+    [('total', [0.5]), ('format', [1.0])]
     """
     components = dict.fromkeys(k for r in rows for k in r if k.startswith("rewards/") and k.endswith("/mean"))
     found = [step_series(rows, "reward", "total")]

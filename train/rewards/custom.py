@@ -33,13 +33,14 @@ TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state"
 
 
 class NamedReward:
-    """A custom reward under its config name: TRL logs `rewards/<__name__>/mean`. Picklable."""
+    """A reward function under its config key: TRL logs `rewards/<__name__>/mean`. Picklable."""
 
     def __init__(self, name: str, func: Callable[..., Any]):
         self.__name__, self.func = name, func
+        self.__doc__ = getattr(func, "__doc__", None)
 
-    def __call__(self, **kwargs) -> list:
-        return self.func(**kwargs)
+    def __call__(self, *args, **kwargs) -> list:
+        return self.func(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"NamedReward({self.__name__}, {self.func!r})"
@@ -48,8 +49,8 @@ class NamedReward:
 class AsyncNamedReward(NamedReward):
     """The same for an `async def` reward: TRL gathers these concurrently, so the wrapper stays awaitable."""
 
-    async def __call__(self, **kwargs) -> list:  # type: ignore[override]  # TRL tells async rewards by this
-        return await self.func(**kwargs)
+    async def __call__(self, *args, **kwargs) -> list:  # type: ignore[override]  # TRL tells async rewards by this
+        return await self.func(*args, **kwargs)
 
 
 def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> NamedReward:

@@ -5,48 +5,105 @@ length and the reward group's blocks for it) and its presets (`Task.reward_prese
 (conf/reward/*.yaml) names the task whose components it weighs (`reward.task`), a preset of the task's
 to start from (`reward.preset`) and the weights. `reward.custom` adds functions from the user's modules
 (`train/rewards/custom.py`), weight 1 unless given.
+
+Every component reaches TRL under its config key (`reward_stack` names each function by it), so the one name of a
+component is its key: in `reward.weights`, in TRL's logs (`rewards/<key>/mean`), wandb, run.json and the report.
+`reward_stack` also records where each weight came from; run.json keeps that record (`reward_stack`), and the
+console, the wandb config and the report read it there instead of reading the config again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+
+from trl.trainer.utils import is_async_callable
 
 from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_reward_functions
 from curriculum.tasks.rewards import RewardSettings, weighted_rewards
 from train.rewards.checks import check_timeout
-from train.rewards.custom import load_custom_reward
+from train.rewards.custom import AsyncNamedReward, NamedReward, load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "preset", "weights", "allow_negative_weights", "custom", "timeout_s")
 
 
-def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
-                      max_completion_length: int) -> tuple[list[Callable], list[float]]:
-    """The reward group's (functions, weights) for `task`, for GRPOTrainer's `reward_funcs` and `reward_weights`.
+@dataclass(frozen=True)
+class RewardComponent:
+    """One reward function as the run weighs it: its config key (TRL's name for it), weight and where the weight
+    came from: `preset <name>` (`reward.preset`), `reward.weights` (a reward file or the command line),
+    `reward.custom` (a custom reward's default 1), or `logged` (a task's `always_rewarded` at weight 0)."""
+
+    name: str
+    weight: float
+    source: str
+
+
+def reward_stack(reward_cfg, task: Task, *, fmt: str,
+                 max_completion_length: int) -> tuple[list[Callable], list[RewardComponent]]:
+    """The reward group's functions for `task`, each named by its key, and the components TRL weighs them as:
+    GRPOTrainer's `reward_funcs`, and each one's `reward_weights` entry with where it came from.
 
     Components at weight 0 are left out but for the task's `always_rewarded` (their means are logged); a
     negative weight needs `reward.allow_negative_weights`. ConfigError names the bad key.
 
     >>> from curriculum.tasks import build_task
-    >>> funcs, weights = task_reward_funcs({"task": "gsm8k", "weights": {"correctness": 2.0, "integer": 0.5}},
-    ...                                    build_task({"name": "gsm8k", "source": "sample"}), fmt="reasoning_answer",
-    ...                                    max_completion_length=200)
-    >>> [f.__name__ for f in funcs], weights
-    (['correctness_reward', 'integer_reward'], [2.0, 0.5])
+    >>> gsm8k = build_task({"name": "gsm8k", "source": "sample"})
+    >>> funcs, stack = reward_stack({"task": "gsm8k", "preset": "gsm8k_stack", "weights": {"correctness": 1.0,
+    ...                              "xml_count": 0, "soft_format": 0}}, gsm8k, fmt="reasoning_answer",
+    ...                             max_completion_length=200)
+    >>> [f.__name__ for f in funcs]
+    ['correctness', 'integer', 'strict_format']
+    >>> [(c.name, c.weight, c.source) for c in stack]  # doctest: +NORMALIZE_WHITESPACE
+    [('correctness', 1.0, 'reward.weights'), ('integer', 0.5, 'preset gsm8k_stack'),
+     ('strict_format', 0.5, 'preset gsm8k_stack')]
     """
     cfg = plain(reward_cfg)
     check_timeout(cfg.get("timeout_s"))
     _check_task(cfg.get("task"), task)
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
     functions = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
-    weights = {**_preset(cfg.get("preset"), task), **(cfg.get("weights") or {})}
+    preset, given = _preset(cfg.get("preset"), task), cfg.get("weights") or {}
+    sources = dict.fromkeys(preset, f"preset {cfg['preset']}") | dict.fromkeys(given, "reward.weights")
+    weights = {**preset, **given}
     for name, spec in (cfg.get("custom") or {}).items():
         functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)
         weights.setdefault(str(name), 1.0)
-    return weighted_rewards(functions, weights, always=task.always_rewarded,
-                            allow_negative=cfg.get("allow_negative_weights") is True)
+        sources.setdefault(str(name), "reward.custom")
+    named = {name: _named(name, function) for name, function in functions.items()}
+    funcs, kept = weighted_rewards(named, weights, always=task.always_rewarded,
+                                   allow_negative=cfg.get("allow_negative_weights") is True)
+    return funcs, [RewardComponent(f.__name__, weight, sources.get(f.__name__) if weight else "logged")
+                   for f, weight in zip(funcs, kept, strict=True)]
+
+
+def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
+                      max_completion_length: int) -> tuple[list[Callable], list[float]]:
+    """`reward_stack`'s functions and weights alone: GRPOTrainer's `reward_funcs` and `reward_weights`.
+
+    >>> from curriculum.tasks import build_task
+    >>> funcs, weights = task_reward_funcs({"task": "gsm8k", "weights": {"correctness": 2.0, "integer": 0.5}},
+    ...                                    build_task({"name": "gsm8k", "source": "sample"}), fmt="reasoning_answer",
+    ...                                    max_completion_length=200)
+    >>> [f.__name__ for f in funcs], weights
+    (['correctness', 'integer'], [2.0, 0.5])
+    """
+    funcs, stack = reward_stack(reward_cfg, task, fmt=fmt, max_completion_length=max_completion_length)
+    return funcs, [component.weight for component in stack]
+
+
+def stack_record(stack: list[RewardComponent]) -> list[dict]:
+    """The components as run.json records them (`reward_stack`): one {name, weight, source} each, in TRL's order."""
+    return [asdict(component) for component in stack]
+
+
+def _named(name: str, function: Callable) -> Callable:
+    """`function` under its component's key, which TRL logs it by (`rewards/<__name__>/mean`)."""
+    if getattr(function, "__name__", None) == name:
+        return function
+    return (AsyncNamedReward if is_async_callable(function) else NamedReward)(name, function)
 
 
 def _check_task(named, task: Task) -> None:

@@ -72,7 +72,7 @@ from train.stages.checkpoints import CheckpointDigests
 from train.stages.exact_start import ExactStart
 from train.stages.training import run_stage
 from train.stages.weight_sync import WeightSyncGroup
-from train.tracking import MetricsCallback, RunLogs, make_tracker
+from train.tracking import MetricsCallback, RunLogs, make_tracker, tracker_config
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     changes anything in a run it continues (conf/claim.py HeldResume).
     """
     plan, validation = settings.plan, settings.validation
-    console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word)
+    console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word, rewards=settings.reward_stack)
     if processes.is_main:
         say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
@@ -110,7 +110,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         identity = identity or RunIdentity(run_dir.name, None, None)
         threads = run_threads(manifest.fields.get("cpu_threads"), settings.cpu_threads, processes)
         manifest.fields.pop("error", None)  # a failed attempt's: this one records its own
-        manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads,
+        manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads, reward_stack=settings.reward_stack,
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
@@ -130,7 +130,7 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
     try:
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
-                               config=settings.config, writes=processes.is_main)
+                               config=tracker_config(settings), writes=processes.is_main)
         engine = process_engine(settings, base, processes)
         CurriculumRun(
             settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
@@ -317,7 +317,7 @@ class CurriculumRun:
         (train/stages/training.py `bind_to_trainer`)."""
         logs, rollouts = self.logs, self.settings.rollouts
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
-                                  level=stage.level_label, step_offset=step_offset)
+                                  level=stage.level_label, step_offset=step_offset, kind=stage.kind_facts)
         watch, ends = stage_end_callbacks(stage, step_offset=step_offset, validation=self.settings.validation,
                                           held_out=self.held_out, logs=logs, manifest=self.manifest, history=history,
                                           processes=self.processes)

@@ -31,7 +31,7 @@ from core.checks import ConfigError
 from curriculum.tasks.base import ALL, AnswerGrade, RecordError, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
-from curriculum.tasks.gsm8k.verbatim import VERBATIM_FUNCTIONS
+from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, GIST_WEIGHTS, VERBATIM_FUNCTIONS
 from curriculum.tasks.report import TaskReport
 from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
@@ -155,7 +155,7 @@ class GSM8KTask(Task):
     has_all = True  # a stage's `level: all` trains on the whole split (the one-stage recipe)
     supervised = True  # every record has its worked solution (`sft_target`)
     columns = ("answer", "answer_text")
-    report = TaskReport(format_reward="strict_format_reward")
+    report = TaskReport(format_reward="strict_format")
 
     def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
                  hub_config: str = "main"):
@@ -228,13 +228,14 @@ class GSM8KTask(Task):
         return grade(completion, columns["answer"])
 
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """The recipe's five rewards (`rewards.py`), and the same five as its code writes them (`verbatim.py`,
-        components recipe_*); none reads the prompt's format or its length."""
-        return {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS}
+        """The recipe's five rewards (`rewards.py`), the same five as its write-up's code writes them (`verbatim.py`,
+        components recipe_*) and the earlier gist's two format readings (gist_*); none reads the prompt's format or
+        its length."""
+        return {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS, **GIST_FORMAT_FUNCTIONS}
 
     def reward_presets(self) -> dict[str, dict[str, float]]:
         return {"gsm8k_stack": dict(RECIPE_WEIGHTS), "default": dict(RECIPE_WEIGHTS),
-                "gsm8k_stack_verbatim": dict.fromkeys(VERBATIM_FUNCTIONS, 1.0)}
+                "gsm8k_stack_verbatim": dict.fromkeys(VERBATIM_FUNCTIONS, 1.0), "gsm8k_stack_gist": dict(GIST_WEIGHTS)}
 
     def sft_target(self, record: TaskRecord, fmt: str) -> str:
         """The worked solution and its ``####`` answer in the recipe's tags (`worked_solution`)."""

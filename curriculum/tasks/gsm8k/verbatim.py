@@ -1,18 +1,21 @@
 """The GSM8K recipe's five rewards exactly as its code writes them, for reproduction (`reward=gsm8k_stack_verbatim`).
 
-Same names as the recipe's functions (TRL logs `rewards/correctness_reward_func/mean` as the recipe's runs
-did), its values inside them (2.0, 0.5, 0.5, 0.5, 0.125 a tag: the preset weighs each 1.0), and its reading
-where it differs from its words; `rewards.py` (`reward=gsm8k_stack`, the default) keeps the words. Each
-difference, and why the default differs, is in docs/tasks.md ("Other tasks"):
+The write-up the GSM8K system follows: its five functions, its values inside them (2.0, 0.5, 0.5, 0.5, 0.125 a
+tag: the preset weighs each 1.0), and its reading where it differs from its words; `rewards.py`
+(`reward=gsm8k_stack`, the default) keeps the words. The earlier public gist of the same five read both format
+patterns with no flags; `reward=gsm8k_stack_gist` keeps that reading (components `gist_strict_format`,
+`gist_soft_format`: a soft format that never rewards a completion of more than one line). Each component is
+logged under its key (`rewards/recipe_correctness/mean`). Each difference, and why the default differs, is in
+docs/tasks.md ("Other tasks"):
 
 - the answer is the text after the last ``<answer>`` up to the first ``</answer>`` after it, stripped
   (`extract_xml_answer`): a block never closed is read to the end of the completion;
 - correctness: that text equal to the text after ``####`` as written (the `answer_text` column), a string
   match: "1,000" is not "1000", "$18" is not "18";
 - integer: ``str.isdigit`` of that text: "-3" and "1,000" are refused, "²" is accepted;
-- strict format: ``re.match`` of the pattern with no flags, so ``.`` never crosses a line: a reasoning of
-  more than one line never matches;
-- soft format: ``re.search`` (anywhere in the completion) with no flags;
+- strict format: ``re.match`` of the pattern with ``re.DOTALL``;
+- soft format: ``re.search`` (anywhere in the completion) with ``re.DOTALL``; the gist's readings have no flags,
+  so ``.`` never crosses a line there;
 - XML count: under ``\\n<answer>\\n``, 0.001 per character after ``\\n</answer>\\n`` (when there is no such
   text, as when the completion ends at ``</answer>``, every character), and again under ``\\n</answer>``.
 """
@@ -57,19 +60,39 @@ def int_reward_func(completions, **kwargs) -> list[float]:
 
 
 def strict_format_reward_func(completions, **kwargs) -> list[float]:
-    """0.5 when the completion matches the strict format from its start (`re.match`, no flags), else 0.0.
+    """0.5 when the completion matches the strict format from its start (`re.match`, `re.DOTALL`), else 0.0.
 
-    >>> strict_format_reward_func(["<reasoning>\\n5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n",
-    ...                            "<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"])
+    >>> strict_format_reward_func(["<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n",
+    ...                            "So: <reasoning>\\n5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"])
+    [0.5, 0.0]
+    """
+    return [0.5 if re.match(STRICT_FORMAT, completion_text(c), re.DOTALL) else 0.0 for c in completions]
+
+
+def soft_format_reward_func(completions, **kwargs) -> list[float]:
+    """0.5 when the soft format is found anywhere (`re.search`, `re.DOTALL`), else 0.0.
+
+    >>> soft_format_reward_func(["So: <reasoning>5</reasoning> <answer>5</answer>", "<reasoning>\\n5</reasoning>\\n"
+    ...                          "<answer>\\n5\\n</answer>", "<answer>5</answer>"])
+    [0.5, 0.5, 0.0]
+    """
+    return [0.5 if re.search(SOFT_FORMAT, completion_text(c), re.DOTALL) else 0.0 for c in completions]
+
+
+def gist_strict_format_reward_func(completions, **kwargs) -> list[float]:
+    """The gist's strict format: `re.match` with no flags, so a reasoning of more than one line never matches.
+
+    >>> gist_strict_format_reward_func(["<reasoning>\\n5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n",
+    ...                                 "<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"])
     [0.5, 0.0]
     """
     return [0.5 if re.match(STRICT_FORMAT, completion_text(c)) else 0.0 for c in completions]
 
 
-def soft_format_reward_func(completions, **kwargs) -> list[float]:
-    """0.5 when the soft format is found anywhere (`re.search`, no flags), else 0.0.
+def gist_soft_format_reward_func(completions, **kwargs) -> list[float]:
+    """The gist's soft format: `re.search` with no flags, so its tags must all be on one line.
 
-    >>> soft_format_reward_func(["So: <reasoning>5</reasoning> <answer>5</answer>", "<reasoning>\\n5</reasoning>"])
+    >>> gist_soft_format_reward_func(["So: <reasoning>5</reasoning> <answer>5</answer>", "<reasoning>\\n5</reasoning>"])
     [0.5, 0.0]
     """
     return [0.5 if re.search(SOFT_FORMAT, completion_text(c)) else 0.0 for c in completions]
@@ -105,7 +128,7 @@ def xmlcount_reward_func(completions, **kwargs) -> list[float]:
     return [count_xml(completion_text(c)) for c in completions]
 
 
-#: component name -> function: the recipe's five, as `reward=gsm8k_stack_verbatim` weighs them (1.0 each)
+#: component name -> function: the write-up's five, as `reward=gsm8k_stack_verbatim` weighs them (1.0 each)
 VERBATIM_FUNCTIONS: dict[str, RewardFunc] = {
     "recipe_correctness": correctness_reward_func,
     "recipe_int": int_reward_func,
@@ -113,3 +136,11 @@ VERBATIM_FUNCTIONS: dict[str, RewardFunc] = {
     "recipe_soft_format": soft_format_reward_func,
     "recipe_xmlcount": xmlcount_reward_func,
 }
+#: the gist's two format readings (no flags), which `reward=gsm8k_stack_gist` weighs in place of the write-up's
+GIST_FORMAT_FUNCTIONS = {
+    "gist_strict_format": gist_strict_format_reward_func,
+    "gist_soft_format": gist_soft_format_reward_func,
+}
+#: component name -> weight of `reward=gsm8k_stack_gist`: the write-up's five with the gist's format readings
+GIST_WEIGHTS = {"recipe_correctness": 1.0, "recipe_int": 1.0, "gist_strict_format": 1.0, "gist_soft_format": 1.0,
+                "recipe_xmlcount": 1.0}

@@ -40,7 +40,7 @@ REPORT = TaskReport(
     picks=(("reasoning disagrees with its answer", "reasoning_disagrees"), ("names an invented person", "invented")),
     facts=(("people right", "people_right"), ("lenient", "lenient_verdict"), ("invented", "invented")),
     sample_columns=("lenient_correct", "reasoning_agrees", "invented"),
-    format_reward="format_reward",
+    format_reward="format",
     chance={f"{n}ppl": 0.5 ** n for n in KNOWN_PPL},
     chance_note="chance for n people, 1/2^n (a guess of every role)",
 )

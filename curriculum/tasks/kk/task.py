@@ -62,7 +62,7 @@ class KKTask(Task):
 
     name = "kk"
     report = REPORT
-    always_rewarded = ("answer",)  # accuracy is logged (rewards/answer_reward/mean) whatever its weight
+    always_rewarded = ("answer",)  # accuracy is logged (rewards/answer/mean) whatever its weight
     formats = FORMATS
     supervised = True
     metric_columns = metrics.METRIC_COLUMNS
