@@ -107,6 +107,20 @@ def test_the_eta_follows_a_policy_whose_completions_shorten_as_it_learns():
     assert parts["validation"] == (1, ENGINE + 1.0 * COMPLETIONS)  # at the latest rate: 12 s, where the mean says 24
 
 
+def test_a_resumed_run_times_its_steps_from_the_ones_it_measured_before(tmp_path):
+    """A run resumed in stage 2 has no step of this attempt timed yet: its ETA takes the GRPO and SFT step times its
+    metrics.jsonl recorded (TRL's step_time), where without them every step would be 'untimed yet' (`≥ 0 s`)."""
+    earlier = [{"stage": 1, "step_time": SFT_STEP}] * 4 + [{"stage": 2, "step_time": GRPO_STEP}]
+    estimates = {}
+    for name, rows in (("with", earlier), ("without", [])):
+        run = RunConsole(tmp_path, PLAN, Console(file=io.StringIO(), width=200), clock=Clock())
+        run.started(done_steps=5, earlier_rows=rows)
+        run.timer.training_began(2, done_steps=1)
+        estimates[name] = {p.what: (p.count, p.each) for p in run.timer.estimate().parts}
+    assert estimates["with"]["GRPO step"] == (3, GRPO_STEP)  # 2 left in stage 2, 1 in stage 3
+    assert estimates["without"]["GRPO step"] == (3, None), "the control: nothing timed, nothing known"
+
+
 def test_a_library_warning_prints_above_the_live_bar_not_inside_it(tmp_path):
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=100)  # a terminal: the live bar runs

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -222,9 +222,11 @@ class RunConsole:
         generating = float(cost.get("seconds") or 0.0) - float(cost.get("setup_seconds") or 0.0)
         self.timer.validation_ended(index, generating, int(cost.get("completions") or 0))
 
-    def started(self, *, done_steps: int = 0) -> None:
-        """The run's folder and the report command; `done_steps`: what a resumed run had trained before."""
+    def started(self, *, done_steps: int = 0, earlier_rows: Iterable[Mapping] = ()) -> None:
+        """The run's folder and the report command; `done_steps`: what a resumed run had trained before, and
+        `earlier_rows` its step rows (metrics.jsonl), whose step times its ETA starts from."""
         self.done_steps = done_steps
+        self.timer.remember_steps(earlier_rows)
         self.console.print(f"[bold]run directory[/] {escape(str(self.run_dir))}", soft_wrap=True)
         self.console.print(f"report (any time): {escape(report_command(self.run_dir))}", soft_wrap=True)
 

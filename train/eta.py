@@ -16,8 +16,9 @@ validation cost what the last ones did. On the demo the whole-run means overesti
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from curriculum.plan import Stage, validation_subsets
@@ -96,6 +97,23 @@ class RunTimer:
            clock: Callable[[], float] = time.monotonic) -> RunTimer:
         return cls({s.index: s.kind_facts.label for s in plan}, {s.index: s.steps for s in plan},
                    dict(completions or {}), clock)
+
+    def remember_steps(self, rows: Iterable[Mapping]) -> None:
+        """A resumed run's step times from before (metrics.jsonl's rows: TRL's `step_time` and the stage's index), by
+        their stage's kind, so that its ETA starts from what the run measured, not `≥ 0 s`; this attempt's own steps
+        follow them and soon replace them (the recent mean). Rows come from disk: anything else in them is skipped.
+
+        >>> timer = RunTimer({1: "GRPO"}, {1: 4}, {})
+        >>> timer.remember_steps([{"stage": 1, "step_time": 20.0}, {"stage": 1, "step_time": "x"}, {"stage": [1]},
+        ...                       {"stage": 9, "step_time": 5.0}, {"stage": 1, "step_time": float("nan")}])
+        >>> timer.step_times
+        {'GRPO': [20.0]}
+        """
+        for row in rows:
+            stage, seconds = row.get("stage"), row.get("step_time")
+            if (type(stage) is int and stage in self.kinds and isinstance(seconds, (int, float))
+                    and not isinstance(seconds, bool) and math.isfinite(seconds) and seconds > 0):
+                self.step_times.setdefault(self.kinds[stage], []).append(float(seconds))
 
     def training_began(self, index: int, done_steps: int = 0) -> None:
         """Stage `index` takes its first step now (`done_steps`: a resumed stage's steps before); its start ran from

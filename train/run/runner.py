@@ -33,11 +33,13 @@ from transformers import AutoTokenizer
 
 from core.checks import ConfigError
 from core.distributed import SINGLE, Processes, broadcast, on_main
+from core.jsonl import scan_jsonl
 from core.models import configure_cpu_threads, resolve_model
 from core.published import recorded_final_problem
 from core.rundir import (
     BASELINE,
     ERROR,
+    METRICS,
     RUN_JSON,
     Status,
     final_accuracy,
@@ -114,7 +116,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
-            console.started(done_steps=manifest.global_step_before(len(plan) + 1))
+            done = manifest.global_step_before(len(plan) + 1)  # a resume's ETA starts from its earlier step times
+            console.started(done_steps=done, earlier_rows=scan_jsonl(run_dir / METRICS).rows if done else [])
         value = _tracked_run(settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
                              identity=identity, callbacks=list(callbacks), processes=processes, console=console)
     if processes.is_main:
