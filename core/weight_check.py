@@ -11,10 +11,10 @@ checkpoint's rotary buffers). A folder without safetensors files is left to the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from core.checks import ConfigError
+from core.parse_limits import parse_json
 
 SINGLE_FILE, INDEX = "model.safetensors", "model.safetensors.index.json"
 
@@ -25,7 +25,7 @@ def file_weights(folder: Path) -> dict[str, tuple[int, ...]] | None:
     from safetensors import safe_open
 
     if (folder / INDEX).is_file():
-        files = sorted(set(json.loads((folder / INDEX).read_text())["weight_map"].values()))
+        files = sorted(set(parse_json((folder / INDEX).read_text(), str(folder / INDEX))["weight_map"].values()))
     elif (folder / SINGLE_FILE).is_file():
         files = [SINGLE_FILE]
     else:

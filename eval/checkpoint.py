@@ -12,7 +12,6 @@ A hub id is the hub's to check.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -68,7 +67,7 @@ def _has_chat_template(folder: Path) -> bool:
     if (folder / CHAT_TEMPLATE_FILE).is_file():
         return True
     try:
-        config = json.loads((folder / TOKENIZER_CONFIG).read_text())
+        config = parse_json((folder / TOKENIZER_CONFIG).read_text(), str(folder / TOKENIZER_CONFIG))
     except (OSError, ValueError):
         return False
     return isinstance(config, dict) and bool(config.get("chat_template"))

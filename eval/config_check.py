@@ -5,7 +5,6 @@ Each error names the key that holds the bad value, and comes before any model or
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from omegaconf import DictConfig
 
 from core.checks import ConfigError, plain
 from core.models import HUB_ID
+from core.parse_limits import parse_json
 from curriculum.tasks.base import Task
 from eval.settings import subset_levels
 from eval.vllm_backend import CPU_HEAD_SIZES, vllm_installed
@@ -61,7 +61,7 @@ def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> d
         if not isinstance(cached, str):
             return None
         config = Path(cached)
-    fields = json.loads(config.read_text())
+    fields = parse_json(config.read_text(), str(config))
     return fields if isinstance(fields, dict) else None
 
 

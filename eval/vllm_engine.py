@@ -23,7 +23,6 @@ The engine's life in a run (docs/gpu.md draws it):
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import time
 import warnings
@@ -35,6 +34,7 @@ from typing import Any
 import torch
 
 from core.models import device_settings
+from core.parse_limits import parse_json
 from eval.vllm_backend import VllmEngine, import_vllm, process_kept, single_process_env, vllm_log_level
 from eval.vllm_cpu import engine_options, reloadable_weights
 
@@ -182,7 +182,7 @@ def checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = sorted(set(parse_json(index.read_text(), str(index))["weight_map"].values()))
     else:
         files = ["model.safetensors"]
     for name in files:

@@ -12,9 +12,13 @@ import pytest
 
 from core.checks import ConfigError
 from core.parse_limits import MAX_ALIASES, MAX_DEPTH, MAX_YAML_BYTES, ParseLimitError, parse_json, parse_yaml
+from core.weight_check import file_weights
+from eval.checkpoint import _has_chat_template
+from eval.config_check import planned_model_fields
 from eval.report import series as rs
 from eval.report.cli import main, write_report
 from eval.report.sweep import sweep_report
+from eval.vllm_engine import checkpoint_tensors
 from tests.test_report import (
     KK_REPORT,
     done_manifest,
@@ -182,3 +186,31 @@ def test_a_metric_that_is_no_number_is_a_gap_and_the_report_is_drawn(tmp_path, v
     assert {"length.png", "reward.png"} <= {p.name for p in out.glob("*.png")}
     length = rs.step_series(rs.load_run(run).steps, "completions/mean_length")
     assert length.x == [1, 2, 3] and math.isnan(length.y[1]) == gap
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # json.loads of this is a RecursionError
+
+
+# (the file of a checkpoint someone sent, what reads it): each must name the file, never recurse out
+CHECKPOINT_FILES = [
+    # the model's config, read before any model loads (the head size vLLM's CPU kernel needs, eval's checks)
+    ("config.json", lambda folder: planned_model_fields({"source": "hub", "id": str(folder)})),
+    # the shard index: which safetensors files hold the weights eval checks against the architecture
+    ("model.safetensors.index.json", file_weights),
+    # the same index as vLLM's validation engine reads it to load a checkpoint in place
+    ("model.safetensors.index.json", lambda folder: list(checkpoint_tensors(folder))),
+]
+
+
+@pytest.mark.parametrize(("name", "read"), CHECKPOINT_FILES, ids=["config", "index-weights", "index-vllm"])
+def test_a_checkpoint_file_nested_too_deep_is_refused_naming_it(tmp_path, name, read):
+    (tmp_path / name).write_text(DEEP)
+    with pytest.raises(ParseLimitError, match=rf"{name}: JSON nested deeper than {MAX_DEPTH} levels"):
+        read(tmp_path)
+
+
+def test_a_tokenizer_config_nested_too_deep_is_no_chat_template(tmp_path):
+    """Read only to say whether the tokenizer has a chat template: past the limit it has none (a config error
+    naming the missing template follows), not a RecursionError."""
+    (tmp_path / "tokenizer_config.json").write_text(DEEP)
+    assert _has_chat_template(tmp_path) is False
