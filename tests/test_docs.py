@@ -226,38 +226,23 @@ def missing_modules(doc: Doc) -> list[str]:
 def holds_code(path: Path) -> bool:
     """Whether a module holds more than its docstring, imports and `__all__` (a package's re-exports are no
     room of their own; read as text, never imported)."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-            continue
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
-            continue
-        return True
-    return False
+    def bare(node: ast.stmt) -> bool:
+        return (isinstance(node, (ast.Import, ast.ImportFrom))
+                or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                or isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"])
+    return not all(bare(node) for node in ast.parse(path.read_text()).body)
 
 
 def product_modules(root: Path = ROOT) -> list[str]:
     """Every .py file of the product folders, an `__init__.py` only where it holds code."""
-    found = []
-    for folder in PRODUCT_FOLDERS:
-        if not (root / folder).is_dir():
-            continue
-        for path in sorted((root / folder).rglob("*.py")):
-            if path.name != "__init__.py" or holds_code(path):
-                found.append(path.relative_to(root).as_posix())
-    return found
+    return [path.relative_to(root).as_posix() for folder in PRODUCT_FOLDERS
+            for path in sorted(root.glob(f"{folder}/**/*.py")) if path.name != "__init__.py" or holds_code(path)]
 
 
 def layout_rows(doc: Doc) -> list[tuple[int, list[str]]]:
     """(line, the names in backticks of its first cell) of every table row that names something there."""
-    rows = []
-    for lineno, (line, code) in enumerate(zip(doc.lines, doc.in_code, strict=True), 1):
-        if code or not line.startswith("|"):
-            continue
-        if names := re.findall(r"`([^`]+)`", line.split("|")[1]):
-            rows.append((lineno, names))
-    return rows
+    return [(lineno, names) for lineno, (line, code) in enumerate(zip(doc.lines, doc.in_code, strict=True), 1)
+            if not code and line.startswith("|") and (names := re.findall(r"`([^`]+)`", line.split("|")[1]))]
 
 
 def layout_problems(doc: Doc, modules: list[str]) -> list[str]:
@@ -277,7 +262,7 @@ def layout_problems(doc: Doc, modules: list[str]) -> list[str]:
         elif package in packages[:-1]:
             found.append(f"{doc.where(lineno)}: `{module}` is apart from the other rows of `{package}/`")
         named.add(module)
-        if not packages or packages[-1] != package:
+        if packages[-1:] != [package]:
             packages.append(package)
     found += [f"{doc.name}: no row for `{module}`" for module in modules if module not in named]
     return found
@@ -385,9 +370,9 @@ ALL_ROWS = ["core/a.py", "core/b.py", "curriculum/__init__.py", "curriculum/plan
     # a package's re-exports are not a module of their own
     (["core/__init__.py", *ALL_ROWS], ["layout.md:3: `core/__init__.py` is not a product module"]),
     # two modules on one row: neither gets a line of its own
-    (["core/a.py, core/b.py", *ALL_ROWS[2:]], ["layout.md:3: a row names one module, this one 2",
-                                                "layout.md: no row for `core/a.py`",
-                                                "layout.md: no row for `core/b.py`"]),
+    (["core/a.py, core/b.py", *ALL_ROWS[2:]],
+     ["layout.md:3: a row names one module, this one 2", "layout.md: no row for `core/a.py`",
+      "layout.md: no row for `core/b.py`"]),
     # the same module twice
     ([*ALL_ROWS, "curriculum/plan.py"], ["layout.md:7: `curriculum/plan.py` has a row already"]),
     # core/'s rows split by curriculum/'s
