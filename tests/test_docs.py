@@ -1,12 +1,14 @@
 """The README and docs/ name only what exists: every relative link (and its #anchor) resolves, every repository
 path in backticks or in a command is a file or folder of this checkout, every `make <target>` is a Makefile
 target, every config choice (`+curriculum=X`, `experiment=X`, `model=X`, ...) is a conf/<group>/X.yaml, and
-every `python -m <module>` is a module of this repository. Each check lists every offender as file:line, so a
+every `python -m <module>` is a module of this repository; docs/layout.md has one row for each product module
+and none for a module that is not there. Each check lists every offender as file:line, so a
 file moved in the code shows where the docs still name its old place. Plain text only: nothing is imported
 or run."""
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,9 @@ NOT_A_PATH = set("<>*{}[]$~ ?|=,'\"")
 HYDRA_PLUGIN_CHOICES = {"basic", "joblib", "optuna", "submitit_local", "submitit_slurm", "ray", "rq"}
 # Modules of other packages a doc may run with `python -m`.
 OTHER_MODULES = {"pip", "pytest", "ruff", "venv", "torch.distributed.run", "accelerate.commands.launch"}
+# The folders of product code, whose every module docs/layout.md gives a row.
+PRODUCT_FOLDERS = ("core", "conf", "curriculum", "train", "eval", "hydra_plugins")
+LAYOUT = ROOT / "docs" / "layout.md"
 
 
 @dataclass(frozen=True)
@@ -139,24 +144,9 @@ def named_paths(doc: Doc) -> list[tuple[int, str]]:
     return found
 
 
-def module_table_paths(doc: Doc) -> list[tuple[int, str]]:
-    """The first cells of a table after "Every module of `<folder>/`": each name a file of that folder."""
-    found, folder = [], None
-    for lineno, line in enumerate(doc.lines, 1):
-        if m := re.search(r"[Ee]very module of `([\w/]+/)`", line):
-            folder = m.group(1)
-        elif folder and line.startswith("|"):
-            first = line.split("|")[1]
-            found += [(lineno, folder + name) for name in re.findall(r"`([^`]+)`", first)
-                      if not NOT_A_PATH & set(name)]
-        elif folder and line.strip() and not line.startswith("|"):
-            folder = None
-    return found
-
-
 def missing_paths(doc: Doc) -> list[str]:
     found = []
-    for lineno, path in sorted(set(named_paths(doc) + module_table_paths(doc))):
+    for lineno, path in sorted(set(named_paths(doc))):
         if not (ROOT / path).exists():
             found.append(f"{doc.where(lineno)}: `{path}` does not exist")
     return found
@@ -233,6 +223,51 @@ def missing_modules(doc: Doc) -> list[str]:
             for lineno, module in named_modules(doc) if (problem := module_problem(module))]
 
 
+def holds_code(path: Path) -> bool:
+    """Whether a module holds more than its docstring, imports and `__all__` (a package's re-exports are no
+    room of their own; read as text, never imported)."""
+    def bare(node: ast.stmt) -> bool:
+        return (isinstance(node, (ast.Import, ast.ImportFrom))
+                or isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                or isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"])
+    return not all(bare(node) for node in ast.parse(path.read_text()).body)
+
+
+def product_modules(root: Path = ROOT) -> list[str]:
+    """Every .py file of the product folders, an `__init__.py` only where it holds code."""
+    return [path.relative_to(root).as_posix() for folder in PRODUCT_FOLDERS
+            for path in sorted(root.glob(f"{folder}/**/*.py")) if path.name != "__init__.py" or holds_code(path)]
+
+
+def layout_rows(doc: Doc) -> list[tuple[int, list[str]]]:
+    """(line, the names in backticks of its first cell) of every table row that names something there."""
+    return [(lineno, names) for lineno, (line, code) in enumerate(zip(doc.lines, doc.in_code, strict=True), 1)
+            if not code and line.startswith("|") and (names := re.findall(r"`([^`]+)`", line.split("|")[1]))]
+
+
+def layout_problems(doc: Doc, modules: list[str]) -> list[str]:
+    """How the module table and the product's modules disagree: a row that names no module of the product, or
+    more than one, or one another row names; a module without a row; a package whose rows are not together."""
+    found, named, packages = [], set(), []
+    for lineno, names in layout_rows(doc):
+        if len(names) != 1:
+            found.append(f"{doc.where(lineno)}: a row names one module, this one {len(names)}")
+            continue
+        module = names[0]
+        package = module.rpartition("/")[0]
+        if module not in modules:
+            found.append(f"{doc.where(lineno)}: `{module}` is not a product module")
+        elif module in named:
+            found.append(f"{doc.where(lineno)}: `{module}` has a row already")
+        elif package in packages[:-1]:
+            found.append(f"{doc.where(lineno)}: `{module}` is apart from the other rows of `{package}/`")
+        named.add(module)
+        if packages[-1:] != [package]:
+            packages.append(package)
+    found += [f"{doc.name}: no row for `{module}`" for module in modules if module not in named]
+    return found
+
+
 def all_docs() -> list[Doc]:
     return [Doc.read(path) for path in DOCS]
 
@@ -252,7 +287,7 @@ def test_the_docs_name_only_what_exists(check):
 def test_the_checks_read_what_the_docs_name():
     """Not vacuous: the docs name many paths, targets, choices and modules, and the checks see them."""
     docs = all_docs()
-    paths = {p for doc in docs for _, p in named_paths(doc) + module_table_paths(doc)}
+    paths = {p for doc in docs for _, p in named_paths(doc)}
     targets = {t for doc in docs for _, t in named_targets(doc)}
     choices = {(g, v) for doc in docs for _, g, v in named_choices(doc)}
     modules = {m for doc in docs for _, m in named_modules(doc)}
@@ -274,12 +309,6 @@ def test_a_stale_name_is_reported_with_its_file_and_line(tmp_path):
         "make no-such-target",
         "python -m train.no_such +curriculum=no_such,kk_ladder model=Qwen/Qwen2.5-7B-Instruct",
         "```",
-        "",
-        "Every module of `train/`:",
-        "",
-        "| module | what |",
-        "|---|---|",
-        "| `run/runner.py`, `gone.py` | |",
     ])
     page = tmp_path / "docs" / "page.md"
     page.parent.mkdir()
@@ -292,7 +321,6 @@ def test_a_stale_name_is_reported_with_its_file_and_line(tmp_path):
     assert missing_paths(doc) == [
         "page.md:3: `train/no_such_module.py` does not exist",
         "page.md:4: `conf/curriculum/no_such.yaml` does not exist",
-        "page.md:15: `train/gone.py` does not exist",
     ]
     assert missing_targets(doc) == ["page.md:7: `make no-such-target`: no such Makefile target"]
     assert missing_choices(doc) == [
@@ -308,6 +336,59 @@ def test_every_docs_page_has_a_title_a_way_back_and_a_link_from_the_readme():
         assert re.match(r"# \S", lines[0]), f"docs/{path.name}:1: a page starts with its one-line '# Title'"
         assert "](../README.md)" in "\n".join(lines[:4]), f"docs/{path.name}: no link back to the README at its top"
         assert f"](docs/{path.name})" in readme, f"README.md: no link to docs/{path.name}"
+
+
+def test_the_layout_has_one_row_for_every_product_module():
+    """docs/layout.md is where a new maintainer finds which module holds what: a module added without its row, or
+    a row left for a module moved or gone, would make that map lie, so the table is checked against the tree."""
+    modules = product_modules()
+    assert {"conf/__init__.py", "train/run/runner.py", "curriculum/tasks/kk/grading/grader.py"} <= set(modules)
+    assert "core/__init__.py" not in modules, "a docstring alone is no module to describe"
+    problems = layout_problems(Doc.read(LAYOUT), modules)
+    assert not problems, "docs/layout.md, every offender:\n" + "\n".join(problems)
+
+
+# A product tree of four modules (core/__init__.py holds only its docstring and a re-export, so it has no row;
+# curriculum/__init__.py holds a function, so it has one) and a table page for each case.
+LAYOUT_TREE = {
+    "core/__init__.py": '"""The plumbing."""\nfrom core.a import A\n__all__ = ["A"]\n',
+    "core/a.py": "A = 1\n",
+    "core/b.py": "B = 2\n",
+    "curriculum/__init__.py": "def build():\n    return 1\n",
+    "curriculum/plan.py": "PLAN = []\n",
+}
+ALL_ROWS = ["core/a.py", "core/b.py", "curriculum/__init__.py", "curriculum/plan.py"]
+
+
+@pytest.mark.parametrize(("rows", "expected"), [
+    # every module once, each package's rows together: nothing to say
+    (ALL_ROWS, []),
+    # core/b.py added without a row
+    (["core/a.py", "curriculum/__init__.py", "curriculum/plan.py"], ["layout.md: no row for `core/b.py`"]),
+    # a row left for a module that is gone
+    ([*ALL_ROWS, "core/gone.py"], ["layout.md:7: `core/gone.py` is not a product module"]),
+    # a package's re-exports are not a module of their own
+    (["core/__init__.py", *ALL_ROWS], ["layout.md:3: `core/__init__.py` is not a product module"]),
+    # two modules on one row: neither gets a line of its own
+    (["core/a.py, core/b.py", *ALL_ROWS[2:]],
+     ["layout.md:3: a row names one module, this one 2", "layout.md: no row for `core/a.py`",
+      "layout.md: no row for `core/b.py`"]),
+    # the same module twice
+    ([*ALL_ROWS, "curriculum/plan.py"], ["layout.md:7: `curriculum/plan.py` has a row already"]),
+    # core/'s rows split by curriculum/'s
+    (["core/a.py", "curriculum/__init__.py", "core/b.py", "curriculum/plan.py"],
+     ["layout.md:5: `core/b.py` is apart from the other rows of `core/`",
+      "layout.md:6: `curriculum/plan.py` is apart from the other rows of `curriculum/`"]),
+], ids=["complete", "missing", "gone", "re-export", "two-on-a-row", "twice", "apart"])
+def test_the_layout_check_finds_each_disagreement(tmp_path, rows, expected):
+    for name, text in LAYOUT_TREE.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    cells = [", ".join(f"`{name}`" for name in row.split(", ")) for row in rows]
+    text = "\n".join(["| module | what |", "|---|---|", *(f"| {cell} | what it holds |" for cell in cells)])
+    page = Doc.read(tmp_path / "layout.md", text)
+    assert product_modules(tmp_path) == ALL_ROWS
+    assert layout_problems(page, product_modules(tmp_path)) == expected
 
 
 def test_the_readme_fits_a_first_read():
