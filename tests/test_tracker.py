@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import socket
 import struct
 import time
@@ -173,13 +174,16 @@ def _items(updates) -> dict:
     return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in updates}
 
 
+SFT_THEN_GRPO = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny", "logger=wandb",
+                 "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 1, pool: 4}, {name: a, ppl: 2, steps: 1, "
+                 "pool: 4}]", "eval.subsets=[2]")
+
+
 @pytest.fixture(scope="module")
 def sft_then_grpo(tmp_path_factory, cache_dir):
     """The smallest smoke run through the CLI with wandb offline: one SFT step, then one GRPO step (tiny model)."""
     run_dir = tmp_path_factory.mktemp("tracked") / "run"
-    done = run_cli("train", "+curriculum=kk_ladder", "experiment=smoke", "model=tiny", "logger=wandb",
-                   "curriculum.stages=[{name: sft, kind: sft, ppl: 2, steps: 1, pool: 4}, {name: a, ppl: 2, steps: 1, "
-                   "pool: 4}]", "eval.subsets=[2]", f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
+    done = run_cli("train", *SFT_THEN_GRPO, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}",
                    env={"WANDB_MODE": "offline"})
     assert done.returncode == 0, done.stderr[-3000:]
     records = wandb_records(next(run_dir.glob("wandb/offline-run-*/run-*.wandb")))
@@ -223,3 +227,15 @@ def test_the_wandb_config_holds_the_reward_stack_run_json_records_and_the_stages
     assert config["stages"] == [{"index": 1, "name": "sft", "kind": "sft", "levels": "2ppl"},
                                 {"index": 2, "name": "a", "kind": "grpo", "levels": "2ppl"}]
     assert config["reward"]["weights"]["format"] == 0.5, "the resolved config as before"
+
+
+def test_resuming_a_finished_run_opens_no_wandb_run(sft_then_grpo, tmp_path, cache_dir):
+    """A resume of a done run trains and validates nothing: it must not leave a second, empty offline run beside the
+    run's one (each attempt that opens wandb adds an `offline-run-*` folder, which `wandb sync` uploads)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(sft_then_grpo[0], run_dir, symlinks=True)
+    done = run_cli("train", *SFT_THEN_GRPO, f"paths.cache_dir={cache_dir}", f"resume={run_dir}",
+                   env={"WANDB_MODE": "offline"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "done"

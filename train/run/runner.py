@@ -111,6 +111,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         manifest.pools_drawn(pools.removed)
         identity = identity or RunIdentity(run_dir.name, None, None)
         threads = run_threads(manifest.fields.get("cpu_threads"), settings.cpu_threads, processes)
+        tracked = manifest.fields.get("status") != Status.DONE  # a done run's resume: no new (empty) tracker run
         manifest.fields.pop("error", None)  # a failed attempt's: this one records its own
         manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads, reward_stack=settings.reward_stack,
                         tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
@@ -119,21 +120,23 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             done = manifest.global_step_before(len(plan) + 1)  # a resume's ETA starts from its earlier step times
             console.started(done_steps=done, earlier_rows=scan_jsonl(run_dir / METRICS).rows if done else [])
         value = _tracked_run(settings, run_dir, rows=rows, base=base, held_out=pools.held_out, manifest=manifest,
-                             identity=identity, callbacks=list(callbacks), processes=processes, console=console)
+                             identity=identity, callbacks=list(callbacks), processes=processes, console=console,
+                             tracked=tracked)
     if processes.is_main:
         console.finished(f"objective {settings.objective} = {value:.3f}")
     return value
 
 
 def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str, held_out: dict, manifest: Manifest,
-                 identity: RunIdentity, callbacks: list, processes: Processes, console: RunConsole) -> float:
+                 identity: RunIdentity, callbacks: list, processes: Processes, console: RunConsole,
+                 tracked: bool) -> float:
     """The stage loop with the run's tracker and vLLM engine around it, both closed after; run.json `failed` on any
     failure (with its error where no stage records one), else `done` with the objective, which it returns."""
     tracker = engine = None
     try:
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
-                               config=tracker_config(settings), writes=processes.is_main)
+                               config=tracker_config(settings), writes=processes.is_main and tracked)
         engine = process_engine(settings, base, processes)
         CurriculumRun(
             settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
