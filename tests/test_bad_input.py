@@ -157,7 +157,7 @@ def test_python_m_evals_records_are_checked_as_a_runs_are(tmp_path, make_cfg, da
     else:
         path = None
     cfg = make_cfg(*EVAL, *data)
-    settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task(cfg.task, str(cfg.prompt.fmt)))
+    settings = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task(cfg.task, fmt=str(cfg.prompt.fmt)))
     if refused is None:
         pools = validation_pools(settings, int(cfg.seed))
         assert [len(pool) for pool in pools.values()] == [4]
