@@ -66,7 +66,7 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
     functions = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
     preset, given = _preset(cfg.get("preset"), task), cfg.get("weights") or {}
-    sources = dict.fromkeys(preset, f"preset {cfg['preset']}") | dict.fromkeys(given, "reward.weights")
+    sources = dict.fromkeys(preset, f"preset {cfg.get('preset')}") | dict.fromkeys(given, "reward.weights")
     weights = {**preset, **given}
     for name, spec in (cfg.get("custom") or {}).items():
         functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)
