@@ -9,16 +9,16 @@ from pathlib import Path
 from eval.report.cli import write_report
 from tests.test_report import KK_REPORT, stage_entry, write_jsonl
 
-WEIGHTS = {"format_reward": 0.5, "answer_reward": 2.0}
+WEIGHTS = {"format": 0.5, "answer": 2.0}
 
 
 def group(stage: int, step: int, prompt: str, parts: list[tuple[float, float]]) -> list[dict]:
     """One group's rows as train/rollouts.py writes them: (format, answer) per completion, GRPO's advantage."""
-    rewards = [WEIGHTS["format_reward"] * f + WEIGHTS["answer_reward"] * a for f, a in parts]
+    rewards = [WEIGHTS["format"] * f + WEIGHTS["answer"] * a for f, a in parts]
     mean = sum(rewards) / len(rewards)
     return [{"stage": stage, "stage_name": f"{stage + 1}ppl", "stage_step": step, "global_step": step,
              "completion_index": k, "prompt": prompt, "completion": f"stage {stage} step {step} completion {k}",
-             "rewards": {"format_reward": f, "answer_reward": a}, "reward": r, "advantage": r - mean}
+             "rewards": {"format": f, "answer": a}, "reward": r, "advantage": r - mean}
             for k, ((f, a), r) in enumerate(zip(parts, rewards, strict=True))]
 
 
@@ -39,7 +39,7 @@ def test_each_grpo_stage_shows_its_widest_group_and_one_without_signal(tmp_path:
                         "### 2ppl, step 2: a group without signal: every reward equal, every advantage 0",
                         "### 3ppl, step 1: a group without signal: every reward equal, every advantage 0"]
     table = [line for line in section.split("### 2ppl, step 2")[0].splitlines() if line.startswith("| ")]
-    assert table[0] == "| completion | format_reward | answer_reward | reward (weighted) | advantage |"
+    assert table[0] == "| completion | format | answer | reward (weighted) | advantage |"
     assert table[1] == "| 1 | 1.00 | 1.00 | 2.500 | +1.75 |"  # 2.5 less the group's mean 0.75
     assert "**best**: completion 1, reward 2.500, advantage +1.75" in section
     assert "**worst**: completion 2, reward 0.000, advantage -0.75" in section  # the first of the two at 0
