@@ -95,7 +95,7 @@ def record_error(path: Path, err: BaseException, processes: Processes, peers: Se
     host and pid, to name the ranks gone). A rank's error of its own replaces another rank's follow-on record;
     a follow-on never replaces a record, nor does one process's error (a job whose ranks failed before it
     says so). The failing rank writes it itself: the main process may not outlive it. A failed attempt's
-    file is removed once the next attempt holds the run lock (train/run/runner.py run_lock).
+    file is removed once the next attempt holds the run lock (train/run/start.py run_lock).
     """
     line = failure_line(err, processes.many, gone_ranks(peers, _host()) if processes.many else ())
     head = f"{processes.label()}: {line}\n\n" if processes.many else ""

@@ -22,8 +22,7 @@ the plan, from results gathered from all ranks, or from files read before any of
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -31,14 +30,12 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from core.checks import ConfigError
-from core.distributed import SINGLE, Processes, broadcast, on_main
+from core.distributed import SINGLE, Processes, on_main
 from core.jsonl import scan_jsonl
-from core.models import configure_cpu_threads, resolve_model
+from core.models import resolve_model
 from core.published import recorded_final_problem
 from core.rundir import (
     BASELINE,
-    ERROR,
     METRICS,
     RUN_JSON,
     Status,
@@ -50,24 +47,23 @@ from core.rundir import (
     stage_final,
     validation_summary,
 )
-from core.runlock import RunLock, RunLockedError
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
 from eval.cost import validation_cost
 from eval.validation import validate
-from eval.vllm_backend import validation_backend
-from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from eval.vllm_engine import ProcessEngine
 from train.console import RunConsole
 from train.eta import planned_completions
 from train.failures import failure_line
 from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
-from train.run.manifest import Manifest, check_process_count, check_same_config
+from train.run.manifest import Manifest
 from train.run.preflight import RunSize, cpu_warning, run_size
 from train.run.resume import StageAction, StageStart, plan_stages
 from train.run.stage_end import StageEnd, stage_end_callbacks
+from train.run.start import process_engine, run_lock, run_threads
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind, StageResult
 from train.stages.checkpoints import CheckpointDigests
@@ -159,47 +155,6 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
     engines = {} if engine is None else {"vllm_engine": engine.record()}
     manifest.update(status=Status.DONE, objective=value, **engines)
     return value
-
-
-def process_engine(settings: RunSettings, base: str, processes: Processes) -> ProcessEngine | None:
-    """The run's one vLLM engine in this process (eval/vllm_engine.py), where anything generates through vLLM: a
-    stage's rollouts (TRL's colocate mode: started with TRL's arguments, so every stage's trainer takes it) or
-    validation (`eval.backend`); None where nothing does. It starts when first used; under a launcher it is never
-    shut down (vLLM's shutdown destroys the launcher's default process group)."""
-    kinds, validation = settings.kinds, settings.validation
-    rollouts = next((found for stage in settings.plan
-                     if (found := kinds[stage.kind].rollout_engine(stage, processes.rank)) is not None), None)
-    if rollouts is None and validation_backend(validation.backend, base, processes) != "vllm":
-        return None
-    arguments = rollouts or validation_arguments(validation.vllm_gpu_memory_utilization, validation.seed)
-    return ProcessEngine(engine_arguments(arguments, rollouts=rollouts is not None), rollouts=rollouts is not None,
-                         shutdown_at_close=not processes.many)
-
-
-@contextmanager
-def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[str]) -> Iterator[None]:
-    """The run directory's lock, held by the main process for the run; the other ranks wait until it has
-    it, or leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a
-    run being continued on another number of processes or with another config (`resolved`; `planned`: the
-    plan's stage names, which run.json's entries must follow).
-
-    Once it holds the lock and the run may go on, the main process removes a failed attempt's error.txt
-    (this attempt records its own), before any other rank can fail and create one.
-    """
-    with ExitStack() as held:
-        refusal = None
-        if processes.is_main:
-            try:
-                held.enter_context(RunLock(run_dir))
-                check_process_count(run_dir, processes.world_size)
-                check_same_config(run_dir, resolved, planned)
-                (run_dir / ERROR).unlink(missing_ok=True)
-            except (RunLockedError, ConfigError, RuntimeError) as err:
-                refusal = err
-        refusal = broadcast(refusal, processes)
-        if refusal is not None:
-            raise refusal
-        yield
 
 
 def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[TaskRecord]],
@@ -377,24 +332,6 @@ def say_size(size: RunSize, model_name: str) -> None:
     warning = None if torch.cuda.is_available() else cpu_warning(size, model_name)
     if warning:
         log.warning(warning)
-
-
-def run_threads(recorded: int | None, setting, processes: Processes) -> int:
-    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them).
-
-    A resume takes the count run.json `recorded`, whatever its own `cpu_threads`: another count sums floats in
-    another order, and the stages it trains would not be the run's. A new run takes `cpu_threads`: a number, or
-    auto, measured once, here, by the main process (a busy machine may pick 1 thread where an idle one picks
-    all), and kept to the end: a count that followed the machine's load would change the run with it.
-    """
-    if recorded is None:
-        chosen = on_main(lambda: configure_cpu_threads(setting), processes)
-        log.info("torch CPU threads: %d (cpu_threads=%s)", chosen, setting)
-    else:
-        chosen = recorded
-        note = "" if setting == recorded else f"; cpu_threads={setting} is not used: another count changes float sums"
-        log.info("torch CPU threads: %d, as the run was started with (run.json)%s", chosen, note)
-    return configure_cpu_threads(chosen)
 
 
 def _objective(name: str, manifest: Manifest) -> float:
