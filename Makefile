@@ -21,6 +21,9 @@ ARGS ?=
 MODEL ?=
 DEVICE ?=
 KILLS ?= 20
+# The tests run on every core (at most 4), a module per worker (tests/conftest.py groups them): most tests pin torch to one
+# thread (a reproducible float sum), so one pytest process leaves a core idle. XDIST= runs them in one process.
+XDIST ?= -n $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 ))) --dist loadgroup
 SEED ?= 0
 
 .DEFAULT_GOAL := help
@@ -64,12 +67,12 @@ $(FLOOR)/.installed: $(VENV)/.installed
 install: $(VENV)/.installed  ## Create .venv and install the package (CPU torch without a GPU, CUDA torch with one)
 
 test: install $(FLOOR)/.installed  ## Run the test suite but the slow tests, then the vLLM tests again under TRANSFORMERS_FLOOR (a GPU user's)
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q $(XDIST)
 	PYTHONPATH=$(CURDIR)/$(FLOOR) KK_TRANSFORMERS_FLOOR=$(patsubst transformers==%,%,$(TRANSFORMERS_FLOOR)) \
-		$(PY) -m pytest tests -m "vllm and not slow" -q
+		$(PY) -m pytest tests -m "vllm and not slow" -q $(XDIST)
 
 test-quick: install  ## The edit loop: unit tests, doctests, config checks (no training, no app process, no vLLM, no slow test)
-	$(PY) -m pytest -m "not slow and not run and not vllm" -q
+	$(PY) -m pytest -m "not slow and not run and not vllm" -q $(XDIST)
 
 test-full: install  ## Run every test, including the slow ones on the real pretrained model
 	$(PY) -m pytest -q

@@ -10,6 +10,7 @@ imports torch here: `python -m train` refuses a bad config before torch loads.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -161,7 +162,18 @@ def start_processes() -> Processes:
     from accelerate import PartialState
 
     state = PartialState(cpu=not _cuda(), timeout=collective_timeout())
+    atexit.unregister(_leave_process_group)  # once, however often this is called
+    atexit.register(_leave_process_group)
     return Processes(state.process_index, state.num_processes, state.local_process_index, sharded_by)
+
+
+def _leave_process_group() -> None:
+    """At exit, leave the process group: a gloo rank that exits still holding it after a peer has gone aborts
+    ("terminate called without an active exception", SIGABRT), and the launcher fails the whole job."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _cuda() -> bool:

@@ -27,6 +27,7 @@ import importlib.machinery
 import logging
 import os
 import random
+import socket
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -36,7 +37,7 @@ import numpy as np
 import torch
 from transformers import AutoConfig
 
-from core.distributed import SINGLE, Processes
+from core.distributed import SINGLE, Processes, launched_world_size
 from core.trl_internals import mark_weights_asleep, mark_weights_loaded
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.cost import GenerationCost, timed_generation
@@ -176,12 +177,26 @@ def process_kept(*, rng: bool) -> Iterator[None]:
 
 
 def single_process_env() -> None:
-    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset."""
+    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset.
+
+    Outside a launcher the port is one the OS hands out: TRL's `ensure_master_addr_port` takes 29500 whenever it
+    looks free, so two processes starting an engine at once on one machine (a parallel sweep's jobs, the test
+    workers) both took it and one failed (EADDRINUSE). A launcher's port is its ranks' and is kept.
+    """
     from trl.trainer.utils import ensure_master_addr_port
 
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
         os.environ.setdefault(name, value)
+    if launched_world_size() <= 1:
+        os.environ["MASTER_PORT"] = str(free_port())
     ensure_master_addr_port()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback no process holds now, as the OS picks it (a different one each call)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class ColocatedEngine:

@@ -29,6 +29,7 @@ ONE_ENGINE = "CuMem allocator can only be used for one instance per process."
 FREED_ASLEEP = "a sleeping vLLM engine was shut down: on CUDA its allocations would be freed twice"
 _engines: list[weakref.ref] = []  # the weights of every engine this process started
 _installed = False
+_strict = {"on": True}  # read at each start: a pytest-xdist worker inherits `strict` from the environment first
 
 
 def _log_start(model) -> None:
@@ -38,13 +39,13 @@ def _log_start(model) -> None:
             log.write(json.dumps({"pid": os.getpid(), "model": str(model)}) + "\n")
 
 
-def _guard_llm(module, strict: bool) -> None:
+def _guard_llm(module) -> None:
     llm_class = module.LLM
     started = llm_class.__init__
 
     def __init__(self, *args, **kwargs):
         alive = [ref for ref in _engines if ref() is not None]
-        if _engines and (strict or alive):
+        if _engines and (_strict["on"] or alive):
             raise AssertionError(f"{ONE_ENGINE} (engine guard: {len(_engines)} started before in this process)")
         _log_start(kwargs.get("model", args[0] if args else None))
         started(self, *args, **kwargs)
@@ -96,13 +97,15 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def install(strict: bool) -> None:
-    """The guard in this process (once: a second install would wrap vLLM's classes twice and count each start
-    twice): see the module docstring."""
+    """The guard in this process, wrapping vLLM's classes once (twice would count each start twice): see the module
+    docstring. A later call sets `strict` only: a pytest-xdist worker starts with the environment's `strict`
+    (guard_site), then its conftest makes it the test process's guard."""
     global _installed
+    _strict["on"] = strict
     if _installed:
         return
     _installed = True
-    patchers = {"vllm.entrypoints.llm": lambda m: _guard_llm(m, strict),
+    patchers = {"vllm.entrypoints.llm": _guard_llm,
                 "vllm.v1.engine.core_client": _guard_core_client}
     for name in [n for n in patchers if n in sys.modules]:
         patchers.pop(name)(sys.modules[name])

@@ -88,8 +88,9 @@ def _fake_llm_module():
 ])
 def test_the_guard_refuses_a_second_engine_as_cuda_would(monkeypatch, strict, keep_first, refused):
     monkeypatch.setattr(engine_guard, "_engines", [])
+    monkeypatch.setitem(engine_guard._strict, "on", strict)
     module = _fake_llm_module()
-    engine_guard._guard_llm(module, strict)
+    engine_guard._guard_llm(module)
     first = module.LLM(model="a")
     if not keep_first:
         del first
@@ -180,3 +181,28 @@ def test_the_floor_pass_runs_the_transformers_it_names():
     if floor is None:
         pytest.skip("the first pass: the venv's transformers")
     assert transformers.__version__ == floor
+
+
+@pytest.mark.parametrize("world_size, port_kept", [
+    (None, False),  # one process, no launcher: a port the OS hands out, never TRL's fixed 29500
+    ("1", False),  # as TRL leaves a single process (WORLD_SIZE=1): the same
+    ("2", True),  # under torchrun: the launcher's port, which every rank shares
+])
+def test_an_engine_outside_a_launcher_binds_a_port_the_os_picked(monkeypatch, world_size, port_kept):
+    import socket
+
+    from eval.vllm_backend import single_process_env
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    if world_size:
+        monkeypatch.setenv("WORLD_SIZE", world_size)
+    with socket.socket() as taken:  # a port another process holds, as a concurrent run's engine would
+        taken.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(taken.getsockname()[1]))
+        single_process_env()
+        port = int(os.environ["MASTER_PORT"])
+        assert (port == taken.getsockname()[1]) is port_kept
+    if not port_kept:
+        with socket.socket() as mine:  # free: the engine can bind it
+            mine.bind(("127.0.0.1", port))
