@@ -4,7 +4,7 @@ checked by a Hydra callback (`LaunchCheck`, conf/hydra/default.yaml) before the 
 A multirun under a launcher: every rank runs `python -m train -m ...` from the top, so every rank runs the
 sweeper and the launcher the config names. Hydra's basic sweeper and launcher are deterministic and run each
 job in this process: every rank expands the same job list and the ranks train each job together, into one
-job folder (tests/test_distributed.py runs such a sweep). Any other is one sweep per rank: Optuna's sampler
+job folder (tests/engines/test_distributed.py runs such a sweep). Any other is one sweep per rank: Optuna's sampler
 would ask its one study for trials on every rank, each rank then training its own trials alone; joblib's
 workers, started by each rank, would inherit the rank's place in a process group the rank already holds;
 submitit would submit every job once per rank. Those are refused in one line, with the way that works: the

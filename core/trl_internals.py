@@ -2,7 +2,7 @@
 
 Nothing else in the product touches an underscore name of a trainer, its vLLM generation or its model's config:
 what TRL does not offer publicly is reached here, so that a TRL upgrade that moves a member breaks one module,
-and tests/test_trl_internals.py, which checks each function against the installed TRL by the member's name.
+and tests/config/test_trl_internals.py, which checks each function against the installed TRL by the member's name.
 It lives below train/ and eval/ because both need it (the stage kinds; in-stage validation on the trainer's
 engine). TRL is imported inside the one function that needs its classes: importing TRL takes seconds.
 """

@@ -8,7 +8,7 @@ Nothing in this module changes what vLLM does on CUDA: each part asks vLLM's pla
   replaces the parameter with an empty one, so the first sync fails with `'Parameter' object has no
   attribute 'weight_loader'`; `UnquantizedEmbeddingMethod` packs the embedding for the tied LM head apart
   from the weight a sync writes, and the engine then generated other tokens than an engine started from the
-  pushed weights (tests/test_vllm_colocate.py). Inside the block both keep the layer's own weight and
+  pushed weights (tests/engines/test_vllm_colocate.py). Inside the block both keep the layer's own weight and
   compute with `torch.nn.functional.linear`, as vLLM itself does for a layer it marks
   `_cpu_skip_gemm_dispatch`: each sync then writes the weights the next rollout uses.
 - Threads (`thread_setting_kept`). vLLM's CPU worker replaces `torch.set_num_threads` with a function

@@ -38,7 +38,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 # `accelerate launch` binds torch's rendezvous port (29500) whatever the launch file says: two at once on one
 # machine collide, so the modules that launch it share one worker of `pytest -n` (make test).
-SHARED_PORT_MODULES = {"tests/test_deepspeed.py", "tests/test_fsdp.py"}
+SHARED_PORT_MODULES = {"tests/engines/test_deepspeed.py", "tests/engines/test_fsdp.py"}
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -23,7 +23,7 @@ stages, a copy of its own), the run must go on to the reference's exact results.
 
 The summary (one line per kill: when, what the run was doing, the resume's time, identical or not)
 goes to the console and `<out>/drill.json`; the exit status is 1 if any kill did not resume to the
-reference. `tests/test_kill_windows.py` and `tests/test_resume.py` kill at chosen points; this draws them.
+reference. `tests/runs/test_kill_windows.py` and `tests/runs/test_resume.py` kill at chosen points; this draws them.
 """
 
 from __future__ import annotations

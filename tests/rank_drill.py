@@ -1,4 +1,4 @@
-"""Drills for many processes, run by tests/test_distributed.py and tests/test_gpu_sweep.py through the real
+"""Drills for many processes, run by tests/engines/test_distributed.py and tests/engines/test_gpu_sweep.py through the real
 launchers.
 
 Reward functions, joined as `+reward.custom.<name>={_target_: tests.rank_drill.<name>, _partial_: true, ...}`:

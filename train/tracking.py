@@ -14,6 +14,8 @@ them; the sweep objective ends in the run's summary.
 from __future__ import annotations
 
 import re
+import resource
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,9 +95,12 @@ class MetricsCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
             return
+        kind = "summary" if "train_runtime" in logs else "step"
+        if kind == "step":  # TRL logs no memory: the report's and the tracker's memory curves
+            logs = {**logs, **peak_memory_gib()}
         row = {**self.tags, "stage_step": state.global_step, "global_step": self.step_offset + state.global_step}
         row.update({k: v for k, v in logs.items() if k not in row})
-        row["kind"] = "summary" if "train_runtime" in logs else "step"
+        row["kind"] = kind
         self.writer.write([row])
         prefix = self.kind.tracker_prefix
         scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
@@ -105,6 +110,23 @@ class MetricsCallback(TrainerCallback):
                                      global_step=row["global_step"], stage=self.tags["stage"],
                                      stage_kind=self.kind.name, level=self.level_value),
                          step=row["global_step"])
+
+
+def peak_memory_gib() -> dict[str, float]:
+    """This process's peak memory so far, in GiB: its resident set (getrusage; KiB on Linux, bytes on macOS) and,
+    with CUDA, torch's peak allocated on the current device (`torch.cuda.max_memory_allocated`, never reset, so
+    the peak of the whole run up to this step).
+
+    >>> sorted(peak_memory_gib())[-1], peak_memory_gib()["memory/peak_rss_gib"] > 0
+    ('memory/peak_rss_gib', True)
+    """
+    import torch
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    peaks = {"memory/peak_rss_gib": round(rss / 2**30, 3)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        peaks["memory/cuda_peak_allocated_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+    return peaks
 
 
 def tracked_row(logs: Mapping, prefix: str, *, global_step: int, stage: int, stage_kind: str, level: float) -> dict:

@@ -1,5 +1,5 @@
 # Logic-RL's K&K reward, VERBATIM: a test oracle for curriculum/tasks/kk/grading/logic_rl.py
-# (tests/test_logic_rl_strict.py).
+# (tests/tasks/test_logic_rl_strict.py).
 # Source: https://github.com/Unakar/Logic-RL verl/utils/reward_score/kk.py at commit
 # 9d2c457525ec14639e85afa12d49bb16efb053a4 (file last changed in e3e47ae, "stricter reward func", 2025-02-08).
 # Copyright the Logic-RL authors, Apache License 2.0 (https://www.apache.org/licenses/LICENSE-2.0).

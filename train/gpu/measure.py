@@ -2,7 +2,7 @@
 bare TRL's on the same two stages, peak memory, speed, validation costs, and the report that holds them.
 
 Every part runs on a CPU too (`--device cpu`: vLLM's CPU build, the tiny model with heads of 64); the test
-suite runs the whole check that way (tests/test_gpu_check.py), so every line has run before a GPU day.
+suite runs the whole check that way (tests/engines/test_gpu_check.py), so every line has run before a GPU day.
 """
 
 from __future__ import annotations

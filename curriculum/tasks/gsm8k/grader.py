@@ -13,7 +13,7 @@ they run as plain scans, so a long completion costs linear time. The recipe's co
 with no flags (the strict one by ``re.match``, the soft one by ``re.search``), so ``.`` never crosses a
 line: its format rewards are never earned by a reasoning of more than one line, which is nearly every
 reasoning (`verbatim.py` keeps that code, ``reward=gsm8k_stack_verbatim``). Here they mean what they
-say with ``re.DOTALL`` (``.*?`` crosses lines); `tests/test_gsm8k_grader.py` checks the scans against
+say with ``re.DOTALL`` (``.*?`` crosses lines); `tests/tasks/test_gsm8k_grader.py` checks the scans against
 the compiled patterns.
 """
 

@@ -4,7 +4,7 @@ thought, then the answer.
 The target is what the prompt format asks for (think_answer: <think>cot</think> then <answer>;
 answer_only: just <answer>; logic_rl: the prompt pre-fills <think>, so the target starts inside it).
 Every target must grade correct with the project's grader: SFT and the RL reward agree on what a
-right answer is (tests/test_sft.py checks it on the published records).
+right answer is (tests/runs/test_sft.py checks it on the published records).
 """
 
 from __future__ import annotations
