@@ -1,4 +1,5 @@
-"""Reward functions that break the way users' rewards break, for the reward drills (tests/tasks/test_reward_checks.py)."""
+"""Reward functions that break the way users' rewards break, for the reward drills
+(tests/tasks/test_reward_checks.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Drills for many processes, run by tests/engines/test_distributed.py and tests/engines/test_gpu_sweep.py through the real
-launchers.
+"""Drills for many processes, run by tests/engines/test_distributed.py and tests/engines/test_gpu_sweep.py through
+the real launchers.
 
 Reward functions, joined as `+reward.custom.<name>={_target_: tests.rank_drill.<name>, _partial_: true, ...}`:
 `fails_on_rank` raises on one rank only (a failure on a rank other than the main one); `killed_on_rank` has one

@@ -1,6 +1,6 @@
 """What error.txt keeps when several processes fail one after the other (train/failures.py): the failure that
-started it. The processes themselves fail for real in tests/engines/test_distributed.py; here the order of their records,
-which a real launch cannot be made to choose, is set by hand."""
+started it. The processes themselves fail for real in tests/engines/test_distributed.py; here the order of their
+records, which a real launch cannot be made to choose, is set by hand."""
 
 from __future__ import annotations
 
