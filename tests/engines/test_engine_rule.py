@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from types import SimpleNamespace
+from unittest.mock import patch
 
 import pytest
 from transformers import AutoTokenizer
@@ -188,18 +189,25 @@ def test_the_floor_pass_runs_the_transformers_it_names():
     ("1", False),  # as TRL leaves a single process (WORLD_SIZE=1): the same
     ("2", True),  # under torchrun: the launcher's port, which every rank shares
 ])
-def test_an_engine_outside_a_launcher_binds_a_port_the_os_picked(monkeypatch, world_size, port_kept):
+def test_an_engine_outside_a_launcher_binds_a_port_the_os_picked(world_size, port_kept):
+    # the whole environment restored after: the variables single_process_env sets would otherwise make every later
+    # `python -m train` this worker starts join a process group on 29500
+    with patch.dict(os.environ):
+        _engine_port_after(world_size, port_kept)
+
+
+def _engine_port_after(world_size: str | None, port_kept: bool) -> None:
     import socket
 
     from eval.vllm_backend import single_process_env
 
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"):
-        monkeypatch.delenv(name, raising=False)
+        os.environ.pop(name, None)
     if world_size:
-        monkeypatch.setenv("WORLD_SIZE", world_size)
+        os.environ["WORLD_SIZE"] = world_size
     with socket.socket() as taken:  # a port another process holds, as a concurrent run's engine would
         taken.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("MASTER_PORT", str(taken.getsockname()[1]))
+        os.environ["MASTER_PORT"] = str(taken.getsockname()[1])
         single_process_env()
         port = int(os.environ["MASTER_PORT"])
         assert (port == taken.getsockname()[1]) is port_kept
