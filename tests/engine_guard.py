@@ -29,7 +29,7 @@ ONE_ENGINE = "CuMem allocator can only be used for one instance per process."
 FREED_ASLEEP = "a sleeping vLLM engine was shut down: on CUDA its allocations would be freed twice"
 _engines: list[weakref.ref] = []  # the weights of every engine this process started
 _installed = False
-_strict = {"on": True}  # read at each start: a pytest-xdist worker inherits `strict` from the environment first
+_strict = True  # read at each start: a pytest-xdist worker inherits `strict` from the environment first
 
 
 def _log_start(model) -> None:
@@ -45,7 +45,7 @@ def _guard_llm(module) -> None:
 
     def __init__(self, *args, **kwargs):
         alive = [ref for ref in _engines if ref() is not None]
-        if _engines and (_strict["on"] or alive):
+        if _engines and (_strict or alive):
             raise AssertionError(f"{ONE_ENGINE} (engine guard: {len(_engines)} started before in this process)")
         _log_start(kwargs.get("model", args[0] if args else None))
         started(self, *args, **kwargs)
@@ -100,8 +100,8 @@ def install(strict: bool) -> None:
     """The guard in this process, wrapping vLLM's classes once (twice would count each start twice): see the module
     docstring. A later call sets `strict` only: a pytest-xdist worker starts with the environment's `strict`
     (guard_site), then its conftest makes it the test process's guard."""
-    global _installed
-    _strict["on"] = strict
+    global _installed, _strict
+    _strict = strict
     if _installed:
         return
     _installed = True

@@ -89,7 +89,7 @@ def _fake_llm_module():
 ])
 def test_the_guard_refuses_a_second_engine_as_cuda_would(monkeypatch, strict, keep_first, refused):
     monkeypatch.setattr(engine_guard, "_engines", [])
-    monkeypatch.setitem(engine_guard._strict, "on", strict)
+    monkeypatch.setattr(engine_guard, "_strict", strict)
     module = _fake_llm_module()
     engine_guard._guard_llm(module)
     first = module.LLM(model="a")
@@ -190,23 +190,18 @@ def test_the_floor_pass_runs_the_transformers_it_names():
     ("2", True),  # under torchrun: the launcher's port, which every rank shares
 ])
 def test_an_engine_outside_a_launcher_binds_a_port_the_os_picked(world_size, port_kept):
-    # the whole environment restored after: the variables single_process_env sets would otherwise make every later
-    # `python -m train` this worker starts join a process group on 29500
-    with patch.dict(os.environ):
-        _engine_port_after(world_size, port_kept)
-
-
-def _engine_port_after(world_size: str | None, port_kept: bool) -> None:
     import socket
 
     from eval.vllm_backend import single_process_env
 
-    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"):
-        os.environ.pop(name, None)
-    if world_size:
-        os.environ["WORLD_SIZE"] = world_size
-    with socket.socket() as taken:  # a port another process holds, as a concurrent run's engine would
-        taken.bind(("127.0.0.1", 0))
+    # the whole environment restored after: the variables single_process_env sets would otherwise make every later
+    # `python -m train` this worker starts join a process group on 29500
+    with patch.dict(os.environ), socket.socket() as taken:
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"):
+            os.environ.pop(name, None)
+        if world_size:
+            os.environ["WORLD_SIZE"] = world_size
+        taken.bind(("127.0.0.1", 0))  # a port another process holds, as a concurrent run's engine would
         os.environ["MASTER_PORT"] = str(taken.getsockname()[1])
         single_process_env()
         port = int(os.environ["MASTER_PORT"])

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,6 +25,7 @@ from vllm.distributed.utils import StatelessProcessGroup
 
 from core.distributed import SINGLE
 from curriculum.plan import build_plan
+from eval.vllm_backend import free_port
 from train.stages.base import StageContext
 from train.stages.training import run_stage
 from train.stages.weight_sync import WeightSyncGroup
@@ -53,12 +53,6 @@ def server_url():
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def open_group(port: int) -> StatelessProcessGroup:
