@@ -36,20 +36,15 @@ os.environ["KK_ENGINE_GUARD"] = "strict"
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT / "tests" / "guard_site"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-# `accelerate launch` binds torch's rendezvous port (29500) whatever the launch file says: two at once on one
-# machine collide, so the modules that launch it share one worker of `pytest -n` (make test).
-SHARED_PORT_MODULES = {"tests/engines/test_deepspeed.py", "tests/engines/test_fsdp.py"}
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests for pytest-xdist's `--dist loadgroup` by file: a module's fixtures (many run a whole
-    curriculum) are built once, on one worker, and the modules that bind one port share a group. tryfirst:
-    xdist reads the groups in its own hook of the same name."""
+    curriculum) are built once, on one worker. tryfirst: xdist reads the groups in its own hook of the same
+    name. Every launch of many processes here binds a port the OS picks (accelerate's `--main_process_port`,
+    torchrun's `--standalone`), so two workers' launches never collide."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            module = item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group("shared-port" if module in SHARED_PORT_MODULES else module))
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,8 @@ ENV = {"DS_ACCELERATOR": "cpu"}  # DeepSpeed's CPU accelerator; its collectives 
 def accelerate(zero: str, *args: str) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file conf/accelerate/<zero>.yaml --num_processes 2 <args>` as a user runs it."""
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-               str(CONF_DIR / "accelerate" / f"{zero}.yaml"), "--num_processes", "2", *args]
+               str(CONF_DIR / "accelerate" / f"{zero}.yaml"), "--num_processes", "2",
+               "--main_process_port", "0", *args]  # a free port, never 29500: two workers' launches
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1200, env={**os.environ, **ENV})
 
 

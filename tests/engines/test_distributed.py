@@ -9,9 +9,11 @@ signalled through psutil, as an operator would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -255,6 +257,22 @@ def test_a_job_that_starts_its_ranks_names_a_killed_rank_and_its_signal(tmp_path
     error = (tmp_path / "error.txt").read_text()
     assert error == ("rank 1 of 2: killed by SIGKILL (signal 9); a killed process records nothing itself (SIGKILL: "
                      "the kernel's out-of-memory killer, or kill -9)\n")
+
+
+def test_a_job_that_launches_accelerate_never_tries_the_fixed_port_29500(tmp_path, cache_dir):
+    """launch=accelerate: accelerate launch checks 29500 is free, then binds it, so two jobs starting at once on one
+    machine (a sweep's jobs on their own GPUs) could both find it free and collide (EADDRINUSE). The job asks for
+    a port accelerate picks: with 29500 held here, accelerate never falls back from it (its warning), and trains."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        with contextlib.suppress(OSError):  # held already: by another process, which serves as well
+            held.bind(("", 29500))
+            held.listen()
+        done = run_cli("train", *SMOKE, ONE_STAGE, "launch=accelerate", "launch.processes=2",
+                       "launch.accelerate_config=fsdp", f"paths.cache_dir={cache_dir}", f"hydra.run.dir={tmp_path}",
+                       timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Port `29500` is already in use" not in done.stdout + done.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "done"
 
 
 def test_an_optuna_sweep_under_torchrun_is_refused_before_it_starts(tmp_path):

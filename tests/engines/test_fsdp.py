@@ -87,7 +87,8 @@ def test_fsdp_asked_of_accelerate_on_a_cpu_runs_ddp_and_run_json_says_so(tmp_pat
     run_dir = tmp_path / "run"
     one_step = "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"
     done = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                           str(CONF_DIR / "accelerate" / "fsdp.yaml"), "--num_processes", "2", "-m", "train",
+                           str(CONF_DIR / "accelerate" / "fsdp.yaml"), "--num_processes", "2",
+                           "--main_process_port", "0", "-m", "train",
                            "+curriculum=kk_ladder", "experiment=smoke", one_step, f"paths.cache_dir={cache_dir}",
                            f"hydra.run.dir={run_dir}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

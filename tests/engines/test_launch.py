@@ -182,8 +182,9 @@ def test_a_job_starts_its_ranks_through_accelerate_with_the_launch_file(tmp_path
     assert command[1:6] == ["-m", "train.launch.agent", str(tmp_path / "error.txt"), "4", "accelerate"], \
         "run in this project's agent, which records a rank killed by a signal in error.txt"
     assert command[6:] == [
-        "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes",
-        "4", "-m", "train", "+curriculum=kk_ladder", "seed=3",
+        "--config_file", str(CONF_DIR / "accelerate" / "zero3.yaml"), "--num_processes", "4",
+        "--main_process_port", "0",  # accelerate picks a free port: two jobs on one machine never share 29500
+        "-m", "train", "+curriculum=kk_ladder", "seed=3",
         "launch.launcher=null", "launch.gpus=null",  # the ranks train on what they see; they start no ranks
         f"hydra.run.dir={tmp_path}",  # the job's directory: a requeued job's ranks find its run.json there
         "hydra.output_subdir=null",  # the job keeps its own Hydra record there

@@ -60,8 +60,10 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
     if launch["launcher"] == "python":
         return [sys.executable, *run]
     if launch["launcher"] == "accelerate":
+        # port 0: accelerate picks a free one; its default 29500 is checked, then bound, so two jobs starting
+        # at once on one machine (a sweep's jobs on their own GPUs) can both find it free and collide
         head = ["accelerate", "--config_file", str(accelerate_file(launch)),
-                "--num_processes", str(launch["processes"])]
+                "--num_processes", str(launch["processes"]), "--main_process_port", "0"]
     else:  # torchrun; --standalone finds a free port, so jobs sharing a machine do not collide
         head = ["torchrun", "--standalone", "--nproc_per_node", str(launch["processes"])]
     return [sys.executable, "-m", "train.launch.agent", str(run_dir / ERROR), str(launch["processes"]), *head, *run]
