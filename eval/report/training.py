@@ -202,6 +202,16 @@ def memory_keys(steps: Sequence[dict]) -> list[str]:
             if "memory" in k.lower() and any(as_number(r.get(k)) is not None for r in steps)]
 
 
+def memory_unit(keys: Sequence[str]) -> str:
+    """The memory panel's axis label: GiB when every key says so by its name (ours end in `_gib`), else the
+    values as logged (a callback's own key names no unit).
+
+    >>> memory_unit(["memory/peak_rss_gib", "memory/cuda_peak_allocated_gib"]), memory_unit(["memory/peak_gb"])
+    ('GiB', 'as logged')
+    """
+    return "GiB" if all(key.endswith("_gib") for key in keys) else "as logged"
+
+
 def throughput_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Boundary], out_dir: Path) -> list:
     """Tokens per second and memory per step, where the rows hold them; then each stage's medians and peaks."""
     speed, memory = tokens_per_second(steps), memory_keys(steps)
@@ -213,7 +223,7 @@ def throughput_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequenc
     panels = [Panel(f"{THROUGHPUT} (TRL's num_tokens, prompt and completion, per step_time)", "tokens / s",
                     [speed])] if speed else []
     if memory:
-        panels.append(Panel(f"memory  ({', '.join(memory)})", "as logged",
+        panels.append(Panel(f"memory  ({', '.join(memory)})", memory_unit(memory),
                             [s for key in memory if (s := step_series(steps, key)) is not None]))
     if not panels:
         return notes
