@@ -20,7 +20,8 @@ from omegaconf import DictConfig
 
 from core.distributed import on_main, start_processes
 from core.report_command import report_command
-from core.rundir import ERROR, RUN_JSON, Status
+from core.rundir.layout import ERROR, RUN_JSON
+from core.rundir.records import Status
 
 
 def job_folders(sweep: Path) -> list[Path]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from core.rundir import tracker_group
+from core.rundir.layout import tracker_group
 
 # Overrides that say where or how a run is recorded, not what it trains: left out of its name.
 UNNAMED = ("hydra.", "paths.", "logger.", "logger=", "resume=", "run_name=")
