@@ -17,9 +17,9 @@ from pathlib import Path
 
 from core.checks import ConfigError, is_int
 from core.parse_limits import parse_json
-from core.rundir.confine import read_inside
 from core.rundir.finals import FINAL_MARKER, final_info, final_problem, recorded_final_problem
 from core.rundir.layout import RUN_JSON, run_of_final, stage_dirname
+from core.rundir.readers import load_file
 from core.rundir.records import stage_records
 
 # `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
@@ -93,11 +93,7 @@ def check_final(value: str) -> None:
 
 def _run_manifest(run_dir: Path) -> dict | None:
     """A run's run.json, read without following a link out of the run folder; None when it is not a mapping."""
-    raw = read_inside(run_dir, run_dir / RUN_JSON)
-    try:
-        manifest = parse_json(raw.decode(errors="replace"), str(run_dir / RUN_JSON)) if raw is not None else None
-    except ValueError:  # not JSON, or nested beyond parse_json's limit
-        return None
+    manifest = load_file(run_dir / RUN_JSON, inside=run_dir)
     return manifest if isinstance(manifest, dict) else None
 
 
