@@ -31,10 +31,6 @@ class Status(str, Enum):
         return self.value
 
 
-# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage:
-# it trains again (running) or adopts a final already published (trained); a done stage whose final
-
-
 @dataclass(frozen=True)
 class StageRecord:
     """One stage's entry in run.json, and its only reader and writer. Read back, an entry is untrusted and
