@@ -91,8 +91,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
         rows = _training_rows(plan, settings.kinds, pools.training, AutoTokenizer.from_pretrained(base))
         # run.json opened (or started) by the main process; the others get its contents and save nothing
-        opened = on_main(lambda: Manifest.open(run_dir, settings.config, [s.planned_record() for s in plan],
-                                                   processes.world_size).data, processes)
+        planned = [stage.planned_record() for stage in plan]
+        opened = on_main(lambda: Manifest.open(run_dir, settings.config, planned, processes.world_size).data, processes)
         accepted()
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
