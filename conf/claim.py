@@ -26,10 +26,10 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from core.confined import OutsideRunError
 from core.distributed import broadcast, start_processes
-from core.rundir import RUN_JSON
-from core.runlock import RunLock, RunLockedError
+from core.rundir.confine import OutsideRunError
+from core.rundir.layout import RUN_JSON
+from core.rundir.lock import RunLock, RunLockedError
 
 
 class ClaimRunDirectory(Callback):

@@ -19,8 +19,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
 
 from core.checks import ConfigError, is_int, is_number
-from core.published import FINAL_MARKER
-from core.rundir import STAGES
+from core.rundir.finals import FINAL_MARKER
+from core.rundir.layout import STAGES
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
 SEED_KEYS = ("seed", "eval.seed", "model.tiny.seed")

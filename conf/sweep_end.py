@@ -12,7 +12,6 @@ takes its answer (the same exit status on every rank).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -20,7 +19,9 @@ from omegaconf import DictConfig
 
 from core.distributed import on_main, start_processes
 from core.report_command import report_command
-from core.rundir import ERROR, RUN_JSON, Status
+from core.rundir.layout import ERROR, RUN_JSON
+from core.rundir.readers import read_mapping
+from core.rundir.records import Status
 
 
 def job_folders(sweep: Path) -> list[Path]:
@@ -33,10 +34,7 @@ def job_failed(job: Path) -> bool:
     """Whether a job's run did not end done: its error.txt (a failure, or a refusal), or a run.json not done."""
     if (job / ERROR).is_file():
         return True
-    try:
-        return json.loads((job / RUN_JSON).read_text()).get("status") != Status.DONE
-    except (OSError, ValueError):  # no run.json, and no error.txt: it never ran
-        return True
+    return read_mapping(job / RUN_JSON).get("status") != Status.DONE  # {}: no run.json, no error.txt: it never ran
 
 
 class SweepReportCommand(Callback):

@@ -1,2 +1,2 @@
 """The plumbing below `curriculum/`, `train/` and `eval/`: model resolution and loading, device and
-CPU-thread settings, JSONL files and the run-directory contract. It imports none of the three."""
+CPU-thread settings, and the run-directory contract (`core/rundir/`). It imports none of the three."""

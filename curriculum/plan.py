@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError, is_number, plain, whole_number
-from core.rundir import stage_dirname
+from core.rundir.layout import stage_dirname
+from core.rundir.records import StageRecord, Status
 from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
 from curriculum.tasks import build_task
@@ -67,6 +68,12 @@ class Stage:
         """
         levels = list(self.level_weights)
         return levels[0] if len(levels) == 1 else span_label(levels[0], levels[-1])
+
+    def planned_record(self) -> StageRecord:
+        """Its entry in a new run.json: planned, not started."""
+        return StageRecord(index=self.index, name=self.name, kind=self.kind, levels=dict(self.level_weights),
+                           pool_levels=dict(self.pool_weights), level_label=self.level_label, steps_budget=self.steps,
+                           pool=self.pool, status=Status.PENDING, steps_done=0)
 
 
 def span_label(first: str, last: str) -> str:

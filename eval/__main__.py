@@ -32,11 +32,12 @@ from conf.errors import run_app
 from conf.ranges import check_ranges
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
-from core.confined import read_inside
-from core.jsonl import JsonlWriter, read_jsonl, write_json_atomic
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
 from core.parse_limits import ParseLimitError, parse_yaml
-from core.rundir import CONFIG, EVALUATION, SAMPLES, VALIDATION, row_level, run_of_final, tracker_group
+from core.rundir.confine import read_inside, write_json_atomic
+from core.rundir.jsonl import JsonlWriter, read_jsonl
+from core.rundir.layout import CONFIG, EVALUATION, SAMPLES, VALIDATION, run_of_final, tracker_group
+from core.rundir.readers import row_level
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
 from core.weight_check import check_weights_match

@@ -4,7 +4,7 @@ naming it (a ConfigError: the fix is another `model=`, or a setting).
 - a path must be a checkpoint folder: not a file, with its config.json and the tokenizer files a validation
   loads (and its chat template when the prompts are chat messages);
 - a stage's final (a folder with `stage.json`) must hold the files its marker recorded; inside its run folder
-  it must also be the final run.json recorded for its stage (core/published.py): a swapped or replaced
+  it must also be the final run.json recorded for its stage (core/rundir/finals.py): a swapped or replaced
   final would otherwise be validated as the stage it is not;
 - a final whose marker names the task it was trained on is validated as that task, or refused.
 A hub id is the hub's to check.
@@ -16,10 +16,11 @@ import re
 from pathlib import Path
 
 from core.checks import ConfigError, is_int
-from core.confined import read_inside
 from core.parse_limits import parse_json
-from core.published import FINAL_MARKER, final_info, final_problem, recorded_final_problem
-from core.rundir import RUN_JSON, run_of_final, stage_dirname, stage_records
+from core.rundir.finals import FINAL_MARKER, final_info, final_problem, recorded_final_problem
+from core.rundir.layout import RUN_JSON, run_of_final, stage_dirname
+from core.rundir.readers import load_file
+from core.rundir.records import stage_records
 
 # `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -92,11 +93,7 @@ def check_final(value: str) -> None:
 
 def _run_manifest(run_dir: Path) -> dict | None:
     """A run's run.json, read without following a link out of the run folder; None when it is not a mapping."""
-    raw = read_inside(run_dir, run_dir / RUN_JSON)
-    try:
-        manifest = parse_json(raw.decode(errors="replace"), str(run_dir / RUN_JSON)) if raw is not None else None
-    except ValueError:  # not JSON, or nested beyond parse_json's limit
-        return None
+    manifest = load_file(run_dir / RUN_JSON, inside=run_dir)
     return manifest if isinstance(manifest, dict) else None
 
 

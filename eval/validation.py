@@ -31,7 +31,8 @@ from transformers import AutoTokenizer
 
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
-from core.rundir import row_level, samples_file
+from core.rundir.layout import samples_file
+from core.rundir.readers import row_level
 from core.stats import percent_text, wilson_interval
 from core.user_code import call_user_code
 from curriculum.tasks.base import Task, TaskRecord

@@ -38,8 +38,8 @@ from conf.claim import HeldResume, discard_refused_run, record_asked_off
 from conf.errors import run_app
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
-from core.rundir import ERROR
-from core.runlock import RunLockedError
+from core.rundir.layout import ERROR
+from core.rundir.lock import RunLockedError
 from core.stage_kinds import STAGE_KIND_FACTS
 from train.failures import interrupted_line, record_error, record_refusal, refusal_line
 from train.identity import RunIdentity, named_optims, run_identity

@@ -29,10 +29,12 @@ from pathlib import Path
 import psutil
 
 from conf.errors import config_error_line
-from core.confined import open_regular, write_text_regular
 from core.distributed import Processes
 from core.model_cache import ModelUnavailableError
-from core.rundir import RUN_JSON, read_mapping, stage_records
+from core.rundir.confine import open_regular, write_text_regular
+from core.rundir.layout import RUN_JSON
+from core.rundir.readers import read_mapping
+from core.rundir.records import stage_records
 
 FOLLOW_ON = "follow-on:"
 # How a collective reports a peer whose process ended: gloo's TCP transport, NCCL's remote error (read only

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.checks import is_int
-from core.rundir import stage_records
+from core.rundir.records import stage_records
 from core.stats import rate_text
 from eval.report.blocks import short_number
 from eval.report.series import Series, as_number, step_series

@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from conf import CONF_DIR
-from core.rundir import ERROR, EVALUATION, RUN_JSON
-from core.runlock import LOCK_FILE, OWNER_FILE
+from core.rundir.layout import ERROR, EVALUATION, RUN_JSON
+from core.rundir.lock import LOCK_FILE, OWNER_FILE
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
 from eval.report.evaluation import evaluation_report, is_evaluation

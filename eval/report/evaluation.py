@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.jsonl import scan_jsonl
-from core.rundir import EVALUATION, SAMPLES, VALIDATION, level_order, read_mapping, row_level
+from core.rundir.jsonl import scan_jsonl
+from core.rundir.layout import EVALUATION, SAMPLES, VALIDATION
+from core.rundir.readers import level_order, read_mapping, row_level
 from core.stats import rate_text
 from curriculum.tasks.report import TaskReport
 from eval.metrics import trials

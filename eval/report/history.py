@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.rundir import REFUSED_FINAL, STAGES, Status, stage_dirname, stage_records
+from core.rundir.layout import REFUSED_FINAL, STAGES, stage_dirname
+from core.rundir.records import Status, stage_records
 from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
 
 RESUME_RECORD = "resume-"  # `.hydra/resume-<time>/`: one per resume that went on (conf/claim.py)

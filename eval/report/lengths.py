@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir import BASELINE, stage_records
+from core.rundir.layout import BASELINE
+from core.rundir.records import stage_records
 from eval.report.blocks import Image, Text
 from eval.report.plot_stages import StageBoxes, plot_stage_boxes
 from eval.report.samples import read_subset, stage_folders, subset_files

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.jsonl import scan_jsonl
-from core.rundir import ROLLOUTS
+from core.rundir.jsonl import scan_jsonl
+from core.rundir.layout import ROLLOUTS
 from eval.report.blocks import Completion, Folded, Heading, Table, Text, code, fmt
 from eval.report.samples import SHOWN_CHARS
 from eval.report.series import as_number

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.jsonl import scan_jsonl
-from core.rundir import BASELINE, SAMPLES, level_order
+from core.rundir.jsonl import scan_jsonl
+from core.rundir.layout import BASELINE, SAMPLES
+from core.rundir.readers import level_order
 from curriculum.tasks.report import TaskReport
 from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.rundir import StageRecord, level_order, row_level, stage_records
+from core.rundir.readers import level_order, row_level
+from core.rundir.records import StageRecord, stage_records
 from core.stats import difference_interval
 from eval.metrics import trials
 from eval.report.blocks import Text, md_escape

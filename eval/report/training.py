@@ -12,7 +12,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir import STAGES, StageRecord, stage_dirname, stage_records
+from core.rundir.layout import STAGES, stage_dirname
+from core.rundir.records import StageRecord, stage_records
 from core.stage_kinds import recorded_kind
 from eval.report.adaptive import REFRESH, Event
 from eval.report.blocks import Image, Table, Text, fmt

@@ -38,9 +38,9 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.checks import ConfigError
-from core.confined import OutsideRunError
-from core.rundir import RUN_JSON
-from core.runlock import RunLock, RunLockedError
+from core.rundir.confine import OutsideRunError
+from core.rundir.layout import RUN_JSON
+from core.rundir.lock import RunLock, RunLockedError
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import psutil
 import pytest
 from transformers import AutoModelForCausalLM
 
-from core.jsonl import read_jsonl
-from core.runlock import RunLock
+from core.rundir.jsonl import read_jsonl
+from core.rundir.lock import RunLock
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 

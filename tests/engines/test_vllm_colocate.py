@@ -25,8 +25,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 from trl.generation.vllm_generation import VLLMGeneration
 
 from core.checks import ConfigError
-from core.jsonl import read_jsonl
 from core.models import resolve_model
+from core.rundir.jsonl import read_jsonl
 from eval.vllm_backend import process_kept, sampling_params
 from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments, validation_arguments
 from tests import engine_guard

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir import StageRecord
+from core.rundir.records import StageRecord
 from eval.report import history as rh
 from eval.report import lengths as rl
 from eval.report import training as rt

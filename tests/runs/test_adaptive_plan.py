@@ -8,10 +8,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
+from core.rundir.manifest import Manifest
 from curriculum.adaptive import Guard, Promote
 from curriculum.plan import build_plan
 from tests.pools import held_out_pools, stage_pool
-from train.run.manifest import Manifest
 
 
 def _stages(make_cfg, stages: str, *extra: str):
@@ -80,7 +80,8 @@ def test_bad_adaptive_keys_are_named(make_cfg, stages, key):
 
 def test_run_json_records_the_pool_mix_with_replay(make_cfg, tmp_path):
     cfg = make_cfg("+curriculum=kk_adaptive")
-    stages = Manifest.open(tmp_path, OmegaConf.to_container(cfg, resolve=True), build_plan(cfg)).data["stages"]
+    stages = Manifest.open(tmp_path, OmegaConf.to_container(cfg, resolve=True),
+                           [stage.planned_record() for stage in build_plan(cfg)]).data["stages"]
     assert (stages[1]["levels"], stages[1]["pool_levels"]) == ({"3ppl": 1.0}, {"2ppl": 0.2, "3ppl": 0.8})
 
 

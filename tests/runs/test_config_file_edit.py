@@ -11,16 +11,17 @@ from omegaconf import OmegaConf
 
 from core.checks import ConfigError
 from core.parse_limits import MAX_ALIASES, MAX_YAML_NODES
+from core.rundir.config_file import CONFIG_FILE_HASH, config_file_hash
+from core.rundir.manifest import Manifest, check_same_config
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
 from tests.runs.test_received_folders import alias_bomb
-from train.run.manifest import CONFIG_FILE_HASH, Manifest, check_same_config, config_file_hash
 
 
 def _opened(make_cfg, run_dir):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
     resolved, plan = OmegaConf.to_container(cfg, resolve=True), build_plan(cfg)
-    Manifest.open(run_dir, resolved, plan)
+    Manifest.open(run_dir, resolved, [stage.planned_record() for stage in plan])
     return resolved, [stage.name for stage in plan]
 
 
@@ -92,7 +93,7 @@ def test_an_untouched_config_file_resumes_and_a_deleted_one_is_written_again(mak
     check_same_config(tmp_path, resolved, planned)  # as written: no refusal
     (tmp_path / "config.yaml").unlink()
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
-    Manifest.open(tmp_path, resolved, build_plan(cfg))
+    Manifest.open(tmp_path, resolved, [stage.planned_record() for stage in build_plan(cfg)])
     assert (tmp_path / "config.yaml").is_file()
     check_same_config(tmp_path, resolved, planned)  # its new hash is the one recorded
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from core.rundir.manifest import Manifest
 from tests.conftest import compose_cfg
-from train.run.manifest import Manifest
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 

@@ -1,4 +1,4 @@
-"""The run-directory contract (core/rundir.py, core/jsonl.py): status lifecycle, JSONL reading, paths, objective."""
+"""The run-directory contract (core/rundir/): status lifecycle, JSONL reading, paths, objective."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from core.jsonl import read_jsonl, scan_jsonl
-from core.rundir import RUN_JSON, Status, objective, run_of_final, stage_records, stage_transition
-from train.run.manifest import Manifest
+from core.rundir.jsonl import read_jsonl, scan_jsonl
+from core.rundir.layout import RUN_JSON, run_of_final
+from core.rundir.manifest import Manifest, stage_transition
+from core.rundir.readers import objective
+from core.rundir.records import Status, stage_records
 
 
 @pytest.mark.parametrize(("old", "new", "allowed"), [

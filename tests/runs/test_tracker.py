@@ -20,7 +20,7 @@ import pytest
 from transformers.integrations.integration_utils import rewrite_logs
 from wandb.proto import wandb_internal_pb2
 
-from core.jsonl import read_jsonl
+from core.rundir.jsonl import read_jsonl
 from core.tracker import TrackerStartError, WandbTracker, host_answers, wandb_mode
 from tests.conftest import run_cli
 from train.tracking import SUMMARY_SCALARS

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
-from core.jsonl import read_jsonl
 from core.models import resolve_model
-from core.rundir import METRICS
+from core.rundir.jsonl import read_jsonl
+from core.rundir.layout import METRICS
 from curriculum.prompts import prompt_text, render_prompt
 from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_format

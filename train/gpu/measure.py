@@ -16,9 +16,9 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from core.jsonl import read_jsonl
 from core.models import BF16_CAPABILITY, cuda_has_bf16
-from core.rundir import METRICS, RUN_JSON, VALIDATION_STEPS
+from core.rundir.jsonl import read_jsonl
+from core.rundir.layout import METRICS, RUN_JSON, VALIDATION_STEPS
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
 from train.gpu.bare import BareRun, bare_stage_command

@@ -1,2 +1,2 @@
-"""The curriculum run: the stage loop, run.json, what a resume decides, the finals, what ends a
-stage early, the run's size."""
+"""The curriculum run: the stage loop, what a resume decides, the finals, what ends a stage early, the
+run's size (run.json itself: core/rundir/manifest.py)."""

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from core.published import final_info, marker_digest
-from core.rundir import StageRecord
+from core.rundir.finals import final_info, marker_digest
+from core.rundir.records import StageRecord
 from core.weights import zero3_init_paused
 from train.stages.training import publish_final
 

@@ -3,7 +3,7 @@
 from its start; an attempt that finds an earlier one's run.json and stage folders may also:
 - skip a done stage, unless its final is needed (the run's result, or read by a stage still to train) and
   is not the one run.json recorded (missing; its files differ from its marker's digests; its marker another
-  stage's or run's: core/published.py) (`on_damaged_checkpoint`: stop, or train it again:
+  stage's or run's: core/rundir/finals.py) (`on_damaged_checkpoint`: stop, or train it again:
   `stages_to_train`);
 - adopt a final published before run.json knew (a kill between the two) as the stage's result, if this
   run trained it and it is intact (`adopted_final`);
@@ -28,12 +28,13 @@ from enum import Enum
 from pathlib import Path
 
 from core.distributed import Processes, on_main
-from core.jsonl import read_jsonl
-from core.published import final_info, final_problem, marker_digest, recorded_final_problem
-from core.rundir import METRICS, REFUSED_FINAL, StageRecord, final_checkpoint, stage_final, stage_path
+from core.rundir.finals import StageResult, final_info, final_problem, marker_digest, recorded_final_problem
+from core.rundir.jsonl import read_jsonl
+from core.rundir.layout import METRICS, REFUSED_FINAL, final_checkpoint, stage_path
+from core.rundir.manifest import Manifest
+from core.rundir.records import StageRecord, stage_final
 from curriculum.plan import Stage
-from train.run.manifest import Manifest
-from train.stages.base import StageResult
+from train.failures import failure_line
 from train.stages.checkpoints import checkpoint_step, scan_checkpoints
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def plan_stage(run_dir: Path, manifest: Manifest, stage: Stage, *, trains: bool,
     try:
         adopted = adopted_final(run_dir, stage, manifest.config_hash)
     except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
-        manifest.stage_failed(stage.index, err)
+        manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
         raise
     if adopted is not None:
         return StageStart(StageAction.ADOPT, stage, adopted=adopted)

@@ -31,22 +31,13 @@ import torch
 from transformers import AutoTokenizer
 
 from core.distributed import SINGLE, Processes, on_main
-from core.jsonl import scan_jsonl
 from core.models import resolve_model
-from core.published import recorded_final_problem
-from core.rundir import (
-    BASELINE,
-    METRICS,
-    RUN_JSON,
-    Status,
-    final_accuracy,
-    objective,
-    run_of_final,
-    samples_dir,
-    stage_dirname,
-    stage_final,
-    validation_summary,
-)
+from core.rundir.finals import StageResult, recorded_final_problem
+from core.rundir.jsonl import scan_jsonl
+from core.rundir.layout import BASELINE, METRICS, RUN_JSON, run_of_final, samples_dir, stage_dirname
+from core.rundir.manifest import Manifest
+from core.rundir.readers import final_accuracy, objective, validation_summary
+from core.rundir.records import Status, stage_final
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
@@ -59,13 +50,12 @@ from train.failures import failure_line
 from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
-from train.run.manifest import Manifest
 from train.run.preflight import RunSize, cpu_warning, run_size
 from train.run.resume import StageAction, StageStart, plan_stages
 from train.run.stage_end import StageEnd, stage_end_callbacks
 from train.run.start import process_engine, run_lock, run_threads
 from train.settings import RunSettings
-from train.stages.base import StageContext, StageKind, StageResult
+from train.stages.base import StageContext, StageKind
 from train.stages.checkpoints import CheckpointDigests
 from train.stages.exact_start import ExactStart
 from train.stages.training import run_stage
@@ -101,7 +91,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
         rows = _training_rows(plan, settings.kinds, pools.training, AutoTokenizer.from_pretrained(base))
         # run.json opened (or started) by the main process; the others get its contents and save nothing
-        opened = on_main(lambda: Manifest.open(run_dir, settings.config, plan, processes.world_size).data, processes)
+        planned = [stage.planned_record() for stage in plan]
+        opened = on_main(lambda: Manifest.open(run_dir, settings.config, planned, processes.world_size).data, processes)
         accepted()
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)
@@ -247,7 +238,7 @@ class CurriculumRun:
                 result = self.train_and_publish(kind, start, init, reference)
             self.manifest.stage_trained(start.stage.index, result)
         except Exception as err:
-            self.manifest.stage_failed(start.stage.index, err)
+            self.manifest.stage_failed(start.stage.index, failure_line(err, self.manifest.world_size != 1))
             raise
 
     def train_and_publish(self, kind: StageKind, start: StageStart, init: str, reference: str | None) -> StageResult:
@@ -315,7 +306,7 @@ class CurriculumRun:
 
 def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:
     """Refuse to train from, or measure KL against, a stage's final of this run that is not the one run.json
-    recorded for its stage (damaged since it was published, another stage's or run's: core/published.py); a
+    recorded for its stage (damaged since it was published, another stage's or run's: core/rundir/finals.py); a
     base model is not the run's to check."""
     for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
         if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:

@@ -25,13 +25,13 @@ from transformers import TrainerCallback
 
 from core.checks import is_number
 from core.distributed import SINGLE, Processes, gather
-from core.rundir import row_level
+from core.rundir.manifest import Manifest
+from core.rundir.readers import row_level
 from core.weights import held_weights_finite
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
-from train.run.manifest import Manifest
 from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What a stage kind is given and what it gives back: `KindSettings` (the groups every kind reads besides its
-own), `StageContext` (what a stage needs from the run around it), the `StageKind` protocol a kind fills in,
-and `StageResult` (what training a stage produced, as run.json records it).
+own), `StageContext` (what a stage needs from the run around it) and the `StageKind` protocol a kind fills in
+(what it gives back, `StageResult`, is run.json's: core/rundir/finals.py).
 
 A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up by name in
 `train/stages/kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
@@ -52,37 +52,6 @@ class StageContext:
     reward_warning: Callable[[dict], None] | None = None  # a reward's warning into run.json (train/rewards/checks.py)
     engine: ProcessEngine | None = None  # the process's vLLM engine, which a colocated trainer rolls out through
 
-
-@dataclass(frozen=True)
-class StageResult:
-    """What training a stage produced, as run.json records it; its final's `stage.json` holds most of it."""
-
-    checkpoint: str  # its final, relative to the run directory (a run directory may be moved)
-    steps_done: int
-    policy_fingerprint: str | None  # of the weights it started from
-    reference: str | None  # the checkpoint its KL is measured against
-    reference_fingerprint: str | None
-    resumed_from: str | None = None  # the trainer checkpoint it continued from
-    wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
-    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (gathered where sharded)
-    distributed: dict | None = None  # how its trainer ran (`distributed_record`)
-    final_marker: str | None = None  # sha256 of the published final's stage.json (core/published.py)
-
-    def marker(self, stage_name: str, config_hash: str, task: str, init: str) -> dict:
-        """The final's `stage.json`: which stage of which config and task it is, where it started, and this result."""
-        return {"stage": stage_name, "config_hash": config_hash, "task": task, "steps_done": self.steps_done,
-                "init": init,
-                "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
-                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints,
-                "distributed": self.distributed}
-
-    @classmethod
-    def from_marker(cls, checkpoint: str, info: Mapping, final_marker: str) -> StageResult:
-        """The result a published final's `stage.json` (of sha256 `final_marker`) holds (nothing of how long it
-        took)."""
-        return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
-                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"),
-                   distributed=info.get("distributed"), final_marker=final_marker)
 
 
 class StageKind(Protocol):

@@ -31,12 +31,12 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from core.distributed import Processes, barrier, broadcast, gather
 from core.models import merged_lora
-from core.published import FINAL_MARKER, final_digests, marker_digest
-from core.rundir import final_checkpoint, stage_path
+from core.rundir.finals import FINAL_MARKER, StageResult, final_digests, marker_digest
+from core.rundir.layout import final_checkpoint, stage_path
 from core.trl_internals import load_checkpoint_weights
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage
-from train.stages.base import StageContext, StageKind, StageResult
+from train.stages.base import StageContext, StageKind
 from train.stages.exact_start import start_fingerprint
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,7 @@
-"""JSON and JSONL files a run writes and reads: written so that a kill never leaves half a record
-(`write_json_atomic`, `JsonlWriter`), and read by the run that owns them (`read_jsonl`: strict,
-repairing a torn tail) and by a report of a run still writing (`scan_jsonl`: lenient, counting
-damage) through one parser, `parse_jsonl`. Every writer opens its file without following a link
-(`core/confined.py`).
+"""JSONL files a run writes and reads: appended so that a kill never leaves half a record (`JsonlWriter`),
+and read by the run that owns them (`read_jsonl`: strict, repairing a torn tail) and by a report of a run
+still writing (`scan_jsonl`: lenient, counting damage) through one parser, `parse_jsonl`. Every writer
+opens its file without following a link (`core/rundir/confine.py`, which also writes JSON atomically).
 """
 
 from __future__ import annotations
@@ -13,18 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.confined import open_regular, read_inside, refuse_link
 from core.parse_limits import parse_json
-
-
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+from core.rundir.confine import open_regular, read_inside, refuse_link
 
 
 @dataclass(frozen=True)

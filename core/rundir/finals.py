@@ -1,4 +1,5 @@
-"""A stage's published final (`stages/<k>-<name>/final`) and what vouches for it, read without loading weights.
+"""A stage's published final (`stages/<k>-<name>/final`): what training the stage produced (`StageResult`), and
+what vouches for the final, read without loading weights.
 
 A final is published with its marker, `stage.json`, written last: which stage of which run config and task
 it is, and every file's size and sha256. run.json records the sha256 of that marker for the stage
@@ -16,14 +17,48 @@ also after a kill between the rewrite and run.json's next write.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from core.digests import damage, file_digest, folder_digests
 from core.parse_limits import ParseLimitError, parse_json
-from core.rundir import StageRecord
+from core.rundir.digests import damage, file_digest, folder_digests
+from core.rundir.records import StageRecord
 
 FINAL_MARKER = "stage.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
+
+
+@dataclass(frozen=True)
+class StageResult:
+    """What training a stage produced, as run.json records it; its final's `stage.json` holds most of it."""
+
+    checkpoint: str  # its final, relative to the run directory (a run directory may be moved)
+    steps_done: int
+    policy_fingerprint: str | None  # of the weights it started from
+    reference: str | None  # the checkpoint its KL is measured against
+    reference_fingerprint: str | None
+    resumed_from: str | None = None  # the trainer checkpoint it continued from
+    wall_seconds: float | None = None  # training and publishing (None: a final adopted after a kill)
+    final_fingerprints: list[str] | None = None  # of the weights it ended with, per rank (gathered where sharded)
+    distributed: dict | None = None  # how its trainer ran (`distributed_record`)
+    final_marker: str | None = None  # sha256 of the published final's stage.json (core/rundir/finals.py)
+
+    def marker(self, stage_name: str, config_hash: str, task: str, init: str) -> dict:
+        """The final's `stage.json`: which stage of which config and task it is, where it started, and this result."""
+        return {"stage": stage_name, "config_hash": config_hash, "task": task, "steps_done": self.steps_done,
+                "init": init,
+                "policy_fingerprint": self.policy_fingerprint, "reference": self.reference,
+                "reference_fingerprint": self.reference_fingerprint, "final_fingerprints": self.final_fingerprints,
+                "distributed": self.distributed}
+
+    @classmethod
+    def from_marker(cls, checkpoint: str, info: Mapping, final_marker: str) -> StageResult:
+        """The result a published final's `stage.json` (of sha256 `final_marker`) holds (nothing of how long it
+        took)."""
+        return cls(checkpoint, int(info["steps_done"]), info.get("policy_fingerprint"), info.get("reference"),
+                   info.get("reference_fingerprint"), final_fingerprints=info.get("final_fingerprints"),
+                   distributed=info.get("distributed"), final_marker=final_marker)
 
 
 def final_digests(folder: Path) -> dict:

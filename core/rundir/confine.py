@@ -8,14 +8,18 @@ link to a folder (`wandb/`, `samples/`, `stages/`) sends every file written unde
 takes a run's lock first refuses a directory holding a symbolic link that leads out of it or a file with
 more than one name (`check_links`), and the run's writers open their files without following a link,
 refusing one with another name (`open_regular`). A report reads a received run folder through
-`read_inside`: a file reached through a link out of the folder is not read.
+`read_inside`: a file reached through a link out of the folder is not read. JSON the run rewrites whole
+(run.json) is written atomically here too (`write_json_atomic`), through the same confined open.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+
+from core.rundir.layout import TRACKER_DIR
 
 
 class OutsideRunError(RuntimeError):
@@ -67,6 +71,16 @@ def write_text_regular(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def write_json_atomic(path: Path, payload) -> None:
+    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
+        json.dump(payload, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def inside_run(run_dir: Path, path: Path | str) -> bool:
     """Whether `path` (relative to `run_dir`, or absolute), links resolved, lies inside `run_dir`.
 
@@ -94,8 +108,6 @@ def read_inside(folder: Path, path: Path) -> bytes | None:
     with os.fdopen(fd, "rb") as fh:
         return fh.read()
 
-
-TRACKER_DIR = "wandb"  # wandb.init(dir=<run>) keeps its files here
 
 
 def check_links(run_dir: Path) -> None:

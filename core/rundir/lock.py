@@ -7,7 +7,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from core.confined import check_links, refuse_link, write_text_regular
+from core.rundir.confine import check_links, refuse_link, write_text_regular
 
 # The lock and its holder's pid: bookkeeping of who writes, not of what the run holds (taking the lock truncates
 # LOCK_FILE, so its mtime says when a process last tried the run, not when the run changed).

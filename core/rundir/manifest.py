@@ -1,70 +1,75 @@
-"""The run manifest (`run.json`) and the resolved config beside it (`config.yaml`): their one writer.
+"""The run manifest (`run.json`): its one writer, and the state machine its stage and run statuses follow.
 
 `run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
 kill at any moment leaves either the old or the new manifest, never half of one. A stage's entry
-is a `core.rundir.StageRecord`, changed only through the steps of a stage's life named here.
-With many processes every rank keeps the same manifest in memory and takes the same steps; only
-the main process's is `writes` (saves run.json): the others' saves do nothing.
+is a `core.rundir.records.StageRecord`, changed only through the steps of a stage's life named here,
+each checked against the transitions below. `config.yaml` (the resolved config) is written beside it
+once (`core/rundir/config_file.py` checks a resume's config against it). With many processes every rank
+keeps the same manifest in memory and takes the same steps; only the main process's is `writes` (saves
+run.json): the others' saves do nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError, is_int
-from core.confined import write_text_regular
-from core.jsonl import write_json_atomic
-from core.parse_limits import ParseLimitError, parse_yaml
-from core.rundir import (
-    CONFIG,
-    RUN_JSON,
-    RUN_STATUSES,
-    STAGES,
-    StageRecord,
-    Status,
-    entry_problem,
-    read_mapping,
-    run_status,
-    stage_records,
-    stage_transition,
+from core.parse_limits import ParseLimitError
+from core.rundir.config_file import (
+    CONFIG_FILE_HASH,
+    changed_keys,
+    check_config_file,
+    config_file_hash,
+    config_hash,
 )
-from curriculum.plan import Stage
-from train.failures import failure_line
+from core.rundir.confine import write_json_atomic, write_text_regular
+from core.rundir.finals import StageResult
+from core.rundir.layout import CONFIG, RUN_JSON, STAGES
+from core.rundir.readers import read_mapping
+from core.rundir.records import StageRecord, Status, entry_problem, stage_records
 
-if TYPE_CHECKING:
-    from train.stages.base import StageResult
-
-# Keys that may differ between a run and its resume without changing what is trained (how many
-# processes train is checked on its own: run.json's world_size).
-RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
-    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
-)
-
-
-# run.json's record of config.yaml's bytes as the run wrote them
-CONFIG_FILE_HASH = "config_file_sha256"
+# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage:
+# it trains again (running) or adopts a final already published (trained); a done stage whose final
+# is damaged goes back to pending to be retrained.
+STAGE_TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.TRAINED: frozenset({Status.RUNNING, Status.TRAINED, Status.DONE, Status.FAILED}),
+    Status.FAILED: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
+    Status.DONE: frozenset({Status.PENDING}),
+}
+RUN_STATUSES = frozenset({Status.RUNNING, Status.DONE, Status.FAILED})
 
 
-def config_hash(resolved: Mapping) -> str:
-    """Hash of the training-relevant part of a resolved config (RESUME_FREE_KEYS left out)."""
-    plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
-    for key in RESUME_FREE_KEYS:
-        head, _, tail = key.partition(".")
-        if tail and isinstance(plain.get(head), dict):
-            plain[head].pop(tail, None)
-        elif not tail:
-            plain.pop(head, None)
-    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+def stage_transition(stage: str, old: str, new: str) -> Status:
+    """`new` as a Status when a stage may move there from `old`; else an error naming both.
+
+    >>> stage_transition("2ppl", "trained", "done")
+    <Status.DONE: 'done'>
+    >>> stage_transition("2ppl", "pending", "done")
+    Traceback (most recent call last):
+    ValueError: stage 2ppl: status pending -> done is not allowed (pending may become failed, running, trained)
+    """
+    before, after = Status(old), Status(new)
+    if after not in STAGE_TRANSITIONS[before]:
+        allowed = ", ".join(sorted(s.value for s in STAGE_TRANSITIONS[before]))
+        raise ValueError(f"stage {stage}: status {before} -> {after} is not allowed ({before} may become {allowed})")
+    return after
+
+
+def run_status(new: str) -> Status:
+    """`new` as a run's Status (running, done or failed); else an error."""
+    status = Status(new)
+    if status not in RUN_STATUSES:
+        raise ValueError(f"run status {status} is not one of running, done, failed")
+    return status
 
 
 def check_process_count(run_dir: Path, world_size: int) -> None:
@@ -96,7 +101,7 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
     path = run_dir / RUN_JSON
     if not path.exists():
         return
-    manifest = _read_manifest(path, planned)
+    manifest = read_manifest(path, planned)
     recorded, digest = manifest["config_hash"], config_hash(resolved)
     if recorded != digest:
         try:
@@ -112,41 +117,6 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
     check_config_file(run_dir, resolved, manifest.get(CONFIG_FILE_HASH))
 
 
-def config_file_hash(text: str | bytes) -> str:
-    """sha256 of config.yaml's bytes, as run.json records them when the file is written."""
-    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
-
-
-def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) -> None:
-    """Refuse (ConfigError) a run whose config.yaml is not the file the run wrote (`recorded`: its hash in
-    run.json), naming the first key whose value differs from the config the run trains on (`resolved`).
-
-    Refused rather than rewritten: the edited file is someone's work, and a resume that put the recorded values
-    back would lose it, while one that kept it would leave a file that says what the run never trained on. A run
-    whose run.json records no hash (written before it did) and a missing file are not refused (Manifest.open
-    writes the file again)."""
-    path = run_dir / CONFIG
-    if recorded is None or not path.is_file():
-        return
-    if config_file_hash(path.read_bytes()) == recorded:
-        return
-    what = "not the file the run wrote (its hash in run.json differs)"
-    try:
-        old, new = file_values(path), _flatten(dict(resolved))
-    except ParseLimitError as err:  # a file crafted to take its reader down: named, never expanded
-        what = f"not the file the run wrote; {err}"
-    except (yaml.YAMLError, ValueError):  # not YAML any more: named all the same
-        pass
-    else:
-        changed = _differing(old, new)
-        if changed:
-            what = (f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's "
-                    f"{new.get(changed[0])!r}")
-    raise ConfigError(f"resume={run_dir}: {path} was edited after the run wrote it ({what}); the run trains on "
-                      "the values it started with, not the file's: put the file back as it was, or start a new run "
-                      "with the edited config")
-
-
 class Manifest:
     """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
     the named steps of a stage's life below (each checked against the contract's statuses)."""
@@ -157,18 +127,20 @@ class Manifest:
         self.stages = stage_records(data)
 
     @classmethod
-    def open(cls, run_dir: Path, resolved: dict, plan: list[Stage], world_size: int = 1) -> Manifest:
+    def open(cls, run_dir: Path, resolved: dict, planned: Sequence[StageRecord], world_size: int = 1) -> Manifest:
         """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the config
-        `resolved` (the whole config, resolved). A resume's number of processes and config are checked earlier,
-        by `check_process_count` and `check_same_config`, before the run's lock holder touches anything.
+        `resolved` (the whole config, resolved), its stages `planned` (each `Stage.planned_record()`). A resume's
+        number of processes and config are checked earlier, by `check_process_count` and `check_same_config`,
+        before the run's lock holder touches anything.
 
         `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
         """
         path = run_dir / RUN_JSON
         digest = config_hash(resolved)
         if path.exists():
-            check_same_config(run_dir, resolved, [stage.name for stage in plan])
-            manifest = cls(path, _read_manifest(path, [stage.name for stage in plan]))
+            names = [str(record.name) for record in planned]
+            check_same_config(run_dir, resolved, names)
+            manifest = cls(path, read_manifest(path, names))
         else:
             manifest = cls(path, {
                 "run_dir": str(run_dir),
@@ -180,7 +152,7 @@ class Manifest:
                 "reference": str(resolved["reference"]),
                 "world_size": world_size,
                 "baseline": None,
-                "stages": [_planned(s).to_json() for s in plan],
+                "stages": [record.to_json() for record in planned],
             })
         manifest.keep_config_file(run_dir / CONFIG, resolved)
         if not path.exists():
@@ -294,17 +266,21 @@ class Manifest:
     def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:
         self.update_stage(index, status=Status.DONE, final_metrics=final_metrics, validation_cost=cost)
 
-    def stage_failed(self, index: int, err: BaseException) -> None:
-        """Failed with `err`; an error that only followed another rank's end says so (train/failures.py)."""
-        many = self.fields.get("world_size", 1) != 1
-        self.update_stage(index, status=Status.FAILED, error=failure_line(err, many))
+    @property
+    def world_size(self) -> int:
+        """The processes the run trains on (run.json written before many processes: one)."""
+        return self.fields.get("world_size", 1)
+
+    def stage_failed(self, index: int, error: str) -> None:
+        """Failed with `error`, its one line (train/failures.py `failure_line`)."""
+        self.update_stage(index, status=Status.FAILED, error=error)
 
     def stage_reset(self, index: int) -> None:
         """Back to pending, naming no final: its final is gone, and the stage is trained again."""
         self.update_stage(index, status=Status.PENDING, checkpoint=None, final_marker=None)
 
 
-def _read_manifest(path: Path, planned: list[str]) -> dict:
+def read_manifest(path: Path, planned: list[str]) -> dict:
     """run.json, or an error naming it (and the stage): it is replaced atomically, so damage came from outside
     the run. `planned`: the plan's stage names, which its entries must follow."""
     try:
@@ -336,47 +312,3 @@ def _read_manifest(path: Path, planned: list[str]) -> dict:
         if problem:
             raise RuntimeError(f"{path}: stage {entry.index} ({name}): {problem}; restore it, or start a new run")
     return data
-
-
-def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
-    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
-    left out); the file is read as `file_values` reads it."""
-    if not config_file.exists():
-        return []
-    return _differing(file_values(config_file), _flatten(dict(resolved)))
-
-
-def file_values(config_file: Path) -> dict:
-    """A run's `config.yaml` as dotted keys and values, read within core.parse_limits' limits (a run folder may be
-    sent by someone: ParseLimitError naming the file beyond them, yaml.YAMLError or ValueError when it is not
-    YAML, or YAML of no config keys); interpolations stay as written."""
-    data = parse_yaml(config_file.read_text(), str(config_file))
-    if not isinstance(data, dict):
-        raise ValueError(f"{config_file}: a YAML {type(data).__name__}, not a config's keys")
-    return _flatten(data)
-
-
-def _differing(old: Mapping, new: Mapping) -> list[str]:
-    """The dotted keys whose values differ between two flattened configs, RESUME_FREE_KEYS left out."""
-    return sorted(k for k in old.keys() | new.keys()
-                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
-
-
-def _flatten(tree, prefix: str = "") -> dict:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists and empty mappings are leaves."""
-    if not isinstance(tree, dict) or not tree:
-        return {prefix: tree}
-    flat = {}
-    for key, value in tree.items():
-        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
-def _planned(stage: Stage) -> StageRecord:
-    """The record of a stage not started yet."""
-    return StageRecord(
-        index=stage.index, name=stage.name, kind=stage.kind,
-        levels=dict(stage.level_weights), pool_levels=dict(stage.pool_weights),
-        level_label=stage.level_label, steps_budget=stage.steps, pool=stage.pool,
-        status=Status.PENDING, steps_done=0,
-    )
