@@ -247,7 +247,8 @@ class Task(ABC):
     @abstractmethod
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
         """Component name -> reward function, ``f(completions, **columns) -> list[float]``, built with the
-        run's `settings` (its prompt format, its completion length, the reward group's blocks for the task)."""
+        run's `settings` (its prompt format, its completion length, the reward group's blocks for the task).
+        Settings bound with `functools.partial` win over same-named dataset columns in a run."""
 
     @property
     def validation_levels(self) -> tuple[str, ...]:

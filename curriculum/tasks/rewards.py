@@ -1,7 +1,9 @@
 """What every task's rewards share: the settings a run builds them with, and their weights.
 
 A task offers its reward functions by component name (`Task.reward_functions(settings)`), TRL's
-form: pure, batched, ``f(completions, **columns) -> list[float]``. A run weighs them with
+form: pure, batched, ``f(completions, **columns) -> list[float]``; a task binds its own settings with
+`functools.partial` (of a module-level function: it pickles, unlike a closure), and the run's wrapper
+(`train.rewards.checks.Reward`) passes them over same-named dataset columns. A run weighs them with
 `reward.weights` (a preset of the task's, or the user's) through `weighted_rewards`, which TRL
 then gets as `reward_funcs` and `reward_weights`.
 """
@@ -10,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from core.checks import ConfigError, is_number
 
 RewardFunc = Callable[..., list[float]]
+F = TypeVar("F", bound=Callable)
 
 
 @dataclass(frozen=True)
@@ -26,32 +29,8 @@ class RewardSettings:
     options: Mapping[str, Any] = field(default_factory=dict)  # the reward group's blocks for the task (K&K: overlong)
 
 
-class BoundReward:
-    """A reward function with settings bound, keeping the function's `__name__` for TRL's logs.
-
-    Bound settings win over same-named dataset columns; module-level and picklable, unlike a closure
-    (a multiprocessing launcher pickles the rewards).
-
-    >>> def scaled(completions, scale, **kwargs):
-    ...     return [scale * len(c) for c in completions]
-    >>> bound = BoundReward(scaled, scale=2.0)
-    >>> bound(["ab", "c"], scale=[9, 9]), bound.__name__
-    ([4.0, 2.0], 'scaled')
-    """
-
-    def __init__(self, func: RewardFunc, **settings):
-        self.func, self.settings = func, settings
-        self.__name__, self.__doc__ = func.__name__, func.__doc__
-
-    def __call__(self, completions, **kwargs) -> list[float]:
-        return self.func(completions, **{**kwargs, **self.settings})
-
-    def __repr__(self) -> str:
-        return f"BoundReward({self.__name__}, {sorted(self.settings)})"
-
-
-def weighted_rewards(functions: Mapping[str, RewardFunc], weights: Mapping, *, always: tuple[str, ...] = (),
-                     allow_negative: bool = False, key: str = "reward.weights") -> tuple[list[RewardFunc], list[float]]:
+def weighted_rewards(functions: Mapping[str, F], weights: Mapping, *, always: tuple[str, ...] = (),
+                     allow_negative: bool = False, key: str = "reward.weights") -> tuple[list[F], list[float]]:
     """The functions with a non-zero weight (and those in `always`, at their weight, 0 or not) with their
     weights, in `functions`' order: TRL's `reward_funcs` and `reward_weights`.
 

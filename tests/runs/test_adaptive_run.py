@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM, TrainerCallback
 
 from core.rundir.jsonl import read_jsonl
 from core.weights import fingerprint
+from train.rewards.checks import DISTINCT_KEY
 from train.run.runner import run_curriculum
 from train.settings import read_settings
-from train.stages.grpo import DISTINCT_KEY
 
 # every test here runs the app: training, or `python -m train`/`eval` as a process
 pytestmark = pytest.mark.run

@@ -12,9 +12,9 @@ from core.rundir.jsonl import JsonlWriter, read_jsonl
 from core.tracker import NullTracker
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage
+from train.rewards.checks import DISTINCT_KEY, checked_rewards, distinct_share
 from train.run.resume import logged_before_resume
 from train.run.stage_end import CollapseGuard, CollapseWatch
-from train.stages.grpo import DISTINCT_KEY, distinct_share, with_distinct_share
 
 LENGTH, ZERO_STD = "completions/mean_length", "frac_reward_zero_std"
 
@@ -44,7 +44,7 @@ def test_only_the_first_reward_function_logs_the_share():
     def second(completions, **kwargs):
         return [1.0] * len(completions)
 
-    funcs = with_distinct_share([first, second], group_size=2)
+    funcs = checked_rewards([first, second], timeout_s=None, group_size=2)
     for func in funcs:
         func(completions=["a", "a"], log_metric=lambda name, value: logged.append((name, value)))
     assert [f.__name__ for f in funcs] == ["first", "second"]
@@ -57,7 +57,7 @@ def test_a_batch_of_split_groups_logs_nothing_and_still_scores(caplog):
     def score(completions, **kwargs):
         return [1.0] * len(completions)
 
-    (wrapped,) = with_distinct_share([score], group_size=4)
+    (wrapped,) = checked_rewards([score], timeout_s=None, group_size=4)
     for _ in range(2):
         assert wrapped(completions=["a"] * 6, log_metric=lambda name, value: logged.append(value)) == [1.0] * 6
     assert logged == [] and caplog.text.count("not whole groups of 4") == 1
@@ -69,7 +69,7 @@ def test_an_async_first_reward_stays_awaitable():
     async def first(completions, **kwargs):
         return [0.5] * len(completions)
 
-    (wrapped,) = with_distinct_share([first], group_size=2)
+    (wrapped,) = checked_rewards([first], timeout_s=None, group_size=2)
     assert is_async_callable(wrapped), "TRL must still await it with the other async rewards"
     rewards = asyncio.run(wrapped(completions=["a", "b"], log_metric=lambda name, value: logged.append(value)))
     assert rewards == [0.5, 0.5] and logged == [1.0]

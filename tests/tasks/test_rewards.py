@@ -115,7 +115,13 @@ def test_every_preset_reproduces_its_scheme(preset, load_preset):
     if "tiered" in by_name:
         tiers, completions = zip(*TIER_EXAMPLES["think_answer"], strict=True)
         tiered = next(f for f in funcs if f.__name__ == "tiered")
-        assert tiered(**batch(list(completions))) == [SCHEME_VALUES[preset][t] for t in tiers]
+        scheme = preset if preset in SCHEME_VALUES else cfg.tiered.scheme  # a file named after a scheme is it
+        assert tiered(**batch(list(completions))) == [SCHEME_VALUES[scheme][t] for t in tiers]
+
+
+@pytest.mark.parametrize("scheme", sorted(TIERED_SCHEMES))
+def test_a_preset_named_after_a_scheme_is_the_tiered_preset_with_that_scheme(scheme, load_preset, make_cfg):
+    assert load_preset(scheme) == make_cfg("reward=tiered", f"reward.tiered.scheme={scheme}").reward
 
 
 def test_default_preset_is_the_documented_mix(load_preset):

@@ -1,11 +1,15 @@
-"""What a reward function returns, checked on every call: one number (or None) per completion, finite, in time.
+"""The one wrapper between TRL and a reward function (`Reward`), and what it checks on every call: one number
+(or None) per completion, finite, in time.
+
+A call from TRL goes `Reward` -> the task's (or the user's) reward function -> its grading. The wrapper carries
+all TRL needs beside the function: the component's key as `__name__`, the task's bound settings, the checks
+below, the time limit, and on the stage's first reward the collapse guard's `completions/distinct_share`.
 
 TRL 1.16 (`GRPOTrainer._calculate_rewards`) takes what a reward function returns, turns None into NaN
 and sums the weighted rewards with `nansum`. Unchecked, a reward that returns None instead of a list,
 or strings, fails there with a TypeError or ValueError that does not name it; one that returns inf
 trains on nothing (every advantage NaN: loss 0, grad_norm 0, and the run ends "done"); one that
-hangs hangs the run. `checked_rewards` wraps every reward function of a stage (built-in and the
-user's) so that:
+hangs hangs the run. `checked_rewards` sets every reward of a stage (built-in and the user's) so that:
 
 - a result that is not a list (or tuple, or 1-d array) of one number or None per completion, or that
   holds a number that is not finite in float32 (inf; 1e39: TRL puts every score in a float32 tensor,
@@ -26,20 +30,25 @@ user's) so that:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import numbers
+import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
 from core.checks import ConfigError, is_number
 from core.user_code import call_user_code, exit_failure
-from train.rewards.custom import NamedReward
+from curriculum.tasks.base import completion_text
 from train.rewards.inputs import changed_input, fingerprint
 
 log = logging.getLogger(__name__)
+
+DISTINCT_KEY = "completions/distinct_share"
+_SPACE = re.compile(r"\s+")
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -127,24 +136,65 @@ _COPY_FIRST = ("TRL passes the same inputs to every reward of the step, so the r
                "changed ones. Copy before editing (list(completions), copy.deepcopy(completions[i]))")
 
 
-class CheckedReward:
-    """A reward function, called within `timeout_s`, its inputs left as they were and its result checked
-    (`scores`); TRL sees its name.
+class Reward:
+    """One reward function as TRL calls it, and the one wrapper between TRL and the function: TRL logs it by
+    its `__name__` (`rewards/<name>/mean`), so it carries the component's key; `settings` are the keywords the
+    task bound (a `functools.partial`'s, unpacked by `task_reward`), which win over same-named dataset columns.
+    Each call runs within `timeout_s`, leaves its inputs as they were and has its result checked (`scores`).
 
     `warn(event)` records a batch it scored nothing of (once per stage: a wrapper lives for one stage).
     `log_share`: log `rewards/<name>/scored_share` each call (the user's rewards; the built-ins score all).
+    `group_size` (the stage's first reward only, which sees the whole generation batch): log the batch's
+    `completions/distinct_share`, the collapse guard's metric; TRL shows no callback the completions.
+    `__call__` is the sync form; `AsyncReward` exposes `acall` as its `__call__`, which TRL awaits.
+
+    >>> def scaled(completions, scale, **kwargs):
+    ...     return [scale * len(c) for c in completions]
+    >>> bound = task_reward("size", functools.partial(scaled, scale=2.0))
+    >>> bound(completions=["ab", "c"], scale=[9, 9]), bound.__name__
+    ([4.0, 2.0], 'size')
     """
 
-    def __init__(self, func: Callable, timeout_s: float | None, warn: Callable[[dict], None] | None = None,
-                 log_share: bool = False):
-        self.func, self.timeout_s, self.warn, self.log_share = func, timeout_s, warn, log_share
-        self.__name__ = func.__name__
-        self.warned = False
+    def __init__(self, name: str, func: Callable, settings: Mapping | None = None, *, log_share: bool = False):
+        self.__name__, self.func, self.settings, self.log_share = name, func, dict(settings or {}), log_share
+        self.__doc__ = getattr(func, "__doc__", None)
+        self.timeout_s: float | None = None
+        self.warn: Callable[[dict], None] | None = None
+        self.group_size: int | None = None
+        self.beside: tuple[str, ...] = ()  # the stage's other async rewards, which TRL awaits beside this one
+        self.warned = self.split_warned = False
 
     def __call__(self, **kwargs) -> list[float | None]:
+        self.log_distinct(kwargs)
         who, before = f"reward {self.__name__}", fingerprint(kwargs)
-        result = call_user_code(who, _call_in_time, self.func, kwargs, self.timeout_s, self.__name__)
+        result = call_user_code(who, _call_in_time, self.func, {**kwargs, **self.settings}, self.timeout_s,
+                                self.__name__)
         return self.check(result, kwargs, before)
+
+    async def acall(self, **kwargs) -> list[float | None]:
+        """The same for an `async def` reward, timed by asyncio (which can stop it only at an `await`)."""
+        self.log_distinct(kwargs)
+        before = fingerprint(kwargs)
+        try:
+            result = await asyncio.wait_for(self.func(**{**kwargs, **self.settings}), self.timeout_s)
+        except asyncio.TimeoutError:
+            raise RewardError(_timeout_message(self.__name__, self.timeout_s)) from None
+        except SystemExit as err:
+            raise exit_failure(f"reward {self.__name__}", err) from err
+        return self.check(result, kwargs, before)
+
+    def log_distinct(self, kwargs: dict) -> None:
+        log_metric, completions = kwargs.get("log_metric"), kwargs.get("completions")
+        if self.group_size is None or log_metric is None or completions is None:
+            return
+        if len(completions) % self.group_size:
+            # Groups split across processes (multi-GPU): a metric must never stop training; say so once.
+            if not self.split_warned:
+                log.warning("distinct share not logged: %d completions are not whole groups of %d",
+                            len(completions), self.group_size)
+                self.split_warned = True
+            return
+        log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
 
     def check(self, result, kwargs: dict, before: dict) -> list[float | None]:
         changed = changed_input(before, kwargs)
@@ -167,49 +217,67 @@ class CheckedReward:
         return out
 
     def changed_message(self, changed: str) -> str:
-        return f"reward {self.__name__}: changed its input {changed} in place; {_COPY_FIRST}"
-
-    def __repr__(self) -> str:
-        return f"CheckedReward({self.func!r}, timeout_s={self.timeout_s})"
-
-
-class AsyncCheckedReward(CheckedReward):
-    """The same for an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable.
-
-    The async rewards of a step run together (`asyncio.gather`): an input changed while this one ran may have
-    been changed by one of `beside` (the stage's other async rewards), and the error names them too.
-    """
-
-    beside: tuple[str, ...] = ()
-
-    async def __call__(self, **kwargs) -> list[float | None]:  # type: ignore[override]  # TRL tells async rewards by this
-        before = fingerprint(kwargs)
-        try:
-            result = await asyncio.wait_for(self.func(**kwargs), self.timeout_s)
-        except asyncio.TimeoutError:
-            raise RewardError(_timeout_message(self.__name__, self.timeout_s)) from None
-        except SystemExit as err:
-            raise exit_failure(f"reward {self.__name__}", err) from err
-        return self.check(result, kwargs, before)
-
-    def changed_message(self, changed: str) -> str:
         if not self.beside:
-            return super().changed_message(changed)
+            return f"reward {self.__name__}: changed its input {changed} in place; {_COPY_FIRST}"
         return (f"reward {self.__name__}: its input {changed} was changed in place while it ran, by it or by an async "
                 f"reward TRL awaited beside it ({', '.join(self.beside)}); {_COPY_FIRST}")
 
+    def __repr__(self) -> str:
+        return f"Reward({self.__name__}, {self.func!r}, {sorted(self.settings)}, timeout_s={self.timeout_s})"
 
-def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None,
-                    warn: Callable[[dict], None] | None = None) -> list[CheckedReward]:
-    """Every reward function of a stage wrapped (`CheckedReward`); the user's also log the share they score."""
+
+class AsyncReward(Reward):
+    """A `Reward` around an `async def` function: TRL tells an async reward by its type's `__call__`."""
+
+    __call__ = Reward.acall  # type: ignore[assignment]  # TRL awaits the async rewards of a step together
+
+
+def reward(name: str, func: Callable, settings: Mapping | None = None, *, log_share: bool = False) -> Reward:
+    """`func` as a `Reward` named `name`, awaitable when `func` is (TRL awaits those)."""
     from trl.trainer.utils import is_async_callable
 
-    wrapped = [(AsyncCheckedReward if is_async_callable(f) else CheckedReward)(
-        f, timeout_s, warn, log_share=isinstance(f, NamedReward)) for f in funcs]
-    awaited = [w for w in wrapped if isinstance(w, AsyncCheckedReward)]
-    for reward in awaited:
-        reward.beside = tuple(other.__name__ for other in awaited if other is not reward)
+    return (AsyncReward if is_async_callable(func) else Reward)(name, func, settings, log_share=log_share)
+
+
+def task_reward(name: str, func: Callable) -> Reward:
+    """A task's reward function as a `Reward`: a `functools.partial` is unpacked, its keywords the bound settings
+    (a task binds its settings so; a partial of a module-level function pickles, unlike a closure)."""
+    if isinstance(func, functools.partial) and not func.args:
+        return reward(name, func.func, func.keywords)
+    return reward(name, func)
+
+
+def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None, warn: Callable[[dict], None] | None = None,
+                    group_size: int | None = None) -> list[Reward]:
+    """Every reward function of a stage as a `Reward` (the stage's: `reward_stack` builds them) with the stage's
+    time limit and warning sink; the first also logs the distinct share of groups of `group_size` (once per
+    batch, not per function)."""
+    wrapped = [f if isinstance(f, Reward) else reward(f.__name__, f) for f in funcs]
+    for func in wrapped:
+        func.timeout_s, func.warn = timeout_s, warn
+    if wrapped:
+        wrapped[0].group_size = group_size
+    awaited = [w for w in wrapped if isinstance(w, AsyncReward)]
+    for func in awaited:
+        func.beside = tuple(other.__name__ for other in awaited if other is not func)
     return wrapped
+
+
+def distinct_share(completions: Sequence, group_size: int) -> float:
+    """Mean over groups (consecutive runs of `group_size` completions of one prompt) of distinct/size.
+
+    Whitespace differences do not count as distinct.
+
+    >>> distinct_share(["a", "a ", "b", "c"], 2)  # group 1: one distinct of two; group 2: two of two
+    0.75
+    >>> distinct_share([[{"role": "assistant", "content": "x"}]] * 4, 4)
+    0.25
+    """
+    if group_size < 1 or len(completions) % group_size:
+        raise ValueError(f"distinct_share: {len(completions)} completions do not split into groups of {group_size}")
+    texts = [_SPACE.sub(" ", completion_text(c)).strip() for c in completions]
+    groups = [texts[i:i + group_size] for i in range(0, len(texts), group_size)]
+    return sum(len(set(group)) / group_size for group in groups) / len(groups)
 
 
 def _call_in_time(func: Callable, kwargs: dict, timeout_s: float | None, name: str):

@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from core.checks import ConfigError
+from train.rewards.checks import Reward, reward
 
 # The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
 # dataset columns every row has (`curriculum.tasks.base.task_row`); the task's own columns come beside them.
@@ -32,30 +32,9 @@ TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state"
                      "id", "level")
 
 
-class NamedReward:
-    """A reward function under its config key: TRL logs `rewards/<__name__>/mean`. Picklable."""
-
-    def __init__(self, name: str, func: Callable[..., Any]):
-        self.__name__, self.func = name, func
-        self.__doc__ = getattr(func, "__doc__", None)
-
-    def __call__(self, *args, **kwargs) -> list:
-        return self.func(*args, **kwargs)
-
-    def __repr__(self) -> str:
-        return f"NamedReward({self.__name__}, {self.func!r})"
-
-
-class AsyncNamedReward(NamedReward):
-    """The same for an `async def` reward: TRL gathers these concurrently, so the wrapper stays awaitable."""
-
-    async def __call__(self, *args, **kwargs) -> list:  # type: ignore[override]  # TRL tells async rewards by this
-        return await self.func(*args, **kwargs)
-
-
-def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> NamedReward:
-    """The reward function of `reward.custom.<name>`, checked against TRL's call with the task's `columns`;
-    raises ConfigError naming the key.
+def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> Reward:
+    """The reward function of `reward.custom.<name>` under its key, checked against TRL's call with the task's
+    `columns`; raises ConfigError naming the key. It logs the share it scores (`Reward.log_share`).
 
     >>> load_custom_reward("tokens", {"_target_": "train.rewards.probe.low_token_share", "below": 3}, ()).__name__
     'tokens'
@@ -78,8 +57,7 @@ def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tupl
     if not callable(target):
         raise ConfigError(f"{key}._target_: {spec['_target_']!r} is not a function")
     _check_signature(key, func, columns)
-    wrapper = AsyncNamedReward if inspect.iscoroutinefunction(target) else NamedReward
-    return wrapper(name, func)
+    return reward(name, func, log_share=True)  # the partial itself: TRL's keywords win over the bound ones
 
 
 def _check_signature(key: str, func: Callable, columns: tuple[str, ...]) -> None:

@@ -6,7 +6,8 @@ length and the reward group's blocks for it) and its presets (`Task.reward_prese
 to start from (`reward.preset`) and the weights. `reward.custom` adds functions from the user's modules
 (`train/rewards/custom.py`), weight 1 unless given.
 
-Every component reaches TRL under its config key (`reward_stack` names each function by it), so the one name of a
+Every component reaches TRL under its config key (`reward_stack` makes each a `train.rewards.checks.Reward` named
+by it), so the one name of a
 component is its key: in `reward.weights`, in TRL's logs (`rewards/<key>/mean`), wandb, run.json and the report.
 `reward_stack` also records where each weight came from; run.json keeps that record (`reward_stack`), and the
 console, the wandb config and the report read it there instead of reading the config again.
@@ -14,17 +15,15 @@ console, the wandb config and the report read it there instead of reading the co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-
-from trl.trainer.utils import is_async_callable
 
 from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_reward_functions
 from curriculum.tasks.rewards import RewardSettings, weighted_rewards
-from train.rewards.checks import check_timeout
-from train.rewards.custom import AsyncNamedReward, NamedReward, load_custom_reward
+from train.rewards.checks import Reward, check_timeout, task_reward
+from train.rewards.custom import load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "preset", "weights", "allow_negative_weights", "custom", "timeout_s")
@@ -42,7 +41,7 @@ class RewardComponent:
 
 
 def reward_stack(reward_cfg, task: Task, *, fmt: str,
-                 max_completion_length: int) -> tuple[list[Callable], list[RewardComponent]]:
+                 max_completion_length: int) -> tuple[list[Reward], list[RewardComponent]]:
     """The reward group's functions for `task`, each named by its key, and the components TRL weighs them as:
     GRPOTrainer's `reward_funcs`, and each one's `reward_weights` entry with where it came from.
 
@@ -64,7 +63,8 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
     check_timeout(cfg.get("timeout_s"))
     _check_task(cfg.get("task"), task)
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
-    functions = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
+    offered = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
+    functions = {name: task_reward(name, function) for name, function in offered.items()}
     preset, given = _preset(cfg.get("preset"), task), cfg.get("weights") or {}
     sources = dict.fromkeys(preset, f"preset {cfg.get('preset')}") | dict.fromkeys(given, "reward.weights")
     weights = {**preset, **given}
@@ -72,15 +72,14 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
         functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)
         weights.setdefault(str(name), 1.0)
         sources.setdefault(str(name), "reward.custom")
-    named = {name: _named(name, function) for name, function in functions.items()}
-    funcs, kept = weighted_rewards(named, weights, always=task.always_rewarded,
+    funcs, kept = weighted_rewards(functions, weights, always=task.always_rewarded,
                                    allow_negative=cfg.get("allow_negative_weights") is True)
     return funcs, [RewardComponent(f.__name__, weight, sources.get(f.__name__) if weight else "logged")
                    for f, weight in zip(funcs, kept, strict=True)]
 
 
 def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
-                      max_completion_length: int) -> tuple[list[Callable], list[float]]:
+                      max_completion_length: int) -> tuple[list[Reward], list[float]]:
     """`reward_stack`'s functions and weights alone: GRPOTrainer's `reward_funcs` and `reward_weights`.
 
     >>> from curriculum.tasks import build_task
@@ -97,13 +96,6 @@ def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
 def stack_record(stack: list[RewardComponent]) -> list[dict]:
     """The components as run.json records them (`reward_stack`): one {name, weight, source} each, in TRL's order."""
     return [asdict(component) for component in stack]
-
-
-def _named(name: str, function: Callable) -> Callable:
-    """`function` under its component's key, which TRL logs it by (`rewards/<__name__>/mean`)."""
-    if getattr(function, "__name__", None) == name:
-        return function
-    return (AsyncNamedReward if is_async_callable(function) else NamedReward)(name, function)
 
 
 def _check_task(named, task: Task) -> None:

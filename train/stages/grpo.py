@@ -15,22 +15,20 @@ What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
 group: near-identical rollouts are the collapse people saw). TRL never shows a callback the
-completions, so it is measured where they are: `DistinctShare` wraps the first reward function,
-which sees the whole generation batch, and reports through TRL's `log_metric`.
+completions, so it is measured where they are: the stage's first reward (`train.rewards.checks.Reward`), which
+sees the whole generation batch, reports it through TRL's `log_metric`.
 """
 
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import is_async_callable
 
 from core.checks import ConfigError
 from core.models import lora_config
@@ -39,7 +37,7 @@ from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
-from curriculum.tasks.base import TaskRecord, completion_text
+from curriculum.tasks.base import TaskRecord
 from eval.vllm_backend import process_kept
 from eval.vllm_engine import ProcessEngine, rollout_arguments
 from train.rewards.checks import check_timeout, checked_rewards
@@ -47,76 +45,7 @@ from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
 from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
 
-DISTINCT_KEY = "completions/distinct_share"
-_SPACE = re.compile(r"\s+")
-
 log = logging.getLogger(__name__)
-
-
-def distinct_share(completions: Sequence, group_size: int) -> float:
-    """Mean over groups (consecutive runs of `group_size` completions of one prompt) of distinct/size.
-
-    Whitespace differences do not count as distinct.
-
-    >>> distinct_share(["a", "a ", "b", "c"], 2)  # group 1: one distinct of two; group 2: two of two
-    0.75
-    >>> distinct_share([[{"role": "assistant", "content": "x"}]] * 4, 4)
-    0.25
-    """
-    if group_size < 1 or len(completions) % group_size:
-        raise ValueError(f"distinct_share: {len(completions)} completions do not split into groups of {group_size}")
-    texts = [_SPACE.sub(" ", completion_text(c)).strip() for c in completions]
-    groups = [texts[i:i + group_size] for i in range(0, len(texts), group_size)]
-    return sum(len(set(group)) / group_size for group in groups) / len(groups)
-
-
-class DistinctShare:
-    """A reward function that also logs `distinct_share` of the batch; TRL sees the wrapped one's name.
-
-    >>> def score(completions, **kwargs):
-    ...     return [1.0] * len(completions)
-    >>> logged = {}
-    >>> wrapped = DistinctShare(score, group_size=2)
-    >>> wrapped(completions=["a", "a", "a", "b"], log_metric=logged.__setitem__), wrapped.__name__, logged
-    ([1.0, 1.0, 1.0, 1.0], 'score', {'completions/distinct_share': 0.75})
-    """
-
-    def __init__(self, func: Callable, group_size: int):
-        self.func, self.group_size = func, group_size
-        self.__name__ = func.__name__
-        self.warned = False
-
-    def __call__(self, *, completions, log_metric=None, **kwargs):
-        self._log(completions, log_metric)
-        return self.func(completions=completions, log_metric=log_metric, **kwargs)
-
-    def _log(self, completions, log_metric) -> None:
-        if log_metric is None:
-            return
-        if len(completions) % self.group_size:
-            # Groups split across processes (multi-GPU): a metric must never stop training; say so once.
-            if not self.warned:
-                log.warning("distinct share not logged: %d completions are not whole groups of %d",
-                            len(completions), self.group_size)
-                self.warned = True
-            return
-        log_metric(DISTINCT_KEY, distinct_share(completions, self.group_size))
-
-
-class AsyncDistinctShare(DistinctShare):
-    """The same around an `async def` reward: TRL awaits it with the others, so the wrapper stays awaitable."""
-
-    async def __call__(self, *, completions, log_metric=None, **kwargs):
-        self._log(completions, log_metric)
-        return await self.func(completions=completions, log_metric=log_metric, **kwargs)
-
-
-def with_distinct_share(funcs: Sequence[Callable], group_size: int) -> list[Callable]:
-    """The reward functions with the first one logging the distinct share (once per batch, not per function)."""
-    if not funcs:
-        return []
-    wrapper = AsyncDistinctShare if is_async_callable(funcs[0]) else DistinctShare
-    return [wrapper(funcs[0], group_size), *funcs[1:]]
 
 
 def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lora: Mapping | None) -> GRPOConfig:
@@ -190,8 +119,8 @@ class GrpoStage:
                                            max_completion_length=args.max_completion_length)
         args.reward_weights = weights
         funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
-                                warn=ctx.reward_warning)  # one finite number (or None) per completion, in time
-        funcs = with_distinct_share(funcs, args.num_generations)  # the collapse guard's distinct-share metric
+                                warn=ctx.reward_warning,  # one finite number (or None) per completion, in time
+                                group_size=args.num_generations)  # the collapse guard's distinct-share metric
         with colocated_engine_setup(ctx.engine) if colocated(args) else nullcontext():
             trainer = GRPOTrainer(
                 model=_policy(ctx, args.model_init_kwargs["dtype"]),

@@ -25,14 +25,16 @@ components:
   (`curriculum/tasks/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
 
 `reward_components(settings)` checks K&K's blocks of a `conf/reward/*.yaml` group (`overlong`, `tiered`)
-and returns every component bound to the prompt format and length, sharing one grade cache so each
-completion is graded once per batch however many components there are; `KKTask.reward_functions` is it.
-The presets are conf/reward/*.yaml (default and the deltas on it: seed_v1, seed_v2, seed_v4_instruct,
-logic_rl, logic_rl_strict, partial).
+and returns every component bound (`functools.partial`) to the prompt format and length, sharing one grade
+cache (`GradeCache`, the memo the components grade through) so each completion is graded once per batch however
+many components there are; `KKTask.reward_functions` is it.
+The presets are conf/reward/*.yaml (default and the deltas on it: tiered, whose scheme is a value and which
+seed_v1, seed_v2, seed_v4_instruct and logic_rl set, logic_rl_strict, partial).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -41,7 +43,7 @@ from core.checks import ConfigError, is_number, whole_number
 from curriculum.tasks.base import completion_text
 from curriculum.tasks.kk.grading.grader import Grade, grade
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
-from curriculum.tasks.rewards import BoundReward, RewardFunc, RewardSettings
+from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
@@ -251,7 +253,7 @@ def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
     the bad key. Its components share one grade cache. `overlong.buffer` is capped at the completion length.
 
     >>> funcs = reward_components(RewardSettings("think_answer", 1024, {"overlong": {"buffer": 128}}))
-    >>> list(funcs) == list(COMPONENTS), funcs["answer"].__name__
+    >>> list(funcs) == list(COMPONENTS), funcs["answer"].func.__name__
     (True, 'answer_reward')
     """
     buffer = whole_number((settings.options.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")
@@ -264,4 +266,4 @@ def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
         "tiered": {**graded, "table": table},
         "logic_rl_strict": {},  # Logic-RL's own parser, not the grader
     }
-    return {name: BoundReward(_FUNCS[name], **bound.get(name, graded)) for name in COMPONENTS}
+    return {name: functools.partial(_FUNCS[name], **bound.get(name, graded)) for name in COMPONENTS}
