@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from core.checks import ConfigError, is_number
-from core.user_code import call_user_code, exit_failure
+from core.user_code import exit_failure
 from curriculum.tasks.base import completion_text
 from train.rewards.inputs import changed_input, fingerprint
 
@@ -164,15 +164,19 @@ class Reward:
         self.beside: tuple[str, ...] = ()  # the stage's other async rewards, which TRL awaits beside this one
         self.warned = self.split_warned = False
 
-    def __call__(self, **kwargs) -> list[float | None]:
+    def __call__(self, completions, **kwargs) -> list[float | None]:
+        kwargs["completions"] = completions  # TRL passes every input by keyword; a direct call may pass this first
         self.log_distinct(kwargs)
-        who, before = f"reward {self.__name__}", fingerprint(kwargs)
-        result = call_user_code(who, _call_in_time, self.func, {**kwargs, **self.settings}, self.timeout_s,
-                                self.__name__)
+        before = fingerprint(kwargs)
+        try:
+            result = _call_in_time(self.func, {**kwargs, **self.settings}, self.timeout_s, self.__name__)
+        except SystemExit as err:
+            raise exit_failure(f"reward {self.__name__}", err) from err
         return self.check(result, kwargs, before)
 
-    async def acall(self, **kwargs) -> list[float | None]:
+    async def acall(self, completions, **kwargs) -> list[float | None]:
         """The same for an `async def` reward, timed by asyncio (which can stop it only at an `await`)."""
+        kwargs["completions"] = completions
         self.log_distinct(kwargs)
         before = fingerprint(kwargs)
         try:
