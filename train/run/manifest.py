@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import yaml
 from omegaconf import OmegaConf
 
+from conf.fields import resume_free_keys
+from conf.schema import RootConfig
 from core.checks import ConfigError, is_int
 from core.confined import write_text_regular
 from core.jsonl import write_json_atomic
@@ -43,12 +45,10 @@ from train.failures import failure_line
 if TYPE_CHECKING:
     from train.stages.base import StageResult
 
-# Keys that may differ between a run and its resume without changing what is trained (how many
-# processes train is checked on its own: run.json's world_size).
-RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
-    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
-)
+# Keys that may differ between a run and its resume without changing what is trained: those the schema marks
+# `resume_free` on their fields, and Hydra's own node (how many processes train is checked on its own: run.json's
+# world_size).
+RESUME_FREE_KEYS = ("hydra", *resume_free_keys(RootConfig))
 
 
 # run.json's record of config.yaml's bytes as the run wrote them
