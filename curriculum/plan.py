@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.choices import ValidationPlan
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir.layout import stage_dirname
 from core.rundir.records import StageRecord, Status
@@ -22,8 +23,8 @@ from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, pars
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
 
-# `eval.subsets_after_stage`: every subset after every stage, or the stage's own and the next stage's
-VALIDATION_PLANS = ("all", "near")
+# `eval.subsets_after_stage`'s names, the schema's (a caller from Python may pass any string)
+VALIDATION_PLANS = tuple(str(plan) for plan in ValidationPlan)
 #: A stage's `level: each`: that stage once per level of the task, easiest first, each named by its level.
 EACH = "each"
 

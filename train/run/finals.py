@@ -20,26 +20,18 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from conf.schema import FinalsConfig
 from core.rundir.finals import final_info, marker_digest
 from core.rundir.records import StageRecord
 from core.weights import zero3_init_paused
 from train.stages.training import publish_final
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class FinalsSettings:
-    """`finals`: keep all | last; dtype float32 | bfloat16 of the finals no stage still to train needs."""
-
-    keep: str = "all"
-    dtype: str = "float32"
 
 
 def finals_to_compact(stages: Sequence[StageRecord], rl_start: int | None) -> list[StageRecord]:
@@ -62,7 +54,7 @@ def finals_to_compact(stages: Sequence[StageRecord], rl_start: int | None) -> li
     return out
 
 
-def compact_final(final_dir: Path, settings: FinalsSettings) -> str | None:
+def compact_final(final_dir: Path, settings: FinalsConfig) -> str | None:
     """Apply `settings` to one final no longer needed; returns what was done ("removed", "bfloat16") or None."""
     if not final_dir.is_dir():
         return None
@@ -85,7 +77,7 @@ def compact_final(final_dir: Path, settings: FinalsSettings) -> str | None:
 
 
 def compact_finals(run_dir: Path, stages: Sequence[StageRecord], rl_start: int | None,
-                   settings: FinalsSettings, done_before: dict) -> dict:
+                   settings: FinalsConfig, done_before: dict) -> dict:
     """Compact every final `finals_to_compact` names; returns run.json's `compacted_finals` (dirname -> what)."""
     done = dict(done_before)
     if settings.keep == "all" and settings.dtype == "float32":
