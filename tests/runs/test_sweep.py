@@ -169,7 +169,7 @@ def truncate(path: Path, size: int) -> None:
 ])
 def test_a_damaged_study_file_is_refused_naming_it(tmp_path, damage, refusal):
     pytest.importorskip("optuna")
-    from hydra_plugins.kk_optuna_store.stored_optuna import StoredSweeperImpl
+    from hydra_plugins.kk_optuna_store._study import StoredSweeperImpl
 
     storage = a_stored_study(tmp_path)
     damage(tmp_path / "optuna.db")

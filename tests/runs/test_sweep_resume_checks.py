@@ -12,7 +12,7 @@ from core.checks import ConfigError
 from tests.conftest import run_cli
 
 optuna = pytest.importorskip("optuna")
-from hydra_plugins.kk_optuna_store.stored_optuna import StoredSweeperImpl, check_trial_count  # noqa: E402
+from hydra_plugins.kk_optuna_store._study import StoredSweeperImpl, check_trial_count  # noqa: E402
 
 STUDY = "gsm8k_reward_weights"
 # the space conf/hparams_search/gsm8k_reward_optuna.yaml searches
