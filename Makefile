@@ -27,7 +27,7 @@ XDIST ?= -n $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 ))) --dist loadgroup
 SEED ?= 0
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-quick test-full drill demo gpu-check train sweep report bench lint clean
+.PHONY: help install test test-quick test-full drill demo gpu-check train sweep report bench trace lint clean
 
 help:  ## Show this list
 	@grep -E '^[a-zA-Z_-]+:.*?## .*$$' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -103,6 +103,9 @@ report: install  ## Plots + report.md/html for the latest run or sweep (or RUN=<
 
 bench: install  ## Speed and memory figures, measured side by side; writes outputs/bench.json
 	$(PY) -m tests.bench $(ARGS)
+
+trace: install  ## One smoke stage (1 GRPO step, 4 validation puzzles) under sys.setprofile: product files imported and run, functions run; outputs/trace/trace.json
+	$(PY) -m tests.trace_stage $(ARGS)
 
 lint: install  ## ruff on the checkout, then mypy on the product packages (pyproject.toml: [tool.ruff], [tool.mypy])
 	$(PY) -m ruff check .
