@@ -96,7 +96,19 @@ def default_of(item: Field) -> Any:
     return item.default
 
 
+def with_defaults(record: type, block: Any) -> dict:
+    """A block (a config node or plain data) as plain data merged onto its `record`: each key it leaves out at the
+    record's default."""
+    return OmegaConf.to_container(_merged(record, block), resolve=True, enum_to_str=True)
+
+
 def as_record(record: type, node: Any) -> Any:
     """A config group (`node`) as an instance of its schema `record`, the values it holds checked by their types:
     what the code reads is the schema's record, not a copy of its fields."""
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(record), node))
+    return OmegaConf.to_object(_merged(record, node))
+
+
+def _merged(record: type, block: Any) -> Any:
+    """`block` merged onto `record`, its interpolations resolved first (they may point outside the block)."""
+    plain = OmegaConf.to_container(block, resolve=True) if OmegaConf.is_config(block) else block
+    return OmegaConf.merge(OmegaConf.structured(record), plain)

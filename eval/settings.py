@@ -1,8 +1,8 @@
 """What validation reads from the config, as one frozen record built once (`validation_settings`).
 
 `validate` and the in-stage validation take this record, not the whole config: what they can see
-is what is listed here (the `eval` group, the prompt template and its grader format, the model's
-chat settings), and a caller can build one by hand for a checkpoint from anywhere.
+is what is listed here (the `eval` group as its schema record, conf/schema.py EvalConfig; the prompt template and
+its grader format, the model's chat settings), and a caller can build one by hand for a checkpoint from anywhere.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from types import MappingProxyType
 
 from omegaconf import DictConfig, OmegaConf
 
+from conf.fields import as_record
+from conf.schema import EvalConfig
 from curriculum.tasks.base import ALL, Task, TaskRecord
 from curriculum.tasks.contract import check_records
 
@@ -24,17 +26,8 @@ PROMPT_KEYS = ("system", "user", "prefill", "plain")
 class ValidationSettings:
     """How validation generates and grades: one subset's puzzles -> prompts -> completions -> grades."""
 
-    subsets: tuple[str, ...]  # the held-out subsets: levels of the task, in its order
-    n: int  # puzzles asked per subset (the pool keeps the distinct ones among them)
-    max_new_tokens: int
-    batch_size: int  # prompts per generate() call
-    temperature: float  # 0 = greedy
-    samples: int  # completions per puzzle
-    seed: int  # seeds generation (and, in curriculum.data, the pools)
-    backend: str  # auto | hf | vllm (eval.vllm_backend.validation_backend)
-    vllm_gpu_memory_utilization: float  # the share of the card a validation's own vLLM engine may take
-    subsets_after_stage: str  # all | near (curriculum.plan.validation_subsets)
-    every: int  # in-stage validation every this many steps (0 = off)
+    eval: EvalConfig  # the `eval` group: n, max_new_tokens, batch_size, temperature, samples, seed, backend...
+    subsets: tuple[str, ...]  # `eval.subsets` as the held-out subsets: levels of the task, in its order
     fmt: str  # the prompt's answer format (`prompt.fmt`), which the task grades
     chat: bool  # prompts are chat messages rendered by the tokenizer's template
     prompt: Mapping[str, str] = field(default_factory=dict)  # system, user, prefill, plain
@@ -62,8 +55,8 @@ def subset_levels(task: Task, subsets) -> tuple[str, ...]:
 
 
 def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
-    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task (every key
-    read as the group gives it: its one default is its YAML's, conf/eval/default.yaml).
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task (`eval` as
+    its schema record, every key as the group gives it: its one default is its YAML's, conf/eval/default.yaml).
 
     >>> from omegaconf import OmegaConf
     >>> from curriculum.tasks import build_task
@@ -73,17 +66,12 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
     ...     "prompt": {"fmt": "think_answer", "system": "S", "user": "{quiz}", "prefill": "", "plain": "{user}"},
     ...     "model": {"chat": True, "chat_template_kwargs": {"enable_thinking": False}}})
     >>> s = validation_settings(cfg.eval, cfg.prompt, cfg.model, build_task({"name": "kk"}))
-    >>> s.subsets, s.n, s.fmt, dict(s.chat_kwargs), s.prompts([TaskRecord("q", "2ppl", "Q?", {})])[0][1]
+    >>> s.subsets, s.eval.n, s.fmt, dict(s.chat_kwargs), s.prompts([TaskRecord("q", "2ppl", "Q?", {})])[0][1]
     (('2ppl', '3ppl'), 4, 'think_answer', {'enable_thinking': False}, {'role': 'user', 'content': 'Q?'})
     """
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
     return ValidationSettings(
-        subsets=subset_levels(task, ev.subsets),
-        n=int(ev.n), max_new_tokens=int(ev.max_new_tokens),
-        batch_size=int(ev.batch_size), temperature=float(ev.temperature), samples=int(ev.samples),
-        seed=int(ev.seed), backend=str(ev.backend),
-        vllm_gpu_memory_utilization=float(ev.vllm_gpu_memory_utilization),
-        subsets_after_stage=str(ev.subsets_after_stage), every=int(ev.every),
+        eval=as_record(EvalConfig, ev), subsets=subset_levels(task, ev.subsets),
         fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,
@@ -96,5 +84,5 @@ def validation_pools(settings: ValidationSettings, seed: int) -> dict[str, list[
     member), then each pool as the task reads it, which screens its records (K&K: curriculum/tasks/kk/screen.py, a
     RecordError naming the file and line). `seed` is the run's `seed`, which validation's test split never reads."""
     task = settings.task
-    check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.seed))
-    return {level: task.validation_records(level, settings.n, settings.seed) for level in settings.subsets}
+    check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.eval.seed))
+    return {level: task.validation_records(level, settings.eval.n, settings.eval.seed) for level in settings.subsets}

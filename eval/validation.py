@@ -96,8 +96,8 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
     records them: rows, samples, tracker, console).
     """
     s, rows = settings, []
-    generation = {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "samples": s.samples,
-                  "chat_kwargs": dict(s.chat_kwargs), "seed": s.seed}
+    generation = {"max_new_tokens": s.eval.max_new_tokens, "temperature": s.eval.temperature,
+                  "samples": s.eval.samples, "chat_kwargs": dict(s.chat_kwargs), "seed": s.eval.seed}
     step, console = int(tag.get("global_step", 0)), console or wide_console()
     record = processes.is_main
     with validation_engine(s, model_path, processes, engine) as generator:
@@ -118,7 +118,7 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
             if tracker is not None:
                 tracker.table(f"val/{level}/samples", [sample_cells(tag, level, sample, s.task.report.sample_columns)
                                                        for sample in samples], step)
-            console.print(progress_line(rows, [len(pools[later]) * s.samples for later in levels[i + 1:]]),
+            console.print(progress_line(rows, [len(pools[later]) * s.eval.samples for later in levels[i + 1:]]),
                           highlight=False)
     if tracker is not None and record:
         for row in rows:  # `stage` beside: validation panels are drawn over the stage (train/tracking.py)
@@ -174,7 +174,7 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[
 
 def own_engine(settings: ValidationSettings) -> ProcessEngine:
     """The process's vLLM engine where the caller brought none (`python -m eval`): one that only validates."""
-    arguments = validation_arguments(settings.vllm_gpu_memory_utilization, settings.seed)
+    arguments = validation_arguments(settings.eval.vllm_gpu_memory_utilization, settings.eval.seed)
     return ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
 
 
@@ -184,7 +184,7 @@ def validation_engine(settings: ValidationSettings, model_path: str, processes: 
     """What generates one validation: the process's vLLM engine (`engine`, else one of its own closed after;
     `eval.backend=vllm`, or `auto` where vLLM can: `eval.vllm_backend.validation_backend`) holding the
     checkpoint's weights, else the model loaded for HF on this process's own device."""
-    if validation_backend(settings.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
+    if validation_backend(settings.eval.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
         shared = engine or own_engine(settings)
         try:
             with shared.validating(model_path, AutoTokenizer.from_pretrained(model_path)) as vllm:
@@ -195,7 +195,7 @@ def validation_engine(settings: ValidationSettings, model_path: str, processes: 
         return
     began = time.perf_counter()
     model, tokenizer = load_for_inference(model_path, processes.device())
-    yield HfEngine(model, tokenizer, batch_size=settings.batch_size, setup_seconds=time.perf_counter() - began,
+    yield HfEngine(model, tokenizer, batch_size=settings.eval.batch_size, setup_seconds=time.perf_counter() - began,
                    processes=processes)
 
 

@@ -228,9 +228,10 @@ def demo_validation(cache_dir: str, out_dir) -> dict:
     path = resolve_model(cfg.model, cache_dir)
     settings = config_validation(cfg)
     pools = {level: held_out_pools(cfg, level)[level] for level in settings.subsets}
-    out = {"subsets": list(settings.subsets), "n": settings.n, "max_new_tokens": settings.max_new_tokens}
+    out = {"subsets": list(settings.subsets), "n": settings.eval.n, "max_new_tokens": settings.eval.max_new_tokens}
     for backend in ("hf", "vllm"):
-        rows = validate(dataclasses.replace(settings, backend=backend), path, pools, out_dir=out_dir / backend,
+        through = dataclasses.replace(settings, eval=dataclasses.replace(settings.eval, backend=backend))
+        rows = validate(through, path, pools, out_dir=out_dir / backend,
                         tag={"stage": 0, "stage_name": "bench"}, console=Console(file=io.StringIO()))
         out[backend] = {"start_s": round(sum(r["cost"]["setup_seconds"] for r in rows), 2),
                         "generate_s": round(sum(r["cost"]["seconds"] for r in rows), 2),

@@ -13,9 +13,9 @@ from omegaconf import DictConfig, OmegaConf
 from trl import SFTConfig
 
 from conf.ranges import check_ranges
-from core.checks import ConfigError, is_int, is_number, plain
+from core.checks import ConfigError, plain
 from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
-from core.models import LORA_KEYS, uses_bitsandbytes
+from core.models import uses_bitsandbytes
 from core.rundir.readers import objective
 from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks import build_task
@@ -96,22 +96,11 @@ def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan:
 
 
 def _check_lora(lora) -> None:
-    """`model.lora` is null or LoRA settings that PEFT takes (r, alpha, dropout, target_modules, learning_rate)."""
+    """`model.lora`'s keys, types and ranges are the schema's (conf/schema.py LoraConfig); `target_modules` is what
+    PEFT takes (one type cannot say it), and PEFT must be installed."""
     lora = plain(lora)
     if not lora:
         return
-    if not isinstance(lora, dict):
-        raise ConfigError(f"model.lora: {lora!r} is not null or a mapping with keys {LORA_KEYS}")
-    unknown = sorted(set(lora) - set(LORA_KEYS))
-    if unknown:
-        raise ConfigError(f"model.lora.{unknown[0]}: not a LoRA key; known: {LORA_KEYS}")
-    for name in ("r", "alpha"):
-        if name in lora and not (is_int(lora[name]) and lora[name] > 0):
-            raise ConfigError(f"model.lora.{name}: must be a whole number > 0 (got {lora[name]!r})")
-    if "learning_rate" in lora and not (is_number(lora["learning_rate"]) and lora["learning_rate"] > 0):
-        raise ConfigError(f"model.lora.learning_rate: must be > 0 (got {lora['learning_rate']!r})")
-    if "dropout" in lora and not (is_number(lora["dropout"]) and 0 <= lora["dropout"] < 1):
-        raise ConfigError(f"model.lora.dropout: must be in [0, 1) (got {lora['dropout']!r})")
     modules = lora.get("target_modules", "all-linear")
     if not (isinstance(modules, str) or isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
         raise ConfigError(f"model.lora.target_modules: must be all-linear, a module name or a list of names "

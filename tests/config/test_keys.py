@@ -26,7 +26,9 @@ def test_the_listing_shows_type_default_range_and_help(capsys):
     assert lines["eval.vllm_gpu_memory_utilization"].startswith("float  default (yaml)  range (0, 1]  the share")
     assert lines["eval.subsets_after_stage"].startswith("all | near  default (yaml)  all (every subset")
     assert main(["launch"]) == 0
-    assert "launch.processes  int  default 1  processes a job starts" in capsys.readouterr().out
+    assert "launch.processes  int  default 1  range > 0  processes a job starts" in capsys.readouterr().out
+    assert main(["limits"]) == 0
+    assert "limits.max_steps  int | None  default null  range > 0  at most" in capsys.readouterr().out
     assert main(["nope"]) == 2 and "groups: root, model" in capsys.readouterr().err
 
 

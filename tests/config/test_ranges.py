@@ -65,6 +65,80 @@ def test_values_at_the_ends_of_their_ranges_pass(make_cfg, overrides):
     check_config(cfg, build_plan(cfg))
 
 
+def _stages(*stages: str) -> str:
+    return f"curriculum.stages=[{', '.join(stages)}]"
+
+
+A, B = "{name: a, ppl: 2, steps: 2, pool: 8", "{name: b, ppl: 3, steps: 1, pool: 8"
+# A range declared on its schema field (conf/schema.py), each key: (a value just outside it, the start of the
+# refusal, a value just inside it). Without the range each was a traceback, a hang or a silent no-op later on.
+FIELD_RANGES = [
+    # a cap of 0 or -1 read as "no cap": null is that
+    ("limits.max_steps=0", "limits.max_steps: 0 is not a whole number > 0 (null: no cap)", "limits.max_steps=1"),
+    ("limits.max_sft_steps=0", "limits.max_sft_steps: 0 is not a whole number > 0", "limits.max_sft_steps=1"),
+    ("limits.max_pool=0", "limits.max_pool: 0 is not a whole number > 0", "limits.max_pool=1"),
+    # a mapping's range is each value's, named by its key
+    ("++limits.stage_steps={2ppl: 0}", "limits.stage_steps.2ppl: 0 is not a whole number > 0",
+     "++limits.stage_steps={2ppl: 1}"),
+    # a job of no process trains nothing
+    ("launch.processes=0", "launch.processes: 0 is not a whole number > 0", "launch.processes=1"),
+    # no time at all for a reward call: every call would time out
+    ("reward.timeout_s=0", "reward.timeout_s: 0.0 is not a number of seconds > 0", "reward.timeout_s=0.001"),
+    # no overlong ramp at all
+    ("reward.overlong.buffer=0", "reward.overlong.buffer: 0 is not a whole number > 0", "reward.overlong.buffer=1"),
+    # a rank of 0 trains nothing
+    ("model.lora={r: 0}", "model.lora.r: 0 is not a whole number > 0", "model.lora={r: 1}"),
+    # a scale of 0 zeroes the adapters' output
+    ("model.lora={r: 4, alpha: 0}", "model.lora.alpha: 0 is not a whole number > 0", "model.lora={r: 4, alpha: 1}"),
+    # a dropout of 1 drops every adapter input
+    ("model.lora={r: 4, dropout: 1}", "model.lora.dropout: 1 is not a number in [0, 1)",
+     "model.lora={r: 4, dropout: 0.99}"),
+    # adapters at learning rate 0 never move
+    ("model.lora={r: 4, learning_rate: 0}", "model.lora.learning_rate: 0 is not a number > 0",
+     "model.lora={r: 4, learning_rate: 1e-9}"),
+    # a stage of no step, of an empty pool, or of no pass over it
+    (_stages("{name: a, ppl: 2, steps: 0, pool: 8}"), "curriculum.stages[0].steps: 0 is not a whole number > 0",
+     _stages("{name: a, ppl: 2, steps: 1, pool: 8}")),
+    (_stages("{name: a, ppl: 2, steps: 1, pool: 0}"), "curriculum.stages[0].pool: 0 is not a whole number > 0",
+     _stages("{name: a, ppl: 2, steps: 1, pool: 1}")),
+    (_stages("{name: a, ppl: 2, epochs: 0, pool: 8}"), "curriculum.stages[0].epochs: 0.0 is not a number > 0",
+     _stages("{name: a, ppl: 2, epochs: 0.01, pool: 8}")),
+    # replaying the whole pool leaves no room for the stage's own level
+    (_stages(A + "}", B + ", replay: 1}"), "curriculum.stages[1].replay: 1.0 is not a share in [0, 1)",
+     _stages(A + "}", B + ", replay: 0.99}")),
+    # a threshold above 1 is never reached
+    (_stages(A + ", promote: {accuracy: 1.01, every: 1}}"), "curriculum.stages[0].promote.accuracy: 1.01 is not a "
+     "number in [0, 1]", _stages(A + ", promote: {accuracy: 1, every: 1}}")),
+    # a check every 0 steps is no cadence
+    (_stages(A + ", promote: {accuracy: 0.5, every: 0}}"), "curriculum.stages[0].promote.every: 0 is not a whole "
+     "number > 0", _stages(A + ", promote: {accuracy: 0.5, every: 1}}")),
+    # a negative number of steps before the first check
+    (_stages(A + ", promote: {accuracy: 0.5, every: 1, min_steps: -1}}"), "curriculum.stages[0].promote.min_steps: "
+     "-1 is not a whole number >= 0", _stages(A + ", promote: {accuracy: 0.5, every: 1, min_steps: 0}}")),
+    # each guard signal is a share
+    (_stages(A + ", guard: {length_drop: 1.01}}"), "curriculum.stages[0].guard.length_drop: 1.01 is not a number in",
+     _stages(A + ", guard: {length_drop: 1}}")),
+    (_stages(A + ", guard: {zero_std: -0.01}}"), "curriculum.stages[0].guard.zero_std: -0.01 is not a number in",
+     _stages(A + ", guard: {zero_std: 0}}")),
+    (_stages(A + ", guard: {distinct_below: 1.01}}"), "curriculum.stages[0].guard.distinct_below: 1.01 is not a",
+     _stages(A + ", guard: {distinct_below: 1}}")),
+    # a window of no logged step measures nothing; the curriculum's guard is the same record
+    (_stages(A + ", guard: {zero_std: 0.5, window: 0}}"), "curriculum.stages[0].guard.window: 0 is not a whole "
+     "number > 0", _stages(A + ", guard: {zero_std: 0.5, window: 1}}")),
+    ("+curriculum.guard={zero_std: 0.5, window: 0}", "curriculum.guard.window: 0 is not a whole number > 0",
+     "+curriculum.guard={zero_std: 0.5, window: 1}"),
+]
+
+
+@pytest.mark.parametrize(("outside", "refusal", "inside"), FIELD_RANGES, ids=[o[:40] for o, _, _ in FIELD_RANGES])
+def test_a_range_on_a_schema_field_refuses_just_outside_and_passes_just_inside(make_cfg, outside, refusal, inside):
+    cfg = make_cfg(*SMOKE, outside)
+    with pytest.raises(ConfigError, match="^" + re.escape(refusal)):
+        check_config(cfg, build_plan(cfg))
+    cfg = make_cfg(*SMOKE, inside)
+    check_config(cfg, build_plan(cfg))
+
+
 @pytest.mark.parametrize(("threads", "cores", "passes"), [
     (8, 2, True),  # 4 per core: still a thread count a run may pin
     (9, 2, False),  # beyond it

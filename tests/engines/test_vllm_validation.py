@@ -131,8 +131,11 @@ def validated(peaked, tmp_path_factory):
     cfg, path, pools = peaked
     out = tmp_path_factory.mktemp("validated")
     settings = config_validation(cfg)
-    return {backend: (validate(dataclasses.replace(settings, backend=backend), path, pools, tag=TAG,
-                               out_dir=out / backend), out / backend) for backend in ("hf", "vllm")}
+    def through(backend: str):
+        return dataclasses.replace(settings, eval=dataclasses.replace(settings.eval, backend=backend))
+
+    return {backend: (validate(through(backend), path, pools, tag=TAG, out_dir=out / backend), out / backend)
+            for backend in ("hf", "vllm")}
 
 
 def _samples(out_dir, pools) -> list[tuple]:

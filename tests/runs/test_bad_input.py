@@ -34,13 +34,13 @@ def _wrong_solution_at_line_3(records):
 # (overrides, local files {split: edit of 8 good records} or None for generated data, error, message)
 CASES = [
     # -1 is not "no cap": it trained 48 steps a stage
-    (["limits.max_steps=-1"], None, ConfigError, r"^limits.max_steps: must be a whole number > 0 \(got -1\)"),
+    (["limits.max_steps=-1"], None, ConfigError, r"^limits.max_steps: -1 is not a whole number > 0 \(null: no cap\)"),
     # 0 was ignored silently
-    (["limits.max_steps=0"], None, ConfigError, r"^limits.max_steps: must be a whole number > 0 \(got 0\)"),
+    (["limits.max_steps=0"], None, ConfigError, r"^limits.max_steps: 0 is not a whole number > 0 \(null: no cap\)"),
     # 0 was ignored silently
-    (["limits.max_pool=0"], None, ConfigError, r"^limits.max_pool: must be a whole number > 0 \(got 0\)"),
+    (["limits.max_pool=0"], None, ConfigError, r"^limits.max_pool: 0 is not a whole number > 0 \(null: no cap\)"),
     # a pool of -5 was recorded
-    (["limits.max_pool=-5"], None, ConfigError, r"^limits.max_pool: must be a whole number > 0 \(got -5\)"),
+    (["limits.max_pool=-5"], None, ConfigError, r"^limits.max_pool: -5 is not a whole number > 0 \(null: no cap\)"),
     # 2 people make only 399 puzzles: it crashed later with "Column 'prompt' doesn't exist"
     (["eval.n=500"], None, ConfigError, r"^eval.n: 500 validation puzzles asked at 2ppl, but .* has only 399"),
     # every 2-person puzzle held out leaves no training puzzle: the same crash
@@ -93,7 +93,7 @@ def test_a_run_directory_left_by_a_config_error_is_not_the_latest(tmp_path):
     (good / "run.json").write_text("{}")
     os.utime(good / "run.json", (1e9, 1e9))
     (failed / ".hydra").mkdir(parents=True)
-    (failed / "error.txt").write_text("ConfigError: limits.max_steps: must be a whole number > 0 (got -1)")
+    (failed / "error.txt").write_text("ConfigError: limits.max_steps: -1 is not a whole number > 0 (null: no cap)")
     assert latest_output(tmp_path) == good
 
 

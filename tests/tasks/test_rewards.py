@@ -244,8 +244,6 @@ def test_each_completion_is_graded_once_per_batch(monkeypatch):
     ({"weights": {"format": float("nan")}}, "reward.weights.format: nan"),
     # nothing to learn from
     ({"weights": {"answer": 0}}, "reward.weights: every weight is 0"),
-    # no overlong ramp at all
-    ({"overlong": {"buffer": 0}}, "reward.overlong.buffer: must be a whole number > 0 (got 0)"),
     # a scheme that does not exist
     ({"tiered": {"scheme": "seed_v3"}}, "reward.tiered.scheme: 'seed_v3' unknown; known: custom, seed_v1"),
     # a tier that does not exist would be ignored

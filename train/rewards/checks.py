@@ -40,7 +40,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.checks import ConfigError, is_number
 from core.user_code import exit_failure
 from curriculum.tasks.base import completion_text
 from train.rewards.inputs import changed_input, fingerprint
@@ -55,19 +54,6 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 class RewardError(RuntimeError):
     """A reward function returned something that is not one finite number (or None) per completion, or hung."""
-
-
-def check_timeout(value, key: str = "reward.timeout_s") -> float | None:
-    """`reward.timeout_s` as seconds (None: no limit); ConfigError unless a number > 0 or null.
-
-    >>> check_timeout(600), check_timeout(None)
-    (600.0, None)
-    """
-    if value is None:
-        return None
-    if not (is_number(value, finite=True) and value > 0):
-        raise ConfigError(f"{key}: {value!r} is not a number of seconds > 0 (or null: no limit)")
-    return float(value)
 
 
 def scores(name: str, result, count: int) -> list[float | None]:

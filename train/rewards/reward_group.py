@@ -22,7 +22,7 @@ from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_reward_functions
 from curriculum.tasks.rewards import RewardSettings, weighted_rewards
-from train.rewards.checks import Reward, check_timeout, task_reward
+from train.rewards.checks import Reward, task_reward
 from train.rewards.custom import load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
@@ -60,7 +60,6 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
      ('strict_format', 0.5, 'preset gsm8k_stack')]
     """
     cfg = plain(reward_cfg)
-    check_timeout(cfg.get("timeout_s"))
     _check_task(cfg.get("task"), task)
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
     offered = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))

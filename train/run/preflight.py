@@ -80,9 +80,9 @@ def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSetting
         tokens += stage.steps * per_step * length
         longest = max(longest, length)
     v = validation
-    validated = validation_completions(v.subsets_after_stage, v.subsets, plan, v.n * v.samples)
+    validated = validation_completions(v.eval.subsets_after_stage, v.subsets, plan, v.eval.n * v.eval.samples)
     return RunSize(len(plan), grpo_steps, sft_steps, completions, tokens, longest, validated,
-                   validated * v.max_new_tokens, v.max_new_tokens, processes)
+                   validated * v.eval.max_new_tokens, v.eval.max_new_tokens, processes)
 
 
 def cpu_warning(size: RunSize, model_name: str) -> str | None:

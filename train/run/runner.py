@@ -82,10 +82,10 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
-        pools = draw_pools(settings.task, plan, validation.subsets, n=validation.n, eval_seed=validation.seed,
+        pools = draw_pools(settings.task, plan, validation.subsets, n=validation.eval.n, eval_seed=validation.eval.seed,
                            seed=settings.seed)
-        console.expect_validations(planned_completions(plan, validation.subsets_after_stage, validation.subsets,
-                                                       pools.held_out, validation.samples))
+        console.expect_validations(planned_completions(plan, validation.eval.subsets_after_stage, validation.subsets,
+                                                       pools.held_out, validation.eval.samples))
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
@@ -292,7 +292,7 @@ class CurriculumRun:
         chooses (rows, samples, tracker); returns run.json's summary of it and what it cost."""
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         validation = self.settings.validation
-        chosen = validation_subsets(validation.subsets_after_stage, validation.subsets, self.settings.plan, index)
+        chosen = validation_subsets(validation.eval.subsets_after_stage, validation.subsets, self.settings.plan, index)
         if self.console is not None:  # the ETA times validations
             self.console.validation_began(index)
         rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,

@@ -272,8 +272,8 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
                               record=lambda event: manifest.guard_event(stage.index, event), stage_index=stage.index,
                               stage_name=stage.name, step_offset=step_offset, history=history)
     skill = None
-    if validation.every > 0 or stage.promote is not None:
-        pools = {level: held_out[level][: validation.n] for level in stage.level_weights if level in held_out}
+    if validation.eval.every > 0 or stage.promote is not None:
+        pools = {level: held_out[level][: validation.eval.n] for level in stage.level_weights if level in held_out}
         skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
                            keep_best=guard is not None and guard.action == "stop", processes=processes)
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,

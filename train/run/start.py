@@ -31,9 +31,9 @@ def process_engine(settings: RunSettings, base: str, processes: Processes) -> Pr
     kinds, validation = settings.kinds, settings.validation
     rollouts = next((found for stage in settings.plan
                      if (found := kinds[stage.kind].rollout_engine(stage, processes.rank)) is not None), None)
-    if rollouts is None and validation_backend(validation.backend, base, processes) != "vllm":
+    if rollouts is None and validation_backend(validation.eval.backend, base, processes) != "vllm":
         return None
-    arguments = rollouts or validation_arguments(validation.vllm_gpu_memory_utilization, validation.seed)
+    arguments = rollouts or validation_arguments(validation.eval.vllm_gpu_memory_utilization, validation.eval.seed)
     return ProcessEngine(engine_arguments(arguments, rollouts=rollouts is not None), rollouts=rollouts is not None,
                          shutdown_at_close=not processes.many)
 

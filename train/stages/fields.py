@@ -1,7 +1,8 @@
 """A trainer config's fields and their checks, shared by every kind: the kind's group, LoRA's rate, the stage's
 overrides and the runner's own, under the names the installed transformers knows (`trainer_fields`); and,
 before any model loads, that a config's fields are the trainer's (TRL's dataclass: names, plain types, no
-warmup, sampling ranges). `token_counts` is what the kinds' length checks count.
+warmup, sampling ranges). `token_counts` is what the kinds' length checks count. `model.lora` is read here too,
+with the schema's defaults (conf/schema.py LoraConfig): its rate for `trainer_fields`, PEFT's config (`lora_config`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,37 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 
-from core.checks import ConfigError, is_int, is_number
-from core.models import LORA_LEARNING_RATE, device_settings
+from conf.fields import with_defaults
+from conf.schema import LoraConfig
+from core.checks import ConfigError, is_int, is_number, plain
+from core.models import device_settings
 from curriculum.plan import Stage
 from curriculum.prompts import prompt_ids
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
+
+
+def lora_settings(lora) -> dict | None:
+    """`model.lora` with each key it leaves out at the schema's default (conf/schema.py LoraConfig); None where it
+    is null (or empty): full weights train."""
+    return with_defaults(LoraConfig, plain(lora)) if lora else None
+
+
+def lora_config(model_cfg: Mapping):
+    """PEFT's LoraConfig from `model.lora` (`lora_settings`), or None.
+
+    PEFT is an optional extra, imported here where LoRA is used: a plain install trains without it.
+    """
+    adapters = lora_settings(model_cfg.get("lora"))
+    if adapters is None:
+        return None
+    try:
+        from peft import LoraConfig as PeftLoraConfig
+    except ModuleNotFoundError as err:
+        raise ModuleNotFoundError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'") from err
+    return PeftLoraConfig(r=adapters["r"], lora_alpha=adapters["alpha"], lora_dropout=adapters["dropout"],
+                          target_modules=adapters["target_modules"], task_type="CAUSAL_LM")
 
 
 def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None,
@@ -30,8 +55,9 @@ def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Pat
     """
     device = device_settings()
     fields = {"optim": device["optim"], **section}
-    if lora:
-        fields["learning_rate"] = float(lora.get("learning_rate") or LORA_LEARNING_RATE)
+    adapters = lora_settings(lora)
+    if adapters is not None:
+        fields["learning_rate"] = float(adapters["learning_rate"])
     fields.update(stage.overrides)
     fields.update(
         output_dir=str(output_dir),

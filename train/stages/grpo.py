@@ -31,7 +31,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from core.checks import ConfigError
-from core.models import lora_config
 from core.stage_kinds import GRPO
 from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
@@ -40,10 +39,10 @@ from curriculum.plan import Stage, grpo_batch
 from curriculum.tasks.base import TaskRecord
 from eval.vllm_backend import process_kept
 from eval.vllm_engine import ProcessEngine, rollout_arguments
-from train.rewards.checks import check_timeout, checked_rewards
+from train.rewards.checks import checked_rewards
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +117,7 @@ class GrpoStage:
         funcs, weights = task_reward_funcs(self.shared.reward, self.shared.task, fmt=self.shared.prompt["fmt"],
                                            max_completion_length=args.max_completion_length)
         args.reward_weights = weights
-        funcs = checked_rewards(funcs, timeout_s=check_timeout(self.shared.reward.get("timeout_s")),
+        funcs = checked_rewards(funcs, timeout_s=self.shared.reward.get("timeout_s"),
                                 warn=ctx.reward_warning,  # one finite number (or None) per completion, in time
                                 group_size=args.num_generations)  # the collapse guard's distinct-share metric
         with colocated_engine_setup(ctx.engine) if colocated(args) else nullcontext():

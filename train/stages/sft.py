@@ -13,13 +13,12 @@ from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
 from core.checks import ConfigError
-from core.models import lora_config
 from core.stage_kinds import SFT
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
 from curriculum.tasks.base import TaskRecord
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
 
 
 class SftStage:

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from core.checks import ConfigError, is_number, whole_number
+from core.checks import ConfigError, is_number
 from curriculum.tasks.base import completion_text
 from curriculum.tasks.kk.grading.grader import Grade, grade
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
@@ -249,14 +249,15 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
 
 def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
     """Every component, bound to the run's prompt format and completion length and to K&K's blocks of the
-    reward group (`overlong.buffer`, `tiered`: scheme and table), which are checked here: ConfigError names
-    the bad key. Its components share one grade cache. `overlong.buffer` is capped at the completion length.
+    reward group (`overlong.buffer`, whose range is the schema's; `tiered`: scheme and table, checked here:
+    ConfigError names the bad key). Its components share one grade cache. `overlong.buffer` is capped at the
+    completion length.
 
     >>> funcs = reward_components(RewardSettings("think_answer", 1024, {"overlong": {"buffer": 128}}))
     >>> list(funcs) == list(COMPONENTS), funcs["answer"].func.__name__
     (True, 'answer_reward')
     """
-    buffer = whole_number((settings.options.get("overlong") or {}).get("buffer", 128), "reward.overlong.buffer")
+    buffer = int((settings.options.get("overlong") or {}).get("buffer", 128))  # > 0: the schema's range
     table = tier_table(settings.options.get("tiered") or {})
     graded = {"fmt": settings.fmt, "grader": GradeCache(settings.fmt)}
     bound: dict[str, dict[str, Any]] = {
