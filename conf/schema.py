@@ -122,8 +122,7 @@ class TieredConfig:
 @dataclass
 class RewardConfig:
     task: str | None = key(None, "the task whose components `weights` names (null: the run's)")
-    preset: str | None = key(None, "a preset of the task's (Task.reward_presets) under `weights` (null: none)")
-    weights: dict[str, float] = key(help="{component or reward.custom name: weight}")
+    weights: dict[str, float] = key(help="{component or reward.custom name: weight}, over the task's default_weights")
     allow_negative_weights: bool = key(False, "let a weight be negative (it trains away from that component)")
     overlong: OverlongConfig | None = key(None, "K&K's overlong penalty (conf/reward/default.yaml)")
     tiered: TieredConfig | None = key(None, "K&K's tiered answer reward (conf/reward/default.yaml)")

@@ -6,12 +6,12 @@ split it gives **records** (:class:`TaskRecord`), loaded or generated from its s
 deterministic by seed, train disjoint from test. It **renders** a record's prompt from a prompt
 config (conf/prompt/*.yaml), **grades** a completion against a record's reference columns (a
 :class:`Grade`: right, formatted, reasons) and offers **reward functions** in TRL's form: pure,
-batched, ``f(completions, **columns) -> list[float]``, named by component, with **presets** of
-weights over them (conf/reward/*.yaml). A task with reference solutions gives **supervised
-targets** in its prompt's format (`kind: sft`). Validation asks it for the **columns** of its rows
-and samples beyond every task's (K&K: its people count, reasoning agreement, invented names), and
-the report, the console and the tracker show what its :class:`~curriculum.tasks.report.TaskReport`
-says; nothing outside a task branches on its name.
+batched, ``f(completions, **columns) -> list[float]``, named by component; the weights over them are
+the reward group's (conf/reward/*.yaml, a task's own `default_weights` under them). A task with
+reference solutions gives **supervised targets** in its prompt's format (`kind: sft`). Validation asks
+it for the **columns** of its rows and samples beyond every task's (K&K: its people count, reasoning
+agreement, invented names), and the report, the console and the tracker show what its
+:class:`~curriculum.tasks.report.TaskReport` says; nothing outside a task branches on its name.
 
 A task comes from a config: `task._target_` (its import path, a user's own module included) or a
 built-in's `task.name` (`curriculum.tasks.build_task`).
@@ -28,6 +28,7 @@ import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from core.checks import ConfigError, is_int
@@ -223,6 +224,10 @@ class Task(ABC):
     metric_columns: tuple[str, ...] = ()
     #: the reference columns of its records (`TaskRecord.columns`): TRL hands them to every reward function
     columns: tuple[str, ...] = ("answer",)
+    #: weight per component under `reward.weights` (whose entries win): what a task brought by import path runs
+    #: (conf/task/custom.yaml picks reward=task). The built-in tasks declare none: their conf/reward/ files
+    #: name every weight.
+    default_weights: Mapping[str, float] = MappingProxyType({})
 
     @classmethod
     def check_installed(cls) -> None:
@@ -254,11 +259,6 @@ class Task(ABC):
     def validation_levels(self) -> tuple[str, ...]:
         """The levels validated when `eval.subsets` is null: every level."""
         return self.levels
-
-    def reward_presets(self) -> dict[str, dict[str, float]]:
-        """Preset name -> weight per component (a recipe's reward): `reward=preset reward.preset=<name>` runs
-        one; `default` is the one `reward=preset` takes."""
-        return {}
 
     def check_format(self, fmt: str) -> None:
         """ConfigError naming prompt.fmt when the grader cannot read answers in format `fmt` (`formats`)."""

@@ -4,8 +4,8 @@ A task offers its reward functions by component name (`Task.reward_functions(set
 form: pure, batched, ``f(completions, **columns) -> list[float]``; a task binds its own settings with
 `functools.partial` (of a module-level function: it pickles, unlike a closure), and the run's wrapper
 (`train.rewards.checks.Reward`) passes them over same-named dataset columns. A run weighs them with
-`reward.weights` (a preset of the task's, or the user's) through `weighted_rewards`, which TRL
-then gets as `reward_funcs` and `reward_weights`.
+`reward.weights` (a conf/reward/ file's or the command line's, over the task's `default_weights`) through
+`weighted_rewards`, which TRL then gets as `reward_funcs` and `reward_weights`.
 """
 
 from __future__ import annotations

@@ -254,9 +254,6 @@ class ReasoningGymTask(Task):
         format: 1 for one answer block, last."""
         return {"answer": self.answer_reward, "format": self.format_reward}
 
-    def reward_presets(self) -> dict[str, dict[str, float]]:
-        return {"score_answer": {"answer": 1.0}, "default": {"answer": 1.0}}
-
     def answer_reward(self, completions, entry, **kwargs) -> list[float]:
         return [self.grade(c, {"entry": e}).score for c, e in zip(completions, entry, strict=True)]
 

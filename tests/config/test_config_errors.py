@@ -101,6 +101,8 @@ REFUSED = [
     (["+curriculum=kk_ladder", "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, stpes: 3}]"],
      "stpes: not a config key; did you mean steps? (in curriculum.stages=[{name: a"),
     (["eval.nn=3"], "eval.nn: not a config key; did you mean eval.n?"),
+    # a reward's weights are its file's (conf/reward/), over the task's own: no key names a preset
+    (["reward.preset=default"], "reward.preset: not a config key"),
     # an open group: the nearest of TRL's GRPOConfig fields (not in conf/grpo/default.yaml), then how to add a key
     (["grpo.steps_per_generatoin=2"], "grpo.steps_per_generatoin: not a config key; did you mean "
      "grpo.steps_per_generation? (to add a key to an open group, write +grpo.steps_per_generatoin=...)"),
@@ -157,7 +159,7 @@ def test_the_schema_refuses_and_names_the_key(cache_dir, overrides, message):
     ["+curriculum=kk_adaptive", "experiment=smoke"], ["+curriculum=kk_r1", "experiment=cpu_demo"],
     ["+curriculum=kk_ladder", "experiment=single_gpu", "gpu.memory_gb=80"],
     ["+curriculum=kk_ladder", "data=local", "data.path=x", "logger=none", "reward=partial", "prompt=answer_only"],
-    ["+curriculum=kk_ladder", "model=qwen3-0.6b-base", "reward=seed_v4_instruct"],
+    ["+curriculum=kk_ladder", "model=qwen3-0.6b-base", "reward=tiered", "reward.tiered.scheme=seed_v4_instruct"],
     # blocks that may be null, set from the command line
     ["+curriculum=kk_ladder", "+curriculum.guard={length_drop: 0.3}", "+curriculum.stages.0.promote={accuracy: 0.8}"],
     # open groups take new keys with +

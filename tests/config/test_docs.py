@@ -294,7 +294,7 @@ def test_the_checks_read_what_the_docs_name():
     assert {"conf/grpo/default.yaml", "tests/runs/test_learning.py", "train/run/runner.py", "eval/vllm_cpu.py"} <= paths
     assert {"test", "demo", "gpu-check", "report", "drill"} <= targets
     assert {("curriculum", "kk_ladder"), ("experiment", "single_gpu"), ("model", "qwen3-0.6b"),
-            ("hparams_search", "reward_optuna"), ("task", "custom"), ("reward", "preset")} <= choices
+            ("hparams_search", "reward_optuna"), ("task", "custom"), ("reward", "task")} <= choices
     assert {"train", "eval", "eval.report", "tests.bench", "train.gpu_check"} <= modules
 
 

@@ -1,6 +1,6 @@
 """The five GSM8K rewards, each on a table of cases with the reason it scores what it scores.
 
-Scores are unit scores; the recipe's values come from the weights (RECIPE_WEIGHTS: correctness 2,
+Scores are unit scores; the recipe's values come from the weights (conf/reward/gsm8k_stack.yaml: correctness 2,
 integer 0.5, strict 0.5, soft 0.5, XML count 0.5, so 0.125 a tag and 0.001 a trailing character).
 """
 
@@ -12,7 +12,6 @@ import yaml
 from conf import CONF_DIR
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.rewards import (
-    RECIPE_WEIGHTS,
     REWARD_FUNCTIONS,
     correctness_reward,
     integer_reward,
@@ -25,6 +24,8 @@ from curriculum.tasks.rewards import RewardSettings
 
 # what the run hands every task's rewards (GSM8K's read neither)
 SETTINGS = RewardSettings("reasoning_answer", 200)
+# the recipe's weights, from their one source: reward=gsm8k_stack
+RECIPE_WEIGHTS = yaml.safe_load((CONF_DIR / "reward" / "gsm8k_stack.yaml").read_text())["weights"]
 
 GOOD = "<reasoning>\n48 / 2 = 24\n24 + 48 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"
 
@@ -133,5 +134,6 @@ def test_the_task_and_the_config_offer_the_recipe_stack():
     # the write-up's five and the gist's two format readings: their own file
     assert task.reward_functions(SETTINGS) == {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS, **GIST_FORMAT_FUNCTIONS}
     config = yaml.safe_load((CONF_DIR / "reward" / "gsm8k_stack.yaml").read_text())
-    assert config["task"] == task.name
-    assert config["weights"] == task.reward_presets()["gsm8k_stack"] == RECIPE_WEIGHTS
+    assert config["task"] == task.name and not task.default_weights  # the file is the one source of its weights
+    assert config["weights"] == {"correctness": 2.0, "integer": 0.5, "strict_format": 0.5, "soft_format": 0.5,
+                                 "xml_count": 0.5}  # the recipe's values

@@ -7,14 +7,18 @@ from __future__ import annotations
 import re
 
 import pytest
+import yaml
 
+from conf import CONF_DIR
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT
-from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
+from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
 from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS, extract_xml_answer
 from tests.conftest import compose_cfg
 from train.rewards.reward_group import reward_stack
 
+# reward=gsm8k_stack's weights, the recipe's values
+RECIPE_WEIGHTS = yaml.safe_load((CONF_DIR / "reward" / "gsm8k_stack.yaml").read_text())["weights"]
 # the prompt's format with a one-line and a two-line reasoning
 ONE_LINE = "<reasoning>\n48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"
 TWO_LINES = "<reasoning>\n48 / 2 = 24\n48 + 24 = 72\n</reasoning>\n<answer>\n72\n</answer>\n"

@@ -2,7 +2,8 @@
 
 The oracle is the published parser itself, kept verbatim in tests/reference/logic_rl_kk.py: the port
 (curriculum/tasks/kk/grading/logic_rl.py) must give its score on a table of cases, on random responses, and on the
-published records; the table also shows where this project's lenient grader (reward=logic_rl) and Logic-RL part.
+published records; the table also shows where this project's lenient grader (reward=tiered, scheme logic_rl) and
+Logic-RL part.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from train.run.runner import run_curriculum
 from train.settings import read_settings
 
 LEVELS = ["2digits", "3digits", "4digits"]
-COMMAND = ["task=custom", "task._target_=my_task.AdditionTask", "reward=preset", "+curriculum=ladder"]
+COMMAND = ["task=custom", "task._target_=my_task.AdditionTask", "+curriculum=ladder"]
 
 
 def readme_task() -> str:
@@ -50,10 +50,10 @@ def test_the_readme_task_runs_a_ladder_validated_reported_and_tracked(tmp_path, 
     rows = read_jsonl(run_dir / "validation.jsonl")
     assert {r["level"] for r in rows} == {"2digits", "3digits"} and {r["stage"] for r in rows} == {0, 1, 2, 3}
     assert all("accuracy" in r and not {"ppl", "lenient_accuracy", "reasoning_agrees_rate"} & set(r) for r in rows)
-    # its own rewards, by their names, at its preset's weights (and smoke's probe reward)
+    # its own rewards, by their names, at its default weights (and smoke's probe reward)
     step = next(r for r in read_jsonl(run_dir / "metrics.jsonl") if r.get("kind") == "step")
     assert {k.split("/")[1] for k in step if k.startswith("rewards/") and k.endswith("/mean")} == {
-        "correct", "tagged", "low_tokens"}  # the keys of its preset, which TRL logs them by
+        "correct", "tagged", "low_tokens"}  # the keys of its default_weights, which TRL logs them by
     # its report speaks of sums and finds its own format reward (no note that it is missing); nothing of K&K's
     report = (write_report(run_dir) / "report.md").read_text()
     assert "| after stage | 2digits | 3digits |" in report and "sum `2digits-test-" in report

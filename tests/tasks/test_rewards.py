@@ -103,9 +103,8 @@ def test_tiered_reward_reproduces_each_scheme(scheme, fmt):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_reproduces_its_scheme(preset, load_preset):
     cfg = load_preset(preset)
-    assert set(cfg) == {"task", "preset", "weights", "overlong", "tiered", "custom", "allow_negative_weights",
-                        "timeout_s"}
-    assert cfg.task == "kk" and cfg.preset is None  # K&K's components, weighed by the file itself
+    assert set(cfg) == {"task", "weights", "overlong", "tiered", "custom", "allow_negative_weights", "timeout_s"}
+    assert cfg.task == "kk"  # K&K's components, weighed by the file itself
     assert set(cfg.weights) == set(COMPONENTS)
     assert not cfg.tiered.table, "one source for each tier table: the code's (TIERED_SCHEMES)"
     assert rewards.tier_table(cfg.tiered) == SCHEME_VALUES[cfg.tiered.scheme]
@@ -115,13 +114,17 @@ def test_every_preset_reproduces_its_scheme(preset, load_preset):
     if "tiered" in by_name:
         tiers, completions = zip(*TIER_EXAMPLES["think_answer"], strict=True)
         tiered = next(f for f in funcs if f.__name__ == "tiered")
-        scheme = preset if preset in SCHEME_VALUES else cfg.tiered.scheme  # a file named after a scheme is it
-        assert tiered(**batch(list(completions))) == [SCHEME_VALUES[scheme][t] for t in tiers]
+        assert tiered(**batch(list(completions))) == [SCHEME_VALUES[cfg.tiered.scheme][t] for t in tiers]
 
 
 @pytest.mark.parametrize("scheme", sorted(TIERED_SCHEMES))
-def test_a_preset_named_after_a_scheme_is_the_tiered_preset_with_that_scheme(scheme, load_preset, make_cfg):
-    assert load_preset(scheme) == make_cfg("reward=tiered", f"reward.tiered.scheme={scheme}").reward
+def test_each_scheme_is_a_value_of_the_tiered_preset(scheme, make_cfg):
+    """One tiered preset, its table a value: each scheme's table reaches the tiered component, the weights stay."""
+    cfg = make_cfg("reward=tiered", f"reward.tiered.scheme={scheme}").reward
+    funcs, weights = build_reward_funcs(cfg, fmt="think_answer", max_completion_length=256)
+    assert dict(zip([f.__name__ for f in funcs], weights, strict=True)) == {"answer": 0.0, "tiered": 1.0}
+    tiers, completions = zip(*TIER_EXAMPLES["think_answer"], strict=True)
+    assert funcs[-1](**batch(list(completions))) == [SCHEME_VALUES[scheme][t] for t in tiers]
 
 
 def test_default_preset_is_the_documented_mix(load_preset):
@@ -219,7 +222,7 @@ def test_answer_reward_is_kept_at_weight_zero_and_others_are_dropped():
 
 
 def test_bound_components_pickle(load_preset):
-    funcs, _ = build_reward_funcs(load_preset("logic_rl"), fmt="logic_rl", max_completion_length=64)
+    funcs, _ = build_reward_funcs(load_preset("tiered"), fmt="logic_rl", max_completion_length=64)
     clone = pickle.loads(pickle.dumps(funcs))
     assert [f.__name__ for f in clone] == [f.__name__ for f in funcs]
     assert clone[-1](**batch(["x"])) == [-3.0]
@@ -281,11 +284,3 @@ def test_reward_keys_and_types_are_the_schemas(make_cfg, override, message):
     with pytest.raises(ConfigError) as err:
         make_cfg(override)
     assert str(err.value).startswith(message), str(err.value)
-
-
-def test_the_tasks_default_preset_is_the_default_file(load_preset, make_cfg):
-    """reward=preset takes the task's `default` preset: K&K's is conf/reward/default.yaml's mix, in code too."""
-    assert KKTask().reward_presets()["default"] == {k: v for k, v in load_preset("default").weights.items() if v}
-    funcs, weights = build_reward_funcs(make_cfg("reward=preset").reward, fmt="think_answer", max_completion_length=512)
-    assert [f.__name__ for f in funcs] == ["format", "answer", "overlong"]
-    assert weights == [0.5, 2.0, 0.5]

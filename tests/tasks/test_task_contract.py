@@ -27,6 +27,7 @@ class GoodTask(Task):
     name = "sums"
     levels = ("2terms", "3terms")
     supervised = True
+    default_weights = {"sum": 1.0}
 
     def records(self, level, split, *, n=None, seed=0):
         terms = int(self.check_level(level)[0])
@@ -41,9 +42,6 @@ class GoodTask(Task):
 
     def reward_functions(self, settings):
         return {"sum": sum_reward}
-
-    def reward_presets(self):
-        return {"default": {"sum": 1.0}}
 
     def sft_target(self, record, fmt):
         return f"<answer>{record.columns['answer']}</answer>"
@@ -104,7 +102,7 @@ class WrongReference(GoodTask):
 
 
 def task_of(cls: type[Task]) -> list[str]:
-    return ["task=custom", f"task._target_={HERE}.{cls.__name__}", "reward=preset"]
+    return ["task=custom", f"task._target_={HERE}.{cls.__name__}"]
 
 
 LADDER = ["+curriculum=ladder", "experiment=smoke"]

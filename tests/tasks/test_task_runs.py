@@ -73,7 +73,7 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     (["+curriculum=kk_ladder", "prompt=gsm8k_reasoning"], "prompt.fmt: reasoning_answer is not a K&K answer format"),
     # K&K's weights name K&K's components: on GSM8K they would reward nothing GSM8K grades
     (["+curriculum=gsm8k_ladder", "reward=default"], "reward.task: these weights are kk's components, but the "
-                                                     "task is gsm8k"),
+     r"task is gsm8k; choose a reward of gsm8k's: reward=gsm8k_stack \| gsm8k_stack_gist \| gsm8k_stack_verbatim"),
     # a level GSM8K does not have
     (["+curriculum=gsm8k_ladder", "eval.subsets=[7]"], "eval.subsets: 7 is not a level of task gsm8k"),
     # the whole split is a training stage's level only where the task can draw it (K&K cannot)
@@ -89,10 +89,10 @@ def test_the_gsm8k_ladder_smoke_runs_offline_with_a_validation_row_per_level_and
     # the ladder is a stage per level, named by it: a name of its own would name them all alike
     (["+curriculum=ladder", "task=gsm8k", "curriculum.stages=[{name: x, level: each, steps: 1, pool: 8}]"],
      r"curriculum.stages\[0\].name: a `level: each` stage is one stage per level"),
-    # a preset the task does not offer
-    (["+curriculum=gsm8k_grpo", "reward=preset", "reward.preset=nope"],
-     r"reward.preset: 'nope' is not a preset of task gsm8k; its presets: gsm8k_stack, default, gsm8k_stack_verbatim, "
-     r"gsm8k_stack_gist"),
+    # the task's own weights asked of a built-in task, which has none: its reward files are named
+    (["+curriculum=gsm8k_grpo", "reward=task"],
+     r"reward.weights: none given, and task gsm8k declares no default_weights; choose a reward of gsm8k's: "
+     r"reward=gsm8k_stack \| gsm8k_stack_gist \| gsm8k_stack_verbatim"),
 ])
 def test_a_task_and_its_config_must_fit(make_cfg, overrides, message):
     if "+curriculum=reasoning_gym" in overrides:

@@ -1,10 +1,10 @@
 """A run's rewards: the task's reward functions at `reward.weights`, and the user's own beside them.
 
 The task offers its components (`Task.reward_functions`, built with the run's prompt format, completion
-length and the reward group's blocks for it) and its presets (`Task.reward_presets`); the reward group
-(conf/reward/*.yaml) names the task whose components it weighs (`reward.task`), a preset of the task's
-to start from (`reward.preset`) and the weights. `reward.custom` adds functions from the user's modules
-(`train/rewards/custom.py`), weight 1 unless given.
+length and the reward group's blocks for it) and may declare default weights (`Task.default_weights`); the
+reward group (conf/reward/*.yaml: the named rewards, each a file) names the task whose components it weighs
+(`reward.task`) and the weights, which win over the task's defaults. `reward.custom` adds functions from the
+user's modules (`train/rewards/custom.py`), weight 1 unless given.
 
 Every component reaches TRL under its config key (`reward_stack` makes each a `train.rewards.checks.Reward` named
 by it), so the one name of a
@@ -15,9 +15,11 @@ console, the wandb config and the report read it there instead of reading the co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from omegaconf import OmegaConf
+
+from conf import CONF_DIR
 from core.checks import ConfigError, plain
 from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_reward_functions
@@ -26,13 +28,13 @@ from train.rewards.checks import Reward, task_reward
 from train.rewards.custom import load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
-REWARD_KEYS = ("task", "preset", "weights", "allow_negative_weights", "custom", "timeout_s")
+REWARD_KEYS = ("task", "weights", "allow_negative_weights", "custom", "timeout_s")
 
 
 @dataclass(frozen=True)
 class RewardComponent:
     """One reward function as the run weighs it: its config key (TRL's name for it), weight and where the weight
-    came from: `preset <name>` (`reward.preset`), `reward.weights` (a reward file or the command line),
+    came from: `task default` (`Task.default_weights`), `reward.weights` (a reward file or the command line),
     `reward.custom` (a custom reward's default 1), or `logged` (a task's `always_rewarded` at weight 0)."""
 
     name: str
@@ -50,23 +52,26 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
 
     >>> from curriculum.tasks import build_task
     >>> gsm8k = build_task({"name": "gsm8k", "source": "sample"})
-    >>> funcs, stack = reward_stack({"task": "gsm8k", "preset": "gsm8k_stack", "weights": {"correctness": 1.0,
-    ...                              "xml_count": 0, "soft_format": 0}}, gsm8k, fmt="reasoning_answer",
-    ...                             max_completion_length=200)
+    >>> funcs, stack = reward_stack({"task": "gsm8k", "weights": {"correctness": 1.0, "integer": 0.5},
+    ...                              "custom": {"short": {"_target_": "train.rewards.probe.low_token_share",
+    ...                                                   "_partial_": True, "below": 600}}}, gsm8k,
+    ...                             fmt="reasoning_answer", max_completion_length=200)
     >>> [f.__name__ for f in funcs]
-    ['correctness', 'integer', 'strict_format']
+    ['correctness', 'integer', 'short']
     >>> [(c.name, c.weight, c.source) for c in stack]  # doctest: +NORMALIZE_WHITESPACE
-    [('correctness', 1.0, 'reward.weights'), ('integer', 0.5, 'preset gsm8k_stack'),
-     ('strict_format', 0.5, 'preset gsm8k_stack')]
+    [('correctness', 1.0, 'reward.weights'), ('integer', 0.5, 'reward.weights'), ('short', 1.0, 'reward.custom')]
     """
     cfg = plain(reward_cfg)
     _check_task(cfg.get("task"), task)
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
     offered = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
     functions = {name: task_reward(name, function) for name, function in offered.items()}
-    preset, given = _preset(cfg.get("preset"), task), cfg.get("weights") or {}
-    sources = dict.fromkeys(preset, f"preset {cfg.get('preset')}") | dict.fromkeys(given, "reward.weights")
-    weights = {**preset, **given}
+    defaults, given = dict(task.default_weights), cfg.get("weights") or {}
+    if not defaults and not given:
+        raise ConfigError(f"reward.weights: none given, and task {task.name} declares no default_weights; "
+                          f"{_rewards_of(task)} (its components: {', '.join(offered)})")
+    sources = dict.fromkeys(defaults, "task default") | dict.fromkeys(given, "reward.weights")
+    weights = {**defaults, **given}
     for name, spec in (cfg.get("custom") or {}).items():
         functions[str(name)] = load_custom_reward(str(name), spec, reserved=tuple(functions), columns=task.columns)
         weights.setdefault(str(name), 1.0)
@@ -100,18 +105,24 @@ def stack_record(stack: list[RewardComponent]) -> list[dict]:
 def _check_task(named, task: Task) -> None:
     """`reward.task` (null: any task) names the task whose components the weights weigh."""
     if named is not None and named != task.name:
-        presets = ", ".join(task.reward_presets()) or "none"
         raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
-                          f"choose a reward of {task.name}'s: a conf/reward/ file whose task is {task.name}, or "
-                          f"reward=preset [reward.preset=<one of its presets: {presets}>]")
+                          f"{_rewards_of(task)}")
 
 
-def _preset(name, task: Task) -> Mapping[str, float]:
-    """The weights of the task's preset `name` (None: none, the weights alone)."""
-    if name is None:
-        return {}
-    presets = task.reward_presets()
-    if name not in presets:
-        raise ConfigError(f"reward.preset: {name!r} is not a preset of task {task.name}; its presets: "
-                          f"{', '.join(presets) or 'none (give reward.weights)'}")
-    return presets[name]
+def _rewards_of(task: Task) -> str:
+    """How to choose a reward of `task`'s: the conf/reward/ files that name it, or its default weights."""
+    files = sorted(path.stem for path in (CONF_DIR / "reward").glob("*.yaml") if _task_of(path.stem) == task.name)
+    if files:
+        return f"choose a reward of {task.name}'s: reward={' | '.join(files)}"
+    if task.default_weights:
+        return f"reward=task runs {task.name}'s default_weights"
+    return "give its weights: reward=task +reward.weights.<component>=<weight>"
+
+
+def _task_of(reward_file: str) -> str | None:
+    """The `task` a conf/reward/ file names, itself or through the file its defaults list starts from."""
+    node = OmegaConf.load(CONF_DIR / "reward" / f"{reward_file}.yaml")
+    if "task" in node:
+        return node.task
+    parents = [name for name in node.get("defaults", []) if name != "_self_"]
+    return _task_of(parents[0]) if parents else None

@@ -2,8 +2,8 @@
 ``f(completions, **columns) -> list[float]`` (`answer` is the reference column; other keyword
 arguments TRL passes, such as prompts or trainer_state, are ignored).
 
-Each returns a unit score; the recipe's values are the weights (:data:`RECIPE_WEIGHTS`,
-conf/reward/gsm8k_stack.yaml), so a sweep over the weights searches the stack:
+Each returns a unit score; the recipe's values are the weights (conf/reward/gsm8k_stack.yaml),
+so a sweep over the weights searches the stack:
 
 - `correctness_reward`: 1 when the final answer block's number equals the ``####`` answer
   (`curriculum.tasks.gsm8k.grader.grade`); weight 2.0.
@@ -30,8 +30,6 @@ from curriculum.tasks.base import completion_text, final_answer_block
 from curriculum.tasks.gsm8k.grader import grade, read_number, soft_format, strict_format
 from curriculum.tasks.rewards import RewardFunc
 
-#: The recipe's weights (correctness 2.0, integer 0.5, strict 0.5, soft 0.5, XML count 0.125 a tag).
-RECIPE_WEIGHTS = {"correctness": 2.0, "integer": 0.5, "strict_format": 0.5, "soft_format": 0.5, "xml_count": 0.5}
 XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 #: Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).
 XML_TRAILING_PENALTY = 0.002

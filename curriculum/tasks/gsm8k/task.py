@@ -30,8 +30,8 @@ from typing import Any
 from core.checks import ConfigError
 from curriculum.tasks.base import ALL, AnswerGrade, RecordError, Task, TaskRecord, check_split, disjoint
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
-from curriculum.tasks.gsm8k.rewards import RECIPE_WEIGHTS, REWARD_FUNCTIONS
-from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, GIST_WEIGHTS, VERBATIM_FUNCTIONS
+from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
+from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
 from curriculum.tasks.report import TaskReport
 from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
@@ -232,10 +232,6 @@ class GSM8KTask(Task):
         components recipe_*) and the earlier gist's two format readings (gist_*); none reads the prompt's format or
         its length."""
         return {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS, **GIST_FORMAT_FUNCTIONS}
-
-    def reward_presets(self) -> dict[str, dict[str, float]]:
-        return {"gsm8k_stack": dict(RECIPE_WEIGHTS), "default": dict(RECIPE_WEIGHTS),
-                "gsm8k_stack_verbatim": dict.fromkeys(VERBATIM_FUNCTIONS, 1.0), "gsm8k_stack_gist": dict(GIST_WEIGHTS)}
 
     def sft_target(self, record: TaskRecord, fmt: str) -> str:
         """The worked solution and its ``####`` answer in the recipe's tags (`worked_solution`)."""

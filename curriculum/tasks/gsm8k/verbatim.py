@@ -141,6 +141,3 @@ GIST_FORMAT_FUNCTIONS = {
     "gist_strict_format": gist_strict_format_reward_func,
     "gist_soft_format": gist_soft_format_reward_func,
 }
-#: component name -> weight of `reward=gsm8k_stack_gist`: the write-up's five with the gist's format readings
-GIST_WEIGHTS = {"recipe_correctness": 1.0, "recipe_int": 1.0, "gist_strict_format": 1.0, "gist_soft_format": 1.0,
-                "recipe_xmlcount": 1.0}

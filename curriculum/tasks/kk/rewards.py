@@ -28,8 +28,8 @@ components:
 and returns every component bound (`functools.partial`) to the prompt format and length, sharing one grade
 cache (`GradeCache`, the memo the components grade through) so each completion is graded once per batch however
 many components there are; `KKTask.reward_functions` is it.
-The presets are conf/reward/*.yaml (default and the deltas on it: tiered, whose scheme is a value and which
-seed_v1, seed_v2, seed_v4_instruct and logic_rl set, logic_rl_strict, partial).
+The presets are conf/reward/*.yaml (default and the deltas on it: tiered, whose scheme is a value,
+logic_rl_strict, partial).
 """
 
 from __future__ import annotations

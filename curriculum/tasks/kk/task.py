@@ -35,8 +35,6 @@ from curriculum.tasks.kk.sources import (
 from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
-#: The default reward's weights (conf/reward/default.yaml; its other presets are deltas on that file).
-DEFAULT_WEIGHTS = {"format": 0.5, "answer": 2.0, "overlong": 0.5}
 
 
 def ppl_of_level(level: str) -> int:
@@ -146,9 +144,6 @@ class KKTask(Task):
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
         """Every component of `rewards.py` (format, think, answer, partial, overlong, tiered, logic_rl_strict)."""
         return reward_components(settings)
-
-    def reward_presets(self) -> dict[str, dict[str, float]]:
-        return {"default": dict(DEFAULT_WEIGHTS)}
 
     def sft_target(self, record: TaskRecord, fmt: str) -> str:
         """The published chain of thought and answer in format `fmt` (`sft.reference_response`)."""

@@ -14,7 +14,7 @@ then response (verl's reward manager decodes both together), so the batched func
   not, -2 when the answer says "knight"/"knave" (any case, inside other words too: "Knights") other
   than once per person, a person has no such sentence, the answer is empty, or the format failed.
 
-Totals 3 / -0.5 / -1 / -3, as the lenient `reward=logic_rl` table, but read far more strictly than
+Totals 3 / -0.5 / -1 / -3, as the lenient `reward=tiered` table (scheme logic_rl), but read far more strictly than
 `curriculum.tasks.kk.grading.grader`: "Knights: Zoey, Ava" is right for the grader (+3 there) and unparseable here (-1).
 The ground truth is Logic-RL's reading of the record's `solution_text_format` ("(1) Zoey is a knight"),
 rebuilt from names and roles (`solution_text_format`). One difference from verl stays: TRL decodes a
