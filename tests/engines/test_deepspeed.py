@@ -1,6 +1,7 @@
 """DeepSpeed ZeRO-2 and ZeRO-3 for real on this CPU: the shipped launch files (conf/accelerate/zero2.yaml and
 zero3.yaml, bf16 mixed precision) through `accelerate launch` on 2 processes, DeepSpeed's CPU accelerator
-(DS_ACCELERATOR=cpu) and gloo, running the tiny model's smoke ladder.
+(DS_ACCELERATOR=cpu) and gloo, running the tiny model's smoke ladder cut to its first two stages: one handoff
+and one reference refresh are what the sharding can get wrong, and each further stage only repeats them.
 
 What a user's first GPU day needs of them: one run directory, every stage done, each final the float32 master
 weights DeepSpeed keeps (not its bf16 module), equal on both ranks and handed on exactly, validation that
@@ -31,8 +32,9 @@ from tests.drivers import KILL_WHILE_PUBLISHING, POISON_ONE_SHARD
 pytestmark = pytest.mark.run
 
 # cpu_threads pinned: two runs compared weight for weight must sum their floats with the same threads
-SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2", "cpu_threads=1"]
-STAGES = ["1-2ppl", "2-3ppl", "3-4ppl", "4-5ppl", "5-6ppl"]
+SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2", "cpu_threads=1",
+         "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 10, pool: 299}, {name: 3ppl, ppl: 3, steps: 20, pool: 1000}]"]
+STAGES = ["1-2ppl", "2-3ppl"]
 ENV = {"DS_ACCELERATOR": "cpu"}  # DeepSpeed's CPU accelerator; its collectives fall back to gloo without oneCCL
 
 def accelerate(zero: str, *args: str) -> subprocess.CompletedProcess:
@@ -75,7 +77,7 @@ def test_the_ladder_ends_in_one_run_whose_float32_finals_are_equal_on_both_ranks
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(runs) == 1, f"one run directory for both ranks: {runs}"
     records = stages(runs[0])
-    assert [s["status"] for s in records] == ["done"] * 5
+    assert [s["status"] for s in records] == ["done"] * len(STAGES)
     for record in records:
         assert record["distributed"] == {"type": "DEEPSPEED", "processes": 2, "mixed_precision": "bf16",
                                          "zero_stage": int(zero[-1])}, "what ran, as accelerate set it up"
@@ -140,11 +142,11 @@ def test_a_kill_while_a_final_is_published_resumes_to_the_uninterrupted_finals(t
     resumed = accelerate("zero3", "-m", "train", *common, f"resume={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after, uninterrupted = stages(run_dir), stages(runs[0])
-    assert [s["status"] for s in after] == ["done"] * 5
+    assert [s["status"] for s in after] == ["done"] * len(STAGES)
     assert after[0]["resumed_from"].endswith("checkpoint-2"), "published from its checkpoint at the budget"
     assert [s["final_fingerprints"] for s in after] == [s["final_fingerprints"] for s in uninterrupted]
     compacted = json.loads((run_dir / "run.json").read_text())["compacted_finals"]
-    assert sorted(compacted.values()) == ["bfloat16"] * 4, "every final but the last, rewritten in bfloat16"
+    assert sorted(compacted.values()) == ["bfloat16"] * (len(STAGES) - 1), "each final but the last, in bfloat16"
 
 
 def test_a_nan_in_one_ranks_zero3_shard_stops_the_stage_on_every_rank_and_publishes_nothing(tmp_path, cache_dir):

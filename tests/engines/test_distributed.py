@@ -34,8 +34,11 @@ pytestmark = pytest.mark.run
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 # The issue's command. eval.batch_size=2 splits each subset's 4 puzzles into two batches, so that each
 # rank generates one of them and the gathered rows are compared with one process's.
-SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2"]
-STAGES = ["1-2ppl", "2-3ppl", "3-4ppl", "4-5ppl", "5-6ppl"]
+# the smoke ladder's first three stages: handoffs, a stage killed between two others, each further stage a repeat
+SMOKE = ["+curriculum=kk_ladder", "model=tiny", "experiment=smoke", "eval.batch_size=2",
+         "curriculum.stages=[{name: 2ppl, ppl: 2, steps: 10, pool: 299}, {name: 3ppl, ppl: 3, steps: 20, pool: 1000},"
+         " {name: 4ppl, ppl: 4, steps: 10, pool: 1000}]"]
+STAGES = ["1-2ppl", "2-3ppl", "3-4ppl"]
 ONE_STAGE = "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}]"
 METRICS_OF_A_ROW = ("stage", "stage_name", "global_step", "cost")  # what differs between a run's row and eval's
 
@@ -66,16 +69,16 @@ def test_two_processes_train_the_ladder_into_one_run_directory(two_processes):
     run_dir = runs[0]
     manifest = json.loads((run_dir / "run.json").read_text())
     assert (manifest["status"], manifest["world_size"]) == ("done", 2)
-    assert [(s["status"], s["steps_done"]) for s in manifest["stages"]] == [("done", 2)] * 5
+    assert [(s["status"], s["steps_done"]) for s in manifest["stages"]] == [("done", 2)] * len(STAGES)
     for stage in STAGES:  # one final per stage, nothing half-published, trainer checkpoints pruned once
         assert sorted(p.name for p in (run_dir / "stages" / stage).iterdir()) == ["final"]
     steps = [r["global_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
-    assert steps == list(range(1, 11)), "every step logged once, by one writer, in order"
+    assert steps == list(range(1, 7)), "every step logged once, by one writer, in order"
     validated = [(r["stage"], r["ppl"]) for r in read_jsonl(run_dir / "validation.jsonl")]
-    assert len(validated) == len(set(validated)) and {k for k, _ in validated} == set(range(6)), "each row once"
+    assert len(validated) == len(set(validated)) and {k for k, _ in validated} == set(range(4)), "each row once"
     assert done.stdout.count("validation after baseline") == 1, "the main process alone prints the table"
-    # each rank generates its own per-device batch of 4 every step: 2 x 4 x 10 steps, said before the run
-    assert "size: 5 stages on 2 processes; training 10 GRPO steps, 80 completions" in done.stdout + done.stderr
+    # each rank generates its own per-device batch of 4 every step: 2 x 4 x 6 steps, said before the run
+    assert "size: 3 stages on 2 processes; training 6 GRPO steps, 48 completions" in done.stdout + done.stderr
     assert (run_dir / ".hydra" / "overrides.yaml").is_file(), "Hydra's record, from the main process"
     assert (run_dir / "__main__.log").read_text().count("torch CPU threads") == 1, "one job log: the main process's"
 
@@ -87,10 +90,10 @@ def test_both_ranks_end_every_stage_with_the_weights_the_final_holds(two_process
     for stage, saved in zip(stages, on_disk, strict=True):
         assert stage["final_fingerprints"] == [saved, saved], f"{stage['name']}: rank 0 and rank 1 agree with disk"
     assert [s["policy_fingerprint"] for s in stages[1:]] == on_disk[:-1], "each stage starts from the last final"
-    assert len(set(on_disk)) == 5, "every stage moved the weights"
+    assert len(set(on_disk)) == len(STAGES), "every stage moved the weights"
 
 
-@pytest.mark.parametrize("stage", [0, 5])  # the baseline (the base model), and the last stage's final
+@pytest.mark.parametrize("stage", [0, 3])  # the baseline (the base model), and the last stage's final
 def test_validation_rows_equal_one_process_eval_of_the_same_checkpoint(two_processes, tmp_path, cache_dir, stage):
     """Validation shared out over 2 ranks gives the rows and completions `python -m eval` gives in one process."""
     _, _, (run_dir,) = two_processes
@@ -161,11 +164,11 @@ def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         # checkpoint-1 complete: its digests are written last, after every rank's files (train/stages/checkpoints.py)
-        _wait_for(run_dir / "stages" / "3-4ppl" / "trainer" / "checkpoint-1" / "checksums.json", launcher)
+        _wait_for(run_dir / "stages" / "2-3ppl" / "trainer" / "checkpoint-1" / "checksums.json", launcher)
         ranks = _ranks(launcher)
         for process in ranks.values():  # freeze both: the kill lands mid-stage, whatever the machine's speed
             process.suspend()
-        assert not (run_dir / "stages" / "3-4ppl" / "final").exists(), "stage 3 is mid-way"
+        assert not (run_dir / "stages" / "2-3ppl" / "final").exists(), "stage 2 is mid-way"
         ranks[1].kill()
         ranks[0].resume()
         stderr = launcher.communicate(timeout=120)[1]
@@ -174,16 +177,16 @@ def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_
     assert launcher.returncode != 0, "the job stops when one rank dies"
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in ranks.values()), stderr[-2000:]
     before = json.loads((run_dir / "run.json").read_text())
-    assert [s["status"] for s in before["stages"]][:2] == ["done", "done"]
-    assert before["stages"][2]["status"] in ("running", "failed")
+    assert [s["status"] for s in before["stages"]][:1] == ["done"]
+    assert before["stages"][1]["status"] in ("running", "failed")
 
     resumed = torchrun("-m", "train", *args, f"resume={run_dir}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = json.loads((run_dir / "run.json").read_text())
-    assert [s["status"] for s in after["stages"]] == ["done"] * 5
-    assert after["stages"][2]["resumed_from"], "stage 3 continued from its trainer checkpoint"
+    assert [s["status"] for s in after["stages"]] == ["done"] * len(STAGES)
+    assert after["stages"][1]["resumed_from"], "stage 2 continued from its trainer checkpoint"
     steps = [r["global_step"] for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
-    assert steps == list(range(1, 11)), "the resumed steps are logged once"
+    assert steps == list(range(1, 7)), "the resumed steps are logged once"
     assert finals(run_dir) == finals(reference), "bit-identical with the uninterrupted 2-process run"
 
 
@@ -342,7 +345,7 @@ def test_a_sweep_job_starts_its_ranks_and_resumes_its_run_when_requeued(two_proc
          f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         job = sweep / "0"
-        _wait_for(job / "stages" / "2-3ppl" / "final", sweeper)
+        _wait_for(job / "stages" / "1-2ppl" / "final", sweeper)
         _process_running(sweeper, "submitit.core._submit").send_signal(signal.SIGUSR2)  # SLURM's warning signal
         output = sweeper.communicate(timeout=600)[0]
     finally:
@@ -354,5 +357,5 @@ def test_a_sweep_job_starts_its_ranks_and_resumes_its_run_when_requeued(two_proc
     assert not (tmp_path / "runs").exists(), "the ranks ran in the job's directory, not a new run's"
     manifest = json.loads((job / "run.json").read_text())
     assert (manifest["status"], manifest["world_size"]) == ("done", 2)
-    assert [s["status"] for s in manifest["stages"]] == ["done"] * 5
+    assert [s["status"] for s in manifest["stages"]] == ["done"] * len(STAGES)
     assert finals(job) == finals(reference), "the requeued run ends as the uninterrupted one"
