@@ -279,7 +279,11 @@ def _killed_in_stage_b(run_dir: Path, common: list[str]) -> None:
 
 
 @pytest.mark.run
-def test_an_offline_resume_replays_the_run_so_its_newest_folder_holds_every_step_once(tmp_path, cache_dir):
+def test_an_offline_resume_replays_the_run_so_its_newest_folder_holds_every_step_once(tmp_path, cache_dir,
+                                                                                       monkeypatch):
+    # each attempt its own wandb service, as from a shell: not this process's (an earlier test's), which would keep
+    # the killed attempt's run open and refuse the resume its id
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
     run_dir = tmp_path / "run"
     common = [*TWO_GRPO_STAGES, f"paths.cache_dir={cache_dir}"]
     _killed_in_stage_b(run_dir, common)
