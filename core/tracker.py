@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 # WANDB_MODE's values wandb knows ("dryrun" is its old name for offline, "run" for online)
 WANDB_MODES = ("online", "offline", "disabled", "dryrun", "shared", "run")
+OFFLINE_MODES = ("offline", "dryrun")
 WANDB_HOST = "https://api.wandb.ai"
 # A server that answers opens a TCP connection in well under a second; a machine without network never does.
 PROBE_TIMEOUT_S = 3.0
@@ -78,6 +79,8 @@ def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool]
 class NullTracker:
     """The tracker of `logger=none`: accepts everything, sends nothing."""
 
+    offline_folder: Path | None = None
+
     def log(self, row: dict, step: int) -> None:
         pass
 
@@ -92,7 +95,9 @@ class NullTracker:
 
 
 class WandbTracker:
-    """A wandb run in the mode `wandb_mode` decides (an offline one: sync it later with `wandb sync`)."""
+    """A wandb run in the mode `wandb_mode` decides. An offline one writes a folder of its own, `offline_folder`
+    (`<dir>/wandb/offline-run-<time>-<id>`: what `wandb sync` uploads), even when an earlier one holds its id;
+    online, `offline_folder` is None and a run id wandb knows is continued (`resume="allow"`)."""
 
     def __init__(self, logger: Mapping, run_dir: Path, *, name: str, group: str | None, job_type: str, run_id: str,
                  config: dict):
@@ -123,6 +128,7 @@ class WandbTracker:
         for prefix in ("train", "sft", "guard", "val_step", "rollouts"):
             self.run.define_metric(f"{prefix}/*", step_metric="global_step")
         self.run.define_metric("val/*", step_metric="stage")
+        self.offline_folder = Path(self.run.settings.sync_dir) if mode in OFFLINE_MODES else None
 
     def log(self, row: dict, step: int) -> None:
         """The row's numbers (and its text metadata, `TEXT_KEYS`) at `step`."""

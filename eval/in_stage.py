@@ -21,7 +21,7 @@ from core.distributed import SINGLE, Processes
 from curriculum.tasks.base import TaskRecord
 from eval.generation import HfEngine
 from eval.settings import ValidationSettings
-from eval.validation import grade_subset, subset_row, tracked_metrics
+from eval.validation import grade_subset, subset_row, tracked_validation
 from eval.vllm_backend import ColocatedEngine
 
 
@@ -65,8 +65,7 @@ class InStageValidation(TrainerCallback):
             model.train()
         self.writer.write(rows)
         for row in rows:
-            tracked = tracked_metrics(row, self.settings.task)
-            self.tracker.log({f"val_step/{row['level']}/{k}": v for k, v in tracked.items()}, step=row["global_step"])
+            self.tracker.log(tracked_validation(row, self.settings.task, "val_step"), step=row["global_step"])
         return rows
 
     def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:

@@ -85,6 +85,17 @@ def tracked_metrics(row: dict, task: Task) -> dict:
     return found
 
 
+def tracked_validation(row: dict, task: Task, prefix: str = "val") -> dict:
+    """A validation row's metrics as the tracker gets them, `<prefix>/<level>/<metric>` (`tracked_metrics`):
+    `val` after a stage, `val_step` inside one (eval/in_stage.py).
+
+    >>> from curriculum.tasks.kk import KKTask
+    >>> tracked_validation({"level": "2ppl", "accuracy": 0.5, "n": 4}, KKTask(), "val_step")["val_step/2ppl/accuracy"]
+    0.5
+    """
+    return {f"{prefix}/{row['level']}/{k}": v for k, v in tracked_metrics(row, task).items()}
+
+
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,
              out_dir: Path, writer=None, tracker=None, console: Console | None = None,
              processes: Processes = SINGLE, engine: ProcessEngine | None = None) -> list[dict]:
@@ -122,9 +133,7 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
                           highlight=False)
     if tracker is not None and record:
         for row in rows:  # `stage` beside: validation panels are drawn over the stage (train/tracking.py)
-            tracker.log({"stage": tag.get("stage"),
-                         **{f"val/{row['level']}/{k}": v for k, v in tracked_metrics(row, s.task).items()}},
-                        step=step)
+            tracker.log({"stage": tag.get("stage"), **tracked_validation(row, s.task)}, step=step)
     if record:
         console.print(results_table(rows, f"validation after {tag.get('stage_name')}", s.task.report))
     return rows

@@ -230,9 +230,12 @@ class RunConsole:
         self.console.print(f"[bold]run directory[/] {escape(str(self.run_dir))}", soft_wrap=True)
         self.console.print(f"report (any time): {escape(report_command(self.run_dir))}", soft_wrap=True)
 
-    def finished(self, summary: str) -> None:
+    def finished(self, summary: str, sync: Path | None = None) -> None:
+        """The run's last lines; `sync`: its offline wandb folder, the one that holds the whole run."""
         self.console.print(f"[bold green]run done[/] {escape(summary)}", soft_wrap=True)
         self.console.print(f"run directory {escape(str(self.run_dir))}", soft_wrap=True)
+        if sync is not None:
+            self.console.print(f"wandb (offline), the whole run: {escape(f'wandb sync {sync}')}", soft_wrap=True)
         self.console.print(f"report: {escape(report_command(self.run_dir))}", soft_wrap=True)
 
     def stage(self, stage: Stage) -> StageConsole:

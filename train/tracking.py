@@ -33,6 +33,8 @@ from train.settings import RunSettings
 # end-of-training line it keeps in the run's summary instead of its history (`WandbCallback.on_log`).
 TRL_PREFIX = "train"
 SUMMARY_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
+# metrics.jsonl's own columns beside a trainer's log line (`MetricsCallback`)
+METRICS_TAGS = ("stage", "stage_name", "level", "stage_step", "global_step", "kind")
 
 
 def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: str, config: dict, *,
@@ -88,9 +90,6 @@ class MetricsCallback(TrainerCallback):
         self.writer, self.tracker = writer, tracker
         self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}
         self.step_offset, self.kind = step_offset, kind
-        # the tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index)
-        numbers = [float(n) for n in re.findall(r"\d+", level)]
-        self.level_value = sum(numbers) / len(numbers) if numbers else stage_index
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -102,14 +101,32 @@ class MetricsCallback(TrainerCallback):
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = kind
         self.writer.write([row])
-        prefix = self.kind.tracker_prefix
-        scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
-        if scalars:  # transformers' WandbCallback keeps these in the summary (bare for TRL's `train` prefix)
-            self.tracker.summary({(k if prefix == TRL_PREFIX else f"{prefix}/{k}"): v for k, v in scalars.items()})
-        self.tracker.log(tracked_row({k: v for k, v in logs.items() if k not in scalars}, prefix,
-                                     global_step=row["global_step"], stage=self.tags["stage"],
-                                     stage_kind=self.kind.name, level=self.level_value),
-                         step=row["global_step"])
+        send_trainer_line(self.tracker, row, self.kind)
+
+
+def send_trainer_line(tracker, row: Mapping, kind: StageKindFacts) -> None:
+    """One metrics.jsonl row (a trainer's log line and our `METRICS_TAGS`) to the tracker, as it is logged live and
+    as a resumed offline run replays it (train/run/replay.py): the end-of-training scalars into the summary, as
+    transformers' WandbCallback keeps them (bare for TRL's `train` prefix), the rest at the row's global step."""
+    prefix = kind.tracker_prefix
+    logs = {k: v for k, v in row.items() if k not in METRICS_TAGS}
+    scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
+    if scalars:
+        tracker.summary({(k if prefix == TRL_PREFIX else f"{prefix}/{k}"): v for k, v in scalars.items()})
+    tracker.log(tracked_row({k: v for k, v in logs.items() if k not in scalars}, prefix,
+                            global_step=row["global_step"], stage=row["stage"], stage_kind=kind.name,
+                            level=level_value(row["level"], row["stage"])),
+                step=row["global_step"])
+
+
+def level_value(level: str, stage_index: int) -> float:
+    """The tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index).
+
+    >>> level_value("2-6ppl", 3), level_value("mixed", 3)
+    (4.0, 3)
+    """
+    numbers = [float(n) for n in re.findall(r"\d+", level)]
+    return sum(numbers) / len(numbers) if numbers else stage_index
 
 
 def peak_memory_gib() -> dict[str, float]:

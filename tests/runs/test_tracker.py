@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +26,7 @@ from wandb.proto import wandb_internal_pb2
 
 from core.rundir.jsonl import read_jsonl
 from core.tracker import TrackerStartError, WandbTracker, host_answers, wandb_mode
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from train.tracking import SUMMARY_SCALARS
 
 KEY = {"WANDB_API_KEY": "0" * 40}  # a key of the right length that no server knows
@@ -239,3 +243,79 @@ def test_resuming_a_finished_run_opens_no_wandb_run(sft_then_grpo, tmp_path, cac
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list(run_dir.glob("wandb/offline-run-*"))) == 1
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
+
+
+TWO_GRPO_STAGES = ("+curriculum=kk_ladder", "experiment=smoke", "model=tiny", "logger=wandb", "limits.max_steps=3",
+                   "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 4}, {name: b, ppl: 2, steps: 3, pool: 4}]",
+                   "eval.subsets=[2]")
+
+
+def _history(folder: Path) -> list[dict]:
+    """An offline run's history rows, read from its `.wandb` file, less wandb's own clock keys."""
+    records = wandb_records(next(folder.glob("run-*.wandb")))
+    rows = [_items(r.history.item) for r in records if r.WhichOneof("record_type") == "history"]
+    return [{k: v for k, v in row.items() if k not in ("_timestamp", "_runtime")} for row in rows]
+
+
+def _killed_in_stage_b(run_dir: Path, common: list[str]) -> None:
+    """The run killed in stage b after its step 2 was logged and before its checkpoint-2 was: that step is lost past
+    the last checkpoint (checkpoint-1) and trained again by the resume. Frozen once checkpoint-2's digests are
+    written (the step logged before), killed, and checkpoint-2 removed: as if the kill came before it was saved."""
+    trainer = run_dir / "stages" / "2-b" / "trainer"
+    proc = subprocess.Popen([sys.executable, "-m", "train", *common, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "WANDB_MODE": "offline"})
+    try:
+        deadline = time.time() + 300
+        while not (trainer / "checkpoint-2" / "checksums.json").exists():
+            assert proc.poll() is None and time.time() < deadline, "the run ended before stage b's checkpoint-2"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGSTOP)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    shutil.rmtree(trainer / "checkpoint-2")
+    shutil.rmtree(trainer / "checkpoint-3", ignore_errors=True)
+
+
+@pytest.mark.run
+def test_an_offline_resume_replays_the_run_so_its_newest_folder_holds_every_step_once(tmp_path, cache_dir,
+                                                                                       monkeypatch):
+    # each attempt its own wandb service, as from a shell: not this process's (an earlier test's), which would keep
+    # the killed attempt's run open and refuse the resume its id
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)
+    run_dir = tmp_path / "run"
+    common = [*TWO_GRPO_STAGES, f"paths.cache_dir={cache_dir}"]
+    _killed_in_stage_b(run_dir, common)
+    logged = [(r["stage"], r["global_step"]) for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "step"]
+    assert logged == [(1, 1), (1, 2), (2, 3), (2, 4)], "stage b's step 2 logged, its checkpoint lost"
+    first = list(run_dir.glob("wandb/offline-run-*"))
+    assert len(first) == 1
+
+    done = run_cli("train", *common, f"resume={run_dir}", env={"WANDB_MODE": "offline"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    folders = sorted(run_dir.glob("wandb/offline-run-*"))
+    assert folders[0] == first[0] and len(folders) == 2, "the killed attempt's folder is kept beside the new one"
+    newest = run_dir / json.loads((run_dir / "run.json").read_text())["tracker_offline_run"]
+    assert newest == folders[1]
+    assert f"wandb sync {newest}" in done.stdout + done.stderr, "the run's last lines name the folder to sync"
+
+    rows = _history(newest)
+    # every step of both stages once, in order: 1-3 replayed (up to checkpoint-1), 4 (lost) and 5 trained again
+    assert [(r["stage"], r["train/global_step"], r["_step"]) for r in rows if "stage_kind" in r] == [
+        (1, 1, 1), (1, 2, 2), (2, 3, 3), (2, 4, 4), (2, 5, 5)]
+    assert [r["_step"] for r in rows] == sorted({r["_step"] for r in rows}), "one history row a step"
+    # validation after each stage and the baseline, each once: the baseline's and a's replayed, b's live
+    assert [(r["_step"], r["stage"]) for r in rows if "val/2ppl/accuracy" in r] == [(0, 0), (2, 1), (5, 2)]
+    # a replayed step has the keys a live one has: what the trainer logged, under the same names
+    keys = [{k for k in r if not k.startswith("rollouts/")} for r in rows if "stage_kind" in r]
+    assert keys[2] == keys[3], "global step 3 replayed, 4 live: stage b's steps 1 and 2"
+    assert any(k.startswith("rollouts/") for k in rows[1]), "stage a's sampled rollouts replayed too"
+    # and the values the killed attempt sent then, read back from its own folder (wandb wrote a step's row there
+    # once the next step began; what it held at the kill is lost with it)
+    earlier = {r["_step"]: r for r in _history(folders[0])}
+    assert {0, 1, 2} <= set(earlier), "the killed attempt's folder holds stage a"
+    for row in rows[:4]:
+        if row["_step"] in earlier:
+            assert {k: v for k, v in row.items() if "samples" not in k} == {
+                k: v for k, v in earlier[row["_step"]].items() if "samples" not in k}

@@ -51,6 +51,7 @@ from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
 from train.run.preflight import RunSize, cpu_warning, run_size
+from train.run.replay import replay_history
 from train.run.resume import StageAction, StageStart, plan_stages
 from train.run.stage_end import StageEnd, stage_end_callbacks
 from train.run.start import process_engine, run_lock, run_threads
@@ -63,6 +64,8 @@ from train.stages.weight_sync import WeightSyncGroup
 from train.tracking import MetricsCallback, RunLogs, make_tracker, tracker_config
 
 log = logging.getLogger(__name__)
+
+OFFLINE_RUN = "tracker_offline_run"  # run.json: the offline wandb folder that holds the whole run
 
 
 def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
@@ -110,8 +113,21 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
                              identity=identity, callbacks=list(callbacks), processes=processes, console=console,
                              tracked=tracked)
     if processes.is_main:
-        console.finished(f"objective {settings.objective} = {value:.3f}")
+        synced = manifest.fields.get(OFFLINE_RUN)
+        console.finished(f"objective {settings.objective} = {value:.3f}", sync=run_dir / synced if synced else None)
     return value
+
+
+def record_offline_folder(manifest: Manifest, run_dir: Path, folder: Path | None) -> None:
+    """run.json's `tracker_offline_run`: the offline wandb folder this attempt writes (inside `run_dir`, relative
+    to it), which holds the whole run once a resume has replayed the earlier attempts into it (train/run/replay.py);
+    none when this attempt's tracker is online or none."""
+    if folder is None:
+        manifest.fields.pop(OFFLINE_RUN, None)
+        return
+    if folder.resolve().is_relative_to(run_dir.resolve()):  # else wandb was told to write elsewhere: its own path
+        folder = folder.resolve().relative_to(run_dir.resolve())
+    manifest.update(**{OFFLINE_RUN: str(folder)})
 
 
 def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str, held_out: dict, manifest: Manifest,
@@ -124,6 +140,8 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
                                config=tracker_config(settings), writes=processes.is_main and tracked)
+        if processes.is_main and tracked:
+            record_offline_folder(manifest, run_dir, tracker.offline_folder)
         engine = process_engine(settings, base, processes)
         CurriculumRun(
             settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
@@ -179,11 +197,14 @@ class CurriculumRun:
         """The baseline, then each stage as `plan_stages` (train/run/resume.py) answers for it (a fresh run: train
         every one): train from the previous stage's final and publish its own (or publish, or adopt, what a killed
         attempt left), then validate it; a done stage is skipped."""
-        if self.manifest.baseline is None:
+        resumed = self.manifest.baseline is not None  # an earlier attempt logged it, and perhaps stages
+        if not resumed:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
         starts = plan_stages(self.run_dir, self.manifest, self.settings.plan, self.finals_read,
                              on_damaged=self.settings.on_damaged, processes=self.processes)
+        if resumed:  # an offline tracker's run starts empty: what the earlier attempts logged goes first
+            replay_history(self.logs.tracker, self.run_dir, starts, self.settings.task)
         previous, rl_start = self.base, None
         for stage in self.settings.plan:
             kind = self.settings.kinds[stage.kind]

@@ -81,6 +81,15 @@ class CollapseWatch:
         return mean, mean < threshold
 
 
+def tracked_guard(event: Mapping) -> dict:
+    """A collapse guard event (its metrics.jsonl row) as the tracker gets it: `guard/<signal>` = its value.
+
+    >>> tracked_guard({"signal": "entropy", "value": 0.05, "threshold": 0.1})
+    {'guard/entropy': 0.05}
+    """
+    return {f"guard/{event['signal']}": event["value"]}
+
+
 class CollapseGuard(TrainerCallback):
     """Watches every step log line of a stage; on an event: metrics.jsonl, the tracker, a console line,
     `record(event)` (run.json), and with `action: stop` the end of the stage."""
@@ -102,7 +111,7 @@ class CollapseGuard(TrainerCallback):
             event = {**self.tags, "stage_step": state.global_step, "global_step": self.step_offset + state.global_step,
                      **event, "action": self.action}
             self.writer.write([{**event, "kind": f"guard:{event['signal']}"}])
-            self.tracker.log({f"guard/{event['signal']}": event["value"]}, step=event["global_step"])
+            self.tracker.log(tracked_guard(event), step=event["global_step"])
             log.warning("collapse guard: stage %s step %d: %s = %.3f crossed %.3f over the last %d steps (%s)",
                         self.tags["stage_name"], state.global_step, event["signal"], event["value"],
                         event["threshold"], event["window"], self.action)

@@ -1,0 +1,98 @@
+"""A resumed run's offline wandb run made whole: what earlier attempts logged, sent to it again first.
+
+Online, a resume continues the run's one wandb run (its id, `resume="allow"`). Offline, wandb gives each
+attempt a folder of its own (`wandb/offline-run-*`) under that id and cannot continue an earlier one, and
+`wandb sync` of several folders of one id does not reliably join them. So before a resumed attempt logs
+anything, its offline run gets, with their original steps and keys, everything the run's files record up to
+where the attempt resumes (`replay_history`): the baseline's validation and each stage's trainer log lines
+(metrics.jsonl: steps, end-of-stage scalars, guard events), validations inside it (validation_steps.jsonl)
+and sampled rollouts (rollouts.jsonl) up to the trainer checkpoint it goes on from, all of them for a stage
+it does not train, and the validation after a stage it skips (validation.jsonl, and its samples' tables).
+What the attempt does itself (steps a kill lost past the checkpoint, trained again; a stage retrained or
+validated again) is logged as it happens, so each step is in the newest folder once and that one folder,
+synced, is the whole run. Earlier attempts' folders are left as they are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from itertools import groupby
+from pathlib import Path
+
+from core.rundir.jsonl import read_jsonl
+from core.rundir.layout import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS, samples_dir, samples_file, stage_dirname
+from curriculum.tasks.base import Task
+from eval.validation import sample_cells, tracked_validation
+from train.rollouts import table_row
+from train.run.resume import StageAction, StageStart
+from train.run.stage_end import tracked_guard
+from train.stages.checkpoints import checkpoint_step
+from train.tracking import send_trainer_line
+
+# The step a row of `kind` is sent at, and the order a step's rows are sent in: training, then validation.
+ORDER = {"metrics": 0, "val_step": 1, "rollouts": 2, "validation": 3}
+
+
+def replay_history(tracker, run_dir: Path, starts: Mapping[int, StageStart], task: Task) -> int:
+    """Send an offline `tracker` (one with an `offline_folder`; any other is left alone) what earlier attempts at
+    the run in `run_dir` logged before where each stage starts now (`starts`: train/run/resume.py `plan_stages`);
+    returns how many rows it sent. Only for a resume whose baseline was validated before: else nothing was."""
+    if tracker.offline_folder is None:
+        return 0
+    rows = sorted(_recorded(run_dir, starts), key=lambda item: (item[1]["global_step"], ORDER[item[0]]))
+    sent = 0
+    for (source, step), group in groupby(rows, key=lambda item: (item[0], item[1]["global_step"])):
+        sent += _send(tracker, run_dir, source, step, [row for _, row in group], starts, task)
+    return sent
+
+
+def replayed_through(start: StageStart) -> float:
+    """The last stage step of `start`'s stage already trained: every step of one this attempt does not train
+    (skipped, or its final adopted), up to the trainer checkpoint it goes on from (or publishes), none of one
+    trained from its start."""
+    if start.action in (StageAction.SKIP, StageAction.ADOPT):
+        return math.inf
+    return checkpoint_step(start.checkpoint) if start.checkpoint is not None else 0
+
+
+def _recorded(run_dir: Path, starts: Mapping[int, StageStart]) -> Iterator[tuple[str, dict]]:
+    """(source, row) for each row recorded before where its stage starts now."""
+    through = {index: replayed_through(start) for index, start in starts.items()}
+    for source, name in (("metrics", METRICS), ("val_step", VALIDATION_STEPS), ("rollouts", ROLLOUTS)):
+        for row in read_jsonl(run_dir / name):
+            if row.get("stage") in through and row["stage_step"] <= through[row["stage"]]:
+                yield source, row
+    skipped = {0} | {index for index, start in starts.items() if start.action is StageAction.SKIP}
+    for row in read_jsonl(run_dir / VALIDATION):
+        if row.get("stage") in skipped:  # a stage validated again now logs its validation then
+            yield "validation", row
+
+
+def _send(tracker, run_dir: Path, source: str, step: int, rows: list[dict], starts: Mapping[int, StageStart],
+          task: Task) -> int:
+    """One source's rows at one global step to the tracker, as they were logged live."""
+    if source == "rollouts":  # one table a step, as train/rollouts.py `RolloutSampler` logs it
+        tracker.table("rollouts/samples", [table_row(row) for row in rows], step=step)
+        return len(rows)
+    for row in rows:
+        if source == "metrics" and str(row.get("kind", "")).startswith("guard:"):
+            tracker.log(tracked_guard(row), step=step)
+        elif source == "metrics":
+            send_trainer_line(tracker, row, starts[row["stage"]].stage.kind_facts)
+        elif source == "val_step":
+            tracker.log(tracked_validation(row, task, "val_step"), step=step)
+        else:
+            _send_validation(tracker, run_dir, row, task)
+    return len(rows)
+
+
+def _send_validation(tracker, run_dir: Path, row: dict, task: Task) -> None:
+    """A validation after a stage (or the baseline): its samples' table, then its metrics, as eval/validation.py
+    `validate` logs them."""
+    level, step = row["level"], row["global_step"]
+    samples = samples_file(samples_dir(run_dir, stage_dirname(row["stage"], row["stage_name"])), level)
+    if samples.exists():
+        cells = [sample_cells(row, level, sample, task.report.sample_columns) for sample in read_jsonl(samples)]
+        tracker.table(f"val/{level}/samples", cells, step)
+    tracker.log({"stage": row["stage"], **tracked_validation(row, task)}, step=step)
