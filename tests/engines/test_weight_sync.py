@@ -147,7 +147,8 @@ def test_every_stage_gets_its_own_weight_sync_callback(make_cfg):
     from train.run.runner import CurriculumRun
 
     plan = build_plan(make_cfg("+curriculum=kk_ladder", "experiment=smoke"))
-    settings = SimpleNamespace(rollouts=SimpleNamespace(every=0), validation=SimpleNamespace(eval=SimpleNamespace(every=0)))
+    settings = SimpleNamespace(rollouts=SimpleNamespace(every=0),
+                               validation=SimpleNamespace(eval=SimpleNamespace(every=0)))
     run = CurriculumRun(settings, Path("unused"), rows={}, base="unused", held_out={}, manifest=None,
                         logs=SimpleNamespace(metrics=None, tracker=None, rollouts=None), callbacks=[])
     found = [[c for c in run.stage_callbacks(stage, 0, "unused", history=[])[0] if isinstance(c, WeightSyncGroup)]
