@@ -21,9 +21,11 @@ ARGS ?=
 MODEL ?=
 DEVICE ?=
 KILLS ?= 20
-# The tests run on every core (at most 4), a module per worker (tests/conftest.py groups them): most tests pin torch to one
-# thread (a reproducible float sum), so one pytest process leaves a core idle. XDIST= runs them in one process.
-XDIST ?= -n $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 ))) --dist loadgroup
+# The tests run on every core (at most 4), a module per worker (`loadfile`: a module's fixtures, many of which run a
+# whole curriculum, are built once): most tests pin torch to one thread (a reproducible float sum), so one pytest
+# process leaves a core idle. XDIST= runs them in one process. (`loadgroup` with marks does not group under pytest 9:
+# xdist 3.8 writes the group into `item._nodeid`, which pytest 9 no longer reads; tests/config/test_install.py.)
+XDIST ?= -n $(shell n=$$(nproc); echo $$(( n < 4 ? n : 4 ))) --dist loadfile
 SEED ?= 0
 
 .DEFAULT_GOAL := help

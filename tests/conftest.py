@@ -36,17 +36,6 @@ os.environ["KK_ENGINE_GUARD"] = "strict"
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT / "tests" / "guard_site"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist's `--dist loadgroup` by file: a module's fixtures (many run a whole
-    curriculum) are built once, on one worker. tryfirst: xdist reads the groups in its own hook of the same
-    name. Every launch of many processes here binds a port the OS picks (accelerate's `--main_process_port`,
-    torchrun's `--standalone`), so two workers' launches never collide."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One model cache for the whole session: the tiny model is built once."""

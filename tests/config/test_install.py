@@ -1,8 +1,11 @@
-"""A plain `pip install -e .` (no peft extra) runs the ladder, and the console shows the run, not library noise."""
+"""A plain `pip install -e .` (no peft extra) runs the ladder, and the console shows the run, not library noise; `make
+test`'s xdist mode builds a module's fixtures once."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
@@ -62,3 +65,32 @@ def test_the_license_is_an_spdx_string_so_setuptools_does_not_warn_on_install():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["license"] == "Apache-2.0"
     assert project["build-system"]["requires"] == ["setuptools>=77"]  # the first to read an SPDX string
+
+
+PROBE = '''
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def built():
+    with open(os.environ["SETUPS"], "a") as log:
+        log.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
+
+@pytest.mark.parametrize("i", range(8))
+def test_uses_the_module_fixture(built, i):
+    pass
+'''
+
+
+def test_make_tests_xdist_mode_builds_a_modules_fixtures_once(tmp_path):
+    """`make test` shares the tests out over cores a module at a time, so a module fixture (many run a whole
+    curriculum) is built once: split over two workers, each would build it. `--dist loadgroup` with marks fails
+    this under pytest 9 (xdist 3.8 writes the group where pytest 9 no longer reads it)."""
+    [mode] = re.findall(r"^XDIST \?=.*--dist (\w+)", (ROOT / "Makefile").read_text(), flags=re.M)
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    setups = tmp_path / "setups.txt"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", mode,
+                           "--rootdir", str(tmp_path), "-c", "/dev/null", str(tmp_path / "test_probe.py")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "SETUPS": str(setups)})
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert len(setups.read_text().split()) == 1, f"--dist {mode}: the module fixture was built on {setups.read_text()}"
