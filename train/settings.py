@@ -34,7 +34,7 @@ class RunSettings:
     config: dict  # the whole config, resolved: config.yaml, its hash in run.json, the tracker's config
     task: Task  # `task`, with `prompt.fmt`'s grader
     plan: list[Stage]  # `curriculum.stages` with `limits`, `stage_overrides` and `guard` applied
-    kinds: dict[str, StageKind]  # each stage kind built from its group (`grpo`, `sft`) and the shared ones
+    kinds: dict[str, StageKind]  # each kind the plan uses, from its group (`grpo`, `sft`) and the shared ones
     validation: ValidationSettings  # `eval`, `prompt` and `model.chat` as validation reads them
     model: dict  # `model`: what `core.models.resolve_model` builds or looks up
     cache_dir: Path  # `paths.cache_dir`: built models and fetched wheels
