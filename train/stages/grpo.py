@@ -85,7 +85,7 @@ class GrpoStage:
                        chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        if stage.overrides:  # the group alone check_config checks as `grpo`
+        if stage.overrides:  # else the stage trains on the group as it is, which check_config checks as `grpo`
             check_grpo_fields({**self.grpo, **stage.overrides}, key, self.shared.world_size)
         run_wide = sorted(name for name in stage.overrides if name == "use_vllm" or name.startswith("vllm_"))
         if run_wide:  # the run starts (or keeps unloaded) vLLM from the grpo group: core.models.defer_vllm

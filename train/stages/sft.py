@@ -41,7 +41,7 @@ class SftStage:
                            chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        if stage.overrides:  # the group alone check_config checks as `sft`
+        if stage.overrides:  # else the stage trains on the group as it is, which check_config checks as `sft`
             check_trainer_fields(self.fields(stage), SFTConfig, key)
 
     def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
