@@ -22,7 +22,7 @@ from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
 from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.settings import subset_levels
-from train.rewards.reward_group import task_reward_funcs
+from train.rewards.reward_group import RewardComponent, reward_stack
 from train.silent_settings import check_model_id, check_promotions, smoke_on_pretrained_warning
 from train.stages.base import StageKind
 from train.stages.fields import check_trainer_fields
@@ -32,9 +32,11 @@ from train.stages.kinds import GROUPS, STAGE_KINDS, stage_kinds
 log = logging.getLogger(__name__)
 
 
-def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE, task: Task | None = None) -> None:
+def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE,
+                 task: Task | None = None) -> tuple[dict[str, StageKind], list[RewardComponent]]:
     """Raise ConfigError for the first bad value found, naming its key; `task` is the run's (None: the one
-    `cfg.task` names).
+    `cfg.task` names). Returns what checking built, for the run to use: the plan's stage kinds (their rewards
+    the reward group's, `KindSettings.rewards`) and the reward stack's components (`reward_stack`).
 
     Keys and types are the schema's (conf/schema.py, checked while Hydra composes); these are the rules a
     type cannot say: ranges, rules across keys, names that must exist, what this machine has (first: a
@@ -51,8 +53,6 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
     # also without an sft stage in the plan: a misspelt field would otherwise pass without a word
     check_trainer_fields(OmegaConf.to_container(cfg.sft, resolve=True), SFTConfig, "sft")
-    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size)
-    _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_eval_config(cfg.eval, task)
     check_cpu_head_size(cfg.eval, OmegaConf.to_container(cfg.grpo, resolve=True), cfg.model)
     check_context_length(cfg.model)
@@ -60,13 +60,17 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     _check_objective(str(cfg.objective), list(subset_levels(task, cfg.eval.subsets)))
     _check_lora(cfg.model.lora)
     _check_reference(str(cfg.reference), cfg.model.lora)
-    task_reward_funcs(cfg.reward, task, fmt=str(cfg.prompt.fmt),
-                      max_completion_length=int(cfg.grpo.max_completion_length))
+    funcs, stack = reward_stack(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                                max_completion_length=int(cfg.grpo.max_completion_length))
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size,
+                        [stage.kind for stage in plan], (funcs, [part.weight for part in stack]))
+    _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
     check_model_id(cfg.model)
     check_promotions(plan)
     surprising = smoke_on_pretrained_warning(cfg.model, cfg.reward, cfg.grpo)
     if surprising and processes.is_main:
         log.warning(surprising)
+    return kinds, stack
 
 
 def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:

@@ -23,9 +23,8 @@ from curriculum.tasks.base import Task
 from curriculum.tasks.contract import check_records
 from eval.settings import ValidationSettings, subset_levels, validation_settings
 from train.config_check import check_config
-from train.rewards.reward_group import reward_stack, stack_record
+from train.rewards.reward_group import stack_record
 from train.stages.base import StageKind
-from train.stages.kinds import GROUPS, stage_kinds
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class RunSettings:
     config: dict  # the whole config, resolved: config.yaml, its hash in run.json, the tracker's config
     task: Task  # `task`, with `prompt.fmt`'s grader
     plan: list[Stage]  # `curriculum.stages` with `limits`, `stage_overrides` and `guard` applied
-    kinds: dict[str, StageKind]  # each stage kind built from its group (`grpo`, `sft`) and the shared ones
+    kinds: dict[str, StageKind]  # each kind the plan uses, from its group (`grpo`, `sft`) and the shared ones
     validation: ValidationSettings  # `eval`, `prompt` and `model.chat` as validation reads them
     model: dict  # `model`: what `core.models.resolve_model` builds or looks up
     cache_dir: Path  # `paths.cache_dir`: built models and fetched wheels
@@ -63,13 +62,13 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
     launch (every step's batch counts them)."""
     task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes.world_size, task=task)
-    check_config(cfg, plan, processes, task=task)
+    kinds, stack = check_config(cfg, plan, processes, task=task)
     check_records(task, plan, subset_levels(task, cfg.eval.subsets), cfg.prompt.fmt, seeds=(cfg.seed, cfg.eval.seed))
     return RunSettings(
         config=OmegaConf.to_container(cfg, resolve=True),
         task=task,
         plan=plan,
-        kinds=stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size),
+        kinds=kinds,
         validation=validation_settings(cfg.eval, cfg.prompt, cfg.model, task),
         model=OmegaConf.to_container(cfg.model, resolve=True),
         cache_dir=Path(cfg.paths.cache_dir),
@@ -83,14 +82,5 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
         objective=str(cfg.objective),
         rollouts=as_record(RolloutsConfig, cfg.rollouts),
         finals=as_record(FinalsConfig, cfg.finals),
-        reward_stack=run_reward_stack(cfg, task, plan),
+        reward_stack=stack_record(stack) if any(stage.kind_facts.learns_from_rewards for stage in plan) else None,
     )
-
-
-def run_reward_stack(cfg: DictConfig, task: Task, plan: list[Stage]) -> list[dict] | None:
-    """The reward stack the run's GRPO stages train on (`reward_stack`), None when no stage learns from rewards."""
-    if not any(stage.kind_facts.learns_from_rewards for stage in plan):
-        return None
-    _, stack = reward_stack(cfg.reward, task, fmt=str(cfg.prompt.fmt),
-                            max_completion_length=int(cfg.grpo.max_completion_length))
-    return stack_record(stack)

@@ -60,6 +60,22 @@ def test_a_kind_in_one_place_alone_is_refused_by_name(implementations, listed, r
             kinds_by_name(implementations, listed)
 
 
+@pytest.mark.parametrize(("stages", "kinds"), [
+    # a GRPO ladder builds the GRPO kind alone
+    (None, ["grpo"]),
+    # an SFT stage before a GRPO one: both kinds, in the plan's order
+    (f"curriculum.stages=[{SFT_STAGE}, {{name: a, ppl: 2, steps: 2, pool: 8}}]", ["sft", "grpo"]),
+], ids=["grpo", "sft-then-grpo"])
+def test_a_run_builds_its_plans_kinds_and_rewards_once(cache_dir, stages, kinds):
+    cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke", *([stages] if stages else []))
+    settings = read_settings(cfg)
+    assert list(settings.kinds) == kinds
+    # the rewards the GRPO stages train on are those checking built: the stack run.json records
+    funcs, weights = settings.kinds["grpo"].shared.rewards
+    assert [(func.__name__, weight) for func, weight in zip(funcs, weights, strict=True)] == [
+        (component["name"], component["weight"]) for component in settings.reward_stack]
+
+
 TOO_LONG = [
     # prompt + reference completion over sft.max_length: TRL would cut the reference answer off
     (("sft.max_length=64", f"curriculum.stages=[{SFT_STAGE}]"),

@@ -216,3 +216,21 @@ def test_an_async_reward_that_changes_its_inputs_names_the_async_rewards_awaited
                                           r"changed in place while it ran, by it or by an async reward TRL awaited "
                                           r"beside it \(pure_async\)"):
         asyncio.run(step())
+
+
+def test_each_stage_wraps_the_runs_rewards_anew():
+    from train.rewards.checks import checked_rewards, task_reward
+
+    def unscored(completions, **kwargs):
+        return [None] * len(completions)
+
+    built = [task_reward("unscored", unscored)]  # the run's, built once (reward_stack), handed to every stage
+    first_stage, second_stage = [], []
+    (first,) = checked_rewards(built, timeout_s=None, warn=first_stage.append, group_size=2)
+    first(**_trl_inputs())
+    (second,) = checked_rewards(built, timeout_s=5, warn=second_stage.append)
+    second(**_trl_inputs())
+    # each stage's run.json entry gets its own warning: the first stage's "said once" does not silence the second
+    assert len(first_stage) == len(second_stage) == 1
+    # and its own settings: the second stage's time limit and group size leave the first's wrapper as it was
+    assert (first.timeout_s, first.group_size, second.timeout_s, second.group_size) == (None, 2, 5, None)

@@ -239,10 +239,12 @@ def task_reward(name: str, func: Callable) -> Reward:
 
 def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None, warn: Callable[[dict], None] | None = None,
                     group_size: int | None = None) -> list[Reward]:
-    """Every reward function of a stage as a `Reward` (the stage's: `reward_stack` builds them) with the stage's
-    time limit and warning sink; the first also logs the distinct share of groups of `group_size` (once per
-    batch, not per function)."""
-    wrapped = [f if isinstance(f, Reward) else reward(f.__name__, f) for f in funcs]
+    """Every reward function of a stage as a `Reward` of its own (the run's are built once, by `reward_stack`; a
+    wrapper holds one stage's state: its warning sink, what it warned of, its group size) with the stage's time
+    limit and warning sink; the first also logs the distinct share of groups of `group_size` (once per batch, not
+    per function)."""
+    wrapped = [reward(f.__name__, f.func, f.settings, log_share=f.log_share) if isinstance(f, Reward)
+               else reward(f.__name__, f) for f in funcs]
     for func in wrapped:
         func.timeout_s, func.warn = timeout_s, warn
     if wrapped:

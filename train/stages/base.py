@@ -9,7 +9,7 @@ A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -33,6 +33,9 @@ class KindSettings:
     seed: int  # each stage's trainer is seeded with seed + its index
     world_size: int = 1  # processes training each step: TRL's batch arithmetic counts them
     task: Task | None = None  # the run's task: its reward functions (kk: the reward group's components)
+    # the reward group's functions and weights at `grpo.max_completion_length` (`reward_stack`, built once by
+    # check_config); a stage that overrides the length gets its own
+    rewards: tuple[Sequence[Callable], Sequence[float]] = ((), ())
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -85,7 +85,8 @@ class GrpoStage:
                        chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        check_grpo_fields({**self.grpo, **stage.overrides}, key, self.shared.world_size)
+        if stage.overrides:  # else the stage trains on the group as it is, which check_config checks as `grpo`
+            check_grpo_fields({**self.grpo, **stage.overrides}, key, self.shared.world_size)
         run_wide = sorted(name for name in stage.overrides if name == "use_vllm" or name.startswith("vllm_"))
         if run_wide:  # the run starts (or keeps unloaded) vLLM from the grpo group: core.models.defer_vllm
             raise ConfigError(f"{key}.{run_wide[0]}: vLLM rollouts are set for the whole run, in grpo.{run_wide[0]}")
@@ -114,9 +115,11 @@ class GrpoStage:
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> GRPOTrainer:
         lora = self.shared.model.get("lora")
         args = grpo_config(self.grpo, stage, output_dir, seed=self.shared.seed, lora=lora)
-        funcs, weights = task_reward_funcs(self.shared.reward, self.shared.task, fmt=self.shared.prompt["fmt"],
-                                           max_completion_length=args.max_completion_length)
-        args.reward_weights = weights
+        funcs, weights = self.shared.rewards
+        if args.max_completion_length != self.grpo["max_completion_length"]:  # the rewards read the length
+            funcs, weights = task_reward_funcs(self.shared.reward, self.shared.task, fmt=self.shared.prompt["fmt"],
+                                               max_completion_length=args.max_completion_length)
+        args.reward_weights = list(weights)
         funcs = checked_rewards(funcs, timeout_s=self.shared.reward.get("timeout_s"),
                                 warn=ctx.reward_warning,  # one finite number (or None) per completion, in time
                                 group_size=args.num_generations)  # the collapse guard's distinct-share metric

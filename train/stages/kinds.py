@@ -8,7 +8,7 @@ import, naming it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from core.checks import plain
 from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
@@ -47,10 +47,11 @@ STAGE_KINDS: dict[str, type[StageKind]] = kinds_by_name((GrpoStage, SftStage), S
 GROUPS = ("prompt", "model", "reward", *STAGE_KINDS)
 
 
-def stage_kinds(groups: Mapping, seed: int, task: Task, world_size: int = 1) -> dict[str, StageKind]:
-    """Every kind, built from its own config group, the groups all kinds read (`groups`: GROUPS by name),
-    the run's seed, the run's task (its rewards) and the number of processes that train each step."""
-    plain_groups = {name: plain(groups[name]) for name in GROUPS}
-    shared = KindSettings(prompt=plain_groups["prompt"], model=plain_groups["model"], reward=plain_groups["reward"],
-                          seed=seed, world_size=world_size, task=task)
-    return {name: kind(plain_groups[name], shared) for name, kind in STAGE_KINDS.items()}
+def stage_kinds(groups: Mapping, seed: int, task: Task, world_size: int, names: Iterable[str],
+                rewards: tuple[Sequence[Callable], Sequence[float]]) -> dict[str, StageKind]:
+    """The kinds `names` (a plan's), each built from its own config group, the groups all kinds read (`groups`:
+    GROUPS by name), the run's seed, the run's task, the number of processes that train each step and the run's
+    reward functions with their weights (`KindSettings.rewards`)."""
+    shared = KindSettings(prompt=plain(groups["prompt"]), model=plain(groups["model"]), reward=plain(groups["reward"]),
+                          seed=seed, world_size=world_size, task=task, rewards=rewards)
+    return {name: STAGE_KINDS[name](plain(groups[name]), shared) for name in dict.fromkeys(names)}

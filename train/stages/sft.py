@@ -41,7 +41,8 @@ class SftStage:
                            chat_kwargs=model.get("chat_template_kwargs"))
 
     def check(self, stage: Stage, key: str) -> None:
-        check_trainer_fields(self.fields(stage), SFTConfig, key)
+        if stage.overrides:  # else the stage trains on the group as it is, which check_config checks as `sft`
+            check_trainer_fields(self.fields(stage), SFTConfig, key)
 
     def check_lengths(self, stage: Stage, rows, tokenizer) -> None:
         """Prompt + reference completion (+ EOS, as TRL appends it) must fit `max_length`: TRL would cut the answer."""
