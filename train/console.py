@@ -213,9 +213,6 @@ class RunConsole:
         `train.eta.planned_completions`)."""
         self.timer.completions = dict(completions)
 
-    def validation_began(self, index: int) -> None:
-        self.timer.validation_began(index)
-
     def validation_ended(self, index: int, cost: Mapping | None) -> None:
         """The validation after stage `index` is done; `cost`: what it cost (`eval.cost.validation_cost`)."""
         cost = cost or {}
