@@ -3,13 +3,23 @@ untrusted files share: a number that is not a bool, a whole number with a floor,
 
 The types of config keys are Hydra's to check (conf/schema.py); what is checked here is what a type
 cannot say (a count > 0, a value read from a file someone sent).
+
+The user's code (a reward function, a task's grader) ending the process with `SystemExit` is a failure of the
+run: `sys.exit(0)` in a reward would otherwise end the run with code 0 and no word, its run.json left running;
+`sys.exit(3)` in a grader with code 3, nothing printed and no error.txt. Raised again as `UserCodeExit` (a
+RuntimeError), naming whose code raised it, it fails the stage and the run as any other error of that code does:
+run.json and error.txt record it. Ctrl-C (KeyboardInterrupt) is not a SystemExit and passes as it does.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 from omegaconf import OmegaConf
+
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -60,3 +70,26 @@ def plain(value):
     if OmegaConf.is_config(value):
         return OmegaConf.to_container(value, resolve=True, enum_to_str=True)
     return value
+
+
+class UserCodeExit(RuntimeError):
+    """SystemExit raised by the user's code, as the failure it is."""
+
+
+def exit_failure(who: str, err: SystemExit) -> UserCodeExit:
+    """The failure for `err` raised by `who` ("reward brevity", "task kk's grade").
+
+    >>> print(exit_failure("reward brevity", SystemExit(0)))  # doctest: +NORMALIZE_WHITESPACE
+    reward brevity: raised SystemExit(0), which would end the whole run; it is a failure of the run: return its
+    result, or raise an error that says what is wrong
+    """
+    return UserCodeExit(f"{who}: raised SystemExit({err.code!r}), which would end the whole run; it is a failure "
+                        "of the run: return its result, or raise an error that says what is wrong")
+
+
+def call_user_code(who: str, func: Callable[..., T], *args, **kwargs) -> T:
+    """`func(*args, **kwargs)`, its SystemExit raised as the `UserCodeExit` naming `who`."""
+    try:
+        return func(*args, **kwargs)
+    except SystemExit as err:
+        raise exit_failure(who, err) from err

@@ -44,9 +44,14 @@ from core.weight_check import check_weights_match
 from curriculum.tasks import build_task
 from curriculum.tasks.base import RecordError, Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
-from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
 from eval.metrics import trials
-from eval.settings import validation_pools, validation_settings
+from eval.settings import (
+    check_context_length,
+    check_cpu_head_size,
+    check_eval_config,
+    validation_pools,
+    validation_settings,
+)
 from eval.validation import validate
 
 

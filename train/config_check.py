@@ -20,8 +20,7 @@ from core.rundir.readers import objective
 from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
-from eval.config_check import check_context_length, check_cpu_head_size, check_eval_config
-from eval.settings import subset_levels
+from eval.settings import check_context_length, check_cpu_head_size, check_eval_config, subset_levels
 from train.rewards.reward_group import RewardComponent, reward_stack
 from train.silent_settings import check_model_id, check_promotions, smoke_on_pretrained_warning
 from train.stages.base import StageKind

@@ -25,7 +25,7 @@ from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # tqdm's, or the not
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from core.checks import is_number
-from core.report_command import report_command
+from core.rundir.layout import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
@@ -212,9 +212,6 @@ class RunConsole:
         """The completions of each validation to come, by stage index (0: the baseline;
         `train.eta.planned_completions`)."""
         self.timer.completions = dict(completions)
-
-    def validation_began(self, index: int) -> None:
-        self.timer.validation_began(index)
 
     def validation_ended(self, index: int, cost: Mapping | None) -> None:
         """The validation after stage `index` is done; `cost`: what it cost (`eval.cost.validation_cost`)."""

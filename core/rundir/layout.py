@@ -13,6 +13,7 @@ writing process at a time.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 RUN_JSON = "run.json"
@@ -86,3 +87,16 @@ def tracker_group(run_dir: Path, *, in_sweep: bool) -> str:
     """
     folder = run_dir.parent if in_sweep else run_dir
     return f"{folder.parent.name}/{folder.name}"
+
+
+def report_command(folder: Path | str) -> str:
+    """The shell command for `folder`'s report, quoted for a shell where it needs it.
+
+    `python -m eval.report <dir>` rather than `make report RUN=<dir>`: the report needs only the installed
+    package, and make's `report` target first checks (and for a user who installed with pip, runs) the whole
+    `make install`.
+
+    >>> report_command(Path("outputs/runs/x")), report_command("my runs/x")
+    ('python -m eval.report outputs/runs/x', "python -m eval.report 'my runs/x'")
+    """
+    return f"python -m eval.report {shlex.quote(str(folder))}"

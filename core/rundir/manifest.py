@@ -215,8 +215,8 @@ class Manifest:
         self.stages[index - 1] = dataclasses.replace(record, **fields)
         self.save()
 
-    # A stage's life, in order: pools drawn, (checkpoints skipped), started, (guard events), ended, trained, validated;
-    # or failed, or reset.
+    # A stage's life, in order: pools drawn, (checkpoints skipped), started, (guard events), ended (`end`), trained,
+    # validated (done, with `final_metrics` and `validation_cost`); or failed, or reset.
 
     def pools_drawn(self, removed_overlap: Mapping[str, int]) -> None:
         """How many held-out puzzles each stage's training pool dropped, by stage name."""
@@ -247,10 +247,6 @@ class Manifest:
         if all((w.get("reward"), w.get("warning")) != (event.get("reward"), event.get("warning")) for w in warnings):
             self.update_stage(index, warnings=[*warnings, event])
 
-    def stage_ended(self, index: int, end: dict) -> None:
-        """Why the stage ended (threshold | guard | budget), with the check that decided it."""
-        self.update_stage(index, end=end)
-
     def stage_trained(self, index: int, result: StageResult) -> None:
         """The stage's final is published: its steps continue the global count from the stages before it."""
         start = self.global_step_before(index)
@@ -262,9 +258,6 @@ class Manifest:
             wall_seconds=result.wall_seconds, final_fingerprints=result.final_fingerprints,
             distributed=result.distributed, final_marker=result.final_marker,
         )
-
-    def stage_validated(self, index: int, final_metrics: dict, cost: dict) -> None:
-        self.update_stage(index, status=Status.DONE, final_metrics=final_metrics, validation_cost=cost)
 
     @property
     def world_size(self) -> int:

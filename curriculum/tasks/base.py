@@ -34,7 +34,6 @@ from typing import Any, Protocol, runtime_checkable
 from core.checks import ConfigError, is_int
 from curriculum.prompts import render_prompt
 from curriculum.tasks.report import TaskReport
-from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 SPLITS = ("train", "test")
 #: A stage's `level: all`: the task's whole training split, every level in its natural share (tasks with `has_all`).
@@ -43,6 +42,18 @@ ALL = "all"
 LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 #: Row keys every task's rows carry besides its columns; a column must not take one of these names.
 ROW_KEYS = ("prompt", "completion", "id", "level")
+#: A reward function in TRL's form: pure, batched, ``f(completions, **columns) -> list[float]``; a task binds its
+#: settings with `functools.partial` of a module-level function (it pickles, unlike a closure).
+RewardFunc = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """What a task's reward functions are built with, from a run's config."""
+
+    fmt: str  # `prompt.fmt`: the answer format the prompt asks for (the grader reads it)
+    max_completion_length: int  # `grpo.max_completion_length`: a length-aware reward's limit
+    options: Mapping[str, Any] = field(default_factory=dict)  # the reward group's blocks for the task (K&K: overlong)
 
 
 class RecordError(ValueError):

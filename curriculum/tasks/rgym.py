@@ -38,6 +38,8 @@ from core.checks import ConfigError
 from curriculum.tasks.base import (
     ALL,
     AnswerGrade,
+    RewardFunc,
+    RewardSettings,
     Task,
     TaskRecord,
     check_level_key,
@@ -46,7 +48,6 @@ from curriculum.tasks.base import (
     final_answer_block,
 )
 from curriculum.tasks.report import TaskReport
-from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 TEST_SEED_OFFSET = 2**31
 

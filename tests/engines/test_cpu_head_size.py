@@ -12,7 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
-from eval.config_check import check_cpu_head_size, planned_head_size
+from eval.settings import check_cpu_head_size, planned_head_size
 from tests.conftest import run_cli
 
 TINY_REFUSED = ("eval.backend: vllm, but vLLM's CPU attention (no CUDA here) takes head sizes [32, 64, 80, 96, 112, "

@@ -16,7 +16,7 @@ import optuna
 import pytest
 from omegaconf import OmegaConf
 
-from conf.launch_checks import check_launch
+from conf.errors import check_launch
 from core.checks import ConfigError
 from core.gpu_pool import claimed_gpus, visible_gpus
 from tests.conftest import run_cli

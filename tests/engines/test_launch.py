@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conf import CONF_DIR
-from conf.launch_checks import check_launch
+from conf.errors import check_launch
 from conf.schema import StageConfig
 from core.checks import ConfigError
 from core.distributed import Processes

@@ -31,7 +31,7 @@ class Clock:
 
 def validate(run: RunConsole, clock: Clock, index: int) -> None:
     """A validation as the runner times it: its wall time is the engine's start plus its generation."""
-    run.validation_began(index)
+    run.timer.validation_began(index)
     clock.now += ENGINE + PER_COMPLETION * COMPLETIONS
     run.validation_ended(index, {"seconds": ENGINE + PER_COMPLETION * COMPLETIONS, "setup_seconds": ENGINE,
                                  "completions": COMPLETIONS})

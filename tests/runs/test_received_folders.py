@@ -14,10 +14,10 @@ from core.checks import ConfigError
 from core.parse_limits import MAX_ALIASES, MAX_DEPTH, MAX_YAML_BYTES, ParseLimitError, parse_json, parse_yaml
 from core.weight_check import file_weights
 from eval.checkpoint import _has_chat_template
-from eval.config_check import planned_model_fields
 from eval.report import series as rs
 from eval.report.cli import main, write_report
 from eval.report.sweep import sweep_report
+from eval.settings import planned_model_fields
 from eval.vllm_engine import checkpoint_tensors
 from tests.report.test_report import (
     KK_REPORT,

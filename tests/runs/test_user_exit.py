@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.user_code import UserCodeExit, call_user_code
+from core.checks import UserCodeExit, call_user_code
 from eval.validation import grade_subset
 from tests.conftest import run_cli
 from tests.tasks.test_reward_checks import ONE_STEP, _with_reward

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from conf import CONF_DIR
+from curriculum.tasks.base import RewardSettings
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.rewards import (
     REWARD_FUNCTIONS,
@@ -20,7 +21,6 @@ from curriculum.tasks.gsm8k.rewards import (
     xml_count_reward,
 )
 from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
-from curriculum.tasks.rewards import RewardSettings
 
 # what the run hands every task's rewards (GSM8K's read neither)
 SETTINGS = RewardSettings("reasoning_answer", 200)

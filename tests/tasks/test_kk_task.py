@@ -10,12 +10,11 @@ from core.models import resolve_model
 from curriculum.data import to_rows
 from curriculum.prompts import prompt_text, render_prompt
 from curriculum.tasks import build_task
-from curriculum.tasks.base import disjoint, task_row
+from curriculum.tasks.base import RewardSettings, disjoint, task_row
 from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.rewards import answer_reward, format_reward
 from curriculum.tasks.kk.sources import load_records, split_disjoint
-from curriculum.tasks.rewards import RewardSettings
 
 THINK = "<think>Zoey lies.</think><answer>{}</answer>"
 

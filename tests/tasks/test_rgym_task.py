@@ -15,8 +15,11 @@ reasoning_gym = pytest.importorskip("reasoning_gym",
 
 from core.checks import ConfigError  # noqa: E402
 from curriculum.tasks import build_task, rgym  # noqa: E402
-from curriculum.tasks.base import normalized_question, task_row  # noqa: E402
-from curriculum.tasks.rewards import RewardSettings  # noqa: E402
+from curriculum.tasks.base import (  # noqa: E402
+    RewardSettings,
+    normalized_question,
+    task_row,
+)
 from curriculum.tasks.rgym import ReasoningGymTask, format_ok  # noqa: E402
 from tests.conftest import compose_cfg  # noqa: E402
 

@@ -20,7 +20,7 @@ from curriculum.tasks.base import (
     task_row,
 )
 from curriculum.tasks.kk.grading.grader import grade as kk_grade
-from curriculum.tasks.rewards import weighted_rewards
+from train.rewards.reward_group import weighted_rewards
 
 
 @pytest.mark.parametrize(("columns", "error"), [

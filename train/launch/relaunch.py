@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 
-from conf.launch_checks import accelerate_file, check_launch
+from conf.errors import accelerate_file, check_launch
 from core.checks import is_number
 from core.gpu_pool import POOL_DIR, claimed_gpus
 from core.rundir.layout import ERROR, RUN_JSON

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from core.user_code import exit_failure
+from core.checks import exit_failure
 from curriculum.tasks.base import completion_text
 from train.rewards.inputs import changed_input, fingerprint
 

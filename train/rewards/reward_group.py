@@ -15,20 +15,22 @@ console, the wandb config and the report read it there instead of reading the co
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 from omegaconf import OmegaConf
 
 from conf import CONF_DIR
-from core.checks import ConfigError, plain
-from curriculum.tasks.base import Task
+from core.checks import ConfigError, is_number, plain
+from curriculum.tasks.base import RewardSettings, Task
 from curriculum.tasks.contract import check_reward_functions
-from curriculum.tasks.rewards import RewardSettings, weighted_rewards
 from train.rewards.checks import Reward, task_reward
 from train.rewards.custom import load_custom_reward
 
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "weights", "allow_negative_weights", "custom", "timeout_s")
+F = TypeVar("F", bound=Callable)
 
 
 @dataclass(frozen=True)
@@ -126,3 +128,34 @@ def _task_of(reward_file: str) -> str | None:
         return node.task
     parents = [name for name in node.get("defaults", []) if name != "_self_"]
     return _task_of(parents[0]) if parents else None
+
+
+def weighted_rewards(functions: Mapping[str, F], weights: Mapping, *, always: tuple[str, ...] = (),
+                     allow_negative: bool = False, key: str = "reward.weights") -> tuple[list[F], list[float]]:
+    """The functions with a non-zero weight (and those in `always`, at their weight, 0 or not) with their
+    weights, in `functions`' order: TRL's `reward_funcs` and `reward_weights`.
+
+    Every weight must name a component and be a finite number; a missing weight is 0. A negative weight
+    rewards the opposite of its component, so it needs `allow_negative`. At least one weight must be
+    non-zero (else every advantage is 0). ConfigError names the bad key.
+
+    >>> funcs, w = weighted_rewards({"a": len, "b": abs, "c": min}, {"b": 0.5}, always=("c",))
+    >>> [f.__name__ for f in funcs], w
+    (['abs', 'min'], [0.5, 0.0])
+    >>> weighted_rewards({"a": len}, {"c": 1})
+    Traceback (most recent call last):
+    core.checks.ConfigError: reward.weights.c: unknown component; known: a
+    """
+    for name, value in weights.items():
+        if name not in functions:
+            raise ConfigError(f"{key}.{name}: unknown component; known: {', '.join(functions)}")
+        if not is_number(value, finite=True):
+            raise ConfigError(f"{key}.{name}: {value!r} is not a finite number")
+        if value < 0 and not allow_negative:
+            raise ConfigError(f"{key}.{name}: {value} is negative, which rewards the opposite of the component; "
+                              "set reward.allow_negative_weights=true if that is what you want")
+    kept = [(functions[name], float(weights.get(name, 0))) for name in functions
+            if weights.get(name, 0) or name in always]
+    if not any(weight for _, weight in kept):
+        raise ConfigError(f"{key}: every weight is 0, so every advantage would be 0")
+    return [f for f, _ in kept], [w for _, w in kept]

@@ -218,7 +218,7 @@ class CurriculumRun:
                 trained = self.manifest.record(stage.index)
                 summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
                                                          global_step=trained.global_step_end)
-                self.manifest.stage_validated(stage.index, summary, cost)
+                self.manifest.update_stage(stage.index, status=Status.DONE, final_metrics=summary, validation_cost=cost)
                 self.compact_finals()
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
 
@@ -276,7 +276,7 @@ class CurriculumRun:
         result = run_stage(kind, stage, context, self.rows[stage.name])
         end = ends.record(result.steps_done)
         if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
-            self.manifest.stage_ended(stage.index, end)
+            self.manifest.update_stage(stage.index, end=end)  # why: threshold | guard | budget
         return result
 
     def stage_callbacks(self, stage: Stage, step_offset: int, init: str, *,
@@ -315,7 +315,7 @@ class CurriculumRun:
         validation = self.settings.validation
         chosen = validation_subsets(validation.eval.subsets_after_stage, validation.subsets, self.settings.plan, index)
         if self.console is not None:  # the ETA times validations
-            self.console.validation_began(index)
+            self.console.timer.validation_began(index)
         rows = validate(validation, str(model_path), {level: self.held_out[level] for level in chosen}, tag=tag,
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes,

@@ -286,5 +286,5 @@ def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: Validatio
         skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
                            keep_best=guard is not None and guard.action == "stop", processes=processes)
     end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
-                   record_stop=lambda record: manifest.stage_ended(stage.index, record))
+                   record_stop=lambda record: manifest.update_stage(stage.index, end=record))
     return [c for c in (DivergenceStop(stage.name, processes), skill, guard, end) if c is not None], end

@@ -26,9 +26,8 @@ so a sweep over the weights searches the stack:
 
 from __future__ import annotations
 
-from curriculum.tasks.base import completion_text, final_answer_block
+from curriculum.tasks.base import RewardFunc, completion_text, final_answer_block
 from curriculum.tasks.gsm8k.grader import grade, read_number, soft_format, strict_format
-from curriculum.tasks.rewards import RewardFunc
 
 XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 #: Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).

@@ -28,12 +28,21 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError
-from curriculum.tasks.base import ALL, AnswerGrade, RecordError, Task, TaskRecord, check_split, disjoint
+from curriculum.tasks.base import (
+    ALL,
+    AnswerGrade,
+    RecordError,
+    RewardFunc,
+    RewardSettings,
+    Task,
+    TaskRecord,
+    check_split,
+    disjoint,
+)
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
 from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
 from curriculum.tasks.report import TaskReport
-from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 log = logging.getLogger(__name__)
 

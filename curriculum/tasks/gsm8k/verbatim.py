@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import re
 
-from curriculum.tasks.base import completion_text
+from curriculum.tasks.base import RewardFunc, completion_text
 from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT
-from curriculum.tasks.rewards import RewardFunc
 
 
 def extract_xml_answer(text: str) -> str:

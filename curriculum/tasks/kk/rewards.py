@@ -40,10 +40,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from core.checks import ConfigError, is_number
-from curriculum.tasks.base import completion_text
+from curriculum.tasks.base import RewardFunc, RewardSettings, completion_text
 from curriculum.tasks.kk.grading.grader import Grade, grade
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
-from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")

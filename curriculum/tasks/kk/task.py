@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError, is_int
-from curriculum.tasks.base import Task, TaskRecord, check_split
+from curriculum.tasks.base import RewardFunc, RewardSettings, Task, TaskRecord, check_split
 from curriculum.tasks.kk import metrics
 from curriculum.tasks.kk.canonical import canonical_key
 from curriculum.tasks.kk.grading.grader import FORMATS, Grade, grade
@@ -32,7 +32,6 @@ from curriculum.tasks.kk.sources import (
     load_records,
     split_disjoint,
 )
-from curriculum.tasks.rewards import RewardFunc, RewardSettings
 
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
 
