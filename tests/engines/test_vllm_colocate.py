@@ -224,7 +224,8 @@ def test_vllm_rollouts_on_a_cpu_are_checked_before_any_model_loads(cache_dir):
     with pytest.raises(ConfigError, match=r"^grpo.vllm_enable_sleep_mode: sleep mode is CUDA's"):
         checked("+grpo.vllm_enable_sleep_mode=true")
     with pytest.raises(ConfigError, match=r"overrides.use_vllm: vLLM rollouts are set for the whole run"):
-        checked("curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, overrides: {use_vllm: false}}]")
+        checked("model=tiny_vllm",
+                "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8, overrides: {use_vllm: false}}]")
 
 
 def test_two_processes_each_roll_out_through_one_engine_that_outlives_every_stage(cache_dir, tmp_path):
