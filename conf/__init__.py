@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from conf.schema import RootConfig
 from core.checks import ConfigError
 from core.gpu_pool import jobs_at_once, visible_gpus
-from core.rundir.layout import RUN_JSON
+from core.rundir.files import RUN_JSON
 
 CONF_DIR = Path(__file__).resolve().parent
 # The root schema config.yaml's defaults list starts from; stored on import, so that whatever composes

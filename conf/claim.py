@@ -27,9 +27,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from core.distributed import broadcast, start_processes
-from core.rundir.confine import OutsideRunError
-from core.rundir.layout import RUN_JSON
-from core.rundir.lock import RunLock, RunLockedError
+from core.rundir.files import RUN_JSON, OutsideRunError, RunLock, RunLockedError
 
 
 class ClaimRunDirectory(Callback):

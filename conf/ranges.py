@@ -22,8 +22,8 @@ from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError
 from conf.fields import schema_fields
 from conf.schema import typed_blocks
 from core.checks import ConfigError, is_int, is_number
-from core.rundir.finals import FINAL_MARKER
-from core.rundir.layout import STAGES
+from core.rundir.files import STAGES
+from core.rundir.records import FINAL_MARKER
 
 THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
 STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most

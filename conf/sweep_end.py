@@ -18,8 +18,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from core.distributed import on_main, start_processes
-from core.rundir.layout import ERROR, RUN_JSON, report_command
-from core.rundir.readers import read_mapping
+from core.rundir.files import ERROR, RUN_JSON, read_mapping, report_command
 from core.rundir.records import Status
 
 

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from conf.choices import ValidationPlan
 from conf.ranges import check_field_ranges
 from core.checks import ConfigError, is_number, plain, whole_number
-from core.rundir.layout import stage_dirname
+from core.rundir.files import stage_dirname
 from core.rundir.records import StageRecord, Status
 from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
 from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights

@@ -34,10 +34,19 @@ from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
 from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
 from core.parse_limits import ParseLimitError, parse_yaml
-from core.rundir.confine import read_inside, write_json_atomic
-from core.rundir.jsonl import JsonlWriter, read_jsonl
-from core.rundir.layout import CONFIG, EVALUATION, SAMPLES, VALIDATION, run_of_final, tracker_group
-from core.rundir.readers import row_level
+from core.rundir.files import (
+    CONFIG,
+    EVALUATION,
+    SAMPLES,
+    VALIDATION,
+    JsonlWriter,
+    read_inside,
+    read_jsonl,
+    run_of_final,
+    tracker_group,
+    write_json_atomic,
+)
+from core.rundir.records import row_level
 from core.stats import rate_text
 from core.tracker import TrackerStartError, open_tracker
 from core.weight_check import check_weights_match

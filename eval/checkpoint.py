@@ -4,7 +4,7 @@ naming it (a ConfigError: the fix is another `model=`, or a setting).
 - a path must be a checkpoint folder: not a file, with its config.json and the tokenizer files a validation
   loads (and its chat template when the prompts are chat messages);
 - a stage's final (a folder with `stage.json`) must hold the files its marker recorded; inside its run folder
-  it must also be the final run.json recorded for its stage (core/rundir/finals.py): a swapped or replaced
+  it must also be the final run.json recorded for its stage (core/rundir/records.py): a swapped or replaced
   final would otherwise be validated as the stage it is not;
 - a final whose marker names the task it was trained on is validated as that task, or refused.
 A hub id is the hub's to check.
@@ -17,10 +17,8 @@ from pathlib import Path
 
 from core.checks import ConfigError, is_int
 from core.parse_limits import parse_json
-from core.rundir.finals import FINAL_MARKER, final_info, final_problem, recorded_final_problem
-from core.rundir.layout import RUN_JSON, run_of_final, stage_dirname
-from core.rundir.readers import load_file
-from core.rundir.records import stage_records
+from core.rundir.files import RUN_JSON, load_file, run_of_final, stage_dirname
+from core.rundir.records import FINAL_MARKER, final_info, final_problem, recorded_final_problem, stage_records
 
 # `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")

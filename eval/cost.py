@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from core.rundir.readers import row_level
+from core.rundir.records import row_level
 
 # Generated tokens per second of a whole GRPO step (generation and the update) with SmolLM2-135M on the
 # project's 2-core CPU, from `make demo`'s 2ppl stage (metrics.jsonl: 8 steps x 8 completions x mean length

@@ -32,8 +32,8 @@ from transformers import AutoTokenizer
 from core.checks import call_user_code
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
-from core.rundir.layout import samples_file
-from core.rundir.readers import row_level
+from core.rundir.files import samples_file
+from core.rundir.records import row_level
 from core.stats import percent_text, wilson_interval
 from curriculum.tasks.base import Task, TaskRecord
 from curriculum.tasks.report import TaskReport

@@ -40,9 +40,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.rundir.jsonl import read_jsonl
-from core.rundir.layout import METRICS, RUN_JSON, VALIDATION
-from core.rundir.readers import read_mapping
+from core.rundir.files import METRICS, RUN_JSON, VALIDATION, read_jsonl, read_mapping
 
 ROOT = Path(__file__).resolve().parents[1]
 # The smoke ladder (5 stages x 2 steps on the tiny model), one CPU thread: identical runs give identical bits.

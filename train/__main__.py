@@ -38,8 +38,7 @@ from conf.claim import HeldResume, discard_refused_run, record_asked_off
 from conf.errors import run_app
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
-from core.rundir.layout import ERROR
-from core.rundir.lock import RunLockedError
+from core.rundir.files import ERROR, RunLockedError
 from core.stage_kinds import STAGE_KIND_FACTS
 from train.failures import interrupted_line, record_error, record_refusal, refusal_line
 from train.identity import RunIdentity, named_optims, run_identity

@@ -16,7 +16,7 @@ from conf.ranges import check_ranges
 from core.checks import ConfigError, plain
 from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
 from core.models import uses_bitsandbytes
-from core.rundir.readers import objective
+from core.rundir.records import objective
 from curriculum.plan import Stage, ladder_stages
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task

@@ -25,7 +25,7 @@ from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # tqdm's, or the not
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from core.checks import is_number
-from core.rundir.layout import report_command
+from core.rundir.files import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 

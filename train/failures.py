@@ -31,9 +31,7 @@ import psutil
 from conf.errors import config_error_line
 from core.distributed import Processes
 from core.model_cache import ModelUnavailableError
-from core.rundir.confine import open_regular, write_text_regular
-from core.rundir.layout import RUN_JSON
-from core.rundir.readers import read_mapping
+from core.rundir.files import RUN_JSON, open_regular, read_mapping, write_text_regular
 from core.rundir.records import stage_records
 
 FOLLOW_ON = "follow-on:"

@@ -6,7 +6,7 @@ sweep's jobs were attached to the first's runs). The id here holds the time the 
 job number and its config hash, and is kept in run.json, so a resume continues the same tracker run.
 A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and grouped by its sweep folder;
 a single run is grouped by its own folder, with every `python -m eval` of its finals
-(`core.rundir.layout.tracker_group`).
+(`core.rundir.files.tracker_group`).
 
 Imported by `python -m train` before the config is checked: nothing heavy here.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from core.rundir.layout import tracker_group
+from core.rundir.files import tracker_group
 
 # Overrides that say where or how a run is recorded, not what it trains: left out of its name.
 UNNAMED = ("hydra.", "paths.", "logger.", "logger=", "resume=", "run_name=")

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from core.rundir.jsonl import JsonlWriter, NullWriter
-from core.rundir.layout import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS
+from core.rundir.files import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS, JsonlWriter, NullWriter
 from core.stage_kinds import StageKindFacts
 from core.tracker import open_tracker
 from train.identity import RunIdentity

@@ -1,17 +1,16 @@
-"""The run manifest (`run.json`): its one writer, and the state machine its stage and run statuses follow.
+"""run.json (the manifest): its one writer (`Manifest`), its reader, the state machine its stage and run statuses
+follow, and config.yaml checked against a resume's config.
 
-`run.json` is rewritten whole on every change, through a temporary file and `os.replace`, so a
-kill at any moment leaves either the old or the new manifest, never half of one. A stage's entry
-is a `core.rundir.records.StageRecord`, changed only through the steps of a stage's life named here,
-each checked against the transitions below. `config.yaml` (the resolved config) is written beside it
-once (`core/rundir/config_file.py` checks a resume's config against it). With many processes every rank
-keeps the same manifest in memory and takes the same steps; only the main process's is `writes` (saves
-run.json): the others' saves do nothing.
+`run.json` is rewritten whole on every change, atomically, so a kill leaves either the old or the new manifest. A
+stage's entry (`StageRecord`) changes only through the steps of a stage's life named here, each checked against
+`STAGE_TRANSITIONS`. With many processes every rank keeps the same manifest and takes the same steps; only the
+main process's `writes` (saves run.json).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -21,23 +20,102 @@ import yaml
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError, is_int
-from core.parse_limits import ParseLimitError
-from core.rundir.config_file import (
-    CONFIG_FILE_HASH,
-    changed_keys,
-    check_config_file,
-    config_file_hash,
-    config_hash,
-)
-from core.rundir.confine import write_json_atomic, write_text_regular
-from core.rundir.finals import StageResult
-from core.rundir.layout import CONFIG, RUN_JSON, STAGES
-from core.rundir.readers import read_mapping
-from core.rundir.records import StageRecord, Status, entry_problem, stage_records
+from core.parse_limits import ParseLimitError, parse_yaml
+from core.rundir.files import CONFIG, RUN_JSON, STAGES, read_mapping, write_json_atomic, write_text_regular
+from core.rundir.records import StageRecord, StageResult, Status, entry_problem, stage_records
 
-# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage:
-# it trains again (running) or adopts a final already published (trained); a done stage whose final
-# is damaged goes back to pending to be retrained.
+# Keys that may differ between a run and its resume without changing what is trained: Hydra's node and the fields
+# conf/schema.py marks `resume_free` (named here because core/ is below conf/; tests/config/test_keys.py holds the
+# two equal). How many processes train is checked on its own (`check_process_count`).
+RESUME_FREE_KEYS = (
+    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
+    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
+)
+# run.json's record of config.yaml's bytes as the run wrote them
+CONFIG_FILE_HASH = "config_file_sha256"
+
+
+def config_hash(resolved: Mapping) -> str:
+    """Hash of the training-relevant part of a resolved config (RESUME_FREE_KEYS left out)."""
+    plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
+    for key in RESUME_FREE_KEYS:
+        head, _, tail = key.partition(".")
+        if tail and isinstance(plain.get(head), dict):
+            plain[head].pop(tail, None)
+        elif not tail:
+            plain.pop(head, None)
+    return hashlib.sha256(json.dumps(plain, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def config_file_hash(text: str | bytes) -> str:
+    """sha256 of config.yaml's bytes, as run.json records them when the file is written."""
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) -> None:
+    """Refuse (ConfigError) a run whose config.yaml is not the file the run wrote (`recorded`: its hash in
+    run.json), naming the first key whose value differs from the config the run trains on (`resolved`).
+
+    Refused rather than rewritten: the edited file is someone's work, and one kept would say what the run never
+    trained on. No hash recorded, or a missing file (Manifest.open writes it again), is not refused."""
+    path = run_dir / CONFIG
+    if recorded is None or not path.is_file():
+        return
+    if config_file_hash(path.read_bytes()) == recorded:
+        return
+    what = "not the file the run wrote (its hash in run.json differs)"
+    try:
+        old, new = file_values(path), _flatten(dict(resolved))
+    except ParseLimitError as err:  # a file crafted to take its reader down: named, never expanded
+        what = f"not the file the run wrote; {err}"
+    except (yaml.YAMLError, ValueError):  # not YAML any more: named all the same
+        pass
+    else:
+        changed = _differing(old, new)
+        if changed:
+            what = (f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's "
+                    f"{new.get(changed[0])!r}")
+    raise ConfigError(f"resume={run_dir}: {path} was edited after the run wrote it ({what}); the run trains on "
+                      "the values it started with, not the file's: put the file back as it was, or start a new run "
+                      "with the edited config")
+
+
+def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
+    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
+    left out)."""
+    if not config_file.exists():
+        return []
+    return _differing(file_values(config_file), _flatten(dict(resolved)))
+
+
+def file_values(config_file: Path) -> dict:
+    """A run's `config.yaml` as dotted keys and values (interpolations as written), read within core.parse_limits'
+    limits (ParseLimitError); yaml.YAMLError or ValueError when it is not YAML of config keys."""
+    data = parse_yaml(config_file.read_text(), str(config_file))
+    if not isinstance(data, dict):
+        raise ValueError(f"{config_file}: a YAML {type(data).__name__}, not a config's keys")
+    return _flatten(data)
+
+
+def _differing(old: Mapping, new: Mapping) -> list[str]:
+    """The dotted keys whose values differ between two flattened configs, RESUME_FREE_KEYS left out."""
+    return sorted(k for k in old.keys() | new.keys()
+                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists and empty mappings are leaves."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage: it trains
+# again (running) or adopts a final already published (trained); a done stage whose final is damaged goes back to
+# pending to be retrained.
 STAGE_TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
     Status.RUNNING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
@@ -48,34 +126,9 @@ STAGE_TRANSITIONS: dict[Status, frozenset[Status]] = {
 RUN_STATUSES = frozenset({Status.RUNNING, Status.DONE, Status.FAILED})
 
 
-def stage_transition(stage: str, old: str, new: str) -> Status:
-    """`new` as a Status when a stage may move there from `old`; else an error naming both.
-
-    >>> stage_transition("2ppl", "trained", "done")
-    <Status.DONE: 'done'>
-    >>> stage_transition("2ppl", "pending", "done")
-    Traceback (most recent call last):
-    ValueError: stage 2ppl: status pending -> done is not allowed (pending may become failed, running, trained)
-    """
-    before, after = Status(old), Status(new)
-    if after not in STAGE_TRANSITIONS[before]:
-        allowed = ", ".join(sorted(s.value for s in STAGE_TRANSITIONS[before]))
-        raise ValueError(f"stage {stage}: status {before} -> {after} is not allowed ({before} may become {allowed})")
-    return after
-
-
-def run_status(new: str) -> Status:
-    """`new` as a run's Status (running, done or failed); else an error."""
-    status = Status(new)
-    if status not in RUN_STATUSES:
-        raise ValueError(f"run status {status} is not one of running, done, failed")
-    return status
-
-
 def check_process_count(run_dir: Path, world_size: int) -> None:
-    """Refuse (ConfigError) to continue the run in `run_dir` on another number of processes (`world_size`) than
-    its run.json records: each step's batch counts them. Nothing to check without a readable run.json (a new
-    run; a damaged one is named when it is opened).
+    """Refuse (ConfigError) to continue the run in `run_dir` on another number of processes than its run.json
+    records: each step's batch counts them. Nothing to check without a readable run.json.
 
     >>> check_process_count(Path("/nonexistent"), 2)
     """
@@ -91,10 +144,10 @@ def check_process_count(run_dir: Path, world_size: int) -> None:
 
 
 def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> None:
-    """Refuse (ConfigError) to continue the run in `run_dir` with a config (`resolved`) that differs from the one it
-    was started with, naming the keys that differ; run.json damaged, or not following the plan's stage names
-    (`planned`), is named too (RuntimeError). Called by the run's lock holder before it removes anything (a failed
-    attempt's error.txt), so that a refused resume leaves the run as it was. Nothing to check for a new run.
+    """Refuse (ConfigError) to continue the run in `run_dir` with a config (`resolved`) other than the one it was
+    started with, naming the keys that differ; run.json damaged, or not following the plan's stage names
+    (`planned`), is a RuntimeError. Called before anything in the run is removed, so a refused resume leaves it as
+    it was. Nothing to check for a new run.
 
     >>> check_same_config(Path("/nonexistent"), {}, [])
     """
@@ -118,8 +171,8 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
 
 
 class Manifest:
-    """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through
-    the named steps of a stage's life below (each checked against the contract's statuses)."""
+    """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through the named
+    steps of a stage's life below."""
 
     def __init__(self, path: Path, data: Mapping, *, writes: bool = True):
         self.path, self.writes = path, writes
@@ -128,13 +181,9 @@ class Manifest:
 
     @classmethod
     def open(cls, run_dir: Path, resolved: dict, planned: Sequence[StageRecord], world_size: int = 1) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the config
-        `resolved` (the whole config, resolved), its stages `planned` (each `Stage.planned_record()`). A resume's
-        number of processes and config are checked earlier, by `check_process_count` and `check_same_config`,
-        before the run's lock holder touches anything.
-
-        `config.yaml` (the resolved config) is written beside it once; a resume keeps the original.
-        """
+        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the resolved
+        config `resolved`, its stages `planned` (each `Stage.planned_record()`). `config.yaml` (the resolved
+        config) is written beside it once; a resume keeps the original."""
         path = run_dir / RUN_JSON
         digest = config_hash(resolved)
         if path.exists():
@@ -152,7 +201,7 @@ class Manifest:
                 "reference": str(resolved["reference"]),
                 "world_size": world_size,
                 "baseline": None,
-                "stages": [record.to_json() for record in planned],
+                "stages": [dataclasses.asdict(record) for record in planned],
             })
         manifest.keep_config_file(run_dir / CONFIG, resolved)
         if not path.exists():
@@ -161,7 +210,7 @@ class Manifest:
 
     def keep_config_file(self, config_file: Path, resolved: Mapping) -> None:
         """config.yaml: written where it is missing (a new run; one deleted since) and its hash recorded, so that a
-        resume can tell an edited file (`check_config_file`); an existing one is kept as it is."""
+        resume can tell an edited file; an existing one is kept as it is."""
         if config_file.exists():
             if CONFIG_FILE_HASH not in self.fields and not self.path.exists():  # a kill before run.json was written
                 self.fields[CONFIG_FILE_HASH] = config_file_hash(config_file.read_bytes())
@@ -176,7 +225,7 @@ class Manifest:
     @property
     def data(self) -> dict:
         """run.json as it is written."""
-        return {**self.fields, "stages": [s.to_json() for s in self.stages]}
+        return {**self.fields, "stages": [dataclasses.asdict(s) for s in self.stages]}
 
     def save(self) -> None:
         if self.writes:
@@ -194,7 +243,9 @@ class Manifest:
     def update(self, **fields) -> None:
         """Change the run's own fields (not its stages'); a status must be a run's."""
         if "status" in fields:
-            fields["status"] = run_status(fields["status"])
+            fields["status"] = Status(fields["status"])
+            if fields["status"] not in RUN_STATUSES:
+                raise ValueError(f"run status {fields['status']} is not one of running, done, failed")
         self.fields.update(fields)
         self.save()
 
@@ -207,11 +258,16 @@ class Manifest:
         return sum(s.steps_done or 0 for s in self.stages[: index - 1])
 
     def update_stage(self, index: int, **fields) -> None:
-        """Change stage `index`'s fields (StageRecord's names): the one writer the steps below go through.
-        A status change must be one the contract allows; a refused one leaves run.json as it was."""
+        """Change stage `index`'s fields (StageRecord's names): the one writer the steps below go through. A
+        status change `STAGE_TRANSITIONS` does not allow raises ValueError, leaving run.json as it was."""
         record = self.record(index)
         if "status" in fields:
-            fields["status"] = stage_transition(record.name, record.status, fields["status"])
+            before, after = Status(record.status), Status(fields["status"])
+            if after not in STAGE_TRANSITIONS[before]:
+                allowed = ", ".join(sorted(s.value for s in STAGE_TRANSITIONS[before]))
+                raise ValueError(f"stage {record.name}: status {before} -> {after} is not allowed ({before} may "
+                                 f"become {allowed})")
+            fields["status"] = after
         self.stages[index - 1] = dataclasses.replace(record, **fields)
         self.save()
 
@@ -265,7 +321,7 @@ class Manifest:
         return self.fields.get("world_size", 1)
 
     def stage_failed(self, index: int, error: str) -> None:
-        """Failed with `error`, its one line (train/failures.py `failure_line`)."""
+        """Failed with `error`, its one line."""
         self.update_stage(index, status=Status.FAILED, error=error)
 
     def stage_reset(self, index: int) -> None:

@@ -23,8 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from conf import CONF_DIR
-from core.rundir.layout import ERROR, EVALUATION, RUN_JSON
-from core.rundir.lock import LOCK_FILE, OWNER_FILE
+from core.rundir.files import ERROR, EVALUATION, LOCK_FILE, OWNER_FILE, RUN_JSON
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
 from eval.report.evaluation import evaluation_report, is_evaluation

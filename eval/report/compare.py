@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir.readers import level_order, row_level
-from core.rundir.records import stage_records
+from core.rundir.records import level_order, row_level, stage_records
 from core.stats import change, rate_text
 from eval.metrics import trials
 from eval.report import adaptive as ra

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import EVALUATION, SAMPLES, VALIDATION
-from core.rundir.readers import level_order, read_mapping, row_level
+from core.rundir.files import EVALUATION, SAMPLES, VALIDATION, read_mapping, scan_jsonl
+from core.rundir.records import level_order, row_level
 from core.stats import rate_text
 from curriculum.tasks.report import TaskReport
 from eval.metrics import trials

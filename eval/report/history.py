@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.rundir.layout import REFUSED_FINAL, STAGES, stage_dirname
+from core.rundir.files import REFUSED_FINAL, STAGES, stage_dirname
 from core.rundir.records import Status, stage_records
 from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
 

@@ -11,11 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.rundir.confine import read_inside
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import ERROR, RUN_JSON, VALIDATION
-from core.rundir.readers import final_accuracy, level_order, load_file, read_mapping, row_level
-from core.rundir.records import Status, stage_records
+from core.rundir.files import ERROR, RUN_JSON, VALIDATION, load_file, read_inside, read_mapping, scan_jsonl
+from core.rundir.records import Status, final_accuracy, level_order, row_level, stage_records
 from core.stats import wilson_interval
 from eval.metrics import trials
 from eval.report.blocks import short_number

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir.layout import BASELINE
+from core.rundir.files import BASELINE
 from core.rundir.records import stage_records
 from eval.report.blocks import Image, Text
 from eval.report.plot_stages import StageBoxes, plot_stage_boxes

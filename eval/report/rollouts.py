@@ -16,8 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import ROLLOUTS
+from core.rundir.files import ROLLOUTS, scan_jsonl
 from eval.report.blocks import Completion, Folded, Heading, Table, Text, code, fmt
 from eval.report.samples import SHOWN_CHARS
 from eval.report.series import as_number

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.rundir.layout import ERROR
+from core.rundir.files import ERROR
 from core.rundir.records import Status, stage_records
 from curriculum.tasks.report import Rate
 from eval.report import adaptive as ra

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import BASELINE, SAMPLES
-from core.rundir.readers import level_order
+from core.rundir.files import BASELINE, SAMPLES, scan_jsonl
+from core.rundir.records import level_order
 from curriculum.tasks.report import TaskReport
 from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number

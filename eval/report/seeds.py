@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from core.rundir.layout import BASELINE
-from core.rundir.readers import level_order, row_level
+from core.rundir.files import BASELINE
+from core.rundir.records import level_order, row_level
 from eval.report.blocks import Heading, Table, Text, code, md_escape, short_number
 from eval.report.jobs import Job
 from eval.report.series import as_number, load_run

@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.checks import is_number
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import BASELINE, CONFIG, METRICS, RUN_JSON, VALIDATION
-from core.rundir.readers import level_order, read_mapping, row_level
-from core.rundir.records import stage_records
+from core.rundir.files import BASELINE, CONFIG, METRICS, RUN_JSON, VALIDATION, read_mapping, scan_jsonl
+from core.rundir.records import level_order, row_level, stage_records
 from core.stats import wilson_interval
 from curriculum.tasks.report import TaskReport
 from eval.metrics import RATES, trials

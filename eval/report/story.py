@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.rundir.readers import level_order, row_level
-from core.rundir.records import StageRecord, stage_records
+from core.rundir.records import StageRecord, level_order, row_level, stage_records
 from core.stats import difference_interval
 from eval.metrics import trials
 from eval.report.blocks import Text, md_escape

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir.readers import level_order
+from core.rundir.records import level_order
 from core.stats import rate_text, wilson_interval
 from eval.report import adaptive as ra
 from eval.report import jobs as js

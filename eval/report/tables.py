@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from core.rundir.readers import level_order, row_level
+from core.rundir.records import level_order, row_level
 from core.stats import change, rate_text
 from curriculum.tasks.report import TaskReport
 from eval.report.blocks import Table, Text, fmt, md_escape

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir.layout import STAGES, stage_dirname
+from core.rundir.files import STAGES, stage_dirname
 from core.rundir.records import StageRecord, stage_records
 from core.stage_kinds import recorded_kind
 from eval.report.adaptive import REFRESH, Event

@@ -18,9 +18,7 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from core.checks import ConfigError
-from core.rundir.confine import OutsideRunError
-from core.rundir.layout import RUN_JSON
-from core.rundir.lock import RunLock, RunLockedError
+from core.rundir.files import RUN_JSON, OutsideRunError, RunLock, RunLockedError
 
 log = logging.getLogger(__name__)
 

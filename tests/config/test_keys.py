@@ -10,7 +10,7 @@ from conf.keys import groups, key_lines, main
 from conf.ranges import check_field_ranges
 from conf.schema import RootConfig
 from core.checks import ConfigError
-from core.rundir.config_file import RESUME_FREE_KEYS, config_hash
+from core.rundir.manifest import RESUME_FREE_KEYS, config_hash
 
 
 @pytest.mark.parametrize("group", sorted(groups()))

@@ -62,7 +62,7 @@ def test_no_import_points_up_a_layer():
     ("eval/validation.py", "def f():\n    import train.models\n", ["eval/validation.py:2 imports train"]),
     # downward imports are the point of the layers
     ("train/run/runner.py", "from core.models import resolve_model\nfrom eval.validation import validate\n", []),
-    ("eval/report/run.py", "from core.rundir.layout import RUN_JSON\nfrom curriculum.tasks.kk import solve\n", []),
+    ("eval/report/run.py", "from core.rundir.files import RUN_JSON\nfrom curriculum.tasks.kk import solve\n", []),
 ])
 def test_a_planted_import_is_found(tmp_path, path, source, expected):
     planted = tmp_path / path

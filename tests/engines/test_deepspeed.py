@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from conf import CONF_DIR
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 from tests.drivers import KILL_WHILE_PUBLISHING, POISON_ONE_SHARD

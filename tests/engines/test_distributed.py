@@ -23,8 +23,7 @@ import psutil
 import pytest
 from transformers import AutoModelForCausalLM
 
-from core.rundir.jsonl import read_jsonl
-from core.rundir.lock import RunLock
+from core.rundir.files import RunLock, read_jsonl
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 

@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM
 from conf import CONF_DIR
 from core.distributed import FSDP_ON_CPU
 from core.models import resolve_model
-from core.rundir.finals import final_problem
+from core.rundir.records import final_problem
 from core.weights import fingerprint
 from tests.conftest import ROOT, compose_cfg, run_cli
 

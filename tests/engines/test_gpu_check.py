@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
 from tests.engine_guard import engine_starts

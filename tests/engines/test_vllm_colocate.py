@@ -26,7 +26,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 from core.checks import ConfigError
 from core.models import resolve_model
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from eval.vllm_backend import process_kept, sampling_params
 from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments, validation_arguments
 from tests import engine_guard

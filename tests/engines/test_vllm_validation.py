@@ -22,7 +22,7 @@ from transformers import AutoTokenizer
 
 from core.distributed import Processes
 from core.models import configure_cpu_threads, resolve_model
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from curriculum.plan import build_plan, validation_subsets
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.metrics import METRIC_COLUMNS

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from curriculum.tasks.kk import KKTask
 from eval.report.cli import write_report
 from eval.report.samples import pick, samples_blocks

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, TrainerCallback
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from train.rewards.checks import DISTINCT_KEY
 from train.run.runner import run_curriculum

@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 
 from core.checks import ConfigError
 from core.parse_limits import MAX_ALIASES, MAX_YAML_NODES
-from core.rundir.config_file import CONFIG_FILE_HASH, config_file_hash
-from core.rundir.manifest import Manifest, check_same_config
+from core.rundir.manifest import CONFIG_FILE_HASH, Manifest, check_same_config, config_file_hash
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
 from tests.runs.test_received_folders import alias_bomb

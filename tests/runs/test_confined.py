@@ -1,5 +1,5 @@
 """A run writes only files it created inside its directory, and a report reads a received folder without following
-a link out of it (core/rundir/confine.py). Each case is a folder as someone could hand it over."""
+a link out of it (core/rundir/files.py). Each case is a folder as someone could hand it over."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir.confine import OutsideRunError, check_links, open_regular, read_inside
+from core.rundir.files import OutsideRunError, check_links, open_regular, read_inside
 
 
 def outside_file(tmp_path: Path) -> Path:

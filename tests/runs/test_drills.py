@@ -12,8 +12,8 @@ import pytest
 from transformers import TrainerCallback
 
 from core.checks import ConfigError
-from core.rundir.finals import final_info
-from core.rundir.jsonl import JsonlWriter, read_jsonl
+from core.rundir.files import JsonlWriter, read_jsonl
+from core.rundir.records import final_info
 from tests.conftest import compose_cfg
 from train.run.runner import run_curriculum
 from train.run.stage_end import DivergenceStop, NonFiniteLossError

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
-from core.rundir.finals import FINAL_MARKER, final_digests, marker_digest
+from core.rundir.records import FINAL_MARKER, final_digests, marker_digest
 from eval.__main__ import run_config
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from tests.conftest import compose_cfg, run_cli

@@ -10,8 +10,7 @@ import pytest
 from safetensors import safe_open
 from transformers import TrainerCallback
 
-from core.rundir.finals import recorded_final_problem
-from core.rundir.records import StageRecord
+from core.rundir.records import StageRecord, recorded_final_problem
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 

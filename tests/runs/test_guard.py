@@ -8,7 +8,7 @@ import pytest
 from transformers import TrainerControl, TrainerState
 from trl.trainer.utils import is_async_callable
 
-from core.rundir.jsonl import JsonlWriter, read_jsonl
+from core.rundir.files import JsonlWriter, read_jsonl
 from core.tracker import NullTracker
 from curriculum.adaptive import Guard
 from curriculum.plan import Stage

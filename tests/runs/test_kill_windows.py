@@ -14,8 +14,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir.finals import final_info
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
+from core.rundir.records import final_info
 from core.weights import fingerprint
 from tests.conftest import ROOT, run_cli
 from tests.drivers import KILL_WHILE_PUBLISHING

@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from tests.conftest import compose_cfg, run_cli
 from train.run.runner import run_curriculum
 from train.settings import read_settings

@@ -97,7 +97,7 @@ def crafted_run(folder, *, config: str = "objective: mean_final_accuracy\n", man
 def test_a_comparison_with_an_alias_bomb_config_stays_small_and_names_it(tmp_path, caplog):
     bomb = crafted_run(tmp_path / "sent", config="seed: 1\n" + alias_bomb(9, 9))  # 9**9 values expanded
     mine = crafted_run(tmp_path / "mine", config="seed: 2\n")
-    with caplog.at_level(logging.WARNING, logger="core.rundir.readers"):
+    with caplog.at_level(logging.WARNING, logger="core.rundir.files"):
         out = main([str(mine), str(bomb), "--out", str(tmp_path / "cmp")])
     assert (out / "report.md").stat().st_size < 200_000, "the aliases were never expanded into the report"
     assert any(f"{bomb / 'config.yaml'}: more than" in r.getMessage() for r in caplog.records)
@@ -113,7 +113,7 @@ def test_python_m_eval_refuses_a_run_config_beyond_a_limit_in_one_line(tmp_path)
 
 def test_a_run_json_nested_too_deep_is_a_note_and_a_report(tmp_path, caplog):
     run = crafted_run(tmp_path / "sent", manifest='{"stages": ' + "[" * 5000 + "]" * 5000 + "}")
-    with caplog.at_level(logging.WARNING, logger="core.rundir.readers"):
+    with caplog.at_level(logging.WARNING, logger="core.rundir.files"):
         out = write_report(run)
     assert "run.json is missing or unreadable" in (out / "report.md").read_text()
     assert any(f"{run / 'run.json'}: JSON nested deeper" in r.getMessage() for r in caplog.records)
@@ -141,7 +141,7 @@ MARKERS = [
 
 @pytest.mark.parametrize(("marker", "problem"), MARKERS, ids=["deep", "just-past", "at-limit", "cut-short"])
 def test_a_final_marker_nested_too_deep_is_refused_naming_it(tmp_path, marker, problem):
-    from core.rundir.finals import final_info, final_problem
+    from core.rundir.records import final_info, final_problem
     from eval.checkpoint import check_final
 
     final = tmp_path / "final"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from train.run.runner import run_curriculum
 from train.settings import read_settings

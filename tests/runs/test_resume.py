@@ -15,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conf import run_dir as run_dir_of
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from eval.report.jobs import load_job
 from tests.conftest import ROOT, run_cli

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl, scan_jsonl
-from core.rundir.layout import RUN_JSON, run_of_final
-from core.rundir.manifest import Manifest, stage_transition
-from core.rundir.readers import objective
-from core.rundir.records import Status, stage_records
+from core.rundir.files import RUN_JSON, read_jsonl, run_of_final, scan_jsonl
+from core.rundir.manifest import Manifest
+from core.rundir.records import Status, objective, stage_records
 
 
 @pytest.mark.parametrize(("old", "new", "allowed"), [
@@ -28,12 +26,18 @@ from core.rundir.records import Status, stage_records
     ("done", "running", False),  # a done stage is never trained over (a later stage started from it)
     ("done", "failed", False),  # a failure elsewhere does not undo a validated stage
 ])
-def test_stage_status_transitions(old, new, allowed):
+def test_stage_status_transitions(tmp_path, old, new, allowed):
+    manifest = Manifest(tmp_path / RUN_JSON, {"config_hash": "x", "status": "running",
+                                              "stages": [{"index": 1, "name": "a", "status": old}]})
     if allowed:
-        assert stage_transition("a", old, new) == Status(new)
+        manifest.update_stage(1, status=new)
+        assert manifest.record(1).status == Status(new)
+        assert json.loads((tmp_path / RUN_JSON).read_text())["stages"][0]["status"] == new
     else:
         with pytest.raises(ValueError, match=f"stage a: status {old} -> {new} is not allowed"):
-            stage_transition("a", old, new)
+            manifest.update_stage(1, status=new)
+        assert manifest.record(1).status == old
+        assert not (tmp_path / RUN_JSON).exists()
 
 
 def _manifest(tmp_path: Path, status: str) -> Manifest:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from core.rundir.lock import RunLock, RunLockedError
+from core.rundir.files import RunLock, RunLockedError
 from tests.conftest import ROOT
 
 TRIALS = 200
@@ -50,7 +50,7 @@ def test_two_processes_racing_for_a_fresh_run_directory_never_both_win(tmp_path)
 
 HOLD_LOCK = """
 import sys, time
-from core.rundir.lock import RunLock
+from core.rundir.files import RunLock
 with RunLock(sys.argv[1]):
     print("held", flush=True)
     time.sleep(600)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from curriculum.plan import build_plan
 from curriculum.tasks.kk import canonical_key, generate

@@ -24,7 +24,7 @@ import pytest
 from transformers.integrations.integration_utils import rewrite_logs
 from wandb.proto import wandb_internal_pb2
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from core.tracker import TrackerStartError, WandbTracker, host_answers, wandb_mode
 from tests.conftest import ROOT, run_cli
 from train.tracking import SUMMARY_SCALARS

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from curriculum.tasks.kk import KKTask, kk_record
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.grading.lenient import lenient_grade

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
 from core.models import resolve_model
-from core.rundir.jsonl import read_jsonl
-from core.rundir.layout import METRICS
+from core.rundir.files import METRICS, read_jsonl
 from curriculum.prompts import prompt_text, render_prompt
 from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_format

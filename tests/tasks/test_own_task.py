@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from eval.report import write_report
 from tests.conftest import ROOT, compose_cfg, run_cli
 from train.run.runner import run_curriculum

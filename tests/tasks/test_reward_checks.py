@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from train.run.runner import run_curriculum
 from train.settings import read_settings
 

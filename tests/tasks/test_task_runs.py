@@ -9,7 +9,7 @@ import re
 import pytest
 
 from core.checks import ConfigError
-from core.rundir.jsonl import read_jsonl
+from core.rundir.files import read_jsonl
 from curriculum.plan import build_plan
 from curriculum.tasks.gsm8k import GSM8KTask
 from eval.report import write_report

@@ -17,8 +17,7 @@ import torch
 from omegaconf import DictConfig
 
 from core.models import BF16_CAPABILITY, cuda_has_bf16
-from core.rundir.jsonl import read_jsonl
-from core.rundir.layout import METRICS, RUN_JSON, VALIDATION_STEPS
+from core.rundir.files import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
 from train.gpu.bare import BareRun, bare_stage_command

@@ -36,8 +36,7 @@ from pathlib import Path
 from conf.errors import accelerate_file, check_launch
 from core.checks import is_number
 from core.gpu_pool import POOL_DIR, claimed_gpus
-from core.rundir.layout import ERROR, RUN_JSON
-from core.rundir.readers import read_mapping
+from core.rundir.files import ERROR, RUN_JSON, read_mapping
 from train.failures import killed_line, replace_follow_on
 
 log = logging.getLogger(__name__)

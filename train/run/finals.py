@@ -26,8 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conf.schema import FinalsConfig
-from core.rundir.finals import final_info, marker_digest
-from core.rundir.records import StageRecord
+from core.rundir.records import StageRecord, final_info, marker_digest
 from core.weights import zero3_init_paused
 from train.stages.training import publish_final
 

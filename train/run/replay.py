@@ -20,8 +20,16 @@ from collections.abc import Iterator, Mapping
 from itertools import groupby
 from pathlib import Path
 
-from core.rundir.jsonl import read_jsonl
-from core.rundir.layout import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS, samples_dir, samples_file, stage_dirname
+from core.rundir.files import (
+    METRICS,
+    ROLLOUTS,
+    VALIDATION,
+    VALIDATION_STEPS,
+    read_jsonl,
+    samples_dir,
+    samples_file,
+    stage_dirname,
+)
 from curriculum.tasks.base import Task
 from eval.validation import sample_cells, tracked_validation
 from train.rollouts import table_row

@@ -3,7 +3,7 @@
 from its start; an attempt that finds an earlier one's run.json and stage folders may also:
 - skip a done stage, unless its final is needed (the run's result, or read by a stage still to train) and
   is not the one run.json recorded (missing; its files differ from its marker's digests; its marker another
-  stage's or run's: core/rundir/finals.py) (`on_damaged_checkpoint`: stop, or train it again:
+  stage's or run's: core/rundir/records.py) (`on_damaged_checkpoint`: stop, or train it again:
   `stages_to_train`);
 - adopt a final published before run.json knew (a kill between the two) as the stage's result, if this
   run trained it and it is intact (`adopted_final`);
@@ -28,11 +28,17 @@ from enum import Enum
 from pathlib import Path
 
 from core.distributed import Processes, on_main
-from core.rundir.finals import StageResult, final_info, final_problem, marker_digest, recorded_final_problem
-from core.rundir.jsonl import read_jsonl
-from core.rundir.layout import METRICS, REFUSED_FINAL, final_checkpoint, stage_path
+from core.rundir.files import METRICS, REFUSED_FINAL, final_checkpoint, read_jsonl, stage_path
 from core.rundir.manifest import Manifest
-from core.rundir.records import StageRecord, stage_final
+from core.rundir.records import (
+    StageRecord,
+    StageResult,
+    final_info,
+    final_problem,
+    marker_digest,
+    recorded_final_problem,
+    stage_final,
+)
 from curriculum.plan import Stage
 from train.failures import failure_line
 from train.stages.checkpoints import checkpoint_step, scan_checkpoints

@@ -32,12 +32,17 @@ from transformers import AutoTokenizer
 
 from core.distributed import SINGLE, Processes, on_main
 from core.models import resolve_model
-from core.rundir.finals import StageResult, recorded_final_problem
-from core.rundir.jsonl import scan_jsonl
-from core.rundir.layout import BASELINE, METRICS, RUN_JSON, run_of_final, samples_dir, stage_dirname
+from core.rundir.files import BASELINE, METRICS, RUN_JSON, run_of_final, samples_dir, scan_jsonl, stage_dirname
 from core.rundir.manifest import Manifest
-from core.rundir.readers import final_accuracy, objective, validation_summary
-from core.rundir.records import Status, stage_final
+from core.rundir.records import (
+    StageResult,
+    Status,
+    final_accuracy,
+    objective,
+    recorded_final_problem,
+    stage_final,
+    validation_summary,
+)
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
@@ -327,7 +332,7 @@ class CurriculumRun:
 
 def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:
     """Refuse to train from, or measure KL against, a stage's final of this run that is not the one run.json
-    recorded for its stage (damaged since it was published, another stage's or run's: core/rundir/finals.py); a
+    recorded for its stage (damaged since it was published, another stage's or run's: core/rundir/records.py); a
     base model is not the run's to check."""
     for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
         if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:

@@ -26,7 +26,7 @@ from transformers import TrainerCallback
 from core.checks import is_number
 from core.distributed import SINGLE, Processes, gather
 from core.rundir.manifest import Manifest
-from core.rundir.readers import row_level
+from core.rundir.records import row_level
 from core.weights import held_weights_finite
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage

@@ -13,8 +13,7 @@ from pathlib import Path
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, on_main
 from core.models import configure_cpu_threads
-from core.rundir.layout import ERROR
-from core.rundir.lock import RunLock, RunLockedError
+from core.rundir.files import ERROR, RunLock, RunLockedError
 from core.rundir.manifest import check_process_count, check_same_config
 from eval.vllm_backend import validation_backend
 from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments

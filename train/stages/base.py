@@ -1,6 +1,6 @@
 """What a stage kind is given and what it gives back: `KindSettings` (the groups every kind reads besides its
 own), `StageContext` (what a stage needs from the run around it) and the `StageKind` protocol a kind fills in
-(what it gives back, `StageResult`, is run.json's: core/rundir/finals.py).
+(what it gives back, `StageResult`, is run.json's: core/rundir/records.py).
 
 A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up by name in
 `train/stages/kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`

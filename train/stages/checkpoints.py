@@ -1,15 +1,15 @@
-"""Trainer checkpoints on disk: which one a resume continues from (a stage's final: core/rundir/finals.py).
+"""Trainer checkpoints on disk: which one a resume continues from (a stage's final: core/rundir/records.py).
 
 A trainer checkpoint (`stages/<k>-<name>/trainer/checkpoint-N`) counts once it is complete and
 intact: transformers writes `trainer_state.json` after everything else in it, then `CheckpointDigests`
-records every file's size and sha256 (`checksums.json`, core/rundir/digests.py). Read back, one without them
+records every file's size and sha256 (`checksums.json`, core/rundir/records.py). Read back, one without them
 (a kill during its save) or with a file that differs from them (damage: a flipped bit, a truncated
 copy) is passed over, and the stage continues from the one before it, or from its start.
 
 A stage's final is written to `final.tmp`, its marker `stage.json` (which stage of which config, and
 its files' digests) written last, then renamed to `final`: a final without its marker, with a file that
 differs from what the marker recorded, or whose marker is not the one run.json recorded for its stage, is
-never handed to a later stage (core/rundir/finals.py).
+never handed to a later stage (core/rundir/records.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from core.distributed import SINGLE, Processes, barrier
-from core.rundir.confine import write_json_atomic
-from core.rundir.digests import DIGESTS, folder_digests
-from core.rundir.finals import weights_problem
-from core.rundir.readers import load_file
+from core.rundir.files import load_file, write_json_atomic
+from core.rundir.records import DIGESTS, folder_digests, weights_problem
 
 
 class CheckpointDigests(TrainerCallback):

@@ -31,8 +31,8 @@ from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
 
 from core.distributed import Processes, barrier, broadcast, gather
 from core.models import merged_lora
-from core.rundir.finals import FINAL_MARKER, StageResult, final_digests, marker_digest
-from core.rundir.layout import final_checkpoint, stage_path
+from core.rundir.files import final_checkpoint, stage_path
+from core.rundir.records import FINAL_MARKER, StageResult, final_digests, marker_digest
 from core.trl_internals import load_checkpoint_weights
 from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
 from curriculum.plan import Stage

@@ -1,0 +1,390 @@
+"""The run directory on disk: its file names and stage folders, files kept inside it, the run lock, JSONL
+appended so a kill leaves no half record, and lenient readers of a run that may be writing.
+
+A run folder may be someone else's (sent, shared, crafted): `metrics.jsonl` replaced by a link to a file
+elsewhere would be truncated and appended to by a resume that followed it, a hard link is the same file under
+a name outside the run, and a linked folder sends every file written under it elsewhere. So the lock's holder
+refuses a directory holding a symbolic link out of it or a file with more than one name (`check_links`), the
+run opens its files without following a link (`open_regular`), and a report reads a received folder through
+`read_inside`. Plain Python: reading a run needs neither torch nor the trainer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from filelock import FileLock, Timeout
+
+from core.parse_limits import ParseLimitError, parse_json, parse_yaml
+
+log = logging.getLogger(__name__)
+
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+VALIDATION = "validation.jsonl"
+VALIDATION_STEPS = "validation_steps.jsonl"
+CONFIG = "config.yaml"
+ERROR = "error.txt"  # a failed job's traceback (removed when a resume finishes it)
+SAMPLES = "samples"
+EVALUATION = "evaluation.json"  # what `python -m eval` validated, in its folder (outputs/eval/<time>/)
+ROLLOUTS = "rollouts.jsonl"  # training rollouts sampled every `rollouts.every` steps (train/rollouts.py)
+STAGES = "stages"
+REFUSED_FINAL = "final.refused"  # a done stage's final a resume refused, set aside beside `final/`
+BASELINE = "baseline"  # validation before any stage: stage 0, samples/0-baseline
+TRACKER_DIR = "wandb"  # wandb.init(dir=<run>) keeps its files here
+# Taking the lock truncates LOCK_FILE, so its mtime says when a process last tried the run, not when it changed.
+LOCK_FILE, OWNER_FILE = "run.lock", "run.owner"
+
+
+def stage_dirname(index: int, name: str) -> str:
+    """`<k>-<name>`: a stage's folder under `stages/` and `samples/`.
+
+    >>> stage_dirname(5, "6ppl")
+    '5-6ppl'
+    """
+    return f"{index}-{name}"
+
+
+def stage_path(run_dir: Path, dirname: str) -> Path:
+    """`<run>/stages/<k>-<name>`: the stage's trainer checkpoints (`trainer/`) and its `final/`."""
+    return run_dir / STAGES / dirname
+
+
+def final_checkpoint(dirname: str) -> Path:
+    """`stages/<k>-<name>/final`, relative to the run directory (run.json records it so: a run may be moved).
+
+    >>> final_checkpoint("1-2ppl").as_posix()
+    'stages/1-2ppl/final'
+    """
+    return Path(STAGES) / dirname / "final"
+
+
+def run_of_final(checkpoint: Path) -> Path | None:
+    """The run directory a stage's final belongs to (`<run>/stages/<k>-<name>/final`), else None.
+
+    >>> run_of_final(Path("/o/runs/x/stages/1-2ppl/final")).as_posix(), run_of_final(Path("/models/qwen"))
+    ('/o/runs/x', None)
+    """
+    parts = checkpoint.parts
+    if len(parts) >= 3 and parts[-1] == "final" and parts[-3] == STAGES:
+        return checkpoint.parents[2]
+    return None
+
+
+def samples_dir(run_dir: Path, dirname: str) -> Path:
+    """`<run>/samples/<k>-<name>` (`0-baseline` for the baseline): one `<level>.jsonl` per subset."""
+    return run_dir / SAMPLES / dirname
+
+
+def samples_file(samples: Path, level: str) -> Path:
+    return samples / f"{level}.jsonl"
+
+
+def tracker_group(run_dir: Path, *, in_sweep: bool) -> str:
+    """The tracker group a run's training and every `python -m eval` of its finals share: its sweep's folder for
+    a sweep's job, else its own, each named by its parent and itself.
+
+    >>> tracker_group(Path("outputs/multirun/2026-12-01_10-00-00/3"), in_sweep=True)
+    'multirun/2026-12-01_10-00-00'
+    >>> tracker_group(Path("outputs/runs/2026-12-01_11-00-00"), in_sweep=False)
+    'runs/2026-12-01_11-00-00'
+    """
+    folder = run_dir.parent if in_sweep else run_dir
+    return f"{folder.parent.name}/{folder.name}"
+
+
+def report_command(folder: Path | str) -> str:
+    """The shell command for `folder`'s report: `python -m eval.report`, which needs only the installed package
+    (make's `report` target first checks the whole `make install`).
+
+    >>> report_command(Path("outputs/runs/x")), report_command("my runs/x")
+    ('python -m eval.report outputs/runs/x', "python -m eval.report 'my runs/x'")
+    """
+    return f"python -m eval.report {shlex.quote(str(folder))}"
+
+
+# --- files kept inside the run ------------------------------------------------------------------------------
+
+
+class OutsideRunError(RuntimeError):
+    """A write or a path that would leave the run directory (a symbolic or hard link, a path in run.json)."""
+
+
+def refuse_link(path: Path) -> None:
+    """An error naming `path` if it is a symbolic link or a regular file with another name (a hard link)."""
+    if Path(path).is_symlink():
+        raise OutsideRunError(f"{path}: a symbolic link (to {os.readlink(path)}); the run writes only regular "
+                              "files inside its directory: replace the link with the file")
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return
+    _refuse_other_names(path, found)
+
+
+def _refuse_other_names(path: Path, found: os.stat_result) -> None:
+    if stat.S_ISREG(found.st_mode) and found.st_nlink > 1:
+        raise OutsideRunError(f"{path}: a hard link ({found.st_nlink} names for one file, maybe one outside the run); "
+                              f"the run writes only files it created: replace it with a copy of its own "
+                              f"(cp {path} {path}.copy && mv {path}.copy {path})")
+
+
+def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` that never follows a symbolic link at `path` nor writes a file with another name (`refuse_link`'s
+    error). O_TRUNC is applied only once the file is known to be the run's own."""
+    try:
+        fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW, mode)
+    except OSError:
+        refuse_link(path)
+        raise
+    try:
+        _refuse_other_names(path, os.fstat(fd))
+        if flags & os.O_TRUNC:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def write_text_regular(path: Path, text: str) -> None:
+    """`path.write_text(text)` through `open_regular`."""
+    with os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
+        fh.write(text)
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
+        json.dump(payload, fh, indent=2, default=str)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def inside_run(run_dir: Path, path: Path | str) -> bool:
+    """Whether `path` (relative to `run_dir`, or absolute), links resolved, lies inside `run_dir`.
+
+    >>> run = Path("/o/run")
+    >>> inside_run(run, "stages/1-a/final"), inside_run(run, "../x"), inside_run(run, "/etc")
+    (True, False, False)
+    """
+    root = Path(run_dir).resolve()
+    return (root / path).resolve().is_relative_to(root)
+
+
+def read_inside(folder: Path, path: Path) -> bytes | None:
+    """The bytes of the regular file `path` inside `folder`; None when it is missing, not a file, or reached
+    through a link that leads out of `folder`."""
+    if not inside_run(folder, path):
+        return None
+    try:
+        fd = os.open(Path(path).resolve(), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def check_links(run_dir: Path) -> None:
+    """Refuse a run directory holding a symbolic link that leads out of it, or a file with another name.
+
+    Links under `wandb/` are left alone (the wandb library links its debug logs to its cache, and the run
+    writes nothing there itself); `wandb/` itself a link out is refused.
+    """
+    run_dir = Path(run_dir)
+    tracker = run_dir / TRACKER_DIR
+    for folder, dirs, files in os.walk(run_dir):  # never into a linked folder: each link is checked as an entry
+        wandbs = Path(folder) == tracker or tracker in Path(folder).parents
+        for path in (Path(folder) / name for name in (*dirs, *files)):
+            if path.is_symlink() and not wandbs and not inside_run(run_dir, path):
+                raise OutsideRunError(f"{path}: a symbolic link out of the run directory (to {os.readlink(path)}); "
+                                      "the run writes only inside its directory: replace the link with what it "
+                                      "points to, or remove it")
+            _refuse_other_names(path, os.lstat(path))
+
+
+# --- the run lock -------------------------------------------------------------------------------------------
+
+
+class RunLockedError(RuntimeError):
+    """Another live process is running in this run directory."""
+
+
+class RunLock:
+    """Context manager: hold `<run_dir>/run.lock` (a kernel flock, released when its holder exits or is killed)
+    for the life of the run; refuse at once if another process holds it. Two writers would interleave metrics
+    and fight over checkpoints. The holding process may take it again (the app before Hydra writes, then the
+    run); the holder checks the directory has no link out of it (`check_links`). `run.owner` names the holder's
+    pid, for the refusal message only."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_FILE
+        self.owner = Path(run_dir) / OWNER_FILE
+        self._lock = FileLock(self.path, timeout=0, is_singleton=True)
+
+    def hold(self) -> RunLock:
+        """Take the lock: a context manager's `__enter__`, or for the life of the process."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        refuse_link(self.path)  # the lock file is opened (and truncated) by filelock, which follows links
+        try:
+            self._lock.acquire()
+        except Timeout:
+            raise RunLockedError(f"{self.path.parent}: already running ({self._holder()} holds {self.path}); "
+                                 "wait for it to finish, or stop it, before resuming") from None
+        try:
+            check_links(self.path.parent)
+            write_text_regular(self.owner, str(os.getpid()))
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    __enter__ = hold
+
+    def _holder(self) -> str:
+        try:
+            return f"pid {int(self.owner.read_text())}"
+        except (OSError, ValueError):  # the holder has not written its pid yet
+            return "another process"
+
+    def __exit__(self, *exc) -> None:
+        if self._lock.lock_counter == 1:  # the process lets go of the directory (not a nested hold)
+            self.owner.unlink(missing_ok=True)
+        self._lock.release()
+
+
+# --- JSONL --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JsonlScan:
+    """The rows (JSON objects) of a jsonl text, the 1-based numbers of the lines that are not JSON
+    objects, the number of the last non-blank line, and how many bytes precede the first damaged line."""
+
+    rows: list[dict]
+    damaged: list[int]
+    last_line: int
+    intact_bytes: int
+
+
+def parse_jsonl(raw: bytes) -> JsonlScan:
+    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object (or nests deeper than
+    `core.parse_limits.MAX_DEPTH`) is damage.
+
+    >>> scan = parse_jsonl(b'{"a": 1}\\n\\n[2]\\n{"a": 3}\\n{"a":')
+    >>> scan.rows, scan.damaged, scan.last_line, scan.intact_bytes
+    ([{'a': 1}, {'a': 3}], [3, 5], 5, 10)
+    """
+    rows, damaged, last_line, offset, intact = [], [], 0, 0, None
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        if line.strip():
+            last_line = number
+            try:
+                row = parse_json(line.decode(errors="replace"), f"line {number}")
+            except ValueError:  # not JSON, or nested beyond parse_json's limit: damage either way
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                damaged.append(number)
+                intact = offset if intact is None else intact
+        offset += len(line) + 1
+    return JsonlScan(rows, damaged, last_line, len(raw) if intact is None else intact)
+
+
+def scan_jsonl(path: Path, *, inside: Path | None = None) -> JsonlScan:
+    """`parse_jsonl` of a file (lenient: a report of a run still writing); a missing file is empty. `inside`: a
+    received folder, which `path` is read from without following a link out of it (`read_inside`)."""
+    if inside is not None:
+        return parse_jsonl(read_inside(inside, path) or b"")
+    return parse_jsonl(path.read_bytes()) if path.exists() else JsonlScan([], [], 0, 0)
+
+
+def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
+    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`;
+    damage on any other line is real damage and raises, naming the line."""
+    scan = scan_jsonl(path)
+    if scan.damaged and scan.damaged[0] != scan.last_line:
+        raise ValueError(f"{path}:{scan.damaged[0]}: not valid JSON")
+    if repair and scan.damaged:
+        with os.fdopen(open_regular(path, os.O_RDWR), "r+b") as fh:
+            fh.truncate(scan.intact_bytes)
+    return scan.rows
+
+
+class JsonlWriter:
+    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded: a resumed run
+    re-logs the steps it redoes after the last checkpoint. `key` names the fields that identify a row."""
+
+    def __init__(self, path: Path, key: tuple[str, ...]):
+        self.path, self.key = path, key
+        refuse_link(path)  # read and repaired below: never through a link
+        self.seen = {self._key(row) for row in read_jsonl(path, repair=True)}
+
+    def _key(self, row: dict):
+        return tuple(row.get(k) for k in self.key)
+
+    def write(self, rows: Iterable[dict]) -> None:
+        fresh = [r for r in rows if self._key(r) not in self.seen]
+        if not fresh:
+            return
+        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in fresh)
+        try:
+            with os.fdopen(open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as err:
+            # Appending never rewrites earlier rows; a torn last row is cut off when the file is reopened.
+            raise RuntimeError(f"{self.path}: could not write ({err}); the rows already written are kept") from err
+        self.seen.update(self._key(r) for r in fresh)
+
+
+class NullWriter:
+    """A JsonlWriter's stand-in where a process must not write the run directory (a rank other than the main
+    one): the rows are dropped, and the file is neither read nor repaired."""
+
+    def write(self, rows: Iterable[dict]) -> None:
+        pass
+
+
+def _json_default(value):
+    return value.item() if hasattr(value, "item") else str(value)
+
+
+# --- lenient readers (a run may be writing while it is read) -----------------------------------------------
+
+
+def load_file(path: Path, *, inside: Path | None = None):
+    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started), or beyond
+    core.parse_limits' limits (logged, naming the file). `inside`: a received folder, read as `read_inside` does."""
+    try:
+        raw = path.read_bytes() if inside is None else read_inside(inside, path)
+        if raw is None:
+            return None
+        text = raw.decode()
+        return parse_json(text, str(path)) if path.suffix == ".json" else parse_yaml(text, str(path))
+    except ParseLimitError as err:
+        log.warning("%s", err)
+        return None
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
+def read_mapping(path: Path, *, inside: Path | None = None) -> dict:
+    """`load_file` for a file that holds a mapping (run.json, config.yaml): {} when it does not."""
+    data = load_file(path, inside=inside)
+    return data if isinstance(data, dict) else {}
