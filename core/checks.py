@@ -1,14 +1,9 @@
 """The config error every check raises, and the value checks that the config checks and the readers of
-untrusted files share: a number that is not a bool, a whole number with a floor, a config as plain data.
+untrusted files share (what a type cannot say: a count > 0, a value read from a file someone sent).
 
-The types of config keys are Hydra's to check (conf/schema.py); what is checked here is what a type
-cannot say (a count > 0, a value read from a file someone sent).
-
-The user's code (a reward function, a task's grader) ending the process with `SystemExit` is a failure of the
-run: `sys.exit(0)` in a reward would otherwise end the run with code 0 and no word, its run.json left running;
-`sys.exit(3)` in a grader with code 3, nothing printed and no error.txt. Raised again as `UserCodeExit` (a
-RuntimeError), naming whose code raised it, it fails the stage and the run as any other error of that code does:
-run.json and error.txt record it. Ctrl-C (KeyboardInterrupt) is not a SystemExit and passes as it does.
+The user's code (a reward, a task's grader) calling `sys.exit` would end the run with its code and no word, its
+run.json left running: raised again as `UserCodeExit` (a RuntimeError naming whose code it was), it fails the
+run as any other error does. Ctrl-C is not a SystemExit and passes as it does.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Many processes, one run: who this process is, and the few collectives the runner needs.
 
-`accelerate launch` and `torchrun` start one process per device, each running `python -m train`
-from the top. They share one run directory, which only the main process writes; the others run
-the same plan (training needs every rank for its collectives) and wait at barriers. Everything here
-is accelerate's (`PartialState`, its object collectives), the engine TRL itself runs on: no process
-group code of our own. A single process (no launcher) never starts a process group, and never
-imports torch here: `python -m train` refuses a bad config before torch loads.
+`accelerate launch` and `torchrun` start one process per device, each running `python -m train`; only the main
+process writes the run directory, the others run the same plan and wait at barriers. The collectives are
+accelerate's (TRL's own engine). A single process never starts a process group, nor imports torch here.
 """
 
 from __future__ import annotations
@@ -19,21 +16,16 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-# How long a rank waits at a collective for the others before it fails (and the launcher stops the
-# rest): transformers' own default (TrainingArguments.ddp_timeout, 1800 s), which TRL would set. Long
-# enough for the main process to publish a final alone; a dead rank is noticed by the launcher long
-# before. KK_COLLECTIVE_TIMEOUT_S changes it (the process group starts before the config is read).
+# How long a rank waits at a collective before it fails: transformers' default (ddp_timeout), long enough for the
+# main process to publish a final alone. An env variable, since the process group starts before the config is read.
 COLLECTIVE_TIMEOUT_ENV = "KK_COLLECTIVE_TIMEOUT_S"
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
 class Processes:
-    """This process's place in the launch: its rank, how many there are, and whether it writes the run.
-
-    `sharded_by` names what shards the weights across ranks (DeepSpeed ZeRO-3, FSDP), None when every
-    rank holds the whole model (one process, DDP, ZeRO-1/2).
-    """
+    """This process's place in the launch. `sharded_by` names what shards the weights across ranks (DeepSpeed
+    ZeRO-3, FSDP), None when every rank holds the whole model (one process, DDP, ZeRO-1/2)."""
 
     rank: int = 0
     world_size: int = 1
@@ -57,8 +49,7 @@ class Processes:
         return f"rank {self.rank} of {self.world_size}" if self.many else ""
 
     def device(self) -> str:
-        """Where this process generates outside the trainer: its own GPU (`cuda:<local rank>`), never
-        another rank's, or the CPU."""
+        """Where this process generates outside the trainer: its own GPU (`cuda:<local rank>`), or the CPU."""
         import torch
 
         return f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
@@ -92,10 +83,8 @@ def weight_sharding(env: Mapping[str, str] = os.environ) -> str | None:
 
 
 def optimizer_sharding(env: Mapping[str, str] = os.environ) -> str | None:
-    """What holds the optimizer's parameters as shards or flat partitions, as `accelerate launch` tells its
-    processes: FSDP (DTensor shards, which bitsandbytes' optimizers do not take) or DeepSpeed at any ZeRO
-    stage (flat partitions: bitsandbytes' 32-bit override for embeddings no longer finds them); None under
-    DDP or one process.
+    """What holds the optimizer's parameters as shards or flat partitions (which bitsandbytes' optimizers do not
+    take), as `accelerate launch` tells its processes: FSDP or DeepSpeed at any ZeRO stage; None otherwise.
 
     >>> optimizer_sharding({"ACCELERATE_USE_FSDP": "true"}), optimizer_sharding({"ACCELERATE_USE_DEEPSPEED": "true"})
     ('FSDP', 'DeepSpeed')
@@ -110,10 +99,8 @@ def optimizer_sharding(env: Mapping[str, str] = os.environ) -> str | None:
 
 
 def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
-    """Why the trainer would not save a stage's final as one whole checkpoint under this launch, or None.
-
-    The next stage and validation load the final with `from_pretrained`: ZeRO-3 must gather 16-bit
-    weights at save (else transformers writes DeepSpeed shards), FSDP must save a full state dict.
+    """Why the trainer would not save a stage's final as one whole checkpoint `from_pretrained` loads under this
+    launch, or None.
 
     >>> whole_final_problem({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
     ...                      "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "false"})[:40]
@@ -147,13 +134,8 @@ def collective_timeout(env: Mapping[str, str] = os.environ) -> timedelta:
 
 
 def start_processes() -> Processes:
-    """Join the launch's process group (accelerate's PartialState) when there are many processes.
-
-    On a machine without CUDA the group runs on gloo (accelerate's MULTI_CPU), as the trainer will
-    with `use_cpu=True`. PartialState is shared: the trainer's TrainingArguments re-create it later
-    over the same process group, which keeps this timeout. Called again, it returns the same record.
-    One process under `accelerate launch` with ZeRO-3 (for its offloading) still has sharded weights.
-    """
+    """Join the launch's process group (accelerate's PartialState, on gloo without CUDA) when there are many
+    processes; the trainer later shares it, keeping this timeout. Called again, it returns the same record."""
     sharded_by = weight_sharding()
     if sharded_by == "FSDP" and not _cuda():  # FSDP_ON_CPU: the ranks train as DDP, each holding the whole model
         sharded_by = None
@@ -168,8 +150,8 @@ def start_processes() -> Processes:
 
 
 def _leave_process_group() -> None:
-    """At exit, leave the process group: a gloo rank that exits still holding it after a peer has gone aborts
-    ("terminate called without an active exception", SIGABRT), and the launcher fails the whole job."""
+    """At exit, leave the process group: a gloo rank that exits holding it after a peer has gone aborts (SIGABRT),
+    and the launcher fails the whole job."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -211,11 +193,8 @@ def gather(value: T, processes: Processes) -> list[T]:
 
 
 def on_main(work: Callable[[], T], processes: Processes) -> T:
-    """`work()` done by the main process alone; every rank gets its result, or raises its error.
-
-    For what reads or writes the run directory (the lock, run.json): the others never race the main
-    process for a file, and every rank takes the same path afterwards.
-    """
+    """`work()` done by the main process alone (what touches the run directory); every rank gets its result, or
+    raises its error."""
     result, error = None, None
     if processes.is_main:
         try:

@@ -1,14 +1,9 @@
 """The GPUs a sweep's jobs share on one machine (`launch.gpus`), each held by one job at a time.
 
-A job claims the GPUs it needs by taking an exclusive kernel lock (flock) on one file per GPU in a folder
-all jobs of the sweep share (the sweep folder's `.gpus/`), and holds them while its run trains; the run is
-started with CUDA_VISIBLE_DEVICES naming them (train/launch/relaunch.py). Kernel locks, not a counter in a file:
-two jobs that claim in the same instant never get the same GPU, joblib may hand jobs to reused workers and
-jobs may end in any order, and a job that dies (killed, out of memory) lets its GPUs go with its process,
-so nothing is ever left to clean up by hand.
-
-Which GPUs exist is read without CUDA (`visible_gpus`): the sweep's process and its jobs never initialise
-it, so a job's CUDA_VISIBLE_DEVICES is the only one its run sees.
+A job claims its GPUs with a kernel lock (flock) on one file per GPU in the sweep folder's `.gpus/`, held while
+its run (started with CUDA_VISIBLE_DEVICES naming them) trains: two jobs claiming in the same instant never get
+the same GPU, and a job that dies lets its GPUs go with its process. Which GPUs exist is read without CUDA, so a
+job's CUDA_VISIBLE_DEVICES is the only one its run sees.
 """
 
 from __future__ import annotations
@@ -34,11 +29,8 @@ WAIT_S = 2.0
 
 
 def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
-    """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES when set (its ids as
-    written: indices, GPU-/MIG- UUIDs), else the indices `nvidia-smi` lists; none without either.
-
-    CUDA stops reading the list at a negative index, so `-1` (the usual way to hide every GPU) or an empty value
-    leaves none, and `0,-1,2` only GPU 0: a GPU named "-1" would be handed to a job that then finds no GPU.
+    """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES when set (its ids as written,
+    up to the first negative index, where CUDA stops reading), else the indices `nvidia-smi` lists; else none.
 
     >>> visible_gpus({"CUDA_VISIBLE_DEVICES": "0, 2,3"}), visible_gpus({"CUDA_VISIBLE_DEVICES": ""})
     (['0', '2', '3'], [])
@@ -58,8 +50,8 @@ def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def jobs_at_once(gpus: Sequence, processes: int) -> int:
-    """How many jobs of `processes` GPUs each the pool runs at once (at least one: a pool too small is refused
-    by name when the job starts, not by a launcher that would run nothing).
+    """How many jobs of `processes` GPUs each the pool runs at once (at least one: a pool too small is refused by
+    name when the job starts).
 
     >>> jobs_at_once(["0", "1", "2", "3"], 1), jobs_at_once(["0", "1", "2", "3"], 2), jobs_at_once([], 1)
     (4, 2, 1)

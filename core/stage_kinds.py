@@ -1,10 +1,6 @@
-"""The stage kinds, the one list of them: what each is, as plain facts the plan, the console and the report need
-to know of a kind (its step cap, its label, whether it learns from rewards) without importing the trainers.
-
-Everything else that names the kinds derives from `STAGE_KIND_FACTS`: conf/schema.py's `StageKindName` (the
-names `kind:` accepts) is built from it, and train/stages/kinds.py refuses, at import, a kind listed here with no
-trainer or a trainer whose kind is not listed here. A kind's name is also the config group of its trainer's
-fields (`grpo`, `sft`).
+"""The stage kinds, the one list of them (`STAGE_KIND_FACTS`): the plain facts the plan, the console and the
+report need of a kind without importing the trainers. conf/schema.py's `StageKindName` is built from it, and
+train/stages/kinds.py refuses, at import, a kind here without a trainer or a trainer of a kind not here.
 """
 
 from __future__ import annotations
@@ -43,8 +39,8 @@ STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (G
 
 
 def recorded_kind(name: str | None) -> StageKindFacts:
-    """The facts of a stage kind as run.json records it. A record read back is untrusted: one without a kind, or
-    with a kind this version does not know, is read as the default kind's.
+    """The facts of a stage kind as run.json records it; none, or one this version does not know, reads as the
+    default kind.
 
     >>> recorded_kind("sft").label, recorded_kind(None).label, recorded_kind("ppo").label
     ('SFT', 'GRPO', 'GRPO')

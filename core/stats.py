@@ -1,10 +1,8 @@
-"""Sample sizes and 95% intervals for every accuracy and rate a run reports (console, report, sweeps).
+"""Sample sizes and 95% intervals for every accuracy and rate a run reports: an accuracy from 4 puzzles is noise.
 
-An accuracy from 4 puzzles is noise: each rate is shown with its n and a Wilson score interval
-(Wilson 1927; recommended over the normal "Wald" interval for small n and rates near 0 or 1 by
-Brown, Cai & DasGupta 2001, "Interval Estimation for a Binomial Proportion"). A change between two
-rates counts only when Newcombe's interval for their difference (1998, method 10, built from the
-two Wilson intervals) excludes 0.
+Each rate is shown with its n and a Wilson score interval (better than the "Wald" interval for small n and rates
+near 0 or 1: Brown, Cai & DasGupta 2001); a change between two rates counts only when Newcombe's interval for their
+difference (1998, method 10) excludes 0.
 """
 
 from __future__ import annotations
@@ -25,10 +23,8 @@ def rounded_mean(values) -> float | None:
 
 
 def wilson_interval(rate: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion `rate` observed over `n` trials.
-
-    `rate` may be a mean of several samples per trial (mean@k); `n` then counts the independent
-    trials (puzzles), which keeps the interval honest. n = 0 says nothing: (0, 1).
+    """The Wilson score interval of a proportion `rate` observed over `n` trials (for a mean@k, `n` counts the
+    independent puzzles); n = 0 says nothing: (0, 1).
 
     >>> [round(x, 4) for x in wilson_interval(81 / 263, 263)]  # the textbook example: 0.2553 to 0.3662
     [0.2553, 0.3662]
@@ -51,9 +47,8 @@ def wilson_interval(rate: float, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def difference_interval(a: float, n_a: int, b: float, n_b: int, z: float = Z95) -> tuple[float, float]:
-    """Newcombe's 95% interval for `b - a` (two proportions over n_a and n_b trials), from their Wilson intervals.
-
-    Newcombe's own example (56/70 against 48/80: 0.0524 to 0.3339):
+    """Newcombe's 95% interval for `b - a` (two proportions over n_a and n_b trials), from their Wilson intervals;
+    his own example, 56/70 against 48/80, gives 0.0524 to 0.3339:
 
     >>> [round(x, 4) for x in difference_interval(48 / 80, 80, 56 / 70, 70)]
     [0.0524, 0.3339]

@@ -1,11 +1,8 @@
 """Where numbers go beyond the run folder: wandb when `logger=wandb`, nothing with `logger=none`.
 
-Shared by `python -m train` (train/tracking.py: one wandb run per curriculum run, its global step continuing
-across stages) and `python -m eval` (one wandb run per validation): a tracker takes rows of numbers, tables
-and a summary, and is told who the run is (its name, group, job type and id) by its caller.
-
-`logger.mode: auto` decides between online and offline before wandb is asked (`wandb_mode`): wandb itself,
-told `online` on a machine without network, stalls for its init timeout and then raises.
+A tracker takes rows of numbers, tables and a summary; its caller (`python -m train`, `python -m eval`) names the
+run. `logger.mode: auto` decides between online and offline before wandb is asked (`wandb_mode`): wandb, told
+`online` on a machine without network, stalls for its init timeout and then raises.
 """
 
 from __future__ import annotations
@@ -50,13 +47,10 @@ def host_answers(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
 
 
 def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool] = host_answers) -> str:
-    """The mode wandb.init is given for `logger.mode` (`mode`) in the environment `env`.
-
-    `online` and `offline` are the config's own choice. `auto` follows WANDB_MODE when it is set (the usual way
-    to say offline on a cluster node, where an API key is often in the environment all the same); else, with
-    no WANDB_API_KEY, offline; else online when the wandb host (WANDB_BASE_URL, default api.wandb.ai) answers
-    a TCP connection within 3 s (`answers`), offline with one log line saying why when it does not.
-    """
+    """The mode wandb.init is given for `logger.mode` (`mode`) in the environment `env`: `online` and `offline` as
+    they are; `auto` follows WANDB_MODE when it is set (a cluster node often has an API key all the same), else
+    offline without WANDB_API_KEY, else online when the wandb host (WANDB_BASE_URL) answers within 3 s (`answers`),
+    else offline with one log line saying why."""
     mode = str(mode)  # the schema's WandbMode is a str enum: wandb is given its plain name
     if mode != "auto":
         return mode
@@ -77,21 +71,14 @@ def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool]
 
 
 class NullTracker:
-    """The tracker of `logger=none`: accepts everything, sends nothing."""
+    """The tracker of `logger=none`: accepts everything (`log`, `table`, `summary`, `finish`), sends nothing."""
 
     offline_folder: Path | None = None
 
-    def log(self, row: dict, step: int) -> None:
+    def _ignore(self, *args, **kwargs) -> None:
         pass
 
-    def table(self, key: str, rows: list[dict], step: int) -> None:
-        pass
-
-    def summary(self, values: dict) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
+    log = table = summary = finish = _ignore
 
 
 class WandbTracker:
@@ -136,7 +123,7 @@ class WandbTracker:
         self.run.log({**kept, "global_step": step}, step=step)
 
     def table(self, key: str, rows: list[dict], step: int) -> None:
-        """`rows` (one dict each, the same keys) as a wandb table under `key`; nested values as JSON text."""
+        """`rows` (dicts of the same keys) as a wandb table under `key`; nested values as JSON text."""
         if not rows:
             return
         columns = list(rows[0])
@@ -170,9 +157,8 @@ def _cell(value):
 
 def open_tracker(logger: Mapping, run_dir: Path, *, name: str, group: str | None, job_type: str, run_id: str,
                  config: dict, writes: bool = True):
-    """The tracker `logger` (the logger group) names, writing into `run_dir`; `config` (the resolved config) is the
-    wandb run's config. A process that does not write the run directory (`writes` false: a rank other than the main
-    one) gets a NullTracker: one wandb run per run, whatever the number of processes."""
+    """The tracker the logger group `logger` names, writing into `run_dir`, with the resolved config `config`. A
+    process that does not write the run directory (`writes` false) gets a NullTracker: one wandb run per run."""
     backend = logger.get("backend", "none")
     if backend == "wandb" and writes:
         return WandbTracker(logger, run_dir, name=name, group=group, job_type=job_type, run_id=run_id, config=config)

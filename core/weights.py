@@ -1,22 +1,13 @@
 """A model's weights whole and in float32, whatever engine trains them: DeepSpeed ZeRO, FSDP2, or none.
 
-What the engines change, and why each function here exists:
-- DeepSpeed under mixed precision casts the module itself to bfloat16 and keeps the float32 master
-  weights in its optimizer's partitions: the module's weights are the master weights rounded to 8
-  bits of mantissa. A stage's updates at GRPO's learning rates (~1e-6 of a weight) live below that,
-  so a final saved from the module would lose them. `whole_parameters` reads the master copy.
-- ZeRO-3 and FSDP2 shard each parameter across the ranks: `whole_parameters` gathers it (a
-  collective: every rank iterates, in the same order, name by name, so no rank holds more than one
-  whole parameter beyond what it keeps); `held_here` is the part a rank holds, which a check after
-  every step reads instead of gathering the whole model each time.
-- Once a TrainingArguments with a ZeRO-3 config exists, transformers registers that config
-  process-wide (a weak reference that accelerate's state keeps alive), and every later
-  `from_pretrained` loads partitioned under `deepspeed.zero.Init`, a collective. Loading a whole model
-  on one rank for validation, compaction or publishing must step outside it: `zero3_init_paused`.
-- A DeepSpeed trainer checkpoint holds the master weights only in its optimizer files (its
-  `model.safetensors` is the bf16 module, or 16-bit gathered under ZeRO-3): `checkpoint_weights` reads
-  them back without an engine (`zero_to_fp32`), so a stage killed while publishing can be published
-  from its checkpoint on a resume.
+- DeepSpeed under mixed precision keeps the float32 master weights in its optimizer, the module in bfloat16,
+  where GRPO's updates (~1e-6 of a weight) round away: `gather_weights` reads the master copy.
+- ZeRO-3 and FSDP2 shard each parameter: `gather_weights` gathers them name by name (a collective), `held_here`
+  is the part a rank holds, which the check after every step reads.
+- Once a ZeRO-3 TrainingArguments exists, every `from_pretrained` loads partitioned (a collective): a whole model
+  loaded on one rank steps outside it (`zero3_init_paused`).
+- A DeepSpeed trainer checkpoint holds the master weights only in its optimizer files: `checkpoint_weights` reads
+  them without an engine, so a stage killed while publishing is published from its checkpoint.
 """
 
 from __future__ import annotations
@@ -32,8 +23,8 @@ import torch
 
 @contextmanager
 def zero3_init_paused() -> Iterator[None]:
-    """`from_pretrained` inside the block loads a whole model on this process, never ZeRO-3 partitions,
-    even after a trainer registered DeepSpeed's ZeRO-3 config; the registration is restored after."""
+    """`from_pretrained` inside the block loads a whole model on this process, never ZeRO-3 partitions, even after
+    a trainer registered DeepSpeed's ZeRO-3 config; the registration is restored after."""
     from transformers.integrations import deepspeed as hf_deepspeed
 
     registered = hf_deepspeed._hf_deepspeed_config_weak_ref
@@ -44,23 +35,9 @@ def zero3_init_paused() -> Iterator[None]:
         hf_deepspeed._hf_deepspeed_config_weak_ref = registered
 
 
-def whole_parameters(named_parameters) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, the parameter whole, in float32, on the CPU) for each of `named_parameters`, in name order.
-
-    The master copy where an engine keeps one (DeepSpeed ZeRO 1-3, its bf16 optimizer), the gathered
-    shards where the weights are sharded (ZeRO-3 before its engine exists; FSDP2's DTensors), else the
-    parameter itself. Collective for sharded or partitioned weights: call it on every rank.
-    """
-    for name, param in sorted(named_parameters, key=lambda kv: kv[0]):
-        yield name, _whole(param).detach().to("cpu", torch.float32).contiguous()
-
-
 def held_here(param: torch.nn.Parameter) -> torch.Tensor:
-    """The part of `param` this process holds: its ZeRO-3 partition, its FSDP2 shard, else the parameter whole.
-
-    Where an engine shards a parameter, the module's own tensor holds nothing on any rank (ZeRO-3 leaves it
-    empty between gathers), so a check of the module's tensors would pass whatever the weights are.
-    """
+    """The part of `param` this process holds: its ZeRO-3 partition, its FSDP2 shard, else the parameter whole
+    (a sharded module's own tensor holds nothing, so a check of it would pass whatever the weights are)."""
     if hasattr(param, "ds_tensor"):  # DeepSpeed ZeRO-3: the flat partition the optimizer's step writes
         return param.ds_tensor
     if hasattr(param, "to_local"):  # a DTensor: FSDP2's shard of it
@@ -69,23 +46,20 @@ def held_here(param: torch.nn.Parameter) -> torch.Tensor:
 
 
 def held_weights_finite(model: torch.nn.Module) -> bool:
-    """Whether every weight this process holds (`held_here`) is finite: no collective, so a sharded model's
-    ranks may answer differently and must combine their answers before acting on them. One device sync for the
-    whole model, not one per tensor: this runs after every optimizer step."""
+    """Whether every weight this process holds (`held_here`) is finite: no collective, so a sharded model's ranks
+    must combine their answers. One device sync for the whole model: this runs after every optimizer step."""
     with torch.no_grad():
         flags = [torch.isfinite(held_here(param)).all() for param in model.parameters()]
         return bool(torch.stack(flags).all()) if flags else True
 
 
 def fingerprint(model: torch.nn.Module) -> str:
-    """A short digest of every parameter's exact float32 bytes: equal exactly when the weights are equal.
-
-    Hashing bytes (not sums) keeps it independent of thread counts and reduction order. A PEFT model is
-    fingerprinted with its adapters off (the base weights under the plain names), which is what a LoRA
-    stage's reference is, and equals the checkpoint it was loaded from. Gathered where an engine shards
-    the weights or keeps a master copy (`whole_parameters`): then every rank must call it.
-    """
-    return weights_fingerprint(_adapter_free(model.named_parameters()))
+    """A short digest of every parameter's exact float32 bytes (not sums: independent of reduction order), equal
+    exactly when the weights are equal. A PEFT model is fingerprinted without its adapters, under the plain names:
+    its base, which a LoRA stage's reference is. Gathered as `gather_weights` does: call it on every rank."""
+    base = ((name.removeprefix("base_model.model.").replace(".base_layer.", "."), param)
+            for name, param in model.named_parameters() if ".lora_" not in name)
+    return gather_weights(base, keep=False)[0]
 
 
 def weights_fingerprint(named_tensors) -> str:
@@ -94,23 +68,18 @@ def weights_fingerprint(named_tensors) -> str:
 
 
 def gather_weights(named_parameters, *, keep: bool) -> tuple[str, dict[str, torch.Tensor] | None]:
-    """The fingerprint of `named_parameters` whole in float32 and, with `keep`, the whole tensors by name
-    (the main process keeps them to publish; the others hash each one and let it go)."""
+    """The fingerprint of `named_parameters` whole in float32 and, with `keep`, the whole tensors by name (the main
+    process keeps them to publish). Each parameter in name order is its engine's master copy where it keeps one
+    (DeepSpeed), the gathered shards where the weights are sharded (ZeRO-3, FSDP2), else itself: a collective for
+    sharded or partitioned weights, so every rank calls it, holding one whole parameter at a time."""
     digest, kept = hashlib.sha256(), {}
-    for name, tensor in whole_parameters(named_parameters):
+    for name, param in sorted(named_parameters, key=lambda kv: kv[0]):
+        tensor = _whole(param).detach().to("cpu", torch.float32).contiguous()
         digest.update(name.encode())
         digest.update(tensor.numpy().tobytes())
         if keep:
             kept[name] = tensor
     return digest.hexdigest()[:16], kept if keep else None
-
-
-def _adapter_free(named_parameters):
-    """(name, parameter) without LoRA adapters, PEFT's wrapper names mapped back to the plain model's."""
-    for name, param in named_parameters:
-        if ".lora_" in name:
-            continue
-        yield name.removeprefix("base_model.model.").replace(".base_layer.", "."), param
 
 
 def _whole(param: torch.nn.Parameter) -> torch.Tensor:
@@ -138,9 +107,8 @@ def _deepspeed_master(param: torch.nn.Parameter) -> torch.Tensor | None:
 
 
 def checkpoint_weights(checkpoint: Path, names: list[str]) -> dict[str, torch.Tensor] | None:
-    """The float32 master weights of the parameters `names` that a DeepSpeed trainer checkpoint holds (its
-    optimizer files, read without an engine, on this process alone), or None for a checkpoint not DeepSpeed's.
-    Named as the model names its parameters: zero_to_fp32 also lists a tied weight under its second name."""
+    """The float32 master weights of the parameters `names` in a DeepSpeed trainer checkpoint's optimizer files
+    (read without an engine, on this process alone), or None for a checkpoint not DeepSpeed's."""
     if not (checkpoint / "latest").is_file():  # DeepSpeed's save_checkpoint names its tag there
         return None
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
@@ -150,8 +118,8 @@ def checkpoint_weights(checkpoint: Path, names: list[str]) -> dict[str, torch.Te
 
 
 def saved_parameters(checkpoint: str | Path, names) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor in float32) for each of `names`, in name order, read from a saved checkpoint's safetensors
-    files (one, or sharded with an index), a tensor at a time; a local folder or a model in the hub's cache."""
+    """(name, tensor in float32) for each of `names`, in name order, read a tensor at a time from a checkpoint's
+    safetensors files (one, or sharded with an index): a local folder or a model in the hub's cache."""
     from safetensors import safe_open
 
     folder = _local_folder(checkpoint)
@@ -182,6 +150,6 @@ def load_whole(config, state_dict: dict[str, torch.Tensor]):
 
 def save_whole(config, weights: dict[str, torch.Tensor], tokenizer, folder: Path) -> None:
     """A checkpoint `from_pretrained` loads: `weights` as a float32 model of `config`'s architecture, and the
-    tokenizer (the main process, for a final gathered from an engine's shards or master copy)."""
+    tokenizer."""
     load_whole(config, weights).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -203,24 +203,21 @@ class Manifest:
                 "baseline": None,
                 "stages": [dataclasses.asdict(record) for record in planned],
             })
-        manifest.keep_config_file(run_dir / CONFIG, resolved)
+        # config.yaml: written where it is missing (a new run; one deleted since) and its hash recorded, so that a
+        # resume can tell an edited file; an existing one is kept as it is
+        config_file = run_dir / CONFIG
+        if not config_file.exists():
+            write_text_regular(config_file, OmegaConf.to_yaml(OmegaConf.create(dict(resolved))))
+            written = config_file_hash(config_file.read_bytes())  # the bytes on disk, whatever the locale's encoding
+            if path.exists():  # written again in a resumed run: its hash replaces the old file's
+                manifest.update(**{CONFIG_FILE_HASH: written})
+            else:
+                manifest.fields[CONFIG_FILE_HASH] = written
+        elif CONFIG_FILE_HASH not in manifest.fields and not path.exists():  # a kill before run.json was written
+            manifest.fields[CONFIG_FILE_HASH] = config_file_hash(config_file.read_bytes())
         if not path.exists():
             manifest.save()
         return manifest
-
-    def keep_config_file(self, config_file: Path, resolved: Mapping) -> None:
-        """config.yaml: written where it is missing (a new run; one deleted since) and its hash recorded, so that a
-        resume can tell an edited file; an existing one is kept as it is."""
-        if config_file.exists():
-            if CONFIG_FILE_HASH not in self.fields and not self.path.exists():  # a kill before run.json was written
-                self.fields[CONFIG_FILE_HASH] = config_file_hash(config_file.read_bytes())
-            return
-        write_text_regular(config_file, OmegaConf.to_yaml(OmegaConf.create(dict(resolved))))
-        written = config_file_hash(config_file.read_bytes())  # the bytes on disk, whatever the locale's encoding
-        if self.path.exists():  # written again in a resumed run: its hash replaces the old file's
-            self.update(**{CONFIG_FILE_HASH: written})
-        else:
-            self.fields[CONFIG_FILE_HASH] = written
 
     @property
     def data(self) -> dict:

@@ -1,7 +1,6 @@
-"""The stored study behind `stored_optuna.StoredOptunaSweeper` (its docstring says what it does).
-
-Its name starts with "_" so that Hydra's plugin scan, which imports every other module under hydra_plugins on
-each app start, leaves it (and optuna, ~3 s to import) alone until a sweep builds its sweeper.
+"""The stored study behind `stored_optuna.StoredOptunaSweeper`. Its name starts with "_" so that Hydra's plugin
+scan, which imports every other module under hydra_plugins on each app start, leaves it (and optuna, ~3 s to
+import) alone until a sweep builds its sweeper.
 """
 
 from __future__ import annotations
