@@ -39,8 +39,7 @@ from core.weights import zero3_init_paused
 
 __all__ = [
     "ModelUnavailableError", "configure_cpu_threads", "cuda_has_bf16", "defer_bitsandbytes", "defer_deepspeed",
-    "defer_vllm", "device_settings", "load_for_inference", "merge_lora_and_save", "merged_lora",
-    "resolve_model", "uses_bitsandbytes",
+    "defer_vllm", "device_settings", "load_for_inference", "merged_lora", "resolve_model", "uses_bitsandbytes",
 ]
 
 log = logging.getLogger(__name__)
@@ -239,18 +238,9 @@ def configure_cpu_threads(setting) -> int:
 
 
 def merged_lora(model):
-    """A LoRA model's adapters merged into its base (in place: train no further with it); any other model as it is."""
+    """A LoRA model's adapters merged into its base (in place: train no further with it); any other model as it is.
+    A stage's final holds these full weights, so the next stage never depends on PEFT."""
     return model.merge_and_unload() if is_peft_model(model) else model
-
-
-def merge_lora_and_save(model, tokenizer, out_dir: str | Path) -> Path:
-    """Save full weights to `out_dir` (a LoRA model merged into its base first, in place: train no further with
-    it), so the next stage loads a plain checkpoint and never depends on PEFT."""
-    out_dir = Path(out_dir)
-    model = merged_lora(model)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def load_for_inference(path: str | Path, device: str | torch.device):

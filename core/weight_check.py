@@ -1,12 +1,10 @@
 """Whether a checkpoint folder's weights are those of the architecture its config.json names, read before it loads.
 
-transformers builds the model config.json names and fills in what the weight files hold: a config of another
-architecture (BERT's config.json over Qwen2 weights) builds a model none of whose weights are in the files, and it
-is initialised at random, with a warning, and validated as if trained. vLLM does the same. So the names and shapes
-in the safetensors headers (read without the tensors) are compared with the model's, built on the meta device
-(no memory): a weight the model needs that the files lack, or holds in another shape, refuses the folder.
-Weights the files hold that the model does not read are counted but pass (transformers drops them: an older
-checkpoint's rotary buffers). A folder without safetensors files is left to the loader.
+A config of another architecture builds a model none of whose weights are in the files: transformers and vLLM
+initialise it at random and it is validated as if trained. So the safetensors headers' names and shapes are
+compared with the model's, built on the meta device: a weight the model needs that the files lack, or hold in
+another shape, refuses the folder; extra weights pass (an older checkpoint's rotary buffers). A folder without
+safetensors files is left to the loader.
 """
 
 from __future__ import annotations

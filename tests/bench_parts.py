@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
-from core.models import load_for_inference, merge_lora_and_save, resolve_model
+from core.models import load_for_inference, merged_lora, resolve_model
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, build_plan
@@ -279,7 +279,7 @@ def _bare_stage(cfg: DictConfig, stage: Stage, init: str, rows, stage_dir: Path)
 def handoff_seconds(cfg: DictConfig, work_dir: Path, repeats: int = 3) -> dict:
     """Median seconds of one handoff, through the runner's pieces, on the plan's first two stages.
 
-    Save: `merge_lora_and_save` + `publish_final` of a stage-1 trainer's model. Load: the stage-2
+    Save: `merged_lora`, saved, + `publish_final` of a stage-1 trainer's model. Load: the stage-2
     GRPOTrainer built from that saved dir (tokenizer, policy and, with beta > 0, the reference).
     """
     first, second = build_plan(cfg)[:2]
@@ -291,7 +291,9 @@ def handoff_seconds(cfg: DictConfig, work_dir: Path, repeats: int = 3) -> dict:
     saves, loads = [], []
     for k in range(repeats):
         began = time.perf_counter()
-        tmp = merge_lora_and_save(trainer.model, trainer.processing_class, work_dir / f"final-{k}.tmp")
+        tmp = work_dir / f"final-{k}.tmp"
+        merged_lora(trainer.model).save_pretrained(tmp)
+        trainer.processing_class.save_pretrained(tmp)
         final = work_dir / f"final-{k}"
         publish_final(tmp, final, {"stage": first.name, "steps_done": 0})
         saved = time.perf_counter()

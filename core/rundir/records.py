@@ -1,15 +1,12 @@
 """What a run's files record, read back untrusted: run.json's statuses and stage entries (`StageRecord`), a stage's
 published final and what vouches for it, checkpoint digests, and the validation summaries and final accuracies.
+A path read from run.json is used only where the layout puts it (`stage_final`, `entry_problem`).
 
-A path read from run.json is used only where the layout puts it (`stage_final`, `entry_problem`): a run folder
-may come from someone else.
-
-A final (`stages/<k>-<name>/final`) is published with its marker, `stage.json`, written last: which stage of which
-run config and task it is, and every file's size and sha256; run.json records the marker's sha256 for the stage
-(`final_marker`). Read back, a final is handed on (trained from, used as a reference, validated) only when its
+A final is published with its marker, `stage.json`, written last (its stage, run config, task, and every file's
+size and sha256), and run.json records the marker's sha256 (`final_marker`). A final is handed on only when its
 files are the ones its marker recorded (`final_problem`) and its marker names the stage and is the one run.json
-recorded (`recorded_final_problem`): two finals swapped, or one of another run put in place, are each intact with
-their own marker. A final rewritten in bfloat16 gets a new marker naming the one it replaces (`compacted_from`).
+recorded (`recorded_final_problem`: two finals swapped are each intact). A final rewritten in bfloat16 gets a new
+marker naming the one it replaces (`compacted_from`).
 """
 
 from __future__ import annotations

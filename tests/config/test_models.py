@@ -23,7 +23,7 @@ from core.models import (
     ModelUnavailableError,
     device_settings,
     load_for_inference,
-    merge_lora_and_save,
+    merged_lora,
     quiet_libraries,
     resolve_model,
     tiny_spec,
@@ -227,6 +227,12 @@ def test_lora_config_from_the_model_block():
     assert lora_config(model_cfg("tiny", lora={"r": 4})).lora_alpha == 32, "a key left out: the schema's default"
 
 
+def _merged_and_saved(model, tokenizer, out_dir: Path) -> Path:
+    merged_lora(model).save_pretrained(out_dir)  # as a stage publishes its final (train/stages/training.py)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
 def test_lora_merge_saves_full_weights_that_moved(tiny_dir, tiny_tokenizer, tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tiny_dir)
     before = {name: tensor.clone() for name, tensor in base.state_dict().items()}
@@ -236,7 +242,7 @@ def test_lora_merge_saves_full_weights_that_moved(tiny_dir, tiny_tokenizer, tmp_
     model(**batch, labels=batch["input_ids"]).loss.backward()
     optimizer.step()
 
-    out_dir = merge_lora_and_save(model, tiny_tokenizer, tmp_path / "final")
+    out_dir = _merged_and_saved(model, tiny_tokenizer, tmp_path / "final")
     merged = AutoModelForCausalLM.from_pretrained(out_dir)
     after = merged.state_dict()
     assert not any("lora" in name for name in after)
@@ -245,9 +251,9 @@ def test_lora_merge_saves_full_weights_that_moved(tiny_dir, tiny_tokenizer, tmp_
     assert AutoTokenizer.from_pretrained(out_dir).eos_token == "<|im_end|>"
 
 
-def test_merge_lora_and_save_passes_a_plain_model_through(tiny_dir, tiny_tokenizer, tmp_path):
+def test_merged_lora_passes_a_plain_model_through(tiny_dir, tiny_tokenizer, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
-    out_dir = merge_lora_and_save(model, tiny_tokenizer, tmp_path / "final")
+    out_dir = _merged_and_saved(model, tiny_tokenizer, tmp_path / "final")
     reloaded = AutoModelForCausalLM.from_pretrained(out_dir)
     assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in model.state_dict().items())
 
