@@ -1,18 +1,16 @@
-"""The names a key may take (one Enum per key of a fixed set), each a str that prints and serialises as its name."""
+"""The names a key may take: one Enum per key of a fixed set, each a str that compares, prints and serialises as its
+name."""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from core.stage_kinds import STAGE_KIND_FACTS
 
 
-class Choice(str, Enum):
-    """A key that takes one of a few names; a str, so it compares, prints and serialises as its name."""
-
-    def __str__(self) -> str:
-        return self.value
+class Choice(StrEnum):
+    """A key that takes one of a few names."""
 
 
 class Reference(Choice):
@@ -57,8 +55,7 @@ class ValidationPlan(Choice):
 
 
 class PromptFormat(Choice):
-    """The answer formats: K&K's grader's (curriculum.tasks.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
-    (a task that reads only some refuses the others: Task.check_format)."""
+    """The answer formats: K&K's grader's, GSM8K's and reasoning-gym's (a task refuses those it does not read)."""
 
     think_answer = "think_answer"
     answer_only = "answer_only"
@@ -78,8 +75,7 @@ class WandbMode(Choice):
     offline = "offline"
 
 
-# The stage kinds' names, from the one list of kinds (core/stage_kinds.py); train/stages/kinds.py builds one kind (a
-# train.stages.base.StageKind) per name
+# The stage kinds' names, from the one list of kinds (core/stage_kinds.py)
 if TYPE_CHECKING:  # a type checker cannot read an Enum built from a list at import: it sees the base class
     StageKindName = Choice
 else:

@@ -33,8 +33,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from conf import register_resolvers
-from conf.claim import HeldResume, discard_refused_run, record_asked_off
+from conf import HeldResume, discard_refused_run, record_asked_off, register_resolvers
 from conf.errors import run_app
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
