@@ -123,24 +123,19 @@ class ClaimRunDirectory(Callback):
         _MISSING_ABOVE_RUN[:] = [folder for folder in directory.absolute().parents if not folder.exists()]
         # With many processes the main one claims the directory for all (and holds the run's lock later,
         # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
-        processes = start_processes()
-        refusal = self._claim(directory, config) if processes.is_main else None
+        processes, refusal = start_processes(), None
+        if processes.is_main and (config.get("resume") or (directory / RUN_JSON).is_file()):
+            try:
+                self.lock = RunLock(directory).hold()
+                atexit.register(self.on_run_end)  # a run refused inside (a config error) never reaches on_run_end
+            except (RunLockedError, OutsideRunError) as err:
+                refusal = str(err)
+            except OSError as err:  # the last line says why: "Read-only file system: <path>"
+                refusal = (f"{directory}: the run directory cannot be written: {err.strerror}: "
+                           f"{err.filename or directory}")
         refusal = broadcast(refusal, processes)
         if refusal is not None:
             raise SystemExit(refusal)
-
-    def _claim(self, directory: Path, config: DictConfig) -> str | None:
-        """Take the lock of a run being continued; why not, or None (taken, or nothing to continue)."""
-        if not (config.get("resume") or (directory / RUN_JSON).is_file()):
-            return None
-        try:
-            self.lock = RunLock(directory).hold()
-            atexit.register(self.on_run_end)  # a run refused inside (a config error) never reaches on_run_end
-        except (RunLockedError, OutsideRunError) as err:
-            return str(err)
-        except OSError as err:  # the last line says why: "Read-only file system: <path>"
-            return f"{directory}: the run directory cannot be written: {err.strerror}: {err.filename or directory}"
-        return None
 
     def on_run_end(self, config: DictConfig | None = None, **kwargs) -> None:
         """Release the lock (and its owner file) once, whichever way the process ends."""

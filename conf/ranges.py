@@ -58,7 +58,9 @@ def check_field_ranges(config: dict) -> None:
     interpolation (checked where it is written). A mapping's range (`limits.stage_steps`) is each of its values'."""
     for block, data, record in typed_blocks(config):
         for dotted, item, _ in schema_fields(record):
-            within, value = item.metadata.get("range"), _select(data, dotted)
+            within, value = item.metadata.get("range"), data
+            for part in dotted.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
             if within is None or value is None:
                 continue
             key = f"{block}.{dotted}" if block else dotted
@@ -66,14 +68,6 @@ def check_field_ranges(config: dict) -> None:
             for shown, each in named.items():
                 if not (isinstance(each, str) and "${" in each) and not within.holds(each):
                     raise ConfigError(f"{shown}: {each!r} is not {within.describe(item.metadata['help'])}")
-
-
-def _select(data, dotted: str):
-    for part in dotted.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
 
 
 def check_cpu_threads(setting, cores: int | None = None) -> None:

@@ -115,26 +115,25 @@ def send_trainer_line(tracker, row: Mapping, kind: StageKindFacts) -> None:
     transformers' WandbCallback keeps them (bare for TRL's `train` prefix); the rest at the row's global step, each
     key under the kind's prefix (GRPO's `train/<key>`, as WandbCallback's `rewrite_logs` writes TRL's), with the
     global step as `train/global_step` (the step TRL's dashboards plot against) and the stage, its kind and its
-    level as metadata."""
+    level as metadata (a number for per-stage panels: a mix "2-6ppl" by its mean; else the stage index).
+
+    >>> from core.stage_kinds import STAGE_KIND_FACTS
+    >>> class Shown:
+    ...     def log(self, row, step): print(step, row)
+    >>> send_trainer_line(Shown(), {"stage": 3, "level": "2-6ppl", "global_step": 7, "kind": "step", "reward": 0.5},
+    ...                   STAGE_KIND_FACTS["grpo"])
+    7 {'stage': 3, 'stage_kind': 'grpo', 'level': 4.0, 'train/global_step': 7, 'train/reward': 0.5}
+    """
     prefix = kind.tracker_prefix
     logs = {k: v for k, v in row.items() if k not in METRICS_TAGS}
     scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
     if scalars:
         tracker.summary({(k if prefix == TRL_PREFIX else f"{prefix}/{k}"): v for k, v in scalars.items()})
-    tracked = {"stage": row["stage"], "stage_kind": kind.name, "level": level_value(row["level"], row["stage"]),
-               "train/global_step": row["global_step"]}
+    numbers = [float(n) for n in re.findall(r"\d+", row["level"])]
+    level = sum(numbers) / len(numbers) if numbers else row["stage"]
+    tracked = {"stage": row["stage"], "stage_kind": kind.name, "level": level, "train/global_step": row["global_step"]}
     tracker.log({**tracked, **{f"{prefix}/{k}": v for k, v in logs.items() if k not in scalars}},
                 step=row["global_step"])
-
-
-def level_value(level: str, stage_index: int) -> float:
-    """The tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index).
-
-    >>> level_value("2-6ppl", 3), level_value("mixed", 3)
-    (4.0, 3)
-    """
-    numbers = [float(n) for n in re.findall(r"\d+", level)]
-    return sum(numbers) / len(numbers) if numbers else stage_index
 
 
 def peak_memory_gib() -> dict[str, float]:
