@@ -3,14 +3,17 @@ name."""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from core.stage_kinds import STAGE_KIND_FACTS
 
 
-class Choice(StrEnum):
+class Choice(str, Enum):
     """A key that takes one of a few names."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class Reference(Choice):

@@ -188,7 +188,8 @@ class RunConsole:
         self.run_dir, self.plan, self.level_word = run_dir, list(plan), level_word
         self.rewards = rewards  # the reward stack as run.json records it (`reward_stack`)
         self.console = console or Console()
-        self.timer = RunTimer.of(self.plan, clock=clock)
+        self.timer = RunTimer({s.index: s.kind_facts.label for s in self.plan}, {s.index: s.steps for s in self.plan},
+                              {}, clock)
         self.done_steps = 0  # over the whole run, for the live bar
 
     def expect_validations(self, completions: Mapping[int, int]) -> None:
@@ -247,7 +248,7 @@ def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_wor
     return " · ".join(parts)
 
 
-@dataclass(eq=False)  # a callback is itself, as the trainer holds it
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class StageConsole(TrainerCallback):
     """One stage's banner, its step lines and the whole-run bar while it trains; in place of transformers'
     progress bar and log printer (`bind` removes those from the trainer)."""

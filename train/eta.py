@@ -89,12 +89,6 @@ class RunTimer:
     validated: set[int] = field(default_factory=set)
     _mark: float | None = None  # when the phase being timed began
 
-    @classmethod
-    def of(cls, plan: Sequence[Stage], completions: Mapping[int, int] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> RunTimer:
-        return cls({s.index: s.kind_facts.label for s in plan}, {s.index: s.steps for s in plan},
-                   dict(completions or {}), clock)
-
     def remember_steps(self, rows: Iterable[Mapping]) -> None:
         """A resumed run's step times from before (metrics.jsonl's rows: TRL's `step_time`), by their stage's kind,
         so that its ETA starts from what the run measured, not `≥ 0 s`. Rows come from disk: anything else is skipped.
