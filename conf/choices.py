@@ -12,8 +12,7 @@ from core.stage_kinds import STAGE_KIND_FACTS
 class Choice(str, Enum):
     """A key that takes one of a few names."""
 
-    def __str__(self) -> str:
-        return self.value
+    __str__ = str.__str__  # its name, as Python 3.11's StrEnum prints it
 
 
 class Reference(Choice):
