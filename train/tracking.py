@@ -20,8 +20,9 @@ import re
 import resource
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -87,14 +88,18 @@ class RunLogs:
                    tracker, JsonlWriter(run_dir / ROLLOUTS, key=("stage", "stage_step", "completion_index")))
 
 
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class MetricsCallback(TrainerCallback):
     """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, level and global step."""
 
-    def __init__(self, writer: JsonlWriter | NullWriter, tracker, *, stage_index: int, stage_name: str, level: str,
-                 step_offset: int, kind: StageKindFacts):
-        self.writer, self.tracker = writer, tracker
-        self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}
-        self.step_offset, self.kind = step_offset, kind
+    writer: JsonlWriter | NullWriter
+    tracker: Any
+    _: KW_ONLY
+    stage_index: int
+    stage_name: str
+    level: str
+    step_offset: int
+    kind: StageKindFacts
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -102,7 +107,8 @@ class MetricsCallback(TrainerCallback):
         kind = "summary" if "train_runtime" in logs else "step"
         if kind == "step":  # TRL logs no memory: the report's and the tracker's memory curves
             logs = {**logs, **peak_memory_gib()}
-        row = {**self.tags, "stage_step": state.global_step, "global_step": self.step_offset + state.global_step}
+        row = {"stage": self.stage_index, "stage_name": self.stage_name, "level": self.level,
+               "stage_step": state.global_step, "global_step": self.step_offset + state.global_step}
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = kind
         self.writer.write([row])
@@ -185,18 +191,21 @@ def rollout_rows(batch: Mapping, weights: Mapping[str, float], count: int) -> li
     return rows
 
 
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class RolloutSampler(TrainerCallback):
     """Writes sampled rollouts of a GRPO stage to `writer` and the tracker (`rollouts` table)."""
 
-    def __init__(self, writer, tracker, *, every: int, groups: int, stage_index: int, stage_name: str,
-                 step_offset: int):
-        self.writer, self.tracker = writer, tracker
-        self.every, self.groups = every, groups
-        self.tags = {"stage": stage_index, "stage_name": stage_name}
-        self.step_offset = step_offset
-        self.batch: Mapping | None = None
-        self.weights: dict[str, float] = {}
-        self.group_size = 1
+    writer: Any
+    tracker: Any
+    _: KW_ONLY
+    every: int
+    groups: int
+    stage_index: int
+    stage_name: str
+    step_offset: int
+    batch: Mapping | None = None  # TRL's logged batch, once bound
+    weights: dict[str, float] = field(default_factory=dict)
+    group_size: int = 1
 
     def bind(self, trainer) -> None:
         batch = logged_batch(trainer)
@@ -212,7 +221,8 @@ class RolloutSampler(TrainerCallback):
         step = state.global_step
         if self.batch is None or not logs or "train_runtime" in logs or not due(step, state.max_steps, self.every):
             return
-        tags = {**self.tags, "stage_step": step, "global_step": self.step_offset + step}
+        tags = {"stage": self.stage_index, "stage_name": self.stage_name, "stage_step": step,
+                "global_step": self.step_offset + step}
         rows = [{**tags, **row} for row in rollout_rows(self.batch, self.weights, self.groups * self.group_size)]
         self.writer.write(rows)
         self.tracker.table("rollouts/samples", [table_row(row) for row in rows], step=tags["global_step"])
