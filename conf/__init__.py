@@ -1,21 +1,36 @@
-"""The Hydra config root (also importable, so tests and other apps compose the same files).
+"""The Hydra config root (also importable, so tests and other apps compose the same files), and the run directory
+as Hydra is let write into it.
 
-Importing it registers the config's resolvers, wherever the config is composed or resolved: the apps,
-the tests, and a job Hydra's submitit launcher runs on a cluster node (its callbacks import `conf`).
+Importing it registers the config's resolvers, wherever the config is composed or resolved: the apps, the tests,
+and a job Hydra's submitit launcher runs on a cluster node (its callbacks import `conf`).
+
+Hydra writes into the run directory before the task function runs (its log, `.hydra/`). `ClaimRunDirectory` (a
+Hydra callback, conf/hydra/default.yaml) takes the run lock of a run being continued first, so that a second process
+on a live run, or a directory that cannot be written, ends in one line having written nothing; `HeldResume` holds
+what Hydra would write into a resumed run until the run accepts the resume; `discard_refused_run` removes what
+Hydra wrote for a fresh run refused by a config error only a check after Hydra's start can see.
 """
 
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import shutil
 import time
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
 
 from conf.schema import RootConfig
 from core.checks import ConfigError
+from core.distributed import broadcast, start_processes
 from core.gpu_pool import jobs_at_once, visible_gpus
-from core.rundir.files import RUN_JSON
+from core.rundir.files import RUN_JSON, OutsideRunError, RunLock, RunLockedError
 
 CONF_DIR = Path(__file__).resolve().parent
 # The root schema config.yaml's defaults list starts from; stored on import, so that whatever composes
@@ -40,10 +55,8 @@ def run_dir(resume: str | None, fresh: str) -> str:
 
 
 def hydra_subdir(resume: str | None) -> str | None:
-    """Where Hydra records this invocation: `.hydra` for a new run. A resume
-    gets none from Hydra, which would write it before the resume can be refused: the run writes its own,
-    `.hydra/resume-<time>/` beside the original (which a sweep report reads), once it goes on (conf/claim.py
-    HeldResume)."""
+    """Where Hydra records this invocation: `.hydra` for a new run. A resume gets none from Hydra, which would write
+    it before the resume can be refused: `HeldResume` writes `.hydra/resume-<time>/` once the run goes on."""
     return None if resume else ".hydra"
 
 
@@ -75,14 +88,11 @@ def launch_time(pattern: str, launched: float | None = None) -> str:
 
 
 def register_resolvers(launched: float | None = None) -> None:
-    """Resolvers the configs use: `kk_run_dir` (the run directory), `kk_hydra_subdir` (Hydra's record),
-    `kk_share` (a ratio), `kk_now` (the time a run's and a sweep's folders are named by), and `kk_visible_gpus`,
-    `kk_jobs_at_once` (launch=per_gpu's pool of GPUs and the jobs it runs at once: core/gpu_pool.py).
+    """Register the resolvers the configs use (`kk_*`).
 
-    `kk_now` stands in for Hydra's `now`: with many processes every rank is handed the main process's
-    launch time (`launched`), so all of them name the same folder. Hydra registers its own `now` again
-    inside every run, so overriding `now` would not hold. Cached per config, as Hydra caches `now`: a
-    sweep's jobs (also on a cluster node) resolve the time their sweep was launched at.
+    `kk_now` stands in for Hydra's `now` (which Hydra registers again inside every run): with many processes every
+    rank is handed the main process's launch time (`launched`), so all of them name the same folder. Cached per
+    config, as Hydra caches `now`: a sweep's jobs (also on a cluster node) resolve the time their sweep was launched at.
     """
     OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
     OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)
@@ -92,6 +102,125 @@ def register_resolvers(launched: float | None = None) -> None:
     # launch=per_gpu: the GPUs its jobs share, read without CUDA, and how many jobs run at once on them
     OmegaConf.register_new_resolver("kk_visible_gpus", visible_gpus, replace=True, use_cache=True)
     OmegaConf.register_new_resolver("kk_jobs_at_once", jobs_at_once, replace=True)
+
+
+
+
+# The folders above a run directory that did not exist before Hydra made it (`paths.output_dir/runs` on a first
+# run): a refused run removes them too, if it left them empty, so that it leaves no folder at all.
+_MISSING_ABOVE_RUN: list[Path] = []
+
+
+class ClaimRunDirectory(Callback):
+    """Hold the run lock of a run directory being continued (`resume=`, or a `hydra.run.dir` holding run.json)."""
+
+    lock: RunLock | None = None
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        directory = Path(config.hydra.run.dir)
+        _MISSING_ABOVE_RUN[:] = [folder for folder in directory.absolute().parents if not folder.exists()]
+        # With many processes the main one claims the directory for all (and holds the run's lock later,
+        # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
+        processes, refusal = start_processes(), None
+        if processes.is_main and (config.get("resume") or (directory / RUN_JSON).is_file()):
+            try:
+                self.lock = RunLock(directory).hold()
+                atexit.register(self.on_run_end)  # a run refused inside (a config error) never reaches on_run_end
+            except (RunLockedError, OutsideRunError) as err:
+                refusal = str(err)
+            except OSError as err:  # the last line says why: "Read-only file system: <path>"
+                refusal = (f"{directory}: the run directory cannot be written: {err.strerror}: "
+                           f"{err.filename or directory}")
+        refusal = broadcast(refusal, processes)
+        if refusal is not None:
+            raise SystemExit(refusal)
+
+    def on_run_end(self, config: DictConfig | None = None, **kwargs) -> None:
+        """Release the lock (and its owner file) once, whichever way the process ends."""
+        if self.lock is not None:
+            self.lock.__exit__(None, None, None)
+            self.lock = None
+
+
+# What Hydra writes into a new run directory before the task function runs (besides its log)
+_HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
+
+
+def discard_refused_run(run_dir: Path, log_name: str) -> bool:
+    """Remove a run directory that a refusal (a config error, a model that cannot be had) ended before its
+    run began (no run.json): the record and the log (`log_name`) Hydra wrote for this invocation, the lock
+    file, then the folder if that emptied it. False, touching nothing, for a directory holding a run or a
+    `.hydra` of earlier invocations (a resume is left as it was).
+    """
+    hydra = run_dir / ".hydra"
+    if (run_dir / RUN_JSON).exists() or hydra.is_symlink():
+        return False
+    if hydra.is_dir():
+        if not {path.name for path in hydra.iterdir()} <= _HYDRA_RECORD:
+            return False
+        shutil.rmtree(hydra)
+    for name in (log_name, "run.lock", "run.owner"):
+        if not (run_dir / name).is_dir():
+            (run_dir / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: it held something else before this run
+        run_dir.rmdir()
+        for folder in _MISSING_ABOVE_RUN:  # nearest first; stops at the first that holds something
+            folder.rmdir()
+    return True
+
+
+class HeldResume:
+    """What Hydra would write into a run being continued (`resume=`), held until the run accepts the resume: its
+    log lines (Hydra's job log, `<job>.log`) and its record of this invocation (`.hydra/resume-<time>/`).
+
+    A resume can still be refused after Hydra's start (another config, a model that cannot be had); refused, it
+    leaves the run exactly as it was. `accept` writes them once the run goes on; an explicit
+    `hydra.output_subdir=null` (a job's run started by train/launch/relaunch.py) keeps the record off.
+    """
+
+    def __init__(self, run_dir: Path, hydra_cfg: DictConfig, task_cfg: DictConfig) -> None:
+        self.run_dir, self.hydra_cfg, self.task_cfg = run_dir, hydra_cfg, task_cfg
+        self.started = time.strftime("%Y-%m-%d_%H-%M-%S")
+        self.held = _HeldLines()
+        root = logging.getLogger()
+        self.files = [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)
+                      and Path(handler.baseFilename).is_relative_to(run_dir.absolute())]
+        for handler in self.files:
+            root.removeHandler(handler)
+        if self.files:
+            root.addHandler(self.held)
+
+    def accept(self) -> None:
+        """The resume goes on: the held lines into the run's log, then this invocation's record beside the run's."""
+        root = logging.getLogger()
+        root.removeHandler(self.held)
+        for handler in self.files:
+            for record in self.held.records:
+                handler.handle(record)
+            root.addHandler(handler)
+        self.files, self.held.records = [], []
+        if not record_asked_off(self.hydra_cfg) and self.hydra_cfg.output_subdir is None:
+            record = self.run_dir / ".hydra" / f"resume-{self.started}"
+            record.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.task_cfg, record / "config.yaml")
+            OmegaConf.save(OmegaConf.create({"hydra": self.hydra_cfg}), record / "hydra.yaml")
+            OmegaConf.save(OmegaConf.create(list(self.hydra_cfg.overrides.task)), record / "overrides.yaml")
+
+
+class _HeldLines(logging.Handler):
+    """Keeps the records it is handed, to be written (or dropped) once it is known where they belong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def record_asked_off(hydra_cfg: DictConfig) -> bool:
+    """Whether the command line told Hydra to keep no record (`hydra.output_subdir=null`)."""
+    return any(override.replace(" ", "") == "hydra.output_subdir=null" for override in hydra_cfg.overrides.hydra)
 
 
 register_resolvers()

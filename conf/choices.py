@@ -1,4 +1,5 @@
-"""The names a key may take (one Enum per key of a fixed set), each a str that prints and serialises as its name."""
+"""The names a key may take: one Enum per key of a fixed set, each a str that compares, prints and serialises as its
+name."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ from core.stage_kinds import STAGE_KIND_FACTS
 
 
 class Choice(str, Enum):
-    """A key that takes one of a few names; a str, so it compares, prints and serialises as its name."""
+    """A key that takes one of a few names."""
 
-    def __str__(self) -> str:
-        return self.value
+    __str__ = str.__str__  # its name, as Python 3.11's StrEnum prints it
 
 
 class Reference(Choice):
@@ -57,8 +57,7 @@ class ValidationPlan(Choice):
 
 
 class PromptFormat(Choice):
-    """The answer formats: K&K's grader's (curriculum.tasks.kk.grading.grader.FORMATS), GSM8K's and reasoning-gym's
-    (a task that reads only some refuses the others: Task.check_format)."""
+    """The answer formats: K&K's grader's, GSM8K's and reasoning-gym's (a task refuses those it does not read)."""
 
     think_answer = "think_answer"
     answer_only = "answer_only"
@@ -78,8 +77,7 @@ class WandbMode(Choice):
     offline = "offline"
 
 
-# The stage kinds' names, from the one list of kinds (core/stage_kinds.py); train/stages/kinds.py builds one kind (a
-# train.stages.base.StageKind) per name
+# The stage kinds' names, from the one list of kinds (core/stage_kinds.py)
 if TYPE_CHECKING:  # a type checker cannot read an Enum built from a list at import: it sees the base class
     StageKindName = Choice
 else:

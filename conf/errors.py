@@ -1,22 +1,15 @@
 """How a bad config is refused: one `config error:` line that names the key, before a run directory exists.
 
-Hydra refuses unknown keys and wrong types while it composes onto the root schema (conf/schema.py),
-except keys added with `+key=value` (Hydra adds those even to typed nodes). `check_schema` merges
-the composed config onto a fresh schema once more, which refuses them too; `SchemaCheck`, a Hydra
-callback (conf/hydra/default.yaml), runs it before Hydra creates the run directory. `run_app` runs
-an entry point, and `exit_on_config_error` ends its task function, so that every config error (ours,
-Hydra's or OmegaConf's) ends the process as one line, while any other error shows its whole traceback.
+Hydra refuses unknown keys and wrong types while it composes onto the root schema, except keys added with
+`+key=value`; `check_schema` (run by the `SchemaCheck` callback, conf/hydra/default.yaml) refuses those too.
+`run_app` runs an entry point so that every config error (ours, Hydra's or OmegaConf's) ends the process as one
+line, while any other error shows its whole traceback.
 
-How a job starts its processes (`launch.*`), and a multirun under `torchrun` or `accelerate launch`, are
-checked by another callback (`LaunchCheck`) before the run or the sweep starts. A multirun under a launcher:
-every rank runs `python -m train -m ...` from the top, so every rank runs the sweeper and the launcher the
-config names. Hydra's basic sweeper and launcher are deterministic and run each job in this process: every rank
-expands the same job list and the ranks train each job together, into one job folder
-(tests/engines/test_distributed.py runs such a sweep). Any other is one sweep per rank: Optuna's sampler would
-ask its one study for trials on every rank, each rank then training its own trials alone; joblib's workers,
-started by each rank, would inherit the rank's place in a process group the rank already holds; submitit would
-submit every job once per rank. Those are refused in one line, with the way that works: the sweep started as
-one process, each of its jobs starting its own ranks (`launch=`).
+A multirun under `torchrun` or `accelerate launch` runs the sweeper and the launcher on every rank. Hydra's basic
+ones are deterministic and run each job in this process, so the ranks train each job together; any other is one
+sweep per rank (Optuna asking its study on every rank, joblib's workers inheriting the rank's process group,
+submitit submitting every job once per rank), refused by `LaunchCheck` with the way that works: the sweep started
+as one process, each job starting its own ranks (`launch=`).
 """
 
 from __future__ import annotations
@@ -60,30 +53,24 @@ def check_schema(cfg: DictConfig) -> None:
     """Raise ConfigError for the first key of `cfg` that the schema refuses: unknown (also one added with
     `+`), of the wrong type, or missing (`???`). The `hydra` node is Hydra's own and left out.
 
-    The composed config is merged as plain data: merged as a typed config it would carry its extra keys along.
+    Merged as plain data: merged as a typed config it would carry its extra keys along.
     """
     config = OmegaConf.to_container(cfg, resolve=False)
     config.pop("hydra", None)
     for key, data, record in typed_blocks(config):
-        _merge_onto(record, data, key)
-
-
-def _merge_onto(record: type, data, key: str) -> None:
-    """ConfigError naming the first value of `data` (found at `key`) that `record` refuses."""
-    if not isinstance(data, dict):
-        fields = ", ".join(field.name for field in dataclasses.fields(record))
-        raise ConfigError(f"{key}: {data!r} is not a block of {fields}")
-    try:
-        OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(record), data), throw_on_missing=True)
-    except OmegaConfBaseException as err:
-        raise ConfigError(_omegaconf_line(err, prefix=key)) from None
+        if not isinstance(data, dict):
+            fields = ", ".join(field.name for field in dataclasses.fields(record))
+            raise ConfigError(f"{key}: {data!r} is not a block of {fields}")
+        try:
+            OmegaConf.to_container(OmegaConf.merge(OmegaConf.structured(record), data), throw_on_missing=True)
+        except OmegaConfBaseException as err:
+            raise ConfigError(_omegaconf_line(err, prefix=key)) from None
 
 
 class SchemaCheck(Callback):
     """`check_schema`, and for a run the `resume=` check, before Hydra creates (or enters) the run directory.
 
-    `resume=` is checked here too, not only by the run directory's resolver, because an explicit
-    `hydra.run.dir=` replaces that resolver: a mistyped resume would start a fresh run there. Hydra
+    `resume=` is checked here too because an explicit `hydra.run.dir=` replaces the resolver that checks it. Hydra
     turns an exception in a callback into a warning and goes on, so a refusal ends the process here.
     """
 
@@ -117,8 +104,8 @@ def accelerate_file(launch: Mapping) -> Path:
 
 
 def check_launch(launch: Mapping) -> None:
-    """`launch.*` values a job can start processes with (and claim GPUs for): the schema's ranges (conf/schema.py
-    LaunchConfig), then the rules across its keys; ConfigError naming the key.
+    """`launch.*` values a job can start processes with (and claim GPUs for): the schema's ranges, then the rules
+    across its keys; ConfigError naming the key.
 
     >>> check_launch({"launcher": "torchrun", "processes": 0, "accelerate_config": "ddp", "gpus": None})
     Traceback (most recent call last):
@@ -148,10 +135,8 @@ def check_launch(launch: Mapping) -> None:
 
 def launched_sweep_problem(targets: Mapping[str, str], choices: Mapping[str, str | None],
                            world_size: int) -> str | None:
-    """Why a multirun cannot run on each of `world_size` launched processes, or None.
-
-    `targets`: the `_target_` of hydra.sweeper and hydra.launcher; `choices`: Hydra's runtime choices (named in
-    the refusal as the user chose them).
+    """Why a multirun cannot run on each of `world_size` launched processes, or None; `targets`: the `_target_` of
+    hydra.sweeper and hydra.launcher; `choices`: Hydra's runtime choices (named as the user chose them).
 
     >>> optuna = {"sweeper": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
     ...           "launcher": BASIC["launcher"]}
@@ -180,10 +165,7 @@ def launched_sweep_problem(targets: Mapping[str, str], choices: Mapping[str, str
 
 
 class LaunchCheck(Callback):
-    """`check_launch` before a run or a sweep starts, and `launched_sweep_problem` before the sweeper is made.
-
-    A callback's exception only becomes Hydra's warning, so a refusal ends the process here, as the app's line.
-    """
+    """`check_launch` before a run or a sweep starts, and `launched_sweep_problem` before the sweeper is made."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         try:
@@ -200,11 +182,8 @@ class LaunchCheck(Callback):
 
 
 def config_error_line(err: BaseException) -> str | None:
-    """The one line (without `config error: `) for a config error, or None for any other error.
-
-    A config error is a ConfigError, a resolver that refused a value, or anything raised while Hydra
-    composes the config from the command line and the YAML files.
-    """
+    """The one line (without `config error: `) for a config error (a ConfigError, a resolver's refusal, anything
+    raised while Hydra composes the config), or None for any other error."""
     if isinstance(err, ConfigError):
         return str(err)
     if isinstance(err, InterpolationResolutionError):  # a resolver refused a value (resume=): its message says it
@@ -232,22 +211,15 @@ def config_error_line(err: BaseException) -> str | None:
 
 def exit_on_config_error(err: BaseException) -> None:
     """End the process with one `config error:` line if `err` is a config error; else return (to re-raise it).
-
-    For a task function too: Hydra prints "Error executing job with overrides: [...]" before any exception
-    a task function raises, but lets SystemExit pass.
-    """
+    Hydra prints "Error executing job with overrides" before any exception a task function raises but SystemExit."""
     line = config_error_line(err)
     if line is not None:
         raise SystemExit(f"config error: {line}") from None
 
 
 def run_app(main: Callable[[], object]) -> None:
-    """Run a `@hydra.main` function; a config error ends the process as one `config error:` line.
-
-    Hydra prints an error itself (a trimmed traceback, a note about HYDRA_FULL_ERROR, and sometimes "An
-    error occurred during Hydra's exception formatting") unless HYDRA_FULL_ERROR is 1; with it every
-    error reaches this function, which prints a config error as one line and lets any other raise.
-    """
+    """Run a `@hydra.main` function; a config error ends the process as one `config error:` line. With
+    HYDRA_FULL_ERROR=1 every error reaches here instead of Hydra's own trimmed traceback."""
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()

@@ -1,19 +1,26 @@
-"""`python -m conf.keys <group>`: each key of a config group with its type, default, range and help, read from the
-schema's fields (conf/schema.py); `python -m conf.keys` lists the groups.
-
-The default is the schema's, or `(yaml)` where the group's YAML file gives it (conf/<group>/).
-"""
+"""`python -m conf.keys <group>`: each key of a config group with its type, default (`(yaml)`: the group's YAML file
+gives it), range and help, read from the schema's fields; `python -m conf.keys` lists the groups."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import MISSING as NO_DEFAULT
 from enum import Enum
 from typing import Any, get_args
 
 from omegaconf import MISSING
 
-from conf.fields import default_of, record_of, schema_fields
-from conf.schema import GpuConfig, GuardConfig, LoraConfig, PromoteConfig, RootConfig, StageConfig, TinyModelConfig
+from conf.schema import (
+    GpuConfig,
+    GuardConfig,
+    LoraConfig,
+    PromoteConfig,
+    RootConfig,
+    StageConfig,
+    TinyModelConfig,
+    record_of,
+    schema_fields,
+)
 
 # The blocks that are open in the root schema and typed by their own records (conf.schema.typed_blocks)
 BLOCKS = {"model.tiny": TinyModelConfig, "model.lora": LoraConfig, "gpu": GpuConfig, "curriculum.guard": GuardConfig,
@@ -48,7 +55,7 @@ def key_lines(group: str) -> list[str]:
     for dotted, item, kind in schema_fields(record):
         if group == "root" and "." in dotted:
             continue  # the root's own keys; a group's keys are its own listing
-        default = default_of(item)
+        default = item.default if item.default_factory is NO_DEFAULT else item.default_factory()
         shown = "(yaml)" if default == MISSING else ("null" if default is None else str(default))
         within = item.metadata.get("range")
         parts = [f"{prefix}{dotted}", type_name(kind), f"default {shown}"]

@@ -1,11 +1,8 @@
 """Ranges a type cannot say, checked before anything is written or loaded: each refusal one line naming the key.
 
-The schema (conf/schema.py) types a seed as an int and a learning rate as a float; the range declared on its field
-(`check_field_ranges`) and the checks here say which ints and floats a run can use.
-Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as its
-traceback, a thread count of 0 once the run folder is made, 100000 threads as an out-of-memory error, a stage name
-too long for a folder as an OSError, a NaN learning rate as a run that trains on nothing. `check_interpolations`
-runs with the schema check (conf/errors.py SchemaCheck), before Hydra makes the run folder.
+Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as a traceback, 100000
+threads as an out-of-memory error, a stage name too long for a folder as an OSError, a NaN learning rate as a run
+that trains on nothing.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationKeyError, InterpolationResolutionError, InterpolationToMissingValueError
 
-from conf.fields import schema_fields
-from conf.schema import typed_blocks
+from conf.schema import schema_fields, typed_blocks
 from core.checks import ConfigError, is_int, is_number
 from core.rundir.files import STAGES
 from core.rundir.records import FINAL_MARKER
@@ -44,49 +40,34 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
     check_field_ranges(OmegaConf.to_container(cfg, resolve=False))
     check_cpu_threads(cfg.get("cpu_threads"))
     for group in TRAINER_GROUPS:
-        if cfg.get(group) is not None:
-            _check_trainer(group, OmegaConf.to_container(cfg[group], resolve=True))
+        fields = OmegaConf.to_container(cfg[group], resolve=True) if cfg.get(group) is not None else {}
+        for name in POSITIVE_STEPS:
+            if name in fields and not (is_int(fields[name]) and fields[name] > 0):
+                raise ConfigError(f"{group}.{name}: {fields[name]!r} is not a whole number of steps > 0 "
+                                  "(1: every step)")
+        for name in NON_NEGATIVE:
+            if is_number(fields.get(name)) and fields[name] < 0:
+                raise ConfigError(f"{group}.{name}: {fields[name]} is negative; give a value >= 0")
     for name in stage_names:
         check_stage_name(name)
 
 
 def check_field_ranges(config: dict) -> None:
     """Raise ConfigError for the first value of `config` (plain data, interpolations unresolved) outside the range
-    its schema field declares (conf/fields.py `Range`). A null or absent value is not checked (the schema says
-    whether it may be null), nor an interpolation: its value is checked where it is written, under that key. The
-    range of a mapping (`limits.stage_steps`) is each of its values'."""
+    its schema field declares. Not checked: a null or absent value (the schema says whether it may be null), an
+    interpolation (checked where it is written). A mapping's range (`limits.stage_steps`) is each of its values'."""
     for block, data, record in typed_blocks(config):
         for dotted, item, _ in schema_fields(record):
-            within, value = item.metadata.get("range"), _select(data, dotted)
+            within, value = item.metadata.get("range"), data
+            for part in dotted.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
             if within is None or value is None:
                 continue
             key = f"{block}.{dotted}" if block else dotted
             named = {f"{key}.{name}": each for name, each in value.items()} if isinstance(value, dict) else {key: value}
             for shown, each in named.items():
-                if not _interpolation(each) and not within.holds(each):
+                if not (isinstance(each, str) and "${" in each) and not within.holds(each):
                     raise ConfigError(f"{shown}: {each!r} is not {within.describe(item.metadata['help'])}")
-
-
-def _interpolation(value) -> bool:
-    return isinstance(value, str) and "${" in value
-
-
-def _select(data, dotted: str):
-    for part in dotted.split("."):
-        if not isinstance(data, dict):
-            return None
-        data = data.get(part)
-    return data
-
-
-def _check_trainer(group: str, fields: dict) -> None:
-    for name in POSITIVE_STEPS:
-        if name in fields and not (is_int(fields[name]) and fields[name] > 0):
-            raise ConfigError(f"{group}.{name}: {fields[name]!r} is not a whole number of steps > 0 (1: every step)")
-    for name in NON_NEGATIVE:
-        value = fields.get(name)
-        if is_number(value) and value < 0:
-            raise ConfigError(f"{group}.{name}: {value} is negative; give a value >= 0")
 
 
 def check_cpu_threads(setting, cores: int | None = None) -> None:

@@ -1,29 +1,24 @@
 """The shape of the config: one typed record per group whose keys are fixed, registered as the root schema.
 
-`config.yaml` merges the YAML groups onto `base_config` (Hydra's "structured config schema"), so a key
-that no record below names, or a value of the wrong type, is refused while Hydra composes, before
-any of our code runs. `+key=value` gets past that (Hydra adds keys even to typed nodes), so
-`conf.errors.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold
-the values and say where each comes from; these records hold only the types, and a default only
-where a file may leave a key out. Each field says, beside its type, its one line of help, its range and
-whether a resume may change it (`conf.fields.key`); `python -m conf.keys <group>` lists them.
+Hydra refuses a key no record names, or a value of the wrong type, while it composes; `+key=value` gets past that,
+so `conf.errors.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold the
+values; a record holds the types, and a default only where a file may leave a key out. Each field declares, beside
+its type, one line of help, its range and whether a resume may change it (`key`); `python -m conf.keys` lists them.
 
-Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, model.lora, gpu) are open in
-the root schema and typed by their records through `typed_blocks` (OmegaConf 2.3 cannot set a key
-inside a typed block that is null).
-
-Open by design: `grpo` and `sft` (TRL's GRPOConfig / SFTConfig fields, checked against TRL's own
-dataclasses), `reward.weights` and `reward.custom` (a user's reward names), a stage's `overrides`,
-its `level` (a level, a list or {level: weight}; `ppl`, K&K's name for it),
-`model.chat_template_kwargs` and `cpu_threads` (auto or a number); the checks in train/ and curriculum/ take
-those. A range declared on a field is checked by `conf.ranges.check_field_ranges`; rules across keys stay hand
-checks.
+Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, model.lora, gpu) are open in the
+root schema and typed by their records through `typed_blocks` (OmegaConf 2.3 cannot set a key inside a typed block
+that is null). Open by design: `grpo` and `sft` (TRL's fields, checked against TRL's dataclasses), `reward.weights`,
+`reward.custom`, a stage's `overrides` and `level`, `model.chat_template_kwargs` and `cpu_threads`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import types
+from collections.abc import Iterator
+from dataclasses import Field, dataclass, field, fields, is_dataclass
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+from omegaconf import MISSING, OmegaConf
 
 from conf.choices import (
     DataSource,
@@ -42,8 +37,93 @@ from conf.choices import (
     ValidationPlan,
     WandbMode,
 )
-from conf.fields import COUNT, NON_NEGATIVE, Range, key
+from core.checks import is_int, is_number
 from core.stage_kinds import DEFAULT_KIND
+
+
+@dataclass(frozen=True)
+class Range:
+    """Numbers from `low` to `high` (None: unbounded), each end open or closed; `whole`: whole numbers only;
+    `what`, where given, says the range in a refusal (`<key>: <value> is not <what>`)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    whole: bool = False
+    what: str = ""
+
+    def holds(self, value: Any) -> bool:
+        if not (is_int(value) if self.whole else is_number(value)):
+            return False
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        below = self.high is None or (value < self.high if self.high_open else value <= self.high)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        low = "-inf" if self.low is None else _number(self.low)
+        return f"{'(' if self.low_open else '['}{low}, {_number(self.high)}{')' if self.high_open else ']'}"
+
+    def describe(self, help: str = "") -> str:
+        """The range as a refusal says it: `what`, or the numbers it holds and the key's `help`."""
+        numbers = f"a {'whole number' if self.whole else 'number'} {'' if self.high is None else 'in '}{self}"
+        return self.what or (f"{numbers} ({help})" if help else numbers)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+COUNT = Range(0, low_open=True, whole=True)  # a whole number > 0
+NON_NEGATIVE = Range(0)
+
+
+def key(default: Any = MISSING, help: str = "", *, within: Range | None = None, resume_free: bool = False,
+        factory: Any = None) -> Any:
+    """A schema field: its default (MISSING: the group's YAML gives it; `factory` for a mutable one), its one line
+    of `help`, its range and whether it is `resume_free`."""
+    metadata = {"help": help, "range": within, "resume_free": resume_free}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def record_of(kind: Any) -> type | None:
+    """The record a field of type `kind` holds (`X` or `X | None`), None for any other type."""
+    if get_origin(kind) in (Union, types.UnionType):
+        records = [arg for arg in get_args(kind) if isinstance(arg, type) and is_dataclass(arg)]
+        return records[0] if len(records) == 1 else None
+    return kind if isinstance(kind, type) and is_dataclass(kind) else None
+
+
+def schema_fields(record: type, prefix: str = "") -> Iterator[tuple[str, Field, Any]]:
+    """(dotted key, field, type) of every key of `record`, a nested record's keys after its own."""
+    hints = get_type_hints(record)
+    for item in fields(record):
+        dotted = f"{prefix}{item.name}"
+        yield dotted, item, hints[item.name]
+        nested = record_of(hints[item.name])
+        if nested is not None:
+            yield from schema_fields(nested, f"{dotted}.")
+
+
+def with_defaults(record: type, block: Any) -> dict:
+    """A block (a config node or plain data) merged onto its `record`, as plain data."""
+    return OmegaConf.to_container(_merged(record, block), resolve=True, enum_to_str=True)
+
+
+def as_record(record: type, node: Any) -> Any:
+    """A config group (`node`) as an instance of its schema `record`, its values checked by their types."""
+    return OmegaConf.to_object(_merged(record, node))
+
+
+def _merged(record: type, block: Any) -> Any:
+    """`block` merged onto `record`, its interpolations resolved first (they may point outside the block)."""
+    plain = OmegaConf.to_container(block, resolve=True) if OmegaConf.is_config(block) else block
+    return OmegaConf.merge(OmegaConf.structured(record), plain)
+
 
 SEED_MAX = 2**32 - 1  # numpy's legacy seeding (and TRL's set_seed through it) takes 32 bits
 SEED = Range(0, SEED_MAX, whole=True, what=f"a seed: seeds are whole numbers in [0, 2**32-1] ({SEED_MAX})")
@@ -285,15 +365,9 @@ class RootConfig:
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
-    """(key, data, record): `config` (plain data) in the parts that `conf.errors.check_schema` merges onto their
-    records one by one: the root with its stages set aside, each stage, and each block that may be null
-    and is not.
-
-    A stage is merged on its own so that an error names it (OmegaConf names a key inside a list of
-    records from the record). The blocks that may be null are open in the root schema because OmegaConf
-    2.3 cannot set a key inside a typed block that is null (Hydra's `+curriculum.guard={...}` fails
-    inside OmegaConf); their readers take types and defaults from the same records.
-    """
+    """(key, data, record): `config` (plain data) in the parts `conf.errors.check_schema` merges onto their records
+    one by one: the root with its stages set aside, each stage (so that an error names it: OmegaConf names a key
+    inside a list of records from the record), and each block that may be null and is not."""
     model, curriculum = config.get("model") or {}, config.get("curriculum") or {}
     stages = curriculum.get("stages") or []
     root = {**config, "curriculum": {**curriculum, "stages": []}} if curriculum else config

@@ -1,13 +1,9 @@
-"""A multirun's last lines: how many of its jobs failed, and the command for the sweep's report (every job compared,
-`eval.report.sweep`).
+"""A multirun's last lines: how many of its jobs failed (then exit status 1, for a script or CI job), and the
+command for the sweep's report (every job compared, `eval.report.sweep`).
 
-Each job ends by naming its own report; without this, the last thing a sweep printed was its last job's command,
-and the sweep folder's report was never named. A failed job does not stop a sweep (train/__main__.py: it records
-its error in its folder's error.txt and returns NaN), so the sweep's end says which failed and exits non-zero:
-a script or CI job running the sweep sees it. Under `torchrun` or `accelerate launch` every rank runs this callback
-but only the main process writes run.json: a rank reading it could finish the last job before the main process has
-recorded `done` there and count the job failed. So the main process reads the folders and prints, and every rank
-takes its answer (the same exit status on every rank).
+Under `torchrun` or `accelerate launch` every rank runs this callback, but only the main process writes run.json
+(a rank reading it could count a job failed before the main process recorded `done`): so the main process reads
+the folders and prints, and every rank takes its answer.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from conf.fields import with_defaults
-from conf.schema import GuardConfig, PromoteConfig
+from conf.schema import GuardConfig, PromoteConfig, with_defaults
 from core.checks import ConfigError
 
 # The guard's signals: (config key, metrics.jsonl key it watches).

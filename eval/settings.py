@@ -20,9 +20,8 @@ import torch
 from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig, OmegaConf
 
-from conf.fields import as_record
 from conf.ranges import check_field_ranges
-from conf.schema import EvalConfig
+from conf.schema import EvalConfig, as_record
 from core.checks import ConfigError, plain
 from core.models import HUB_ID
 from core.parse_limits import parse_json

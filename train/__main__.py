@@ -1,23 +1,16 @@
 """`python -m train +curriculum=kk_ladder [overrides]`: the Hydra entry point.
 
-Thin on purpose: compose the config, find the run directory, read the config into checked, typed
-settings (train/settings.py) and hand them to `run_curriculum`. A config
-error, from Hydra's composition or from our checks, ends it as one `config error:` line (conf/errors.py).
-The return value is the sweep objective (Optuna reads it); in a multirun a failed job records
-its error in `error.txt` of its own directory, returns NaN, and the sweep goes on. A run refused
-by the run lock writes nothing: the directory belongs to the live run; a resume refused later (another
-config) changes nothing either: its log lines and record wait for the run to accept it (conf/claim.py).
-A run refused by a config error (or a model that cannot be had here) before it wrote anything is one
-line and leaves no folder
-(conf/claim.py); a Ctrl-C ends with one line saying what was kept (train/failures.py).
+Thin on purpose: compose the config, find the run directory, read the config into checked, typed settings
+(train/settings.py) and hand them to `run_curriculum`. A config error ends it as one `config error:` line; a run
+refused so before it wrote anything leaves no folder, a resume refused later changes nothing (conf/__init__.py);
+a Ctrl-C ends with one line saying what was kept (train/failures.py). The return value is the sweep objective
+(Optuna reads it); in a multirun a failed job records its error in its own `error.txt`, returns NaN, and the sweep
+goes on.
 
-Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes,
-the ranks join their process group and take the main process's launch time, so that every time-named
-folder (the run's, a sweep's) is the same on all of them; the other ranks are told to keep Hydra's
-record and log out of the run directory and their console quiet. A failing rank records its error in
-error.txt, naming itself, unless it only lost another rank (train/failures.py). With `launch.launcher` set,
-the job starts its run's processes itself (train/launch/relaunch.py: a SLURM job of many GPUs, one job per GPU of a
-machine) and never loads torch.
+Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes, the ranks join
+their process group and take the main process's launch time, so that every time-named folder is the same on all of
+them; the other ranks keep Hydra's record and log out of the run directory and their console quiet. With
+`launch.launcher` set, the job starts its run's processes itself (train/launch/relaunch.py) and never loads torch.
 """
 
 from __future__ import annotations
@@ -33,15 +26,14 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from conf import register_resolvers
-from conf.claim import HeldResume, discard_refused_run, record_asked_off
+from conf import HeldResume, discard_refused_run, record_asked_off, register_resolvers
 from conf.errors import run_app
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, gather, start_processes
 from core.rundir.files import ERROR, RunLockedError
 from core.stage_kinds import STAGE_KIND_FACTS
 from train.failures import interrupted_line, record_error, record_refusal, refusal_line
-from train.identity import RunIdentity, named_optims, run_identity
+from train.identity import RunIdentity, run_identity
 
 log = logging.getLogger("train")
 
@@ -91,11 +83,9 @@ def main(cfg: DictConfig) -> float:
 
 
 def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
-    """What a run refused by a config error (or a model that cannot be had) leaves. The folder Hydra made for
-    a run refused before it wrote anything goes; a run given to resume= is left exactly as it was (its error.txt
-    too). A run a sweep's job started (train/launch/relaunch.py: it keeps no Hydra record, `hydra.output_subdir=null`)
-    runs in the job's folder, which it leaves to the job, with the refusal in error.txt for the sweep's report.
-    """
+    """What a run refused by a config error (or a model that cannot be had) leaves: the folder Hydra made for it
+    goes, a run given to resume= is left as it was. A run a sweep's job started (`hydra.output_subdir=null`) leaves
+    the job's folder to the job, with the refusal in error.txt for the sweep's report."""
     if record_asked_off(hydra_cfg):
         record_refusal(run_dir / ERROR, refusal)
     else:
@@ -109,8 +99,12 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
     # that starts its run (launch=) never loads them
     from core.models import defer_bitsandbytes, defer_deepspeed, defer_vllm, quiet_libraries
 
-    optims = named_optims([cfg.get(kind) for kind in STAGE_KIND_FACTS],
-                          OmegaConf.select(cfg, "curriculum.stages"), cfg.get("stage_overrides"))
+    # every `optim` the config names: the kinds' groups, each stage's overrides and `stage_overrides`
+    blocks = [*(cfg.get(kind) for kind in STAGE_KIND_FACTS),
+              *(stage.get("overrides") for stage in OmegaConf.select(cfg, "curriculum.stages") or []),
+              *(cfg.get("stage_overrides") or {}).values()]
+    optims = {str(block.get("optim")) for block in blocks
+              if block is not None and hasattr(block, "get") and block.get("optim") is not None}
     defer_bitsandbytes(optims)  # before transformers.trainer (-> peft) imports it
     defer_vllm(bool(OmegaConf.select(cfg, "grpo.use_vllm")))  # before trl imports it
     defer_deepspeed()  # before transformers imports it: only a DeepSpeed launch needs it

@@ -1,12 +1,9 @@
 """What a run prints: its size and folder at the start, a banner per stage, one line per step, its end.
 
-transformers prints a ~40-key dict at every log step and a tqdm bar per stage; here the trainer's
-console is the run's (`StageConsole` takes its place, `bind` removes transformers' printers): a
-whole-run progress bar with an ETA while a stage trains (in a terminal), and per step one compact
-line of the signals a person watches (reward, each reward component's mean, length, KL, zero-std share).
-The components are the run's reward stack as run.json records it (`reward_stack`): under each banner of a
-stage that learns from rewards the weighted sum they make, on each step line their means by their keys.
-The full dict goes only to metrics.jsonl (`train.tracking.MetricsCallback`).
+transformers prints a ~40-key dict at every log step and a tqdm bar per stage; here the trainer's console is the
+run's (`StageConsole` takes its place): a whole-run progress bar with an ETA while a stage trains (in a terminal),
+and per step one compact line of the signals a person watches (reward, each reward component's mean by its key,
+length, KL, zero-std share). The full dict goes only to metrics.jsonl (`train.tracking.MetricsCallback`).
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -30,8 +28,7 @@ from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
 # (metrics key, label, short label, format) of the compact step line, in the order a person reads them, the reward
-# components' means after the total (`component_fields`); absent keys are left out. The short labels are for a line
-# that would not fit WIDTH with the long ones.
+# components' means after the total (`component_fields`); the short labels for a line that would not fit WIDTH.
 TOTAL_FIELD = ("reward", "reward", "rew", "{:.3f}")
 STEP_FIELDS = (
     ("completions/mean_length", "len", "len", "{:.0f}"),
@@ -44,25 +41,20 @@ STEP_FIELDS = (
 WIDTH = 80
 
 
-def short_name(name: str) -> str:
-    """A reward component's key in at most 4 characters for a step line short of room: its first 4 letters, or for a
-    key of parts its first part's first three and the next part's first letter.
-
-    >>> [short_name(n) for n in ("format", "answer", "overlong", "low_tokens", "strict_format", "kl")]
-    ['form', 'answ', 'over', 'lowt', 'strf', 'kl']
-    """
-    first, *rest = name.split("_")
-    return first[:3] + rest[0][:1] if rest else first[:4]
-
-
 def component_fields(rewards: Sequence[Mapping] | None) -> tuple:
-    """The step line's fields of the reward stack's components (run.json's `reward_stack`), in TRL's order.
+    """The step line's fields of the reward stack's components (run.json's `reward_stack`), in TRL's order; the
+    short label: the first 4 letters, or for a key of parts the first part's first three and the next's first.
 
     >>> component_fields([{"name": "format", "weight": 0.5, "source": "reward.weights"}])
     (('rewards/format/mean', 'format', 'form', '{:.2f}'),)
+    >>> [short for _, _, short, _ in component_fields([{"name": n} for n in ("low_tokens", "strict_format", "kl")])]
+    ['lowt', 'strf', 'kl']
     """
     names = [str(c.get("name")) for c in rewards or () if isinstance(c, Mapping)]
-    shorts = [short_name(n) for n in names]
+    shorts = []
+    for name in names:
+        first, *rest = name.split("_")
+        shorts.append(first[:3] + rest[0][:1] if rest else first[:4])
     return tuple((f"rewards/{n}/mean", n, s if shorts.count(s) == 1 else n, "{:.2f}")
                  for n, s in zip(names, shorts, strict=True))
 
@@ -80,21 +72,16 @@ def reward_formula(rewards: Sequence[Mapping] | None) -> str:
     return f"reward = {weighted or '0'}" + (f"; logged at weight 0: {logged}" if logged else "")
 
 
-def step_metrics(row: Mapping, *, short: bool = False, components: tuple = ()) -> list[str]:
-    """The "<label> <value>" parts of one logged step (`short`: the short labels; `components`: the reward
-    components' fields, `component_fields`).
+def step_metrics(row: Mapping, fields: Sequence[tuple], short: bool = False) -> list[str]:
+    """The "<label> <value>" parts of one logged step for these `fields` (`short`: the short labels).
 
     >>> step_metrics({"reward": 0.53125, "rewards/format/mean": 0.75, "completions/mean_length": 128.4,
     ...               "kl": 0.00123, "frac_reward_zero_std": 0.25, "loss": 0.0, "learning_rate": 2e-5},
-    ...              components=component_fields([{"name": "format"}, {"name": "answer"}]))
+    ...              (TOTAL_FIELD, *component_fields([{"name": "format"}, {"name": "answer"}]), *STEP_FIELDS))
     ['reward 0.531', 'format 0.75', 'len 128', 'kl 0.0012', 'zero-std 0.25']
-    >>> step_metrics({"loss": 1.2345, "mean_token_accuracy": 0.5}, short=True)
+    >>> step_metrics({"loss": 1.2345, "mean_token_accuracy": 0.5}, STEP_FIELDS, short=True)
     ['loss 1.23', 'tok acc 0.50']
     """
-    return _parts(row, (TOTAL_FIELD, *components, *STEP_FIELDS), short)
-
-
-def _parts(row: Mapping, fields: Sequence[tuple], short: bool) -> list[str]:
     parts = []
     for key, label, short_label, form in fields:
         if key == "loss" and "reward" in row:  # a GRPO step: its loss is left out
@@ -127,11 +114,13 @@ def step_line(row: Mapping, stage: str, step: str, eta: Estimate | None = None, 
       3ppl 1/2  reward -0.031  len 512  kl 0.0012  zero-std 0.25  ETA 3 h 07 min
         format 0.75  answer 0.00  overlong -0.01  low_tokens 0.50
     """
-    one = _fitting(row, stage, step, eta, components)
+    forms = _forms(row, stage, step, eta, components)
+    one = next((line for line in forms if len(line) + 2 <= WIDTH), None)
     if one is not None or not components:
-        return "  " + (one or _forms(row, stage, step, eta, components)[-1])
-    first = _fitting(row, stage, step, eta, ()) or _forms(row, stage, step, eta, ())[-1]
-    second = ["  ".join(_parts(row, components, short=False)), " ".join(_parts(row, components, short=True))]
+        return "  " + (one or forms[-1])
+    bare = _forms(row, stage, step, eta, ())
+    first = next((line for line in bare if len(line) + 2 <= WIDTH), bare[-1])
+    second = ["  ".join(step_metrics(row, components)), " ".join(step_metrics(row, components, short=True))]
     return f"  {first}\n    {next((line for line in second if len(line) + 4 <= WIDTH), second[-1])}"
 
 
@@ -139,16 +128,13 @@ def _forms(row: Mapping, stage: str, step: str, eta: Estimate | None, components
     """The step line's forms, longest first (unindented)."""
     long_eta = [f"ETA {eta_short(eta)}"] if eta is not None else []
     short_eta = [f"ETA {eta_short(eta, compact=True)}"] if eta is not None else []
+    fields = (TOTAL_FIELD, *components, *STEP_FIELDS)
+    short = step_metrics(row, fields, short=True)
     return [
-        "  ".join([f"{stage} {step}", *step_metrics(row, components=components), *long_eta]),
-        " ".join([stage, step, *step_metrics(row, short=True, components=components), *short_eta]),
-        " ".join([step, *step_metrics(row, short=True, components=components), *short_eta]),
+        "  ".join([f"{stage} {step}", *step_metrics(row, fields), *long_eta]),
+        " ".join([stage, step, *short, *short_eta]),
+        " ".join([step, *short, *short_eta]),
     ]
-
-
-def _fitting(row: Mapping, stage: str, step: str, eta: Estimate | None, components: tuple) -> str | None:
-    """The longest form that fits WIDTH once indented, or None."""
-    return next((line for line in _forms(row, stage, step, eta, components) if len(line) + 2 <= WIDTH), None)
 
 
 def duration(seconds: float) -> str:
@@ -173,18 +159,16 @@ def plural(count: int, noun: str) -> str:
 
 def eta_short(estimate: Estimate, *, compact: bool = False) -> str:
     """The time left in a few characters: "14 min", or "≥ 4 min" while work of some kind has not been timed yet (the
-    GRPO steps while the SFT stage trains; `eta_detail` names it); `compact`: "≥4m", for a step line short of room."""
+    GRPO steps while the SFT stage trains; `eta_detail` names it); `compact`: "≥4m", for a step line short of room.
+
+    >>> from train.eta import Part
+    >>> [eta_short(Estimate([Part("step", 1, s)]), compact=True) for s in (42, 125, 3 * 3600 + 60 * 7)]
+    ['42s', '2m', '3h07m']
+    """
     if compact:
-        return f"{'≥' if estimate.untimed else ''}{compact_duration(estimate.seconds)}"
+        shown = duration(estimate.seconds).replace(" min", "m").replace(" h ", "h").replace(" s", "s")
+        return f"{'≥' if estimate.untimed else ''}{shown}"
     return f"{'≥ ' if estimate.untimed else ''}{duration(estimate.seconds)}"
-
-
-def compact_duration(seconds: float) -> str:
-    """
-    >>> compact_duration(42), compact_duration(125), compact_duration(3 * 3600 + 60 * 7)
-    ('42s', '2m', '3h07m')
-    """
-    return duration(seconds).replace(" min", "m").replace(" h ", "h").replace(" s", "s")
 
 
 def eta_detail(estimate: Estimate) -> str:
@@ -195,9 +179,8 @@ def eta_detail(estimate: Estimate) -> str:
 
 
 class RunConsole:
-    """The run's console: what it will do and where it writes at the start, its end, and a `StageConsole`
-    per stage. `console` is rich's (a terminal gets the live bar; a log file gets the lines); `clock` times the
-    run for its ETA (`train.eta.RunTimer`; a test hands in its own)."""
+    """The run's console: where it writes at the start, its end, and a `StageConsole` per stage. `console` is
+    rich's (a terminal gets the live bar; a log file gets the lines); `clock` times the run for its ETA."""
 
     def __init__(self, run_dir: Path, plan: Sequence[Stage], console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, level_word: str = "level",
@@ -205,7 +188,8 @@ class RunConsole:
         self.run_dir, self.plan, self.level_word = run_dir, list(plan), level_word
         self.rewards = rewards  # the reward stack as run.json records it (`reward_stack`)
         self.console = console or Console()
-        self.timer = RunTimer.of(self.plan, clock=clock)
+        self.timer = RunTimer({s.index: s.kind_facts.label for s in self.plan}, {s.index: s.steps for s in self.plan},
+                              {}, clock)
         self.done_steps = 0  # over the whole run, for the live bar
 
     def expect_validations(self, completions: Mapping[int, int]) -> None:
@@ -264,23 +248,21 @@ def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_wor
     return " · ".join(parts)
 
 
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class StageConsole(TrainerCallback):
     """One stage's banner, its step lines and the whole-run bar while it trains; in place of transformers'
     progress bar and log printer (`bind` removes those from the trainer)."""
 
-    def __init__(self, run: RunConsole, stage: Stage, stages: int):
-        self.run, self.stage, self.stages = run, stage, stages
-        self.bar: Progress | None = None
-        self.rerouted: list = []  # logging handlers sent through the bar's console while it runs
+    run: RunConsole
+    stage: Stage
+    stages: int
+    bar: Progress | None = None
+    rerouted: list = field(default_factory=list)  # logging handlers sent through the bar's console while it runs
 
     def bind(self, trainer) -> None:
         """Take the trainer's console: its tqdm bar and dict printer go (this callback prints instead)."""
         for printer in (ProgressCallback, PrinterCallback, DEFAULT_PROGRESS_CALLBACK):
             trainer.remove_callback(printer)
-
-    @property
-    def console(self) -> Console:
-        return self.bar.console if self.bar is not None else self.run.console
 
     def on_train_begin(self, args, state, control, **kwargs):
         timer = self.run.timer
@@ -313,7 +295,8 @@ class StageConsole(TrainerCallback):
         # the whole run's ETA closes the line (the live bar, in a terminal, shows its steps)
         line = step_line(logs, self.stage.name, f"{state.global_step}/{state.max_steps}", self.run.timer.estimate(),
                          component_fields(self.run.rewards))
-        self.console.print(escape(line), soft_wrap=True, highlight=False)
+        console = self.bar.console if self.bar is not None else self.run.console
+        console.print(escape(line), soft_wrap=True, highlight=False)
 
     def on_train_end(self, args, state, control, **kwargs):
         # a stage ended early (promotion, the guard) leaves its unused budget out of the whole run's
@@ -327,9 +310,8 @@ class StageConsole(TrainerCallback):
 
 def route_logs(console: Console) -> list[tuple[logging.StreamHandler, object]]:
     """Send every logging handler that writes to this process's stdout or stderr through `console` while its live
-    bar runs, so a library's warning prints above the bar instead of inside it (rich redirects `sys.stdout` and
-    `sys.stderr` for the bar, but a handler keeps the stream it was made with); returns (handler, its stream) to
-    put back (`restore_logs`)."""
+    bar runs, so a library's warning prints above the bar (rich redirects `sys.stdout` for the bar, but a handler
+    keeps the stream it was made with); returns (handler, its stream) to put back (`restore_logs`)."""
     terminal = {id(sys.__stdout__), id(sys.__stderr__), id(console.file)}
     loggers = [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]

@@ -1,17 +1,14 @@
 """How long a run has left, from what this run has measured so far, never from a table of guesses.
 
-What is left is the plan's: each stage's steps by its kind (an SFT step costs a fraction of a GRPO step,
-which generates first), what surrounds a stage's training (its start: the trainer and its models loaded; its
-save: the final published) and the validations still to come, each by its planned completions. Each is timed
-here as the run goes, on one clock handed in: a kind's recent steps; a kind's mean start and save (another
-kind's where this one has none yet: both load and save the same model); validation as a fixed part per
-validation (the engine's start, grading, writing) plus its generation per completion at the latest
-validation's rate. Work nothing has timed yet (the GRPO steps while the SFT stage trains) is named beside the
-estimate, never guessed.
+What is left is the plan's: each stage's steps by its kind, each stage's start (the trainer and its models loaded)
+and save (the final published), and the validations still to come by their planned completions. Each is timed as
+the run goes: a kind's recent steps; a kind's mean start and save (another kind's where this one has none yet);
+validation as a fixed part per validation plus its generation per completion at the latest validation's rate.
+Work nothing has timed yet is named beside the estimate, never guessed.
 
-Recent, not whole-run, means for what generates: a policy under GRPO changes its completions' length as it
-learns (the demo's fell from ~150 tokens to ~80 over its GRPO stages), so its next step and the next
-validation cost what the last ones did. On the demo the whole-run means overestimated by up to 30%.
+Recent, not whole-run, means for what generates: a policy under GRPO changes its completions' length as it learns,
+so its next step and the next validation cost what the last ones did (on the demo the whole-run means
+overestimated by up to 30%).
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ from dataclasses import dataclass, field
 
 from curriculum.plan import Stage, validation_subsets
 
-#: A kind's step time is the mean of its last few steps (see the module's docstring): enough to smooth one slow
-#: step (a checkpoint save, a long group), few enough to follow the policy's completions as they change.
+# A kind's step time is the mean of its last few steps: enough to smooth one slow step (a checkpoint save, a long
+# group), few enough to follow the policy's completions as they change.
 RECENT_STEPS = 3
 
 
@@ -92,16 +89,9 @@ class RunTimer:
     validated: set[int] = field(default_factory=set)
     _mark: float | None = None  # when the phase being timed began
 
-    @classmethod
-    def of(cls, plan: Sequence[Stage], completions: Mapping[int, int] | None = None,
-           clock: Callable[[], float] = time.monotonic) -> RunTimer:
-        return cls({s.index: s.kind_facts.label for s in plan}, {s.index: s.steps for s in plan},
-                   dict(completions or {}), clock)
-
     def remember_steps(self, rows: Iterable[Mapping]) -> None:
-        """A resumed run's step times from before (metrics.jsonl's rows: TRL's `step_time` and the stage's index), by
-        their stage's kind, so that its ETA starts from what the run measured, not `≥ 0 s`; this attempt's own steps
-        follow them and soon replace them (the recent mean). Rows come from disk: anything else in them is skipped.
+        """A resumed run's step times from before (metrics.jsonl's rows: TRL's `step_time`), by their stage's kind,
+        so that its ETA starts from what the run measured, not `≥ 0 s`. Rows come from disk: anything else is skipped.
 
         >>> timer = RunTimer({1: "GRPO"}, {1: 4}, {})
         >>> timer.remember_steps([{"stage": 1, "step_time": 20.0}, {"stage": 1, "step_time": "x"}, {"stage": [1]},
@@ -157,31 +147,26 @@ class RunTimer:
             left = sum(self.steps[i] for i in later if self.kinds[i] == kind)
             if training and self.kinds[self.current] == kind:
                 left += max(self.steps[self.current] - self.done_steps, 0)
-            parts.append(Part(f"{kind} step", left, self._recent_step(kind)))
+            parts.append(Part(f"{kind} step", left, _mean(self.step_times.get(kind, [])[-RECENT_STEPS:])))
         parts.append(Part("stage start", len(later), self._around(self.starts, later)))
         saving = later + ([self.current] if training else [])
         parts.append(Part("stage save", len(saving), self._around(self.saves, saving)))
-        parts.append(self._validations_left())
+        left = [self.completions[i] for i in sorted(self.completions) if i not in self.validated
+                and (self.current is None or i >= self.current)]
+        if self.validations and left:  # the latest validation's rate per completion, the mean fixed part
+            rate = self.validations[-1].generating / max(self.validations[-1].completions, 1)
+            fixed = _mean([v.wall - v.generating for v in self.validations])
+            note = f" ({sum(left)} completions at {rate:.2f} s, {fixed:.0f} s start and grading each)"
+            parts.append(Part("validation", len(left), fixed + rate * sum(left) / len(left), note))
+        else:
+            parts.append(Part("validation", len(left), None))
         return Estimate(parts)
-
-    def _recent_step(self, kind: str) -> float | None:
-        return _mean(self.step_times.get(kind, [])[-RECENT_STEPS:])
 
     def _around(self, timed: dict[str, list[float]], stages: list[int]) -> float | None:
         """The mean start (or save) of these stages' kinds, each kind's own where timed, else every kind's."""
         every = _mean([t for times in timed.values() for t in times])
         each = [_mean(timed.get(self.kinds[i])) or every for i in stages]
         return None if None in each else _mean(each)
-
-    def _validations_left(self) -> Part:
-        left = [self.completions[i] for i in sorted(self.completions) if i not in self.validated
-                and (self.current is None or i >= self.current)]
-        if not self.validations or not left:
-            return Part("validation", len(left), None)
-        rate = self.validations[-1].generating / max(self.validations[-1].completions, 1)
-        fixed = _mean([v.wall - v.generating for v in self.validations])
-        note = f" ({sum(left)} completions at {rate:.2f} s, {fixed:.0f} s start and grading each)"
-        return Part("validation", len(left), fixed + rate * sum(left) / len(left), note)
 
 
 def _mean(values) -> float | None:

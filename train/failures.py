@@ -1,19 +1,11 @@
 """How `python -m train` ends when it does not finish: the one line it ends with, and what a failed run records
 (error.txt, run.json's stage error): the failure that started it, never one that only followed from it.
 
-A config error (or a model that cannot be had here) is one line (conf/claim.py removes the folder Hydra made
-for a run refused before it wrote anything); a Ctrl-C says in one line what the run kept and how to go on
-from it.
-
-With many processes one rank's end brings the others down with errors of their own: a peer gone from a
-collective (gloo's "Connection closed by peer", NCCL's "remote process exited"). A rank that meets such an
-error records it as a follow-on, naming the ranks whose process is gone (on its machine), and any rank's
-record of its own error takes the place of a follow-on. A rank killed by a signal (SIGKILL, the kernel's
-out-of-memory killer) can record nothing: only the process that started it sees its signal. torchrun and
-accelerate print it in their summary ("Root Cause"); a job that starts its run itself (train/launch/relaunch.py,
-`launch=`) writes it into error.txt, in the place of any follow-on.
-
-error.txt is created exclusively: the first record stays, except that a cause replaces a follow-on.
+With many processes one rank's end brings the others down with errors of their own (a peer gone from a collective);
+such a rank records a follow-on naming the ranks whose process is gone, and any rank's record of its own error takes
+its place. A rank killed by a signal records nothing: the launcher names it (torchrun's "Root Cause", or
+train/launch/relaunch.py in error.txt). error.txt is created exclusively: the first record stays, except that a
+cause replaces a follow-on.
 """
 
 from __future__ import annotations
@@ -35,8 +27,8 @@ from core.rundir.files import RUN_JSON, open_regular, read_mapping, write_text_r
 from core.rundir.records import stage_records
 
 FOLLOW_ON = "follow-on:"
-# How a collective reports a peer whose process ended: gloo's TCP transport, NCCL's remote error (read only
-# with many processes: one process may meet a reset connection of its own, a hub download's)
+# How a collective reports a peer whose process ended: gloo's, NCCL's (read only with many processes: one process
+# may meet a reset connection of its own, a hub download's)
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer",
              "remote process exited or there was a network error", "NCCL communicator was aborted")
 
@@ -91,11 +83,9 @@ def failure_line(err: BaseException, many: bool, gone: Sequence[int] = ()) -> st
 def record_error(path: Path, err: BaseException, processes: Processes, peers: Sequence[tuple[str, int]] = ()) -> None:
     """Write a failure's traceback to error.txt (called in its `except`), unless an earlier record holds it.
 
-    The first line names the rank ("rank 1 of 2: ...") and what it met (`failure_line`; `peers`: every rank's
-    host and pid, to name the ranks gone). A rank's error of its own replaces another rank's follow-on record;
-    a follow-on never replaces a record, nor does one process's error (a job whose ranks failed before it
-    says so). The failing rank writes it itself: the main process may not outlive it. A failed attempt's
-    file is removed once the next attempt holds the run lock (train/run/start.py run_lock).
+    With many processes the first line names the rank ("rank 1 of 2: ...") and what it met (`peers`: every rank's
+    host and pid, to name the ranks gone); a rank's own error replaces a follow-on. The failing rank writes it
+    itself: the main process may not outlive it.
     """
     line = failure_line(err, processes.many, gone_ranks(peers, _host()) if processes.many else ())
     head = f"{processes.label()}: {line}\n\n" if processes.many else ""
@@ -151,8 +141,8 @@ def _host() -> str:
 
 
 def refusal_line(err: BaseException) -> str | None:
-    """The one line a run refused before it starts ends with (a config error, a model that cannot be had
-    here: no network, no cache), or None for an error whose traceback is worth reading.
+    """The one line a run refused before it starts ends with (a config error, a model that cannot be had here), or
+    None for an error whose traceback is worth reading.
 
     >>> refusal_line(ModelUnavailableError("model.id='x': the Hugging Face hub is unreachable"))
     "model unavailable: model.id='x': the Hugging Face hub is unreachable"

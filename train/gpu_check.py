@@ -1,25 +1,12 @@
 """`make gpu-check` (`python -m train.gpu_check [--device cpu] [overrides]`): the first command on a new GPU machine.
 
-In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs:
-1. the machine: CUDA, bf16, vLLM, bitsandbytes (an 8-bit AdamW step on the card);
-2. our path: the runner on kk_ladder's first two stages cut to 2 GRPO steps each under single_gpu (the
-   handoff, a second trainer taking over the process's one vLLM engine), on the configured model (or `model.id=<local
-   path>`, `make gpu-check MODEL=<path>`), validating subsets 2 and 3 through vLLM before and after each
-   stage (through that engine) and once inside each through the trainer's hold on it (`eval.every=1`);
-3. bare TRL: the same stages with GRPOTrainer alone (the same GRPOConfig, rewards and rows), each stage in a
-   process of its own (train/gpu/bare.py), for the overhead ratio of everything this project wraps around
-   it: training time against training time, our in-stage validation taken out;
-4. peak GPU memory (the device's used memory, sampled through NVML: everything in the process, vLLM included;
-   torch's max allocated/reserved; vLLM's budget), step time, tokens per second and each validation's
-   cost, with the full validation plan projected from it, all in `<paths.output_dir>/gpu_check.json`.
-
-vLLM gets `gpu.vllm_gb` (7 GB) of whatever card this is (`gpu.memory_gb` is set to the card's size), so
-the peaks compare with the 24 GB arithmetic in docs/gpu.md. Without CUDA it stops at once: one line on
-stderr, exit status 2, naming the cause where it is known: a driver older than torch's CUDA build needs, or
-torch's CPU build (train/gpu/driver.py). `--cuda-only` does just that check, and that the torch the `vllm` extra
-would install runs on this driver (the Makefile runs it before installing vLLM).
-`--device cpu` runs every phase on this CPU instead (vLLM's CPU build, the tiny model with heads of 64, no
-bf16, 8-bit AdamW or sleep mode: train/gpu/config.py DEVICE_OVERRIDES): the test suite runs it so.
+In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs: the machine
+(CUDA, bf16, vLLM, an 8-bit AdamW step); the runner on kk_ladder's first two stages cut to 2 GRPO steps each,
+validating through vLLM before, inside and after each stage; bare TRL on the same stages (train/gpu/bare.py) for the
+overhead ratio; peak GPU memory, step time, tokens per second and each validation's cost, all in
+`<paths.output_dir>/gpu_check.json` (docs/gpu.md). Without CUDA it stops at once with one line naming the cause
+where it is known (train/gpu/driver.py), exit status 2. `--cuda-only` does just that check, and that the torch the
+`vllm` extra would install runs on this driver. `--device cpu` runs every phase on this CPU (the test suite's way).
 """
 
 from __future__ import annotations

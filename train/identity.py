@@ -1,20 +1,15 @@
 """Who a run is to the outside: its tracker name, group and id, from Hydra's record of how it was started.
 
-A sweep's jobs are numbered 0, 1, ... in every sweep, so a tracker id built from the folder name
-collides across sweeps (two sweeps got the same wandb ids, and online with `resume="allow"` the second
-sweep's jobs were attached to the first's runs). The id here holds the time the run first started, its
-job number and its config hash, and is kept in run.json, so a resume continues the same tracker run.
-A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and grouped by its sweep folder;
-a single run is grouped by its own folder, with every `python -m eval` of its finals
-(`core.rundir.files.tracker_group`).
-
+The id holds the time the run first started, its job number and its config hash (a sweep's jobs are numbered 0, 1,
+... in every sweep, so an id from the folder name collided across sweeps), and run.json keeps it, so a resume
+continues the same tracker run. A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and
+grouped by its sweep folder; a single run is grouped by its own folder (`core.rundir.layout.tracker_group`).
 Imported by `python -m train` before the config is checked: nothing heavy here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,16 +72,3 @@ def _key(override: str) -> str:
     ('reward.weights.format', 'eval.every')
     """
     return override.split("=", 1)[0].lstrip("+~")
-
-
-def named_optims(kind_groups: Sequence, stages: Sequence | None, stage_overrides: Mapping | None) -> set[str]:
-    """Every `optim` a config names: the stage kinds' groups (`grpo`, `sft`), each stage's overrides and
-    `stage_overrides`."""
-    blocks: list = list(kind_groups)
-    blocks += [stage.get("overrides") for stage in (stages or [])]
-    blocks += list((stage_overrides or {}).values())
-    return {str(block.get("optim")) for block in _mappings(blocks) if block.get("optim") is not None}
-
-
-def _mappings(blocks: Sequence) -> Iterable:
-    return (b for b in blocks if b is not None and hasattr(b, "get"))

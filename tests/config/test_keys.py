@@ -1,14 +1,13 @@
-"""Each key's help, range and resume flag are declared on its schema field (conf/fields.py), and what reads them
+"""Each key's help, range and resume flag are declared on its schema field (conf/schema.py), and what reads them
 (the range check, the resume hash, `python -m conf.keys`) takes them from there."""
 
 from __future__ import annotations
 
 import pytest
 
-from conf.fields import resume_free_keys, schema_fields
 from conf.keys import groups, key_lines, main
 from conf.ranges import check_field_ranges
-from conf.schema import RootConfig
+from conf.schema import RootConfig, schema_fields
 from core.checks import ConfigError
 from core.rundir.manifest import RESUME_FREE_KEYS, config_hash
 
@@ -50,7 +49,8 @@ def test_values_in_range_and_nulls_pass():
 
 
 def test_the_resume_hash_leaves_out_the_keys_marked_on_their_fields():
-    assert set(RESUME_FREE_KEYS) == {"hydra", *resume_free_keys(RootConfig)}
+    assert set(RESUME_FREE_KEYS) == {"hydra", *(dotted for dotted, item, _ in schema_fields(RootConfig)
+                                                  if item.metadata.get("resume_free"))}
     assert {"eval.batch_size", "reward.timeout_s", "logger", "finals"} <= set(RESUME_FREE_KEYS)
     base = {"seed": 1, "eval": {"n": 4, "batch_size": 8}, "logger": {"backend": "none"}}
     assert config_hash(base) == config_hash({**base, "eval": {"n": 4, "batch_size": 2}, "logger": {}})

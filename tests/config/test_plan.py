@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from conf.schema import StageConfig
 from core.checks import ConfigError
 from curriculum.plan import build_plan, prompts_per_step
-from train.config_check import check_config
+from train.settings import check_config
 
 
 def test_kk_ladder_plan(make_cfg):

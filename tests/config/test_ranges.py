@@ -12,7 +12,7 @@ from conf.ranges import check_cpu_threads, check_stage_name
 from core.checks import ConfigError
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
-from train.config_check import check_config
+from train.settings import check_config
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke"]
 

@@ -72,7 +72,7 @@ def test_load_from_checkpoint_loads_a_checkpoints_weights_into_the_trainers_mode
 
 
 class BatchAtLog(TrainerCallback):
-    """What the bound logged batch holds at each step's log line (as train/rollouts.py reads it there)."""
+    """What the bound logged batch holds at each step's log line (as train/tracking.py reads it there)."""
 
     def __init__(self):
         self.batch, self.seen = None, []

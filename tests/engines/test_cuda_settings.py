@@ -17,8 +17,8 @@ from core.checks import ConfigError
 from core.distributed import Processes
 from core.models import cuda_has_bf16, device_settings
 from curriculum.plan import build_plan
-from train.config_check import check_config
 from train.gpu.measure import bf16_check
+from train.settings import check_config
 
 FSDP_ENV = {"ACCELERATE_USE_FSDP": "true", "FSDP_STATE_DICT_TYPE": "FULL_STATE_DICT"}
 ZERO2_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}
@@ -110,7 +110,7 @@ def test_multi_gpu_keeps_8bit_adamw_for_its_ddp_launch_and_is_told_under_zero3(m
     by name (here past the CUDA check, which a CPU would fail first)."""
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=multi_gpu")
     assert cfg.grpo.optim == "adamw_8bit"
-    from train.config_check import check_launch_optimizer, optimizers_set
+    from train.settings import check_launch_optimizer, optimizers_set
 
     check_launch_optimizer({}, optimizers_set(cfg, build_plan(cfg, 4)))
     with pytest.raises(ConfigError, match="^grpo.optim: adamw_8bit is a bitsandbytes optimizer"):

@@ -19,8 +19,8 @@ from core.checks import ConfigError
 from core.distributed import Processes
 from curriculum.plan import build_plan, grpo_batch, prompts_per_step
 from curriculum.tasks import build_task
-from train.config_check import check_config, check_one_gpu_per_process
 from train.launch.relaunch import launch_command
+from train.settings import check_config, check_one_gpu_per_process
 
 ZERO3_ENV = {"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
              "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "true"}

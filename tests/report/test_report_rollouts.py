@@ -13,7 +13,7 @@ WEIGHTS = {"format": 0.5, "answer": 2.0}
 
 
 def group(stage: int, step: int, prompt: str, parts: list[tuple[float, float]]) -> list[dict]:
-    """One group's rows as train/rollouts.py writes them: (format, answer) per completion, GRPO's advantage."""
+    """One group's rows as train/tracking.py writes them: (format, answer) per completion, GRPO's advantage."""
     rewards = [WEIGHTS["format"] * f + WEIGHTS["answer"] * a for f, a in parts]
     mean = sum(rewards) / len(rewards)
     return [{"stage": stage, "stage_name": f"{stage + 1}ppl", "stage_step": step, "global_step": step,

@@ -83,9 +83,8 @@ def test_the_eta_follows_a_policy_whose_completions_shorten_as_it_learns():
     """GRPO steps and validations get cheaper as the policy's completions shorten (the demo's halved): the ETA
     counts a kind's last few steps and the latest validation's rate, not whole-run means that remember the start."""
     clock = Clock()
-    plan = [Stage(1, "2ppl", "grpo", {"2ppl": 1.0}, steps=6, pool=8), Stage(2, "3ppl", "grpo", {"3ppl": 1.0},
-                                                                            steps=2, pool=8)]
-    timer = RunTimer.of(plan, {0: COMPLETIONS, 1: COMPLETIONS, 2: COMPLETIONS}, clock=clock)
+    # two GRPO stages of 6 and 2 steps
+    timer = RunTimer({1: "GRPO", 2: "GRPO"}, {1: 6, 2: 2}, {0: COMPLETIONS, 1: COMPLETIONS, 2: COMPLETIONS}, clock)
     timer.validation_began(0)
     clock.now += ENGINE + 4.0 * COMPLETIONS  # the baseline: 4 s a completion
     timer.validation_ended(0, 4.0 * COMPLETIONS, COMPLETIONS)

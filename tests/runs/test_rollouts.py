@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from train.rollouts import due
+from train.tracking import due
 
 # experiment=smoke's weights: reward=default (answer 2, format 0.5, overlong 0.5) and the probe (weight 1)
 WEIGHTS = {"format": 0.5, "answer": 2.0, "overlong": 0.5, "low_tokens": 1.0}  # the smoke stack, by its keys

@@ -75,7 +75,7 @@ SMOKE_WARNING = [
 
 @pytest.mark.parametrize(("overrides", "warned"), SMOKE_WARNING, ids=[" ".join(o) for o, _ in SMOKE_WARNING])
 def test_smoke_on_a_pretrained_model_warns_once_naming_the_probe_and_the_rate(make_cfg, caplog, overrides, warned):
-    with caplog.at_level(logging.WARNING, logger="train.config_check"):
+    with caplog.at_level(logging.WARNING, logger="train.settings"):
         read_settings(make_cfg(*overrides))
     lines = [r.getMessage() for r in caplog.records if "smoke settings on a pretrained model" in r.getMessage()]
     assert len(lines) == (1 if warned else 0), lines

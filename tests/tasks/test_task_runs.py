@@ -14,7 +14,7 @@ from curriculum.plan import build_plan
 from curriculum.tasks.gsm8k import GSM8KTask
 from eval.report import write_report
 from tests.conftest import run_cli
-from train.config_check import check_config
+from train.settings import check_config
 
 GSM_LEVELS = ["2steps", "3steps", "4steps", "5steps", "6+steps"]
 SMOKE_LEVELS = GSM_LEVELS[:2]  # experiment=smoke's eval.subsets [2, 3]: the task's first two levels

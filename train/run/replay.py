@@ -32,11 +32,10 @@ from core.rundir.files import (
 )
 from curriculum.tasks.base import Task
 from eval.validation import sample_cells, tracked_validation
-from train.rollouts import table_row
 from train.run.resume import StageAction, StageStart
 from train.run.stage_end import tracked_guard
 from train.stages.checkpoints import checkpoint_step
-from train.tracking import send_trainer_line
+from train.tracking import send_trainer_line, table_row
 
 # The step a row of `kind` is sent at, and the order a step's rows are sent in: training, then validation.
 ORDER = {"metrics": 0, "val_step": 1, "rollouts": 2, "validation": 3}

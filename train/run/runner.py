@@ -53,7 +53,6 @@ from train.console import RunConsole
 from train.eta import planned_completions
 from train.failures import failure_line
 from train.identity import RunIdentity
-from train.rollouts import RolloutSampler
 from train.run.finals import compact_finals
 from train.run.preflight import RunSize, cpu_warning, run_size
 from train.run.replay import replay_history
@@ -66,7 +65,7 @@ from train.stages.checkpoints import CheckpointDigests
 from train.stages.exact_start import ExactStart
 from train.stages.training import run_stage
 from train.stages.weight_sync import WeightSyncGroup
-from train.tracking import MetricsCallback, RunLogs, make_tracker, tracker_config
+from train.tracking import MetricsCallback, RolloutSampler, RunLogs, make_tracker, tracker_config
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 
-from conf.fields import with_defaults
-from conf.schema import LoraConfig
+from conf.schema import LoraConfig, with_defaults
 from core.checks import ConfigError, is_int, is_number, plain
 from core.models import device_settings
 from curriculum.plan import Stage
