@@ -18,9 +18,8 @@ from conf.fields import as_record
 from conf.schema import FinalsConfig, RolloutsConfig
 from core.distributed import SINGLE, Processes
 from curriculum.plan import Stage, build_plan
-from curriculum.tasks import build_task
+from curriculum.tasks import build_task, check_records
 from curriculum.tasks.base import Task
-from curriculum.tasks.contract import check_records
 from eval.settings import ValidationSettings, subset_levels, validation_settings
 from train.config_check import check_config
 from train.rewards.reward_group import stack_record

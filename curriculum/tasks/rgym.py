@@ -42,12 +42,12 @@ from curriculum.tasks.base import (
     RewardSettings,
     Task,
     TaskRecord,
+    TaskReport,
     check_level_key,
     check_split,
     completion_text,
     final_answer_block,
 )
-from curriculum.tasks.report import TaskReport
 
 TEST_SEED_OFFSET = 2**31
 

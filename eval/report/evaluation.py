@@ -14,7 +14,7 @@ from core.rundir.jsonl import scan_jsonl
 from core.rundir.layout import EVALUATION, SAMPLES, VALIDATION
 from core.rundir.readers import level_order, read_mapping, row_level
 from core.stats import rate_text
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.metrics import trials
 from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import plot_stage_grid

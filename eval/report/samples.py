@@ -15,7 +15,7 @@ from pathlib import Path
 from core.rundir.jsonl import scan_jsonl
 from core.rundir.layout import BASELINE, SAMPLES
 from core.rundir.readers import level_order
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number
 

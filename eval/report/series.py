@@ -20,7 +20,7 @@ from core.rundir.layout import BASELINE, CONFIG, METRICS, RUN_JSON, VALIDATION
 from core.rundir.readers import level_order, read_mapping, row_level
 from core.rundir.records import stage_records
 from core.stats import wilson_interval
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.metrics import RATES, trials
 
 

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from core.checks import ConfigError
+from curriculum.tasks import check_task
 from curriculum.tasks.base import AnswerGrade, Task, TaskRecord, check_split, final_answer_block
-from curriculum.tasks.contract import check_task
 from tests.conftest import ROOT, run_cli
 from train.settings import read_settings
 

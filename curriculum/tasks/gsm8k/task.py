@@ -36,13 +36,13 @@ from curriculum.tasks.base import (
     RewardSettings,
     Task,
     TaskRecord,
+    TaskReport,
     check_split,
     disjoint,
 )
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
 from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
 from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
-from curriculum.tasks.report import TaskReport
 
 log = logging.getLogger(__name__)
 
