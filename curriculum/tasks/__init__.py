@@ -1,14 +1,10 @@
-"""Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets, and a user's own;
-built from a task config (`build_task`) and held to their contract before any model loads.
+"""Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets and a user's own, built
+from a task config (`build_task`: ``_target_`` a class's import path, or a built-in's ``name``; a task's module is
+imported only when built) and held to their contract before any model loads.
 
-``_target_`` is the import path of a task's class (a user's own module on PYTHONPATH:
-``task=custom task._target_=my_pkg.MyTask``), every other key one of its settings; a built-in may be named by its
-short ``name`` instead. A task's module is imported only when it is built, so K&K never imports reasoning-gym.
-
-Each breach of the contract is one ConfigError naming the member and what it returned, checked where what it
-needs is first known: `check_task` (by `build_task`), `check_reward_functions` (by the reward group),
-`check_records` (once the plan is known, and by `python -m eval`). A reward that changes its inputs is found at
-its first call in training instead: finding it here would mean calling it with made-up inputs.
+Each breach is one ConfigError naming the member and what it returned, checked where what it needs is first
+known. A reward that changes its inputs is found at its first call in training instead: finding it here would
+mean calling it with made-up inputs.
 """
 
 from __future__ import annotations

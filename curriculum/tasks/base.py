@@ -12,7 +12,7 @@ import dataclasses
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
@@ -261,12 +261,23 @@ def disjoint(train: Sequence[TaskRecord], held_out: Sequence[TaskRecord],
     return kept, len(train) - len(kept)
 
 
-def check_level_key(level, key: str) -> str:
-    """`level` when it is a usable level key; ConfigError naming `key` otherwise.
+def distinct(records: Iterable[TaskRecord], key: Callable[[TaskRecord], Hashable]) -> list[TaskRecord]:
+    """The first record of each `key`, in order.
 
-    >>> check_level_key("6+steps", "task.levels")
-    '6+steps'
+    >>> [r.id for r in distinct([TaskRecord(f"r{i}", "x", q, {}) for i, q in enumerate("aba")], lambda r: r.question)]
+    ['r0', 'r1']
     """
+    seen: set[Hashable] = set()
+    kept = []
+    for record in records:
+        if key(record) not in seen:
+            seen.add(key(record))
+            kept.append(record)
+    return kept
+
+
+def check_level_key(level, key: str) -> str:
+    """`level` when it is a usable level key; ConfigError naming `key` otherwise."""
     if not isinstance(level, str) or not LEVEL_KEY.fullmatch(level):
         raise ConfigError(f"{key}: {level!r} is not a level key (letters, digits and _ . + -, no '/' or spaces)")
     return level
@@ -383,12 +394,7 @@ class Task(ABC):
         if len(records) < n:
             raise ConfigError(f"eval.n: {n} validation records asked at {level}, but task {self.name} has only "
                               f"{len(records)} there{self.left_out('test')}; lower eval.n")
-        seen, distinct = set(), []
-        for record in records:
-            if self.content_key(record) not in seen:
-                seen.add(self.content_key(record))
-                distinct.append(record)
-        return distinct
+        return distinct(records, self.content_key)
 
     def training_records(self, level: str, want: int, held_out: Sequence[TaskRecord], *, seed: int,
                          spare: int) -> tuple[list[TaskRecord], int]:

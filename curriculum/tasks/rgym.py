@@ -33,6 +33,7 @@ from curriculum.tasks.base import (
     check_level_key,
     check_split,
     completion_text,
+    distinct,
     final_answer_block,
 )
 
@@ -180,26 +181,17 @@ class ReasoningGymTask(Task):
             return self._every_level(split, n=n, seed=seed)
         self.check_level(level)
         base = seed + (TEST_SEED_OFFSET if check_split(split) == "test" else 0)
-        found, seen = [], set()
-        for index, entry in enumerate(self._dataset(level, seed=base, size=n)):
-            record = self._record(level, split, index, entry)
-            if self.content_key(record) not in seen:
-                seen.add(self.content_key(record))
-                found.append(record)
-        return found
+        entries = enumerate(self._dataset(level, seed=base, size=n))
+        return distinct((self._record(level, split, index, entry) for index, entry in entries), self.content_key)
 
     def _every_level(self, split: str, *, n: int | None, seed: int) -> list[TaskRecord]:
         k = len(self.levels)
         shares = [None if n is None else n // k + (i < n % k) for i in range(k)]
         per_level = [self.records(level, split, n=share, seed=seed) for level, share in zip(self.levels, shares,
                                                                                              strict=True)]
-        found, seen = [], set()
-        for row in itertools.zip_longest(*per_level):  # interleaved, so the first n of a pool mix the levels
-            for record in row:
-                if record is not None and self.content_key(record) not in seen:
-                    seen.add(self.content_key(record))
-                    found.append(record)
-        return found
+        # interleaved, so the first n of a pool mix the levels
+        mixed = (record for row in itertools.zip_longest(*per_level) for record in row if record is not None)
+        return distinct(mixed, self.content_key)
 
     def _record(self, level: str, split: str, index: int, entry: Mapping) -> TaskRecord:
         try:

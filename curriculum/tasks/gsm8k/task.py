@@ -166,14 +166,13 @@ class GSM8KTask(Task):
     def levels(self) -> tuple[str, ...]:
         return LEVELS
 
-    def _rows(self, split: str) -> Iterator[tuple[str, Any]]:
-        if self.source == "hub":
-            return _hub_rows(self.hub_id, self.hub_config, split)
-        return _jsonl_rows(self.path / f"{split}.jsonl")
-
     def _read(self, split: str) -> tuple[list[TaskRecord], int]:
         records, unleveled = [], 0
-        for index, (where, raw) in enumerate(self._rows(split)):
+        if self.source == "hub":
+            rows = _hub_rows(self.hub_id, self.hub_config, split)
+        else:
+            rows = _jsonl_rows(self.path / f"{split}.jsonl")
+        for index, (where, raw) in enumerate(rows):
             record = gsm8k_record(raw, where, split, index)
             if record is None:
                 unleveled += 1
