@@ -99,10 +99,6 @@ chance={'2ppl': 0.25}, chance_note='', level_word='level')
                    facts=_pairs(data.get("facts")), sample_columns=_strings(data.get("sample_columns")),
                    chance={str(k): float(v) for k, v in chance.items() if is_number(v, finite=True)})
 
-    def rate(self, key: str) -> Rate | None:
-        """The task's rate of row column `key`, None for every task's own (accuracy, format, ...)."""
-        return next((r for r in self.rates if r.key == key), None)
-
 
 def _strings(value) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list | tuple) else ()
