@@ -1,5 +1,5 @@
 """A user's task held to its contract when a run reads its config, before any model loads: each breach is one
-line naming the member and what it returned (curriculum/tasks/contract.py), instead of another error later
+line naming the member and what it returned (curriculum/tasks/__init__.py), instead of another error later
 that names neither. The broken tasks are small subclasses of one good task, each breaking one member."""
 
 from __future__ import annotations
