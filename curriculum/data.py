@@ -1,10 +1,6 @@
-"""Training and validation pools, and the rows TRL trains on, for any task (`curriculum.tasks`).
-
-A run's validation pools are fixed by `eval.seed` (identical across runs, sweeps and
-`python -m eval`); its training pools never contain a validation record, up to the task's
-`content_key` (K&K: renaming of people; GSM8K: the normalised question). Rows keep every column
-as the task gives it: a dict column would be unioned across rows by `datasets`.
-"""
+"""Training and validation pools, and the rows TRL trains on, for any task. The validation pools are fixed by
+`eval.seed` (the same across runs, sweeps and `python -m eval`); no training pool holds a validation record, up
+to the task's `content_key`."""
 
 from __future__ import annotations
 
@@ -25,9 +21,8 @@ log = logging.getLogger(__name__)
 
 def training_pool(task: Task, stage: Stage, held_out: Mapping[str, list[TaskRecord]], *, seed: int,
                   spare: int) -> tuple[list[TaskRecord], int]:
-    """A stage's training records, split over its level mix, disjoint from `held_out`; and how many were
-    removed. `spare` more records a level are asked for so that the drops still leave the share (the
-    validation pool's size: `eval.n`)."""
+    """A stage's training records, split over its level mix, disjoint from `held_out`, and how many were removed;
+    `spare` (`eval.n`) more a level are asked for so that the drops still leave the share."""
     records, removed = [], 0
     for level, share in stage.pool_weights.items():  # its own mix plus any replay of earlier levels
         want = max(1, round(stage.pool * share))
@@ -56,9 +51,8 @@ class Pools:
 
 def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int, eval_seed: int,
                seed: int) -> Pools:
-    """The held-out pools (`subsets` plus every level trained on: their held-out records stay out of
-    training too; `n` asked each, drawn with `eval_seed`), then each stage's training pool (drawn with
-    `seed`), disjoint from them."""
+    """The held-out pools (`subsets` plus every level trained on; `n` asked each, drawn with `eval_seed`), then each
+    stage's training pool (drawn with `seed`), disjoint from them."""
     trained = [level for stage in plan for level in stage.level_weights if level != ALL]
     levels = [level for level in task.levels if level in {*subsets, *trained}]
     held_out = {level: task.validation_records(level, n, eval_seed) for level in levels}
@@ -73,32 +67,21 @@ def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int,
     return Pools(held_out, training, removed)
 
 
-def task_prompt(task: Task, record: TaskRecord, prompt_cfg: Mapping, tokenizer, *, chat: bool,
-                chat_kwargs: Mapping | None = None) -> str:
-    """The text a model is fed for `record`: the task renders it (`Task.render`), the tokenizer's chat template
-    makes it text (`curriculum.prompts.prompt_text`); GRPO, SFT and validation all feed this."""
-    return prompt_text(task.render(record, prompt_cfg, chat=chat), tokenizer, chat_kwargs)
-
-
 def to_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
             chat_kwargs: Mapping | None = None) -> Dataset:
-    """TRL rows (`curriculum.tasks.base.task_row`): prompt (`task_prompt`), id, level and the task's columns
-    (K&K: names, solution and its people count)."""
+    """TRL rows (`task_row`): the prompt as text (the task renders it, the tokenizer's chat template makes it
+    text: GRPO, SFT and validation all feed this), id, level and the task's columns."""
     return Dataset.from_list([
-        task_row(r, task_prompt(task, r, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs)) for r in records
+        task_row(r, prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs)) for r in records
     ])
 
 
 def to_sft_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
                 chat_kwargs: Mapping | None = None) -> Dataset:
-    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it (prefill included), the task's
-    reference response in the prompt's answer format (`Task.sft_target`).
-
-    An assistant prefill (logic_rl's <think>) stays in the prompt and out of the loss; TRL appends
-    the end-of-turn token.
-    """
+    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it, the task's reference response in
+    the prompt's answer format. An assistant prefill (logic_rl's <think>) stays in the prompt, out of the loss."""
     return Dataset.from_list([
-        {"prompt": task_prompt(task, r, prompt_cfg, tokenizer, chat=chat, chat_kwargs=chat_kwargs),
+        {"prompt": prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs),
          "completion": task.sft_target(r, prompt_cfg["fmt"])}
         for r in records
     ])

@@ -1,12 +1,9 @@
-"""The stage plan: a curriculum config turned into checked, plain `Stage` records.
-
-Every check here runs before any model or data is loaded, and every error names the config key,
-so a typo in a sweep costs a second, not a GPU hour.
-"""
+"""The stage plan: a curriculum config turned into checked `Stage` records, with the adaptive rules a stage may
+carry (promotion, replay, the collapse guard). Every check runs before any model or data loads and names the config
+key; keys, types and ranges are the schema's (conf/schema.py, checked first), the rules across keys are here."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -15,12 +12,13 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from conf.choices import ValidationPlan
+from conf.schema import with_defaults
 from conf.ranges import check_field_ranges
+from conf.schema import GuardConfig, PromoteConfig
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir.files import stage_dirname
 from core.rundir.records import StageRecord, Status
 from core.stage_kinds import STAGE_KIND_FACTS, StageKindFacts
-from curriculum.adaptive import Guard, Promote, mixed_weights, parse_guard, parse_promote, replay_weights
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
 
@@ -28,6 +26,45 @@ from curriculum.tasks.base import ALL, Task
 VALIDATION_PLANS = tuple(str(plan) for plan in ValidationPlan)
 #: A stage's `level: each`: that stage once per level of the task, easiest first, each named by its level.
 EACH = "each"
+# The guard's signals: (config key, metrics.jsonl key it watches).
+GUARD_SIGNALS = (("length_drop", "completions/mean_length"), ("zero_std", "frac_reward_zero_std"),
+                 ("distinct_below", "completions/distinct_share"))
+
+
+@dataclass(frozen=True)
+class Promote:
+    """End a stage once held-out accuracy on its own levels reaches `accuracy` (checked every `every` steps)."""
+
+    accuracy: float  # threshold in [0, 1]
+    every: int  # optimizer steps between checks
+    min_steps: int  # no check before this many steps
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Collapse thresholds over a window of logged steps; None switches a signal off."""
+
+    length_drop: float | None  # mean length fell by this share from the stage's best window
+    zero_std: float | None  # share of zero-variance groups at or above this
+    distinct_below: float | None  # share of distinct completions per group below this
+    window: int  # logged steps averaged per signal
+    action: str  # warn | stop
+
+
+def parse_guard(value, key: str) -> Guard | None:
+    """A `guard` block; None when absent. Signals left out (or null) are not watched.
+
+    >>> parse_guard({"length_drop": 0.5, "window": 5, "action": "stop"}, "guard")
+    Guard(length_drop=0.5, zero_std=None, distinct_below=None, window=5, action='stop')
+    """
+    if value is None:
+        return None
+    block = with_defaults(GuardConfig, value)
+    names = [name for name, _ in GUARD_SIGNALS]
+    thresholds = {name: None if block[name] is None else float(block[name]) for name in names}
+    if all(v is None for v in thresholds.values()):
+        raise ConfigError(f"{key}: watches nothing; set at least one of {names}")
+    return Guard(**thresholds, window=int(block["window"]), action=block["action"])
 
 
 @dataclass(frozen=True)
@@ -47,8 +84,16 @@ class Stage:
 
     @property
     def pool_weights(self) -> dict[str, float]:
-        """level -> share of the training pool: the stage's own mix, with the replay shares made room for."""
-        return mixed_weights(self.level_weights, self.replay)
+        """level -> share of the training pool: its own mix scaled down to make room for the replay shares.
+
+        >>> Stage(2, "b", "grpo", {"3ppl": 1.0}, 1, 1, replay={"2ppl": 0.2}).pool_weights
+        {'2ppl': 0.2, '3ppl': 0.8}
+        """
+        scale = 1.0 - sum(self.replay.values())
+        merged = {level: weight * scale for level, weight in self.level_weights.items()}
+        for level, weight in self.replay.items():
+            merged[level] = merged.get(level, 0.0) + weight
+        return {level: round(weight, 12) for level, weight in sorted(merged.items())}
 
     @property
     def kind_facts(self) -> StageKindFacts:
@@ -90,14 +135,22 @@ def span_label(first: str, last: str) -> str:
     return f"{first}-{last}"
 
 
-def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -> list[Stage]:
-    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied; `world_size` processes
-    train each step (a stage given in `epochs` takes fewer steps with more of them). A stage's levels
-    are `task`'s (None: the one `cfg.task` names).
+@dataclass(frozen=True)
+class PlanSections:
+    """What a plan reads besides the stages (the guard: `curriculum.guard`)."""
 
-    A stage's keys, their types and ranges are the schema's (conf/schema.py StageConfig, LimitsConfig: their ranges
-    checked first, interpolations resolved); what is checked here is what a field cannot say: rules across keys,
-    names that must exist.
+    limits: Mapping
+    grpo: Mapping
+    named_overrides: Mapping[str, dict]
+    guard: object
+    task: Task
+    world_size: int = 1
+
+
+def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -> list[Stage]:
+    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied; `world_size` processes train each
+    step (fewer steps for a stage given in `epochs`). A stage's levels are `task`'s (None: the one `cfg.task` names).
+    `stage_overrides` is keyed by stage name, given whole: Hydra refuses a key that starts with a digit.
 
     >>> from conf.schema import StageConfig
     >>> from curriculum.tasks.kk import KKTask
@@ -111,17 +164,39 @@ def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -
                           "(ladder: a stage per level of any task)")
     check_field_ranges({"curriculum": plain(cfg.curriculum), "limits": plain(cfg.get("limits"))})
     task = task if task is not None else build_task(cfg.task)
+    named = OmegaConf.select(cfg, "stage_overrides")
+    if named is not None and not isinstance(named, DictConfig):
+        raise ConfigError(f"stage_overrides: must be a mapping of stage name -> fields (got {named!r})")
+    for name, fields in (named or {}).items():
+        if not isinstance(fields, DictConfig):
+            raise ConfigError(f"stage_overrides.{name}: must be a mapping of trainer fields, e.g. "
+                              f"{{learning_rate: 1.0e-6}} (got {fields!r})")
     sections = PlanSections(
         limits=plain(cfg.get("limits")) or {}, grpo=plain(cfg.get("grpo")) or {},
-        named_overrides=_named_overrides(OmegaConf.select(cfg, "stage_overrides")),
+        named_overrides={str(name): OmegaConf.to_container(fields, resolve=True) for name, fields in
+                         (named or {}).items()},
         guard=OmegaConf.select(cfg, "curriculum.guard"), task=task, world_size=world_size)
-    return stages_of(ladder_stages(cfg.curriculum.stages, task), sections)
+    stages_cfg = ladder_stages(cfg.curriculum.stages, task)
+    if not stages_cfg:
+        raise ConfigError("curriculum.stages: must be a non-empty list of stages")
+    plan: list[Stage] = []
+    for block in stages_cfg:
+        plan.append(_build_stage(len(plan) + 1, plain(block), sections, plan))
+    names = [s.name for s in plan]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
+    for key, by_name in (("limits.stage_steps", sections.limits.get("stage_steps")),
+                         ("stage_overrides", sections.named_overrides)):
+        for name in by_name or {}:
+            if name not in names:
+                raise ConfigError(f"{key}.{name}: no stage of that name; stages: {', '.join(names)}")
+    return plan
 
 
 def ladder_stages(stages_cfg, task: Task) -> list:
-    """`curriculum.stages` with a `level: each` stage written out: one stage per level of `task`, easiest first,
-    each named by its level and otherwise that stage (a ladder over any task's levels, +curriculum=ladder). It is
-    the curriculum's only stage, and has no name of its own. ConfigError names the key.
+    """`curriculum.stages` with a `level: each` stage (the only stage, unnamed) written out: one stage per level of
+    `task`, easiest first, each named by its level (+curriculum=ladder).
 
     >>> from curriculum.tasks.gsm8k import GSM8KTask
     >>> [(s["name"], s["level"], s["steps"]) for s in ladder_stages([{"level": "each", "steps": 3}], GSM8KTask())][:2]
@@ -140,64 +215,18 @@ def ladder_stages(stages_cfg, task: Task) -> list:
     return [{**blocks[0], "name": level, "level": level} for level in task.levels]
 
 
-@dataclass(frozen=True)
-class PlanSections:
-    """What a plan reads besides the stages: the caps, the GRPO group (prompts per step), the stages'
-    named overrides, the curriculum-wide guard, the task (its levels) and the processes."""
-
-    limits: Mapping
-    grpo: Mapping
-    named_overrides: Mapping[str, dict]
-    guard: object
-    task: Task
-    world_size: int = 1
-
-
-def stages_of(stages_cfg, sections: PlanSections) -> list[Stage]:
-    """The checked stages of `curriculum.stages` under `sections` (build_plan)."""
-    if not stages_cfg:
-        raise ConfigError("curriculum.stages: must be a non-empty list of stages")
-    limits = sections.limits
-    plan = [_build_stage(i, plain(s), sections) for i, s in enumerate(stages_cfg, start=1)]
-    plan = [_with_replay(stage, stages_cfg[stage.index - 1], plan[: stage.index - 1], sections.task) for stage in plan]
-    names = [s.name for s in plan]
-    for name in names:
-        if names.count(name) > 1:
-            raise ConfigError(f"curriculum.stages: stage name {name!r} appears twice; names must be unique")
-    named_maps = (("limits.stage_steps", limits.get("stage_steps")), ("stage_overrides", sections.named_overrides))
-    for key, named in named_maps:
-        for name in named or {}:
-            if name not in names:
-                raise ConfigError(f"{key}.{name}: no stage of that name; stages: {', '.join(names)}")
-    return plan
-
-
-def _named_overrides(named) -> dict[str, dict]:
-    """`stage_overrides`: {stage name: {GRPOConfig or SFTConfig field: value}}, applied over a stage's own.
-
-    Keyed by name because a list index (`curriculum.stages.2.overrides...`) is awkward on a command line,
-    and Hydra's grammar refuses a key that starts with a digit (`stage_overrides.2ppl.x=1`): give the
-    mapping whole, `'stage_overrides={2ppl: {learning_rate: 1e-6}}'` (a sweep: several, comma-separated).
-    """
-    if named is None:
-        return {}
-    if not isinstance(named, DictConfig):
-        raise ConfigError(f"stage_overrides: must be a mapping of stage name -> fields (got {named!r})")
-    out = {}
-    for name, fields in named.items():
-        if not isinstance(fields, DictConfig):
-            raise ConfigError(f"stage_overrides.{name}: must be a mapping of trainer fields, e.g. "
-                              f"{{learning_rate: 1.0e-6}} (got {fields!r})")
-        out[str(name)] = OmegaConf.to_container(fields, resolve=True)
-    return out
-
-
-def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
+def _build_stage(index: int, block: dict, sections: PlanSections, earlier: list[Stage]) -> Stage:
     key, limits = f"curriculum.stages[{index - 1}]", sections.limits
     name, kind = block["name"], block["kind"]
     if not name or "/" in name:
         raise ConfigError(f"{key}.name: must be a non-empty name without '/' (got {name!r})")
-    level_weights = parse_levels(_stage_level(block, key), sections.task)
+    level, people = block.get("level"), block.get("ppl")  # ppl: K&K's name for level (a people count)
+    if level is not None and people is not None:
+        raise ConfigError(f"{key}: give level or ppl (K&K's name for level), not both")
+    if level is None and people is None:
+        raise ConfigError(f"{key}.level: missing; a level of the task")
+    written = (level, f"{key}.level") if level is not None else (people, f"{key}.ppl")
+    level_weights = parse_levels(written, sections.task)
     pool = int(block["pool"])
     overrides = {**(block["overrides"] or {}), **sections.named_overrides.get(name, {})}  # by stage name, win
     steps = _stage_steps(block, key, pool, sections, overrides)
@@ -213,38 +242,25 @@ def _build_stage(index: int, block: dict, sections: PlanSections) -> Stage:
     for own in ("promote", "guard"):
         if block[own] is not None and not facts.learns_from_rewards:
             raise ConfigError(f"{key}.{own}: only a grpo stage has one (this stage is {kind})")
-    promote = parse_promote(block["promote"], f"{key}.promote")
+    promote = None
+    if block["promote"] is not None:
+        values = with_defaults(PromoteConfig, block["promote"])
+        promote = Promote(float(values["accuracy"]), int(values["every"]), int(values["min_steps"]))
     guard = parse_guard(block["guard"], f"{key}.guard")
     if guard is None and facts.learns_from_rewards:  # the curriculum-wide guard watches every GRPO stage
         guard = parse_guard(sections.guard, "curriculum.guard")
-    return Stage(index, name, kind, level_weights, steps, pool, overrides, promote, guard=guard)
-
-
-def _stage_level(block: dict, key: str) -> tuple[object, str]:
-    """(the stage's levels as written, the key that holds them): `level`, or `ppl`, K&K's name for it (its
-    curricula write a people count there), not both."""
-    level, people = block.get("level"), block.get("ppl")
-    if level is not None and people is not None:
-        raise ConfigError(f"{key}: give level or ppl (K&K's name for level), not both")
-    if level is None and people is None:
-        raise ConfigError(f"{key}.level: missing; a level of the task")
-    return (level, f"{key}.level") if level is not None else (people, f"{key}.ppl")
-
-
-def _with_replay(stage: Stage, stage_cfg, earlier: list[Stage], task: Task) -> Stage:
-    """Resolve `replay: share` over the levels of the stages before this one."""
-    share = stage_cfg.get("replay")
-    if share is None:
-        return stage
-    key = f"curriculum.stages[{stage.index - 1}].replay"
-    levels = [level for s in earlier for level in s.level_weights if level != ALL]
-    ordered = sorted(dict.fromkeys(levels), key=task.levels.index)
-    return dataclasses.replace(stage, replay=replay_weights(share, ordered, key))
+    replay = {}
+    if block.get("replay"):  # a share of the pool, spread evenly over the levels of the stages before this one
+        levels = sorted({level for s in earlier for level in s.level_weights if level != ALL})
+        if not levels:
+            raise ConfigError(f"{key}.replay: the first stage has no earlier stage to replay")
+        replay = {level: block["replay"] / len(levels) for level in levels}
+    return Stage(index, name, kind, level_weights, steps, pool, overrides, promote, replay, guard)
 
 
 def parse_levels(written: tuple[object, str], task: Task) -> dict[str, float]:
-    """A stage's levels as normalised weights, in the task's order: one level, a list (uniform) or
-    {level: weight}; a number names a level as the task reads it (K&K: a people count, 3, [2, 3], {2: 1, 3: 3}).
+    """A stage's levels (one, a list: uniform, or {level: weight}; a number as the task reads it) as normalised
+    weights in the task's order.
 
     >>> from curriculum.tasks.kk import KKTask
     >>> parse_levels(({2: 1, 3: 3}, "level"), KKTask())
@@ -252,23 +268,18 @@ def parse_levels(written: tuple[object, str], task: Task) -> dict[str, float]:
     """
     value, key = plain(written[0]), written[1]
     if isinstance(value, Mapping):
-        raw = {_level(k, key, task): w for k, w in value.items()}
+        pairs = list(value.items())
     elif isinstance(value, Sequence) and not isinstance(value, str):
-        raw = {_level(k, key, task): 1.0 for k in value}
+        pairs = [(k, 1.0) for k in value]
     else:
-        raw = {_level(value, key, task): 1.0}
+        pairs = [(value, 1.0)]
+    raw = {ALL if k == ALL and task.has_all else task.level_of(k, key): w for k, w in pairs}
     if not raw or not all(is_number(w, finite=True) and w >= 0 for w in raw.values()) or sum(raw.values()) <= 0:
         raise ConfigError(f"{key}: weights must be numbers >= 0 with a positive sum (got {value!r})")
     if ALL in raw and len(raw) > 1:
         raise ConfigError(f"{key}: {ALL} is the whole split; it mixes with no other level")
     total, order = sum(raw.values()), (*task.levels, ALL)
     return {level: raw[level] / total for level in sorted(raw, key=order.index) if raw[level] > 0}
-
-
-def _level(value, key: str, task: Task) -> str:
-    if value == ALL and task.has_all:
-        return ALL
-    return task.level_of(value, key)
 
 
 def _stage_steps(block: dict, key: str, pool: int, sections: PlanSections, overrides: Mapping) -> int:
@@ -284,12 +295,8 @@ def _stage_steps(block: dict, key: str, pool: int, sections: PlanSections, overr
 
 
 def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage], index: int) -> list[str]:
-    """The subsets (level keys, in the task's order) validated after stage `index` (0: the baseline) under
-    `eval.subsets_after_stage`.
-
-    `all`: every subset, every time. `near`: every subset at the baseline and after the last stage;
-    in between, the stage's own levels and the next stage's, among `subsets` (a stage near none of
-    them is validated on all, never on nothing).
+    """The subsets validated after stage `index` (0: the baseline) under `eval.subsets_after_stage`. `near`: all at
+    the baseline and after the last stage, else the stage's own levels and the next's (all if none is a subset).
 
     >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
     >>> every = [f"{p}ppl" for p in range(2, 8)]
@@ -309,8 +316,6 @@ def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
 
 def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage], n: int) -> int:
     """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
-
-    docs/gpu.md's arithmetic for kk_ladder (5 stages, 6 subsets of 100): `all` 3600, `near` 2000.
 
     >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
     >>> [validation_completions(mode, [f"{p}ppl" for p in range(2, 8)], ladder, 100) for mode in ("all", "near")]
@@ -332,14 +337,8 @@ def prompts_per_step(grpo: Mapping, overrides: Mapping | None = None, world_size
 
 @dataclass(frozen=True)
 class GrpoBatch:
-    """TRL 1.16's batch arithmetic (GRPOConfig.__post_init__). The per-device batch counts completions.
-
-    A generation batch of `generation_batch` completions (`prompts_per_generation` prompts x
-    `num_generations`, over all `processes`) is generated once and used for `steps_per_generation x
-    num_iterations` micro-batches per process; an optimizer step takes `gradient_accumulation_steps`
-    micro-batches on every process. So one step consumes per-device batch x gradient accumulation x
-    processes / num_generations prompts (with num_iterations 1 and steps_per_generation at its default).
-    """
+    """TRL 1.16's batch arithmetic (GRPOConfig.__post_init__); the per-device batch counts completions. A generation
+    batch (all processes) serves `steps_per_generation x num_iterations` micro-batches per process."""
 
     generation_batch: int
     steps_per_generation: int
@@ -349,14 +348,11 @@ class GrpoBatch:
     processes: int = 1
 
     @property
-    def prompts_per_generation(self) -> int:
-        return self.generation_batch // self.num_generations
-
-    @property
     def prompts_per_step(self) -> float:
         """New prompts per optimizer step: a generation's prompts over the steps that consume it."""
+        prompts_per_generation = self.generation_batch // self.num_generations
         micro_batches_per_generation = self.steps_per_generation * self.num_iterations
-        return self.prompts_per_generation * self.gradient_accumulation_steps / micro_batches_per_generation
+        return prompts_per_generation * self.gradient_accumulation_steps / micro_batches_per_generation
 
 
 def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
@@ -365,19 +361,21 @@ def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
 
     >>> b = grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
     ...                 "num_generations": 8, "num_iterations": 2}, "grpo")
-    >>> b.prompts_per_generation, b.prompts_per_step
-    (8, 4.0)
+    >>> b.generation_batch, b.prompts_per_step
+    (64, 4.0)
     >>> grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 2}, "grpo", 4).prompts_per_step
     8.0
     """
-    def count(name: str, default: int | None, least: int = 1) -> int | None:  # null is TRL's default
+    counts: dict[str, int | None] = {}
+    # (field, TRL's default, least); null is TRL's default; GRPO normalises within a group of >= 2
+    for name, default, least in (("per_device_train_batch_size", 8, 1), ("gradient_accumulation_steps", 1, 1),
+                                 ("num_iterations", 1, 1), ("num_generations", 8, 2),
+                                 ("generation_batch_size", None, 1), ("steps_per_generation", None, 1)):
         value = default if grpo.get(name) is None else grpo[name]
-        return None if value is None else whole_number(value, f"{key}.{name}", least=least)
-
-    micro, accumulation = count("per_device_train_batch_size", 8), count("gradient_accumulation_steps", 1)
-    iterations = count("num_iterations", 1)
-    generations = count("num_generations", 8, least=2)  # GRPO normalises within a group of >= 2
-    explicit_batch, explicit_steps = count("generation_batch_size", None), count("steps_per_generation", None)
+        counts[name] = None if value is None else whole_number(value, f"{key}.{name}", least=least)
+    micro, accumulation = counts["per_device_train_batch_size"], counts["gradient_accumulation_steps"]
+    generations = counts["num_generations"]
+    explicit_batch, explicit_steps = counts["generation_batch_size"], counts["steps_per_generation"]
     if explicit_batch is not None and explicit_steps is not None:
         raise ConfigError(f"{key}.generation_batch_size: give it or steps_per_generation, not both (TRL)")
     per_round = micro * world_size  # one micro-batch on every process
@@ -387,9 +385,7 @@ def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
     steps = explicit_steps or (explicit_batch // per_round if explicit_batch else accumulation)
     batch = per_round * steps
     if batch % generations:
-        raise ConfigError(
-            f"{key}.num_generations: {generations} does not divide the generation batch {batch} "
-            f"(per_device_train_batch_size x {world_size} process(es) x steps_per_generation, which defaults to "
-            "gradient_accumulation_steps)"
-        )
-    return GrpoBatch(batch, steps, iterations, accumulation, generations, world_size)
+        raise ConfigError(f"{key}.num_generations: {generations} does not divide the generation batch {batch} "
+                          f"(per_device_train_batch_size x {world_size} process(es) x steps_per_generation, which "
+                          "defaults to gradient_accumulation_steps)")
+    return GrpoBatch(batch, steps, counts["num_iterations"], accumulation, generations, world_size)

@@ -1,11 +1,8 @@
 """Prompt templates (conf/prompt/*.yaml), rendered once to the exact text every consumer tokenizes.
 
-GRPO, SFT, validation and the length check must see the same prompt, token for token. TRL 1.16
-renders a conversational prompt with `add_generation_prompt=True` and never continues a final
-assistant message, so a pre-filled `<think>` (prompt=logic_rl) would become a closed turn followed
-by a fresh one. The prompt is therefore rendered here, to text, with the prefill continued; TRL's
-GRPOTrainer and SFTTrainer take that text as a plain-text prompt and tokenize it with
-`tokenizer(text)` - the one tokenisation `prompt_ids` also uses.
+GRPO, SFT, validation and the length check must see the same prompt, token for token. TRL 1.16 never continues
+a final assistant message, so a pre-filled `<think>` (prompt=logic_rl) would become a closed turn: the prompt is
+rendered here to text, the prefill continued, and TRL tokenizes that text as `prompt_ids` does.
 """
 
 from __future__ import annotations

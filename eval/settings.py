@@ -25,8 +25,8 @@ from conf.schema import EvalConfig, as_record
 from core.checks import ConfigError, plain
 from core.models import HUB_ID
 from core.parse_limits import parse_json
+from curriculum.tasks import check_records
 from curriculum.tasks.base import ALL, Task, TaskRecord
-from curriculum.tasks.contract import check_records
 from eval.vllm_backend import CPU_HEAD_SIZES, vllm_installed
 
 # The template keys `curriculum.prompts.render_prompt` reads.

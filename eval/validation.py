@@ -35,8 +35,7 @@ from core.models import load_for_inference
 from core.rundir.files import samples_file
 from core.rundir.records import row_level
 from core.stats import percent_text, wilson_interval
-from curriculum.tasks.base import Task, TaskRecord
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import Task, TaskRecord, TaskReport
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
 from eval.settings import ValidationSettings

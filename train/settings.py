@@ -30,7 +30,7 @@ from core.rundir.records import objective
 from curriculum.plan import Stage, build_plan, ladder_stages
 from curriculum.tasks import build_task
 from curriculum.tasks.base import ALL, Task
-from curriculum.tasks.contract import check_records
+from curriculum.tasks import check_records
 from eval.settings import (
     ValidationSettings,
     check_context_length,

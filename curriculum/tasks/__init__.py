@@ -1,24 +1,26 @@
-"""Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets, and a user's own.
+"""Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets and a user's own, built
+from a task config (`build_task`: ``_target_`` a class's import path, or a built-in's ``name``; a task's module is
+imported only when built) and held to their contract before any model loads.
 
-``build_task(cfg.task, fmt=cfg.prompt.fmt)`` turns a task config into a :class:`~curriculum.tasks.base.Task`:
-``_target_`` is the import path of its class (conf/task/<name>.yaml for the built-ins; a user's own
-module on PYTHONPATH, ``task=custom task._target_=my_pkg.MyTask``), every other key one of its
-settings; a built-in may be named by its short ``name`` instead (``{"name": "gsm8k"}``). A task's
-module is imported only when it is built, so K&K never imports reasoning-gym (an optional extra:
-``pip install -e '.[rgym]'``).
+Each breach is one ConfigError naming the member and what it returned, checked where what it needs is first
+known. A reward that changes its inputs is found at its first call in training instead: finding it here would
+mean calling it with made-up inputs.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError
-from curriculum.tasks.base import Task
-from curriculum.tasks.contract import check_task
+from curriculum.tasks.base import ALL, LEVEL_KEY, Task, TaskRecord
+
+if TYPE_CHECKING:  # the plan imports the tasks, so only its type is named here
+    from curriculum.plan import Stage
 
 #: The built-in tasks by their short name: a task config may name one by `name` instead of its `_target_`.
 BUILT_IN = {
@@ -50,11 +52,8 @@ def task_class(path: str, key: str = "task._target_") -> type[Task]:
 
 
 def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
-    """The task a task config describes. `fmt` (the prompt's answer format) goes to a task that takes it.
-
-    Every key but ``_target_`` (or ``name``) must be a parameter of the task's class: a typo is a ConfigError
-    naming it; `fmt` is the prompt's, never a task setting. The task's levels are held to its contract
-    (`contract.check_task`).
+    """The task a task config describes, held to its contract (`check_task`). Every key but ``_target_`` (or
+    ``name``) must be a parameter of its class; `fmt` (the prompt's answer format) goes to a class that takes it.
 
     >>> build_task({"_target_": "curriculum.tasks.gsm8k.GSM8KTask", "source": "sample"}).levels
     ('2steps', '3steps', '4steps', '5steps', '6+steps')
@@ -65,7 +64,13 @@ def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
     if isinstance(task_cfg, DictConfig):
         task_cfg = OmegaConf.to_container(task_cfg, resolve=True)
     settings = {str(k): v for k, v in task_cfg.items() if k not in ("_target_", "name")}
-    cls = task_class(*_class_path(task_cfg))
+    if task_cfg.get("_target_") is not None:
+        cls = task_class(str(task_cfg["_target_"]), "task._target_")
+    elif task_cfg.get("name") in BUILT_IN:
+        cls = task_class(BUILT_IN[task_cfg["name"]], "task.name")
+    else:
+        raise ConfigError(f"task.name: {task_cfg.get('name')!r} is not a task; known: {', '.join(BUILT_IN)} "
+                          "(or task=custom task._target_=<your module.YourTask>)")
     cls.check_installed()  # an optional extra it needs, named in one line (not its import's traceback)
     params = [p for p in inspect.signature(cls).parameters if p != "fmt"]
     for name in settings:
@@ -75,15 +80,108 @@ def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
     return check_task(cls(**settings, **injected))
 
 
-def _class_path(task_cfg: Mapping) -> tuple[str, str]:
-    """(import path, the key that gave it) of a task config: `_target_`, or a built-in's `name`."""
-    if task_cfg.get("_target_") is not None:
-        return str(task_cfg["_target_"]), "task._target_"
-    name = task_cfg.get("name")
-    if name not in BUILT_IN:
-        raise ConfigError(f"task.name: {name!r} is not a task; known: {', '.join(BUILT_IN)} "
-                          "(or task=custom task._target_=<your module.YourTask>)")
-    return BUILT_IN[name], "task.name"
+def _member(task: Task, member: str) -> str:
+    """ "task: my_pkg.MyTask.levels", the one place a breach is named from."""
+    cls = type(task)
+    return f"task: {cls.__module__}.{cls.__qualname__}.{member}"
 
 
-__all__ = ["BUILT_IN", "Task", "build_task", "task_class"]
+def check_task(task: Task) -> Task:
+    """`task` when its levels are a non-empty sequence of distinct level keys, and its `validation_levels`
+    are among them; ConfigError naming the member otherwise."""
+    levels = task.levels
+    where = _member(task, "levels")
+    if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or not levels:
+        raise ConfigError(f"{where} returned {levels!r}; a task's levels are a non-empty tuple of level keys, "
+                          "easiest first")
+    for level in levels:
+        if not isinstance(level, str):
+            raise ConfigError(f"{where} returned {levels!r}: {level!r} is of type {type(level).__name__}, not a "
+                              "level key (a str such as '2digits')")
+        if not LEVEL_KEY.fullmatch(level):
+            raise ConfigError(f"{where} returned {levels!r}: {level!r} is not a level key (letters, digits and "
+                              "_ . + -, no '/' or spaces: it names a stage, a folder and a config key)")
+    repeated = [level for i, level in enumerate(levels) if level in levels[:i]]
+    if repeated:
+        raise ConfigError(f"{where} returned {levels!r}: {repeated[0]!r} twice")
+    extra = [level for level in task.validation_levels if level not in levels]
+    if extra:
+        raise ConfigError(f"{_member(task, 'validation_levels')} returned {tuple(task.validation_levels)!r}: "
+                          f"{extra[0]!r} is not one of its levels")
+    return task
+
+
+def check_reward_functions(task: Task, functions) -> dict:
+    """`functions` (what `task.reward_functions(settings)` returned) when it maps component names to
+    callables; ConfigError naming the member and the component otherwise."""
+    where = _member(task, "reward_functions()")
+    if not isinstance(functions, Mapping):
+        raise ConfigError(f"{where} returned a {type(functions).__name__}; it returns {{component name: reward "
+                          "function}}")
+    for name, function in functions.items():
+        if not isinstance(name, str) or not callable(function):
+            raise ConfigError(f"{where}[{name!r}] is {function!r}, a {type(function).__name__}: a reward is a "
+                              "function f(completions, **columns) -> list[float]")
+    return dict(functions)
+
+
+def check_records(task: Task, plan: Sequence[Stage], subsets: Iterable[str], fmt, *, seeds: tuple) -> None:
+    """One record of each level and split the run reads is a TaskRecord of that level with a question, and
+    `grade` of an empty completion returns a Grade (correct and format_ok bools); where a supervised stage trains
+    on them, the task's reference response grades right. Training reads every stage's levels from "train" with
+    `seeds[0]`; validation holds out `subsets` and every level trained on, from "test" with `seeds[1]`."""
+    trained = list(dict.fromkeys(level for stage in plan for level in stage.pool_weights))
+    held_out = [level for level in task.levels if level in {*subsets, *trained}]
+    seed, eval_seed = (int(value) for value in seeds)
+    # a reference response is read only by a supervised stage (GSM8K's exist in one answer format only)
+    references = task.supervised and any(stage.kind_facts.supervised for stage in plan)
+    for level in trained:
+        _first_record(task, level, "train", seed)
+    for level in held_out:
+        record = _first_record(task, level, "test", eval_seed)
+        answers = {"''": ""}
+        if references:
+            answers[f"sft_target({record.id!r}, {str(fmt)!r})"] = task.sft_target(record, str(fmt))
+        for shown, completion in answers.items():
+            where = _member(task, f"grade({shown}, <{record.id} columns>)")
+            if not isinstance(completion, str):
+                raise ConfigError(f"{_member(task, shown)} returned a {type(completion).__name__}, not the text of "
+                                  "a completion")
+            grade = task.grade(completion, record.columns)
+            if grade is None:
+                raise ConfigError(f"{where} returned None; it returns a Grade (correct, format_ok, answered, "
+                                  "reasons)")
+            for field in ("correct", "format_ok"):
+                value = getattr(grade, field, None)
+                if not isinstance(value, bool):
+                    raise ConfigError(f"{where} returned {grade!r}: its {field} is {value!r}, not a bool")
+            if completion and not grade.correct:
+                raise ConfigError(f"{where} is wrong ({'; '.join(map(str, getattr(grade, 'reasons', ())))}): a "
+                                  "reference response must grade right")
+
+
+def _first_record(task: Task, level: str, split: str, seed: int) -> TaskRecord:
+    where = _member(task, f"records({level!r}, {split!r}, n=1, seed={seed})")
+    got = task.records(level, split, n=1, seed=seed)
+    if isinstance(got, (str, bytes, Mapping)) or not isinstance(got, Sequence):
+        raise ConfigError(f"{where} returned a {type(got).__name__}; it returns a list of TaskRecord")
+    if not got:
+        raise ConfigError(f"{where} returned no records, and the run uses {level} ({split} split)")
+    record = got[0]
+    if not isinstance(record, TaskRecord):
+        raise ConfigError(f"{where}[0] is a {type(record).__name__}, not a TaskRecord (curriculum.tasks.base)")
+    if not isinstance(record.question, str) or not record.question.strip():
+        raise ConfigError(f"{where}[0].question is {record.question!r}; a record's question is the text its "
+                          "prompt holds")
+    if level != ALL and record.level != level:
+        raise ConfigError(f"{where}[0].level is {record.level!r}, not {level!r}")
+    if not isinstance(record.id, str) or not record.id:
+        raise ConfigError(f"{where}[0].id is {record.id!r}; a record's id is a non-empty str")
+    missing = [column for column in task.columns if column not in record.columns]
+    if missing:
+        raise ConfigError(f"{where}[0].columns has no {missing[0]!r}, one of the task's columns "
+                          f"({', '.join(task.columns)}), which TRL hands every reward")
+    return record
+
+
+__all__ = ["BUILT_IN", "Task", "build_task", "check_records", "check_reward_functions", "check_task", "task_class"]

@@ -1,39 +1,24 @@
-"""The task interface: what the runner, validation and report need from a task, and nothing else.
+"""The task interface (`Task`): what the runner, validation and report need from a task, its records, and how its
+validation is shown (`TaskReport`). Nothing outside a task branches on its name.
 
-A task (K&K, GSM8K, a reasoning-gym dataset) names its **levels**, easiest first: the stage keys of
-a curriculum and the validation subsets ("2ppl".."8ppl", "2steps".."6+steps"). Per level and
-split it gives **records** (:class:`TaskRecord`), loaded or generated from its sources,
-deterministic by seed, train disjoint from test. It **renders** a record's prompt from a prompt
-config (conf/prompt/*.yaml), **grades** a completion against a record's reference columns (a
-:class:`Grade`: right, formatted, reasons) and offers **reward functions** in TRL's form: pure,
-batched, ``f(completions, **columns) -> list[float]``, named by component; the weights over them are
-the reward group's (conf/reward/*.yaml, a task's own `default_weights` under them). A task with
-reference solutions gives **supervised targets** in its prompt's format (`kind: sft`). Validation asks
-it for the **columns** of its rows and samples beyond every task's (K&K: its people count, reasoning
-agreement, invented names), and the report, the console and the tracker show what its
-:class:`~curriculum.tasks.report.TaskReport` says; nothing outside a task branches on its name.
-
-A task comes from a config: `task._target_` (its import path, a user's own module included) or a
-built-in's `task.name` (`curriculum.tasks.build_task`).
-
-Columns are the reference a grader reads (K&K: names, solution; GSM8K: answer). They become dataset
-columns that TRL hands to every reward function, so no column may hold a dict: `datasets` would
-union a dict column's keys across rows (every name in every row, as None).
+A record's columns are the reference its grader reads and TRL hands every reward function as dataset columns, so
+none may hold a dict (`datasets` would union its keys across rows). A `TaskReport` is recorded in run.json, so
+the report of a run folder reads plain data, never the task's code.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
-from core.checks import ConfigError, is_int
+from core.checks import ConfigError, is_int, is_number
 from curriculum.prompts import render_prompt
-from curriculum.tasks.report import TaskReport
 
 SPLITS = ("train", "test")
 #: A stage's `level: all`: the task's whole training split, every level in its natural share (tasks with `has_all`).
@@ -42,9 +27,95 @@ ALL = "all"
 LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 #: Row keys every task's rows carry besides its columns; a column must not take one of these names.
 ROW_KEYS = ("prompt", "completion", "id", "level")
-#: A reward function in TRL's form: pure, batched, ``f(completions, **columns) -> list[float]``; a task binds its
-#: settings with `functools.partial` of a module-level function (it pickles, unlike a closure).
+#: A reward function in TRL's form; a task binds its settings with `functools.partial` of a module-level
+#: function (it pickles, unlike a closure).
 RewardFunc = Callable[..., list[float]]
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A share of completions (0..1) a task adds to its validation rows, and where it is shown."""
+
+    key: str  # the validation row's column
+    name: str  # what the console's caption calls it ("lenient")
+    title: str | None = None  # the report's section heading (None: not in the report)
+    header: str | None = None  # the console's column header, a line break allowed (None: not in the console)
+    caption: str = ""  # what the console's caption says of it ("of those with reasoning")
+    # the row columns counting the completions it is a share of, the first present one (none: every completion)
+    counted: tuple[str, ...] = ()
+    beside_accuracy: bool = False  # another reading of accuracy: shown next to it, left out where equal to it
+    note: str = ""  # what the report says under its table
+
+
+@dataclass(frozen=True)
+class TaskReport:
+    """What the report, the console and the tracker's tables say of one task's validation; what a task leaves
+    out is absent from its report, not shown empty."""
+
+    record: str = "problem"  # what one record is called ("puzzle")
+    distinct: str = "distinct problems"  # what a validation pool's n counts
+    pool_note: str = ""  # why a pool holds no repeats, said beside the intervals ("up to renaming the people")
+    accuracy: str = "answer right"  # what a right completion is, on the accuracy axis
+    level_column: str = "level"  # the row column the console names a subset by (K&K: its people count)
+    rates: tuple[Rate, ...] = ()
+    # (label, sample key): the first graded sample whose key is true is shown, beside the first right and
+    # wrong, the longest and the shortest
+    picks: tuple[tuple[str, str], ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()  # (label, sample key): shown with each sample where present
+    sample_columns: tuple[str, ...] = ()  # the tracker's sample table, beside every task's columns
+    format_reward: str | None = None  # the reward component that is the format rate (its key: `rewards/<key>/mean`)
+    chance: Mapping[str, float] = field(default_factory=dict)  # level -> accuracy of a blind guess
+    chance_note: str = ""  # how chance is reckoned, under the accuracy plot
+    # the console's word before a level's label in a stage banner ("level 2steps"); empty where the label says
+    # what it is (K&K's "2ppl")
+    level_word: str = "level"
+
+    def as_json(self) -> dict:
+        """The record run.json keeps.
+
+        >>> TaskReport.from_json(TaskReport(record="puzzle", rates=(Rate("x", "x"),)).as_json()).rates[0].key
+        'x'
+        """
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data) -> TaskReport | None:
+        """The record run.json holds, or None when it holds none that reads (written by anyone: a field of
+        another type is left at its default).
+
+        >>> TaskReport.from_json({"record": "puzzle", "chance": {"2ppl": 0.25, "x": "?"}, "rates": "?"})
+        TaskReport(record='puzzle', distinct='distinct problems', pool_note='', accuracy='answer right', \
+level_column='level', rates=(), picks=(), facts=(), sample_columns=(), format_reward=None, \
+chance={'2ppl': 0.25}, chance_note='', level_word='level')
+        >>> TaskReport.from_json(["not", "a", "mapping"]) is None
+        True
+        """
+        if not isinstance(data, Mapping):
+            return None
+        texts = {f.name: data[f.name] for f in dataclasses.fields(cls)
+                 if f.type in ("str", "str | None") and isinstance(data.get(f.name), str)}
+        chance = data.get("chance") if isinstance(data.get("chance"), Mapping) else {}
+        return cls(**texts, rates=tuple(_rates(data.get("rates"))), picks=_pairs(data.get("picks")),
+                   facts=_pairs(data.get("facts")), sample_columns=_strings(data.get("sample_columns")),
+                   chance={str(k): float(v) for k, v in chance.items() if is_number(v, finite=True)})
+
+
+def _strings(value) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list | tuple) else ()
+
+
+def _pairs(value) -> tuple[tuple[str, str], ...]:
+    pairs = (_strings(item) for item in (value if isinstance(value, list | tuple) else ()))
+    return tuple(pair for pair in pairs if len(pair) == 2)
+
+
+def _rates(value):
+    for item in value if isinstance(value, list | tuple) else ():
+        if isinstance(item, Mapping) and isinstance(item.get("key"), str) and isinstance(item.get("name"), str):
+            texts = {f.name: item[f.name] for f in dataclasses.fields(Rate)
+                     if f.name not in ("counted", "beside_accuracy") and isinstance(item.get(f.name), str)}
+            yield Rate(**texts, counted=_strings(item.get("counted")),
+                       beside_accuracy=item.get("beside_accuracy") is True)
 
 
 @dataclass(frozen=True)
@@ -62,14 +133,8 @@ class RecordError(ValueError):
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """One problem of a task, in the form the runner, validation and report read.
-
-    id: unique and stable within a task's split ("2ppl-17", "gsm8k-test-41").
-    level: the level key the record belongs to.
-    question: the text a prompt template puts where it says ``{quiz}``.
-    columns: the reference a grader and the rewards read (TRL passes them as keyword arguments).
-    source: the source's own record (K&K's published fields), for task-specific consumers (SFT).
-    """
+    """One problem of a task. id: unique and stable within a split ("2ppl-17"); question: the text a prompt puts
+    where it says ``{quiz}``; columns: the reference the grader and rewards read; source: the source's own record."""
 
     id: str
     level: str
@@ -88,11 +153,7 @@ class TaskRecord:
 
 @runtime_checkable
 class Grade(Protocol):
-    """The verdict on one completion, as validation and the report read it.
-
-    `curriculum.tasks.kk.grading.grader.Grade` (K&K) has these four and more (assignment, n_right, ...);
-    :class:`AnswerGrade` has them for tasks whose answer is one value.
-    """
+    """The verdict on one completion, as validation and the report read it (K&K's has more)."""
 
     @property
     def correct(self) -> bool: ...  # the answer is right (format not required)
@@ -109,11 +170,8 @@ class Grade(Protocol):
 
 @dataclass(frozen=True)
 class AnswerGrade:
-    """A :class:`Grade` for a task whose answer is one value (a number, a string).
-
-    answer: what was read from the final answer block (normalised by the task), None if nothing.
-    score: the task's answer score in [0, 1]: 1.0 when right; partial credit where the task gives it.
-    """
+    """A :class:`Grade` for a task whose answer is one value. answer: what was read (normalised by the task), None
+    if nothing; score: in [0, 1], 1.0 when right, partial credit where the task gives it."""
 
     correct: bool
     format_ok: bool
@@ -124,10 +182,8 @@ class AnswerGrade:
 
 
 def completion_text(completion) -> str:
-    """The text of a completion: a str, or TRL's conversational `[{"role": "assistant", ...}]`.
-
-    A message whose think block TRL's `parse_response` split off into `reasoning_content` (or
-    `thinking`) gets it back inside <think> tags, so the format check sees what the model wrote.
+    """The text of a completion: a str, or TRL's conversational `[{"role": "assistant", ...}]`; a think block TRL
+    split off into `reasoning_content` (or `thinking`) put back in <think> tags, so the format check sees it all.
 
     >>> completion_text([{"role": "assistant", "content": "<answer>x</answer>"}])
     '<answer>x</answer>'
@@ -178,8 +234,7 @@ def final_answer_block(text: str, tag: str = "answer") -> str | None:
 
 
 def normalized_question(text: str) -> str:
-    """A question reduced to what decontamination compares: compatible Unicode, case-folded, every run
-    of non-alphanumerics one space.
+    """A question as decontamination compares it: NFKC, case-folded, each run of non-alphanumerics one space.
 
     >>> normalized_question("Tom has  3 apples.\\nHow many?") == normalized_question("tom has 3 APPLES, how many")
     True
@@ -202,25 +257,32 @@ def disjoint(train: Sequence[TaskRecord], held_out: Sequence[TaskRecord],
     return kept, len(train) - len(kept)
 
 
-def check_level_key(level, key: str) -> str:
-    """`level` when it is a usable level key; ConfigError naming `key` otherwise.
+def distinct(records: Iterable[TaskRecord], key: Callable[[TaskRecord], Hashable]) -> list[TaskRecord]:
+    """The first record of each `key`, in order.
 
-    >>> check_level_key("6+steps", "task.levels")
-    '6+steps'
+    >>> [r.id for r in distinct([TaskRecord(f"r{i}", "x", q, {}) for i, q in enumerate("aba")], lambda r: r.question)]
+    ['r0', 'r1']
     """
+    seen: set[Hashable] = set()
+    kept = []
+    for record in records:
+        if key(record) not in seen:
+            seen.add(key(record))
+            kept.append(record)
+    return kept
+
+
+def check_level_key(level, key: str) -> str:
+    """`level` when it is a usable level key; ConfigError naming `key` otherwise."""
     if not isinstance(level, str) or not LEVEL_KEY.fullmatch(level):
         raise ConfigError(f"{key}: {level!r} is not a level key (letters, digits and _ . + -, no '/' or spaces)")
     return level
 
 
 class Task(ABC):
-    """A task: levels, records per level and split, prompts, grades and reward functions.
-
-    Subclasses set `name` and implement the abstract members; the rest have defaults that fit a task
-    whose record is a question with one answer (override `content_key` when two differently worded
-    records can be the same problem, as K&K's renamed puzzles are). A task whose grading depends on
-    the prompt's answer format takes `fmt` in its constructor: `build_task` hands it `prompt.fmt`.
-    """
+    """A task: levels, records per level and split, prompts, grades and reward functions. Subclasses set `name` and
+    implement the abstract members; the defaults fit a task whose record is a question with one answer. A task
+    whose grading depends on the prompt's answer format takes `fmt` in its constructor (`build_task` passes it)."""
 
     name: str = ""
     #: how the report, the console and the tracker show its validation (run.json records it)
@@ -235,16 +297,15 @@ class Task(ABC):
     metric_columns: tuple[str, ...] = ()
     #: the reference columns of its records (`TaskRecord.columns`): TRL hands them to every reward function
     columns: tuple[str, ...] = ("answer",)
-    #: weight per component under `reward.weights` (whose entries win): what a task brought by import path runs
-    #: (conf/task/custom.yaml picks reward=task). The built-in tasks declare none: their conf/reward/ files
-    #: name every weight.
+    #: weight per component under `reward.weights` (whose entries win), for a task brought by import path
+    #: (conf/task/custom.yaml picks reward=task); the built-in tasks' conf/reward/ files name every weight.
     default_weights: Mapping[str, float] = MappingProxyType({})
+    #: whether `records` takes `ALL` (the whole split) as a training stage's level
+    has_all: bool = False
 
     @classmethod
     def check_installed(cls) -> None:
-        """ConfigError naming what to install, where the task needs an optional package this environment lacks;
-        asked as the task is built (curriculum.tasks.build_task), before any model loads. Every package this one
-        needs is installed."""
+        """ConfigError naming what to install where the task needs an optional package this environment lacks."""
         return None
 
     @property
@@ -262,9 +323,8 @@ class Task(ABC):
 
     @abstractmethod
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """Component name -> reward function, ``f(completions, **columns) -> list[float]``, built with the
-        run's `settings` (its prompt format, its completion length, the reward group's blocks for the task).
-        Settings bound with `functools.partial` win over same-named dataset columns in a run."""
+        """Component name -> reward function, built with the run's `settings`. Settings bound with
+        `functools.partial` win over same-named dataset columns in a run."""
 
     @property
     def validation_levels(self) -> tuple[str, ...]:
@@ -278,8 +338,7 @@ class Task(ABC):
                               f"({', '.join(self.formats)})")
 
     def sft_target(self, record: TaskRecord, fmt: str) -> str:
-        """The completion a supervised stage trains on for `record`, in answer format `fmt` (tasks that are
-        `supervised`); it must grade right and formatted."""
+        """The completion a supervised stage trains on for `record`, in answer format `fmt`; it grades right."""
         raise NotImplementedError(f"task {self.name} has no reference responses (supervised: false)")
 
     def level_columns(self, level: str) -> dict[str, Any]:
@@ -287,8 +346,8 @@ class Task(ABC):
         return {}
 
     def sample_fields(self, record: TaskRecord, text: str, grade: Grade) -> dict[str, Any]:
-        """What a graded sample (`samples/<stage>/<level>.jsonl`) holds of one completion beside every task's
-        fields (its grade, tokens, reasons): by default the answer read and the reference, as text."""
+        """What a graded sample (`samples/<stage>/<level>.jsonl`) holds beside every task's fields: by default the
+        answer read and the reference, as text."""
         answer = getattr(grade, "answer", None)
         return {"answer": None if answer is None else str(answer), "reference": record.columns.get("answer")}
 
@@ -305,13 +364,9 @@ class Task(ABC):
         return normalized_question(record.question)
 
     def render(self, record: TaskRecord, prompt_cfg: Mapping, *, chat: bool) -> list[dict[str, str]] | str:
-        """The prompt of `record`: chat messages, or plain text for a base model (`chat` false); by default the
-        prompt config's template around the question (`curriculum.prompts`). GRPO's rows, SFT's and validation's
-        prompts are all this, made text by the tokenizer's chat template (`curriculum.data.task_prompt`)."""
+        """The prompt of `record` (chat messages, or plain text for a base model): by default the prompt config's
+        template around the question. GRPO's, SFT's and validation's prompts are all this."""
         return render_prompt(record.question, prompt_cfg, chat=chat)
-
-    #: whether `records` takes `ALL` (the whole split) as a training stage's level
-    has_all: bool = False
 
     def check_level(self, level, key: str = "level") -> str:
         """`level` when this task has it; ConfigError naming `key` and the levels otherwise."""
@@ -320,9 +375,8 @@ class Task(ABC):
         return level
 
     def level_of(self, value, key: str) -> str:
-        """The level key a config names with `value` (a stage's level, a validation subset): the key itself,
-        or a whole number for the one level that starts with it (2: "2steps", "2ppl"; so experiment=smoke's
-        `eval.subsets: [2, 3]` names any task's first levels). ConfigError naming `key` otherwise."""
+        """The level key a config names with `value`: the key itself, or a whole number for the one level that starts
+        with it (2: "2steps", "2ppl"); ConfigError naming `key` otherwise."""
         if is_int(value):
             found = [level for level in self.levels if re.match(rf"{value}(?!\d)", level)]
             if len(found) == 1:
@@ -330,23 +384,18 @@ class Task(ABC):
         return self.check_level(value, key)
 
     def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
-        """The held-out records of one subset, the same for every run: of the first `n` test records, those
-        that are distinct problems (`content_key`; a repeat would count one problem twice in the accuracy)."""
+        """The held-out records of one subset, the same for every run: the distinct problems (`content_key`) among
+        the first `n` test records (a repeat would count one problem twice in the accuracy)."""
         records = self.records(level, "test", n=n, seed=seed)
         if len(records) < n:
             raise ConfigError(f"eval.n: {n} validation records asked at {level}, but task {self.name} has only "
                               f"{len(records)} there{self.left_out('test')}; lower eval.n")
-        seen, distinct = set(), []
-        for record in records:
-            if self.content_key(record) not in seen:
-                seen.add(self.content_key(record))
-                distinct.append(record)
-        return distinct
+        return distinct(records, self.content_key)
 
     def training_records(self, level: str, want: int, held_out: Sequence[TaskRecord], *, seed: int,
                          spare: int) -> tuple[list[TaskRecord], int]:
-        """Up to `want` training records of `level` that no `held_out` record shares (`content_key`), and
-        how many held-out overlaps were dropped; `spare` more are asked for so the drops still leave `want`."""
+        """Up to `want` training records of `level` that no `held_out` record shares (`content_key`), and how many
+        overlaps were dropped; `spare` more are asked for so the drops still leave `want`."""
         pool = self.records(level, "train", n=want + (spare if held_out else 0), seed=seed)
         kept, dropped = disjoint(pool, held_out, self.content_key)
         return kept[:want], dropped

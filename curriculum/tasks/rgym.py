@@ -1,26 +1,13 @@
-"""reasoning-gym datasets as tasks (``task=reasoning_gym task.dataset=<name>``), generated offline.
+"""reasoning-gym datasets as tasks (``task=reasoning_gym task.dataset=<name>``, the ``rgym`` extra), generated
+offline.
 
-reasoning-gym (PyPI ``reasoning-gym``, the ``rgym`` extra) generates ~100 reasoning tasks, each an
-entry ``{"question", "answer", "metadata"}`` with a ``score_answer(answer, entry)`` in [0, 1].
+Levels are the dataset's difficulty settings: ``levels: {key: settings}`` names them; without it, one level per
+reasoning-gym global curriculum level ("level0".., "default" for a dataset without a curriculum). ``settings``
+apply to every level, a level's own winning. Train draws from ``seed``, test from ``seed + 2**31``
+(reasoning-gym seeds entry ``i`` with ``seed + i``, so nearby seeds would share entries).
 
-Levels are the dataset's difficulty settings:
-
-- ``levels: {key: settings}`` names them (e.g. ``{3ppl: {n_people: 3}}`` for knights_knaves);
-- without it, a dataset with a reasoning-gym curriculum gets one level per global curriculum level,
-  "level0".."level<k>" (`reasoning_gym.factory.create_curriculum`; ``set_global_level(k)``, each
-  attribute capped at its top); a dataset without one (gsm_symbolic) has one level, "default".
-
-``settings`` apply to every level (a level's own win; one every level sets is refused: it would never be
-used). A level whose first record reasoning-gym cannot make in `FIRST_RECORD_SECONDS` is refused by name (a
-knights_knaves level of 60 people never ends). Records are entries of
-``create_dataset(dataset, seed=..., size=n, **level settings)``, so the same seed gives the same
-records: train draws from ``seed``, test from ``seed + 2**31`` (reasoning-gym seeds entry ``i``
-with ``seed + i``, so nearby seeds would share entries), and a repeated question is kept once.
-
-The answer is the last closed ``<answer>`` block, scored by reasoning-gym's own scorer
-(``get_score_answer_fn``): correct when the score is 1. The entry travels as a JSON string column
-(TRL's rows take no dicts); a dataset whose scorer changes its verdict on the JSON copy of an
-entry (arc_agi and rearc compare tuples) is refused when the task is built.
+The last closed ``<answer>`` block is scored by the dataset's own scorer (correct at 1). The entry travels as a
+JSON string column; a dataset whose scorer judges the JSON copy otherwise (arc_agi compares tuples) is refused.
 """
 
 from __future__ import annotations
@@ -42,16 +29,15 @@ from curriculum.tasks.base import (
     RewardSettings,
     Task,
     TaskRecord,
+    TaskReport,
     check_level_key,
     check_split,
     completion_text,
+    distinct,
     final_answer_block,
 )
-from curriculum.tasks.report import TaskReport
 
 TEST_SEED_OFFSET = 2**31
-
-
 # The version the `rgym` extra pins (pyproject.toml), for a user who installed the package without it.
 PINNED = "reasoning-gym==0.1.25"
 
@@ -83,8 +69,7 @@ def curriculum_levels(dataset: str) -> dict[str, dict[str, Any]]:
 
 
 def check_shared_settings(settings: Mapping[str, Any], levels: Mapping[str, Mapping | None]) -> None:
-    """Refuse a shared setting (`task.settings`) that every level sets itself: a level's own value wins, so it
-    would never be used (`+task.settings.n_people=-3` ran to the end on each curriculum level's own count).
+    """Refuse a shared setting (`task.settings`) that every level sets itself: it would never be used.
 
     >>> check_shared_settings({"depth_constraint": 2}, {"a": {"n_people": 2}})  # used by every level
     >>> check_shared_settings({"n_people": 9}, {"a": {"n_people": 2}, "b": {}})  # used by b
@@ -104,8 +89,8 @@ FIRST_RECORD_SECONDS = 30
 
 @contextmanager
 def first_record_limit(message: str, seconds: float) -> Iterator[None]:
-    """End what runs inside with ConfigError(`message`) after `seconds` (a real-time alarm: the main thread
-    only; elsewhere it runs unlimited), the previous alarm handler put back after."""
+    """End what runs inside with ConfigError(`message`) after `seconds` (a real-time alarm: the main thread only;
+    elsewhere unlimited)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -185,8 +170,8 @@ class ReasoningGymTask(Task):
                               f"({type(exc).__name__}: {exc})") from exc
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
-        """The distinct entries among the first `n` of the level's dataset (None: its default size); ALL:
-        every level in turn, `n` shared out evenly (the earlier levels take the remainder).
+        """The distinct entries among the first `n` of the level's dataset (None: its default size); ALL: every
+        level in turn, `n` shared out evenly (the earlier levels take the remainder).
 
         >>> task = ReasoningGymTask("knights_knaves")
         >>> [r.level for r in task.records(ALL, "train", n=5)]
@@ -196,26 +181,17 @@ class ReasoningGymTask(Task):
             return self._every_level(split, n=n, seed=seed)
         self.check_level(level)
         base = seed + (TEST_SEED_OFFSET if check_split(split) == "test" else 0)
-        found, seen = [], set()
-        for index, entry in enumerate(self._dataset(level, seed=base, size=n)):
-            record = self._record(level, split, index, entry)
-            if self.content_key(record) not in seen:
-                seen.add(self.content_key(record))
-                found.append(record)
-        return found
+        entries = enumerate(self._dataset(level, seed=base, size=n))
+        return distinct((self._record(level, split, index, entry) for index, entry in entries), self.content_key)
 
     def _every_level(self, split: str, *, n: int | None, seed: int) -> list[TaskRecord]:
         k = len(self.levels)
         shares = [None if n is None else n // k + (i < n % k) for i in range(k)]
         per_level = [self.records(level, split, n=share, seed=seed) for level, share in zip(self.levels, shares,
                                                                                              strict=True)]
-        found, seen = [], set()
-        for row in itertools.zip_longest(*per_level):  # interleaved, so the first n of a pool mix the levels
-            for record in row:
-                if record is not None and self.content_key(record) not in seen:
-                    seen.add(self.content_key(record))
-                    found.append(record)
-        return found
+        # interleaved, so the first n of a pool mix the levels
+        mixed = (record for row in itertools.zip_longest(*per_level) for record in row if record is not None)
+        return distinct(mixed, self.content_key)
 
     def _record(self, level: str, split: str, index: int, entry: Mapping) -> TaskRecord:
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from core.rundir.files import EVALUATION, SAMPLES, VALIDATION, read_mapping, scan_jsonl
 from core.rundir.records import level_order, row_level
 from core.stats import rate_text
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.metrics import trials
 from eval.report.blocks import Heading, Image, Table, Text, code, fmt, md_escape
 from eval.report.plots import plot_stage_grid

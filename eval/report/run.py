@@ -11,7 +11,7 @@ from pathlib import Path
 
 from core.rundir.files import ERROR
 from core.rundir.records import Status, stage_records
-from curriculum.tasks.report import Rate
+from curriculum.tasks.base import Rate
 from eval.report import adaptive as ra
 from eval.report import series as rs
 from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from core.rundir.files import BASELINE, SAMPLES, scan_jsonl
 from core.rundir.records import level_order
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number
 

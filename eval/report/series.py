@@ -18,7 +18,7 @@ from core.checks import is_number
 from core.rundir.files import BASELINE, CONFIG, METRICS, RUN_JSON, VALIDATION, read_mapping, scan_jsonl
 from core.rundir.records import level_order, row_level, stage_records
 from core.stats import wilson_interval
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.metrics import RATES, trials
 
 

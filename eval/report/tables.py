@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from core.rundir.records import level_order, row_level
 from core.stats import change, rate_text
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.base import TaskReport
 from eval.report.blocks import Table, Text, fmt, md_escape
 from eval.report.series import StageGrid
 

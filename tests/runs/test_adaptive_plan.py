@@ -9,8 +9,7 @@ from omegaconf import OmegaConf
 
 from core.checks import ConfigError
 from core.rundir.manifest import Manifest
-from curriculum.adaptive import Guard, Promote
-from curriculum.plan import build_plan
+from curriculum.plan import Guard, Promote, build_plan
 from tests.pools import held_out_pools, stage_pool
 
 

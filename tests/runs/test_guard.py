@@ -10,8 +10,7 @@ from trl.trainer.utils import is_async_callable
 
 from core.rundir.files import JsonlWriter, read_jsonl
 from core.tracker import NullTracker
-from curriculum.adaptive import Guard
-from curriculum.plan import Stage
+from curriculum.plan import Guard, Stage
 from train.rewards.checks import DISTINCT_KEY, checked_rewards, distinct_share
 from train.run.resume import logged_before_resume
 from train.run.stage_end import CollapseGuard, CollapseWatch

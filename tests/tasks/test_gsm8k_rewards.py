@@ -13,14 +13,15 @@ from conf import CONF_DIR
 from curriculum.tasks.base import RewardSettings
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.rewards import (
+    GIST_FORMAT_FUNCTIONS,
     REWARD_FUNCTIONS,
+    VERBATIM_FUNCTIONS,
     correctness_reward,
     integer_reward,
     soft_format_reward,
     strict_format_reward,
     xml_count_reward,
 )
-from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
 
 # what the run hands every task's rewards (GSM8K's read neither)
 SETTINGS = RewardSettings("reasoning_answer", 200)

@@ -12,8 +12,12 @@ import yaml
 from conf import CONF_DIR
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT
-from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
-from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS, extract_xml_answer
+from curriculum.tasks.gsm8k.rewards import (
+    GIST_FORMAT_FUNCTIONS,
+    REWARD_FUNCTIONS,
+    VERBATIM_FUNCTIONS,
+    extract_xml_answer,
+)
 from tests.conftest import compose_cfg
 from train.rewards.reward_group import reward_stack
 
@@ -57,7 +61,7 @@ CASES = [
 
 def the_write_ups_five(completion: str, answer_text: str) -> tuple:
     """The write-up's five functions, written out here from its text (the format patterns with re.DOTALL), as
-    an oracle independent of verbatim.py's code."""
+    an oracle independent of rewards.py's verbatim code."""
     answer = extract_xml_answer(completion)
     xml = sum(0.125 for tag in ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
               if completion.count(tag) == 1)

@@ -1,5 +1,5 @@
 """A user's task held to its contract when a run reads its config, before any model loads: each breach is one
-line naming the member and what it returned (curriculum/tasks/contract.py), instead of another error later
+line naming the member and what it returned (curriculum/tasks/__init__.py), instead of another error later
 that names neither. The broken tasks are small subclasses of one good task, each breaking one member."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import pytest
 
 from core.checks import ConfigError
+from curriculum.tasks import check_task
 from curriculum.tasks.base import AnswerGrade, Task, TaskRecord, check_split, final_answer_block
-from curriculum.tasks.contract import check_task
 from tests.conftest import ROOT, run_cli
 from train.settings import read_settings
 

@@ -23,8 +23,8 @@ from omegaconf import OmegaConf
 
 from conf import CONF_DIR
 from core.checks import ConfigError, is_number, plain
+from curriculum.tasks import check_reward_functions
 from curriculum.tasks.base import RewardSettings, Task
-from curriculum.tasks.contract import check_reward_functions
 from train.rewards.checks import Reward, task_reward
 from train.rewards.custom import load_custom_reward
 

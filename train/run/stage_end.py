@@ -28,8 +28,7 @@ from core.distributed import SINGLE, Processes, gather
 from core.rundir.manifest import Manifest
 from core.rundir.records import row_level
 from core.weights import held_weights_finite
-from curriculum.adaptive import GUARD_SIGNALS, Guard
-from curriculum.plan import Stage
+from curriculum.plan import GUARD_SIGNALS, Guard, Stage
 from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
 from train.tracking import RunLogs

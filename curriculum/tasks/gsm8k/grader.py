@@ -1,20 +1,12 @@
-"""The GSM8K grader: the final `<answer>` block read as one number and compared exactly.
+"""The GSM8K grader: the final `<answer>` block (the last closed one) read as one number and compared exactly.
 
-The answer block is the last closed ``<answer>...</answer>`` of the completion. Its text, stripped,
-is one number when it is ASCII digits with an optional leading ``-``, an optional ``$``, comma
-thousands groups (``1,000``, never ``1,00``), an optional decimal part and at most one trailing
-period (a sentence's full stop). Anything else is refused, with a reason: words ("about 5"), two
-numbers ("5 or 6", "5 6"), units ("5 dollars"), percent, fractions, LaTeX, other digit scripts.
-Numbers compare exactly by their canonical text (no float): ``$1,000.`` equals ``1000``,
-``5.50`` equals ``5.5``, ``5.01`` does not equal ``5``.
+One number is ASCII digits with an optional leading ``-``, an optional ``$``, comma thousands groups (``1,000``,
+never ``1,00``), an optional decimal part and at most one trailing period; anything else (words, two numbers,
+units, percent, fractions, LaTeX) is refused with a reason. Numbers compare by their canonical text, no float:
+``$1,000.`` equals ``1000``, ``5.50`` equals ``5.5``.
 
-Both format checks are the recipe's regular expressions (module constants, the specification);
-they run as plain scans, so a long completion costs linear time. The recipe's code applies them
-with no flags (the strict one by ``re.match``, the soft one by ``re.search``), so ``.`` never crosses a
-line: its format rewards are never earned by a reasoning of more than one line, which is nearly every
-reasoning (`verbatim.py` keeps that code, ``reward=gsm8k_stack_verbatim``). Here they mean what they
-say with ``re.DOTALL`` (``.*?`` crosses lines); `tests/tasks/test_gsm8k_grader.py` checks the scans against
-the compiled patterns.
+Both format checks are the recipe's patterns (module constants) with ``re.DOTALL``, run as plain scans so a long
+completion costs linear time (`tests/tasks/test_gsm8k_grader.py` checks them against the compiled patterns).
 """
 
 from __future__ import annotations
@@ -72,9 +64,8 @@ def reference_answer(solution: str) -> Number | None:
 
 
 def strict_format(text: str) -> bool:
-    """Whether `text` matches :data:`STRICT_FORMAT` (re.match, re.DOTALL), by three scans.
-
-    ``$`` matches at the end or before a final newline, so after ``</answer>`` come at most two newlines.
+    """Whether `text` matches :data:`STRICT_FORMAT` (re.match, re.DOTALL), by three scans (``$`` matches at the end
+    or before a final newline, so after ``</answer>`` come at most two newlines).
 
     >>> strict_format("<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n")
     True
@@ -114,9 +105,8 @@ def _shown(text: str, limit: int = 60) -> str:
 
 
 def grade(completion, answer: str) -> AnswerGrade:
-    """Grade one completion against the reference `answer` (the number after ``####``).
-
-    `correct` needs only the number in the final answer block; `format_ok` is the strict format.
+    """Grade one completion against the reference `answer` (the number after ``####``): `correct` needs only the
+    number in the final answer block; `format_ok` is the strict format.
 
     >>> g = grade("<reasoning>\\n48 / 2 = 24\\n</reasoning>\\n<answer>\\n$24.\\n</answer>", "24")
     >>> g.correct, g.format_ok, g.answer

@@ -1,33 +1,20 @@
-"""The five rewards of the GSM8K GRPO recipe, one function each, TRL's form: pure, batched,
-``f(completions, **columns) -> list[float]`` (`answer` is the reference column; other keyword
-arguments TRL passes, such as prompts or trainer_state, are ignored).
+"""The GSM8K recipe's five rewards in TRL's form (pure, batched, ``f(completions, **columns) -> list[float]``;
+keyword arguments a function does not name are ignored), in three readings; docs/tasks.md ("Other tasks") lists
+each difference and why the default differs.
 
-Each returns a unit score; the recipe's values are the weights (conf/reward/gsm8k_stack.yaml),
-so a sweep over the weights searches the stack:
-
-- `correctness_reward`: 1 when the final answer block's number equals the ``####`` answer
-  (`curriculum.tasks.gsm8k.grader.grade`); weight 2.0.
-- `integer_reward`: 1 when the final answer block is one number written without a decimal part
-  (right or wrong: it teaches the answer's form); weight 0.5. The recipe's ``str.isdigit`` also
-  refused "-3" and "1,000" and accepted "²"; here the grader's reading decides, one rule for all five.
-- `strict_format_reward`: 1 on the recipe's strict regex (grader.STRICT_FORMAT); weight 0.5.
-- `soft_format_reward`: 1 on the soft regex (grader.SOFT_FORMAT); weight 0.5.
-- `xml_count_reward`: a quarter for each of ``<reasoning>\\n``, ``\\n</reasoning>\\n``,
-  ``\\n<answer>\\n``, ``\\n</answer>`` present exactly once, minus 0.002 per character after
-  ``</answer>`` (one newline there is free); weight 0.5, so 0.125 per tag and 0.001 per character,
-  the recipe's values. The recipe's `count_xml` also subtracted, under its ``\\n<answer>\\n`` term,
-  0.001 per character after ``\\n</answer>\\n``; a completion ending at ``</answer>`` (TRL strips
-  the end-of-sequence token) has no such text, so that split returned the whole completion and
-  a well-formed answer lost 0.001 per character of everything it wrote. Here the text after
-  ``</answer>`` is counted once.
-
-`verbatim.py` (``reward=gsm8k_stack_verbatim``) keeps the recipe's code as it is, for reproduction.
+- `REWARD_FUNCTIONS` (``reward=gsm8k_stack``, the default): what the recipe says, on the grader's one reading of
+  the answer; unit scores, the recipe's values are the weights, so a sweep over the weights searches the stack.
+- `VERBATIM_FUNCTIONS` (``reward=gsm8k_stack_verbatim``): the recipe's code as its write-up writes it, its values
+  inside the functions (components ``recipe_*``).
+- `GIST_FORMAT_FUNCTIONS` (``reward=gsm8k_stack_gist``): the earlier gist's two format readings, with no flags.
 """
 
 from __future__ import annotations
 
+import re
+
 from curriculum.tasks.base import RewardFunc, completion_text, final_answer_block
-from curriculum.tasks.gsm8k.grader import grade, read_number, soft_format, strict_format
+from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT, grade, read_number, soft_format, strict_format
 
 XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
 #: Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).
@@ -44,7 +31,7 @@ def correctness_reward(completions, answer, **kwargs) -> list[float]:
 
 
 def integer_reward(completions, **kwargs) -> list[float]:
-    """1.0 when the answer block is one number written without a decimal part, else 0.0.
+    """1.0 when the answer block is one number written without a decimal part (right or wrong), else 0.0.
 
     >>> integer_reward(["<answer>-3</answer>", "<answer>2.5</answer>", "<answer>three</answer>", "7"])
     [1.0, 0.0, 0.0, 0.0]
@@ -58,7 +45,7 @@ def integer_reward(completions, **kwargs) -> list[float]:
 
 
 def strict_format_reward(completions, **kwargs) -> list[float]:
-    """1.0 on the strict format, else 0.0.
+    """1.0 on the strict format (grader.STRICT_FORMAT), else 0.0.
 
     >>> strict_format_reward(["<reasoning>\\na\\nb\\n</reasoning>\\n<answer>\\n5\\n</answer>", "<answer>5</answer>"])
     [1.0, 0.0]
@@ -67,7 +54,7 @@ def strict_format_reward(completions, **kwargs) -> list[float]:
 
 
 def soft_format_reward(completions, **kwargs) -> list[float]:
-    """1.0 on the soft format, else 0.0.
+    """1.0 on the soft format (grader.SOFT_FORMAT), else 0.0.
 
     >>> soft_format_reward(["<reasoning>a</reasoning> <answer>5</answer>", "<answer>5</answer>"])
     [1.0, 0.0]
@@ -75,27 +62,116 @@ def soft_format_reward(completions, **kwargs) -> list[float]:
     return [float(soft_format(completion_text(c))) for c in completions]
 
 
-def xml_count(text: str) -> float:
-    """A quarter per tag present exactly once, minus XML_TRAILING_PENALTY per character after </answer>.
-
-    >>> xml_count("<reasoning>\\nr\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"), xml_count("<answer>5</answer>")
-    (1.0, 0.0)
-    """
-    counted = [text.count(tag) == 1 for tag in XML_TAGS]
-    score = 0.25 * sum(counted)
-    if counted[-1]:
-        after = text.split(XML_TAGS[-1])[-1]
-        score -= XML_TRAILING_PENALTY * len(after.removeprefix("\n"))
-    return round(score, 6)  # 0.25 - 0.002 * 3 is 0.24399999...; six digits keep the documented values exact
-
-
 def xml_count_reward(completions, **kwargs) -> list[float]:
-    """`xml_count` of each completion.
+    """A quarter per tag of XML_TAGS present exactly once, minus XML_TRAILING_PENALTY per character after
+    </answer> (one newline there is free), each completion.
 
-    >>> xml_count_reward(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n5\\n</answer>\\nbye"])
-    [0.994]
+    >>> xml_count_reward(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n5\\n</answer>\\nbye", "<answer>5</answer>"])
+    [0.994, 0.0]
     """
-    return [xml_count(completion_text(c)) for c in completions]
+    out = []
+    for completion in completions:
+        text = completion_text(completion)
+        counted = [text.count(tag) == 1 for tag in XML_TAGS]
+        score = 0.25 * sum(counted)
+        if counted[-1]:
+            score -= XML_TRAILING_PENALTY * len(text.split(XML_TAGS[-1])[-1].removeprefix("\n"))
+        out.append(round(score, 6))  # 0.25 - 0.002 * 3 is 0.24399999...; six digits keep the values exact
+    return out
+
+
+def extract_xml_answer(text: str) -> str:
+    """The recipe's answer: after the last <answer>, before the first </answer> after it, stripped.
+
+    >>> extract_xml_answer("<answer>\\n4\\n</answer> and <answer> 5 "), extract_xml_answer("no tags")
+    ('5', 'no tags')
+    """
+    answer = text.split("<answer>")[-1]
+    answer = answer.split("</answer>")[0]
+    return answer.strip()
+
+
+def correctness_reward_func(completions, answer_text, **kwargs) -> list[float]:
+    """2.0 when the answer's text is the ``####`` text, character for character, else 0.0.
+
+    >>> correctness_reward_func(["<answer>\\n72\\n</answer>", "<answer>72.0</answer>", "<answer>72"], ["72"] * 3)
+    [2.0, 0.0, 2.0]
+    """
+    return [2.0 if extract_xml_answer(completion_text(c)) == a else 0.0
+            for c, a in zip(completions, answer_text, strict=True)]
+
+
+def int_reward_func(completions, **kwargs) -> list[float]:
+    """0.5 when the answer's text is all digits (`str.isdigit`), else 0.0.
+
+    >>> int_reward_func(["<answer>72</answer>", "<answer>-3</answer>", "<answer>²</answer>"])
+    [0.5, 0.0, 0.5]
+    """
+    return [0.5 if extract_xml_answer(completion_text(c)).isdigit() else 0.0 for c in completions]
+
+
+def strict_format_reward_func(completions, **kwargs) -> list[float]:
+    """0.5 when the completion matches the strict format from its start (`re.match`, `re.DOTALL`), else 0.0.
+
+    >>> strict_format_reward_func(["<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n",
+    ...                            "So: <reasoning>\\n5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"])
+    [0.5, 0.0]
+    """
+    return [0.5 if re.match(STRICT_FORMAT, completion_text(c), re.DOTALL) else 0.0 for c in completions]
+
+
+def soft_format_reward_func(completions, **kwargs) -> list[float]:
+    """0.5 when the soft format is found anywhere (`re.search`, `re.DOTALL`), else 0.0.
+
+    >>> soft_format_reward_func(["So: <reasoning>5</reasoning> <answer>5</answer>", "<reasoning>\\n5</reasoning>\\n"
+    ...                          "<answer>\\n5\\n</answer>", "<answer>5</answer>"])
+    [0.5, 0.5, 0.0]
+    """
+    return [0.5 if re.search(SOFT_FORMAT, completion_text(c), re.DOTALL) else 0.0 for c in completions]
+
+
+def gist_strict_format_reward_func(completions, **kwargs) -> list[float]:
+    """The gist's strict format: `re.match` with no flags, so a reasoning of more than one line never matches.
+
+    >>> gist_strict_format_reward_func(["<reasoning>\\n5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n",
+    ...                                 "<reasoning>\\n2+3\\nis 5\\n</reasoning>\\n<answer>\\n5\\n</answer>\\n"])
+    [0.5, 0.0]
+    """
+    return [0.5 if re.match(STRICT_FORMAT, completion_text(c)) else 0.0 for c in completions]
+
+
+def gist_soft_format_reward_func(completions, **kwargs) -> list[float]:
+    """The gist's soft format: `re.search` with no flags, so its tags must all be on one line.
+
+    >>> gist_soft_format_reward_func(["So: <reasoning>5</reasoning> <answer>5</answer>", "<reasoning>\\n5</reasoning>"])
+    [0.5, 0.0]
+    """
+    return [0.5 if re.search(SOFT_FORMAT, completion_text(c)) else 0.0 for c in completions]
+
+
+def xmlcount_reward_func(completions, **kwargs) -> list[float]:
+    """The recipe's `count_xml` of each completion: 0.125 per tag present once, and its two penalties for text
+    after the answer (under ``\\n<answer>\\n`` every character after ``\\n</answer>\\n``, or all when there is none).
+
+    >>> well_formed = "<reasoning>\\nr\\n</reasoning>\\n<answer>\\n5\\n</answer>"  # 47 characters, none after it
+    >>> [round(v, 6) for v in xmlcount_reward_func([well_formed, well_formed + "\\n"])]  # 0.5 - 0.047 + 0.001
+    [0.454, 0.5]
+    """
+    out = []
+    for completion in completions:
+        text, count = completion_text(completion), 0.0
+        if text.count("<reasoning>\n") == 1:
+            count += 0.125
+        if text.count("\n</reasoning>\n") == 1:
+            count += 0.125
+        if text.count("\n<answer>\n") == 1:
+            count += 0.125
+            count -= len(text.split("\n</answer>\n")[-1]) * 0.001
+        if text.count("\n</answer>") == 1:
+            count += 0.125
+            count -= (len(text.split("\n</answer>")[-1]) - 1) * 0.001
+        out.append(count)
+    return out
 
 
 REWARD_FUNCTIONS: dict[str, RewardFunc] = {
@@ -104,4 +180,17 @@ REWARD_FUNCTIONS: dict[str, RewardFunc] = {
     "strict_format": strict_format_reward,
     "soft_format": soft_format_reward,
     "xml_count": xml_count_reward,
+}
+#: component name -> function: the write-up's five, as `reward=gsm8k_stack_verbatim` weighs them (1.0 each)
+VERBATIM_FUNCTIONS: dict[str, RewardFunc] = {
+    "recipe_correctness": correctness_reward_func,
+    "recipe_int": int_reward_func,
+    "recipe_strict_format": strict_format_reward_func,
+    "recipe_soft_format": soft_format_reward_func,
+    "recipe_xmlcount": xmlcount_reward_func,
+}
+#: the gist's two format readings (no flags), which `reward=gsm8k_stack_gist` weighs in place of the write-up's
+GIST_FORMAT_FUNCTIONS = {
+    "gist_strict_format": gist_strict_format_reward_func,
+    "gist_soft_format": gist_soft_format_reward_func,
 }

@@ -1,17 +1,8 @@
 """``python -m curriculum.tasks.gsm8k.sample``: the offline GSM8K-format sample, from reasoning-gym.
 
-The hub's openai/gsm8k needs the network; the tests and CPU runs use this sample instead. It is
-made from reasoning-gym's ``gsm_symbolic`` (GSM8K problems turned into templates with fresh names
-and numbers, each with its chain of thought), written in GSM8K's own format, ``{"question",
-"answer"}`` with the steps one a line and ``#### <number>`` last, so ``source=sample`` runs the
-same loader as ``source=local``. The number after ``####`` is reasoning-gym's answer ("4914"; its
-chain of thought may end in "4914.0", a value checked to be the same). reasoning-gym appends "Give
-the result as your final answer. Do not include units." to every question; that is dropped, as
-GSM8K's questions do not have it.
-
-The same arguments write the same files (reasoning-gym seeds item ``i`` with ``seed + i``; train
-and test are drawn a million seeds apart, and a train question that is also a test question is
-skipped). Needs the rgym extra (``pip install -e '.[rgym]'``).
+reasoning-gym's ``gsm_symbolic`` (GSM8K problems as templates with fresh names and numbers) written in GSM8K's
+own format, so ``source=sample`` runs the ``source=local`` loader. The same arguments write the same files (train
+and test drawn a million seeds apart, a train question that is a test question skipped). Needs the rgym extra.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""GSM8K as a task: sources, levels by solution steps, decontaminated pools.
+"""GSM8K as a task: sources (``hub``, ``local``: a folder of train.jsonl and test.jsonl in the published format,
+``sample``: the offline one in ./data), levels by solution steps, decontaminated pools.
 
-A record is ``{"question": ..., "answer": "<steps, one a line>\\n#### <number>"}`` (the published
-format). Its level is the number of non-empty lines before ``####`` (the solution's steps): 2, 3,
-4, 5 or 6 and more; a solution of one step has no level and is left out (counted in
-`LoadedSplit.unleveled`). Sources:
-
-- ``hub``: ``datasets.load_dataset(hub_id, hub_config, split=...)``, openai/gsm8k ``main`` (needs
-  the network);
-- ``local``: a folder with ``train.jsonl`` and ``test.jsonl`` in the published format;
-- ``sample``: ``local`` on the offline sample shipped in this package (`curriculum/tasks/gsm8k/data`,
-  made from reasoning-gym's gsm_symbolic by ``python -m curriculum.tasks.gsm8k.sample``).
-
-The training split is decontaminated against the whole test split: a training record whose
-question, normalised (`curriculum.tasks.base.normalized_question`), is a test question is dropped.
-A level's records are its split's records in a seeded shuffle, so ``n=5`` is the first five of ``n=10``.
+A record's level is the number of non-empty lines before ``####`` (2, 3, 4, 5 or 6 and more); a one-step
+solution has no level and is left out. A training record whose normalised question is a test question is
+dropped. A level's records are in a seeded shuffle, so ``n=5`` is the first five of ``n=10``.
 """
 
 from __future__ import annotations
@@ -36,13 +26,12 @@ from curriculum.tasks.base import (
     RewardSettings,
     Task,
     TaskRecord,
+    TaskReport,
     check_split,
     disjoint,
 )
 from curriculum.tasks.gsm8k.grader import grade, reference_answer
-from curriculum.tasks.gsm8k.rewards import REWARD_FUNCTIONS
-from curriculum.tasks.gsm8k.verbatim import GIST_FORMAT_FUNCTIONS, VERBATIM_FUNCTIONS
-from curriculum.tasks.report import TaskReport
+from curriculum.tasks.gsm8k.rewards import GIST_FORMAT_FUNCTIONS, REWARD_FUNCTIONS, VERBATIM_FUNCTIONS
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +64,8 @@ def step_level(steps: int) -> str | None:
 
 
 def gsm8k_record(raw, where: str, split: str, index: int) -> TaskRecord | None:
-    """One published row as a TaskRecord (None when its solution has under two steps).
-
-    RecordError names `where` when the row is not ``{"question": str, "answer": str}`` with a number after ``####``.
-    """
+    """One published row as a TaskRecord (None when its solution has under two steps); RecordError naming `where`
+    when the row is not ``{"question": str, "answer": str}`` with a number after ``####``."""
     if not isinstance(raw, Mapping):
         raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     for name in ("question", "answer"):
@@ -131,9 +118,8 @@ def _hub_rows(hub_id: str, hub_config: str, split: str) -> Iterator[tuple[str, A
 
 
 def worked_solution(solution: str, answer: str) -> str:
-    """A reference solution as the recipe's prompt asks for it: its steps (the lines before ``####``, their
-    calculator annotations ``<<48/2=24>>`` dropped: the model never sees a calculator) in <reasoning>, the
-    answer in <answer>.
+    """A reference solution in the recipe's tags: its steps (calculator annotations ``<<48/2=24>>`` dropped: the
+    model never sees a calculator) in <reasoning>, the answer in <answer>.
 
     >>> print(worked_solution("Half of 48 is 48/2 = <<48/2=24>>24.\\n#### 24", "24"))
     <reasoning>
@@ -180,14 +166,13 @@ class GSM8KTask(Task):
     def levels(self) -> tuple[str, ...]:
         return LEVELS
 
-    def _rows(self, split: str) -> Iterator[tuple[str, Any]]:
-        if self.source == "hub":
-            return _hub_rows(self.hub_id, self.hub_config, split)
-        return _jsonl_rows(self.path / f"{split}.jsonl")
-
     def _read(self, split: str) -> tuple[list[TaskRecord], int]:
         records, unleveled = [], 0
-        for index, (where, raw) in enumerate(self._rows(split)):
+        if self.source == "hub":
+            rows = _hub_rows(self.hub_id, self.hub_config, split)
+        else:
+            rows = _jsonl_rows(self.path / f"{split}.jsonl")
+        for index, (where, raw) in enumerate(rows):
             record = gsm8k_record(raw, where, split, index)
             if record is None:
                 unleveled += 1
@@ -237,9 +222,7 @@ class GSM8KTask(Task):
         return grade(completion, columns["answer"])
 
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """The recipe's five rewards (`rewards.py`), the same five as its write-up's code writes them (`verbatim.py`,
-        components recipe_*) and the earlier gist's two format readings (gist_*); none reads the prompt's format or
-        its length."""
+        """The recipe's five rewards in all three readings (`rewards.py`); none reads the run's settings."""
         return {**REWARD_FUNCTIONS, **VERBATIM_FUNCTIONS, **GIST_FORMAT_FUNCTIONS}
 
     def sft_target(self, record: TaskRecord, fmt: str) -> str:

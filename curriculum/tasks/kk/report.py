@@ -3,8 +3,8 @@ chance at 1/2^n, the lenient reading beside it, the reasoning rates, and the sam
 
 from __future__ import annotations
 
+from curriculum.tasks.base import Rate, TaskReport
 from curriculum.tasks.kk.sources import KNOWN_PPL
-from curriculum.tasks.report import Rate, TaskReport
 
 LENIENT_NOTE = ("Strict accuracy above is the reward's verdict and the headline. The lenient one reads an answer given "
                 "without tags by its last lines (after any reasoning block), with the same refusals of hedges, both "
