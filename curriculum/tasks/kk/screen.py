@@ -10,7 +10,7 @@ refused: it is not K&K data the grader can read.
 Two records with one `index` would be one id ("3ppl-17") for two puzzles, so samples and rollouts could
 not say which was meant: the first repeat is refused, naming both places. Two records with one quiz
 are kept (a published file may repeat a puzzle): one log line says how many distinct quizzes the file
-holds, and validation counts each puzzle once (`sources.distinct_puzzles`).
+holds, and validation counts each puzzle once (`KKTask.validation_records`).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Where K&K records come from: generated offline, the Hugging Face hub, or local files.
 
-Every source returns plain-Python records with the published fields (see
-:data:`curriculum.tasks.kk.generator.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
-str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
-Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
-(jsonl) or the column (parquet): bytes that are not UTF-8, a record whose `solution` is not the one
-its statements allow, two records with one index, and a file with no records, are refused. A record the
-grader cannot grade right (a role word or a repeated name among its people, an empty quiz) is dropped,
-and a log line per file counts them; a file of nothing else is refused (`screen.py`). Text is normalised to composed
-Unicode (NFC), so a name written decomposed ("Zoe" + combining diaeresis) matches the same name
-typed composed.
-
-Local files are read as far as a pool needs them, a record at a time (`iter_records`): a pool of 900
-from a 100,000-record file reads ~900 records, not the whole file (the statement parser takes ~0.2 ms a
-record), and a bad record further on is named when a larger pool reaches it.
+Every source gives plain-Python records with exactly the published fields (`generator.RECORD_FIELDS`), text in
+composed Unicode (NFC: "Zoe" + combining diaeresis is the name typed composed). Bad data fails naming the file
+and the line (jsonl) or the column (parquet): bytes not UTF-8, a `solution` its statements do not allow, two
+records with one index, a file with no records. Records the grader cannot grade right are dropped (`screen`).
+Local files are read a record at a time, as far as a pool needs them (`iter_records`): a pool of 900 from a
+100,000-record file reads ~900 records, and a bad record further on is named when a larger pool reaches it.
 """
 
 from __future__ import annotations
@@ -27,11 +19,9 @@ from pathlib import Path
 
 from core.checks import is_int
 from curriculum.tasks.base import RecordError
-from curriculum.tasks.kk.canonical import canonical_key
 from curriculum.tasks.kk.generator import RECORD_FIELDS, generate
-from curriculum.tasks.kk.grammar import StatementError, parse_statements
 from curriculum.tasks.kk.screen import screened
-from curriculum.tasks.kk.solver import solve
+from curriculum.tasks.kk.statements import StatementError, canonical_key, parse_statements, solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
 #: People per puzzle that the grammar and the published data cover.
@@ -310,21 +300,3 @@ def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
             kept.append(record)
     return kept, removed
 
-
-def distinct_puzzles(records: Sequence[dict]) -> list[dict]:
-    """The records whose puzzle (up to renaming/reordering people) no earlier record holds, in order.
-
-    A validation pool of repeats counts some puzzles twice: the default 2ppl pool (`eval.n` 100,
-    `eval.seed` 1234) holds 63 distinct puzzles, since only 95 exist up to renaming.
-
-    >>> len(distinct_puzzles(load_records("generated", 2, "test", n=100, seed=1234)))
-    63
-    """
-    seen: set[str] = set()
-    kept = []
-    for record in records:
-        key = canonical_key(record)
-        if key not in seen:
-            seen.add(key)
-            kept.append(record)
-    return kept

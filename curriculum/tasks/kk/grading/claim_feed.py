@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 from curriculum.tasks.kk.grading.claim_binder import Binder
 from curriculum.tasks.kk.grading.claim_words import (
@@ -31,12 +32,10 @@ from curriculum.tasks.kk.grading.claim_words import (
 _DECLINE_WINDOW = 3
 
 
-def _set(flag: str):
-    """An action that sets one of the binder's rare flags."""
-    def action(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
-        setattr(b, flag, True)
-        b.rare = True
-    return action
+def _set(flag: str, b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    """Set one of the binder's rare flags (bound to its flag in `_ACTIONS`)."""
+    setattr(b, flag, True)
+    b.rare = True
 
 
 def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
@@ -137,7 +136,7 @@ def _only(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
         b.only = b.rare = True
 
 
-_ACTIONS = {
+_ACTIONS: dict[str, Callable[[Binder, str, Sequence[str], int], None]] = {
     "role": Binder.role,
     "clause": _clause,
     "sentence": lambda b, tok, tokens, i: b.sentence_break(tok, i),
@@ -145,8 +144,8 @@ _ACTIONS = {
     "modifier": _modifier,
     "colon": _colon,
     "resume": _resume,
-    "explain": _set("explaining"),
-    "except": _set("excepting"),
+    "explain": partial(_set, "explaining"),
+    "except": partial(_set, "excepting"),
     "ditto": _ditto,
     "decline": _decline,
     "only": _only,
