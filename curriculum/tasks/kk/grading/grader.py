@@ -8,7 +8,7 @@ whitespace after `</answer>` (text before `<think>` or between `</think>` and `<
 Logic-RL). The same walk collects the closed `<answer>` blocks outside any `<think>`: an answer only inside
 `<think>`, or a block never closed, is no answer. For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk
 runs over `"<think>" + completion` and a second `<think>` from the model breaks the format. **Answer text**:
-each block is read by `answer_parse.parse_answer` (the claims parser validation shares); the final block is the
+each block is read by `answer.parse_answer` (the claims parser validation shares); the final block is the
 answer, and a person whom two blocks give different roles is undecided, so several blocks are never more right
 than one. `correct` is judged on the answer alone (everyone decided and right, and no one outside the puzzle
 given a role: a reward must never teach a model to invent people); the format is `format_ok`.
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from curriculum.tasks.base import completion_text
-from curriculum.tasks.kk.grading.answer_parse import parse_answer
+from curriculum.tasks.kk.grading.answer import parse_answer
 from curriculum.tasks.kk.grading.claim_words import KIND
 from curriculum.tasks.kk.grading.claims import read_claims
 
