@@ -36,36 +36,18 @@ COMMON_NAMES = (
 
 #: One of these frames each person's statement; ``{content}`` is the claim, ``{name}`` the speaker.
 SPEECH_TEMPLATES = (
-    "{name} said that {content}.",
-    "{name} told you that {content}.",
-    '{name} said, "{content}."',
-    '{name} stated, "{content}".',
-    'According to {name}, "{content}".',
-    "In {name}'s words: \"{content}\".",
-    '{name} remarked, "{content}".',
-    '"{content}," {name} declared.',
-    '{name} was heard saying, "{content}".',
-    "{name} expressed that {content}.",
-    '"{content}" - {name}.',
-    'As {name} put it, "{content}".',
-    '{name} asserted: "{content}".',
-    '"{content}," {name} mentioned.',
-    '{name} commented, "{content}".',
-    'In a statement by {name}: "{content}".',
-    '{name} noted, "{content}".',
-    '"{content}," {name} claimed.',
+    "{name} said that {content}.", "{name} told you that {content}.", '{name} said, "{content}."',
+    '{name} stated, "{content}".', 'According to {name}, "{content}".', "In {name}'s words: \"{content}\".",
+    '{name} remarked, "{content}".', '"{content}," {name} declared.', '{name} was heard saying, "{content}".',
+    "{name} expressed that {content}.", '"{content}" - {name}.', 'As {name} put it, "{content}".',
+    '{name} asserted: "{content}".', '"{content}," {name} mentioned.', '{name} commented, "{content}".',
+    'In a statement by {name}: "{content}".', '{name} noted, "{content}".', '"{content}," {name} claimed.',
 )
 
 KNIGHT_KNAVE = ("a knight", "a knave")
 #: The published synonym pairs (language perturbation "random_pair"); plurals just add "s".
-ROLE_PAIRS = (
-    ("a pioneer", "a laggard"),
-    ("a saint", "a sinner"),
-    ("a hero", "a villain"),
-    ("an angel", "a devil"),
-    ("an altruist", "an egoist"),
-    ("a sage", "a fool"),
-)
+ROLE_PAIRS = (("a pioneer", "a laggard"), ("a saint", "a sinner"), ("a hero", "a villain"), ("an angel", "a devil"),
+              ("an altruist", "an egoist"), ("a sage", "a fool"))
 
 _PREAMBLE = "A very special island is inhabited only by {knight}s and {knave}s. {Knight}s always tell the truth, and {knave}s always lie. "  # noqa: E501
 _CLOSING = "So who is {a_knight} and who is {a_knave}?"
@@ -140,20 +122,18 @@ def solution_text(names: Sequence[str], solution: Sequence[bool], words: dict[st
     return list_in_words(_roles(names, solution, words)) + "."
 
 
-def solution_text_format(names: Sequence[str], solution: Sequence[bool], words: dict[str, str]) -> str:
-    """The published numbered answer, one person per line.
+def solution_text_format(names: Sequence[str], solution: Sequence[bool], words: dict[str, str] | None = None) -> str:
+    """The published numbered answer, one person per line (knight and knave unless `words` say otherwise).
 
-    >>> print(solution_text_format(["Zoey", "Oliver"], [False, True], role_words()))
+    >>> print(solution_text_format(["Zoey", "Oliver"], [False, True]))
     (1) Zoey is a knave
     (2) Oliver is a knight
     """
-    return "\n".join(f"({i}) {role}" for i, role in enumerate(_roles(names, solution, words), start=1))
+    roles = _roles(names, solution, words or role_words())
+    return "\n".join(f"({i}) {role}" for i, role in enumerate(roles, start=1))
 
 
-COT_HEAD = (
-    "Let's think step by step, by considering whether each person is lying "
-    "and if that leads to contradiction."
-)
+COT_HEAD = "Let's think step by step, by considering whether each person is lying and if that leads to contradiction."
 COT_FOOT_SOLVED = "This leads to a feasible solution."
 COT_FOOT_UNSOLVABLE = "All the configurations lead to contradictions."
 
@@ -246,9 +226,8 @@ def _step_text(step: Step, names: Sequence[str], claims: Sequence[str], words: d
             f"that {claims[step.contradicts]}.")
 
 
-def chain_of_thought(
-    statements: StatementsLike, names: Sequence[str], knight_knave: dict[str, str] | None = None
-) -> tuple[str, list[str], str]:
+def chain_of_thought(statements: StatementsLike, names: Sequence[str],
+                     knight_knave: dict[str, str] | None = None) -> tuple[str, list[str], str]:
     """``(cot_head, cot_repeat_steps, cot_foot)`` as published, claims repeated in every step.
 
     >>> head, steps, foot = chain_of_thought("(('lying', 1), ('telling-truth', 0))", ["Zoey", "Oliver"])
@@ -270,9 +249,8 @@ def chain_of_thought(
     return COT_HEAD, steps, foot
 
 
-def told_search(
-    parsed: Statements, names: Sequence[str], claims: Sequence[str], words: dict[str, str]
-) -> tuple[list[str], str]:
+def told_search(parsed: Statements, names: Sequence[str], claims: Sequence[str],
+                words: dict[str, str]) -> tuple[list[str], str]:
     """The search's steps in words and its closing line, for callers that already have the claims."""
     steps, solved = search_steps(parsed)
     texts = [_step_text(step, names, claims, words) for step in steps]

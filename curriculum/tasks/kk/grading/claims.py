@@ -1,36 +1,32 @@
-"""Claims about who is a knight and who is a knave, read out of free text.
+"""Claims about who is a knight and who is a knave, read out of free text: the one reader of "X is a knight /
+knave" phrasings, for answer blocks (`answer`) and reasoning blocks (`Claims.last`) alike. Every step is a single
+pass over the tokens: linear in the text.
 
-The one reader of "X is a knight / knave" phrasings: the grader reads answer blocks with it (`answer`) and
-validation reads reasoning blocks with it (`Claims.last`), so both read a sentence the same way. Every step is a
-single pass over the tokens: linear in the text.
-
-1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline
-   . ; ! ?), clause breaks (, & ( ) [ ] { } |), ":", "/" and quotes. Markdown, bullets and
-   enumerators leave only breaks behind; "isn't" becomes "is not", so negation is one token.
-2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never
-   matches inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised
-   word mid-sentence that is no common word), a role word, a negation, a hedge, a quantifier ...
-3. **Bind** names to roles (`claim_binder.Binder`, driven by `feed`: one action per kind of word). A role word takes
-   the names before it in its clause and in the name-only clauses before it ("A, B, and C are
-   knights"); with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes
-   no name in its sentence is a heading for the next lines only when a colon ends its line or it
-   stands alone there ("Knights:"), so a copied rule ("Knights always tell the truth.") binds
-   nobody. Negations flip a role ("A is not a knave", "Neither A nor B is a knight"). Quantifiers
-   bind at the sentence end: "all", "both", "everyone"; "the rest", "others"; "everyone except X" /
-   "all but X" (X takes the other role); "only X is a knight" (everyone else is a knave).
-   "respectively" pairs the sentence's names and roles in order. "so is X", "X too", "nor is X"
+1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline . ; ! ?), clause
+   breaks (, & ( ) [ ] { } |), ":", "/" and quotes. Markdown, bullets and enumerators leave only breaks behind;
+   "isn't" becomes "is not", so negation is one token.
+2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never matches
+   inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised word mid-sentence
+   that is no common word), a role word, a negation, a hedge, a quantifier ...
+3. **Bind** names to roles (`claim_binder.Binder`, driven by `feed`: one action per kind of word). A role word
+   takes the names before it in its clause and in the name-only clauses before it ("A, B, and C are knights");
+   with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes no name in its sentence
+   is a heading for the next lines only when a colon ends its line or it stands alone there ("Knights:"), so a
+   copied rule ("Knights always tell the truth.") binds nobody. Negations flip a role ("A is not a knave",
+   "Neither A nor B is a knight"). Quantifiers bind at the sentence end: "all", "both", "everyone"; "the rest",
+   "others"; "everyone except X" / "all but X" (X takes the other role); "only X is a knight" (everyone else is
+   a knave). "respectively" pairs the sentence's names and roles in order. "so is X", "X too", "nor is X"
    repeat the last role; "X is not." denies it.
-4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave
-   and B is a knave is false", a quoted claim) up to a word that ends the report (but, so, which ...,
-   a closing bracket, the sentence end); conditions ("would", "if", "otherwise") to the end of their
-   sentence. What a sentence assumes ("Assume Zoey is a knight") is kept apart (`Claims.assumed`):
-   never an answer, but a reasoning's last claims count it (`Claims.last`).
-5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after
-   a claim it qualifies, leaves everyone it names undecided; a hedge sentence that names nobody
-   and no role ("Or the reverse.", "Either way works."), or one that names nobody and says the roles
-   cannot be determined ("I cannot tell."), commits the whole text to nothing (`void`). Doubt
-   ("not sure") or a question mark hedges the people its sentence names; a rule about all of a
-   role ("all knights tell the truth") binds nobody.
+4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave and B is a knave
+   is false", a quoted claim) up to a word that ends the report (but, so, which ..., a closing bracket, the
+   sentence end); conditions ("would", "if", "otherwise") to the end of their sentence. What a sentence assumes
+   ("Assume Zoey is a knight") is kept apart (`Claims.assumed`): never an answer, but a reasoning's last claims
+   count it (`Claims.last`).
+5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after a claim it
+   qualifies, leaves everyone it names undecided; a hedge sentence that names nobody and no role ("Or the
+   reverse.", "Either way works."), or one that names nobody and says the roles cannot be determined ("I cannot
+   tell."), commits the whole text to nothing (`void`). Doubt ("not sure") or a question mark hedges the people
+   its sentence names; a rule about all of a role ("all knights tell the truth") binds nobody.
 """
 
 from __future__ import annotations
