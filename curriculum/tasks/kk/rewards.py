@@ -25,11 +25,9 @@ from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
 TIERED_SCHEMES: dict[str, dict[str, float]] = {
-    # seed v1: format fail -5, half format 1, full format but wrong 3, correct 5
+    # the seeds' v1, v2 and v4-instruct (no half tier) schemes
     "seed_v1": {"no_format": -5.0, "half_format": 1.0, "unparsed": 3.0, "wrong": 3.0, "correct": 5.0},
-    # seed v2: the same tiers, -1 / -0.3 / 0.3 / 5
     "seed_v2": {"no_format": -1.0, "half_format": -0.3, "unparsed": 0.3, "wrong": 0.3, "correct": 5.0},
-    # seed v4-instruct: no format -1 (no half tier), wrong -0.1, correct 5
     "seed_v4_instruct": {"no_format": -1.0, "half_format": -1.0, "unparsed": -0.1, "wrong": -0.1,
                          "correct": 5.0},
     # Logic-RL: format +1/-1 plus answer +2 / -1.5 wrong / -2 unparseable (and -2 on a format failure)
