@@ -30,8 +30,7 @@ from curriculum.data import to_rows
 from curriculum.plan import Stage, build_plan
 from curriculum.prompts import render_prompt
 from curriculum.tasks import kk
-from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.kk.grading.grader import check_reasoning, grade
 from eval.generation import generate
 from tests.conftest import compose_cfg
 from tests.pools import config_task, held_out_pools, stage_pool

@@ -15,7 +15,7 @@ from core.weights import fingerprint
 from curriculum.plan import build_plan
 from curriculum.tasks.kk import canonical_key, generate
 from curriculum.tasks.kk.grading.grader import FORMATS, grade
-from curriculum.tasks.kk.sft import reference_response
+from curriculum.tasks.kk.task import reference_response
 from tests.conftest import SHARED_DATA
 from tests.pools import held_out_pools, stage_pool
 from train.run.runner import run_curriculum

@@ -9,9 +9,7 @@ import pytest
 
 from core.rundir.files import read_jsonl
 from curriculum.tasks.kk import KKTask, kk_record
-from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.grading.lenient import lenient_grade
-from curriculum.tasks.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.kk.grading.grader import check_reasoning, grade, lenient_grade
 from eval.generation import Completion
 from eval.metrics import METRIC_COLUMNS, subset_metrics
 from eval.validation import grade_subset, subset_row

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from curriculum.tasks.kk import canonical_key, generate, parse_statements, solve
-from curriculum.tasks.kk.grammar import COMMUTATIVE, LEAF_KINDS, OPERATORS
+from curriculum.tasks.kk.statements import COMMUTATIVE, LEAF_KINDS, OPERATORS
 
 
 def relabel(statements, new_label, rng=None):

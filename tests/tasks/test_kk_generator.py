@@ -19,10 +19,10 @@ from curriculum.tasks.kk import (
     parse_statements,
     role_words,
     solve,
-    top_label,
 )
 from curriculum.tasks.kk import generator as generator_module
-from curriculum.tasks.kk.space import statement_probabilities
+from curriculum.tasks.kk.generator import statement_probabilities
+from curriculum.tasks.kk.statements import LEAF_KINDS
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/kk-logic-rl"
 PPLS = range(2, 9)
@@ -43,7 +43,8 @@ def generated() -> dict[int, list[dict]]:
 
 
 def operator_mix(records) -> dict[str, float]:
-    labels = Counter(top_label(stmt) for r in records for stmt in parse_statements(r["statements"]))
+    labels = Counter("leaf" if stmt[0] in LEAF_KINDS else stmt[0]
+                     for r in records for stmt in parse_statements(r["statements"]))
     total = sum(labels.values())
     return {label: count / total for label, count in labels.items()}
 

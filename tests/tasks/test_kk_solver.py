@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from curriculum.tasks.kk import StatementError, parse_statements, solve
-from curriculum.tasks.kk.grammar import LEAF_KINDS
+from curriculum.tasks.kk.statements import LEAF_KINDS
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/kk-logic-rl"
 

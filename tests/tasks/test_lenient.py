@@ -1,4 +1,4 @@
-"""Lenient accuracy (curriculum/tasks/kk/grading/lenient.py): the final conclusion of an untagged answer, with the
+"""Lenient accuracy (grading/grader.py lenient_grade): the final conclusion of an untagged answer, with the
 strict grader's refusals."""
 
 from __future__ import annotations
@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from curriculum.tasks.kk import KKTask, kk_record
-from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.grading.lenient import MAX_LINES, lenient_grade
+from curriculum.tasks.kk.grading.grader import MAX_LINES, grade, lenient_grade
 from eval.generation import Completion
 from eval.validation import grade_subset, subset_row
 

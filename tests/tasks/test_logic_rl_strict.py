@@ -22,7 +22,8 @@ from core.models import resolve_model
 from core.rundir.files import METRICS, read_jsonl
 from curriculum.prompts import prompt_text, render_prompt
 from curriculum.tasks.kk import KKTask
-from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores, solution_text_format
+from curriculum.tasks.kk.english import solution_text_format
+from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
 from curriculum.tasks.kk.rewards import tiered_reward
 from tests.conftest import SHARED_DATA, compose_cfg
 from tests.reference import logic_rl_kk as published

@@ -10,8 +10,7 @@ from rich.console import Console
 
 from curriculum.tasks.kk import KKTask, kk_record
 from curriculum.tasks.kk.grading.claims import read_claims
-from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.grading.reasoning import check_reasoning
+from curriculum.tasks.kk.grading.grader import check_reasoning, grade
 from eval.generation import Completion
 from eval.report import write_report
 from eval.validation import grade_subset, results_table, subset_row

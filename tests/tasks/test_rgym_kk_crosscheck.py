@@ -23,8 +23,8 @@ reasoning_gym = pytest.importorskip("reasoning_gym",
 from reasoning_gym.logic.knights_knaves import KnightsKnavesDataset  # noqa: E402
 
 from curriculum.tasks.kk import generate, parse_statements, solve  # noqa: E402
+from curriculum.tasks.kk.generator import puzzle_space  # noqa: E402
 from curriculum.tasks.kk.grading.grader import grade  # noqa: E402
-from curriculum.tasks.kk.space import puzzle_space  # noqa: E402
 
 PEOPLE = range(2, 7)
 PER_SIZE = 60

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 from curriculum.tasks.kk.generator import generate
-from curriculum.tasks.kk.solver import solve
 from curriculum.tasks.kk.sources import located_records
+from curriculum.tasks.kk.statements import solve
 
 
 def _role_pair(text: str):

@@ -1,14 +1,28 @@
-"""English rendering in the published K&K style: names, speech templates, claims, solutions.
+"""The published K&K English, word for word (tests check it against every published record): names, speech
+templates, claims, quizzes, solutions, and the chain of thought.
 
-The strings follow the published generator word for word, so generated quizzes read like the
-K&K data a model is evaluated on (tests check them against every record in the shared data).
+The chain of thought is the published backtracking search: each person is tried as a knight, then as a knave.
+After every guess it asks, for each person guessed so far (in person order), whether some completion of the
+open roles keeps that person's claim true for a knight (false for a knave); the first for whom none does is
+"contradicted". A consistent guess moves on to the next person, preferring the people the guessed person just
+talked about; a person with both roles refuted sends the search back. With the solver's bitmasks "some
+completion" is one ``&`` against the assignments that agree with the guesses so far.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from curriculum.tasks.kk.grammar import Statement
+from curriculum.tasks.kk.statements import (
+    Statement,
+    Statements,
+    StatementsLike,
+    knight_masks,
+    mentioned_people,
+    parse_statements,
+    statement_mask,
+)
 
 #: The 51 common first names the published puzzles draw from (without replacement).
 COMMON_NAMES = (
@@ -22,36 +36,18 @@ COMMON_NAMES = (
 
 #: One of these frames each person's statement; ``{content}`` is the claim, ``{name}`` the speaker.
 SPEECH_TEMPLATES = (
-    "{name} said that {content}.",
-    "{name} told you that {content}.",
-    '{name} said, "{content}."',
-    '{name} stated, "{content}".',
-    'According to {name}, "{content}".',
-    "In {name}'s words: \"{content}\".",
-    '{name} remarked, "{content}".',
-    '"{content}," {name} declared.',
-    '{name} was heard saying, "{content}".',
-    "{name} expressed that {content}.",
-    '"{content}" - {name}.',
-    'As {name} put it, "{content}".',
-    '{name} asserted: "{content}".',
-    '"{content}," {name} mentioned.',
-    '{name} commented, "{content}".',
-    'In a statement by {name}: "{content}".',
-    '{name} noted, "{content}".',
-    '"{content}," {name} claimed.',
+    "{name} said that {content}.", "{name} told you that {content}.", '{name} said, "{content}."',
+    '{name} stated, "{content}".', 'According to {name}, "{content}".', "In {name}'s words: \"{content}\".",
+    '{name} remarked, "{content}".', '"{content}," {name} declared.', '{name} was heard saying, "{content}".',
+    "{name} expressed that {content}.", '"{content}" - {name}.', 'As {name} put it, "{content}".',
+    '{name} asserted: "{content}".', '"{content}," {name} mentioned.', '{name} commented, "{content}".',
+    'In a statement by {name}: "{content}".', '{name} noted, "{content}".', '"{content}," {name} claimed.',
 )
 
 KNIGHT_KNAVE = ("a knight", "a knave")
 #: The published synonym pairs (language perturbation "random_pair"); plurals just add "s".
-ROLE_PAIRS = (
-    ("a pioneer", "a laggard"),
-    ("a saint", "a sinner"),
-    ("a hero", "a villain"),
-    ("an angel", "a devil"),
-    ("an altruist", "an egoist"),
-    ("a sage", "a fool"),
-)
+ROLE_PAIRS = (("a pioneer", "a laggard"), ("a saint", "a sinner"), ("a hero", "a villain"), ("an angel", "a devil"),
+              ("an altruist", "an egoist"), ("a sage", "a fool"))
 
 _PREAMBLE = "A very special island is inhabited only by {knight}s and {knave}s. {Knight}s always tell the truth, and {knave}s always lie. "  # noqa: E501
 _CLOSING = "So who is {a_knight} and who is {a_knave}?"
@@ -126,11 +122,136 @@ def solution_text(names: Sequence[str], solution: Sequence[bool], words: dict[st
     return list_in_words(_roles(names, solution, words)) + "."
 
 
-def solution_text_format(names: Sequence[str], solution: Sequence[bool], words: dict[str, str]) -> str:
-    """The published numbered answer, one person per line.
+def solution_text_format(names: Sequence[str], solution: Sequence[bool], words: dict[str, str] | None = None) -> str:
+    """The published numbered answer, one person per line (knight and knave unless `words` say otherwise).
 
-    >>> print(solution_text_format(["Zoey", "Oliver"], [False, True], role_words()))
+    >>> print(solution_text_format(["Zoey", "Oliver"], [False, True]))
     (1) Zoey is a knave
     (2) Oliver is a knight
     """
-    return "\n".join(f"({i}) {role}" for i, role in enumerate(_roles(names, solution, words), start=1))
+    roles = _roles(names, solution, words or role_words())
+    return "\n".join(f"({i}) {role}" for i, role in enumerate(roles, start=1))
+
+
+COT_HEAD = "Let's think step by step, by considering whether each person is lying and if that leads to contradiction."
+COT_FOOT_SOLVED = "This leads to a feasible solution."
+COT_FOOT_UNSOLVABLE = "All the configurations lead to contradictions."
+
+
+@dataclass(frozen=True)
+class Guess:
+    """``person`` tried as a knight (``knight``) or knave; ``contradicts`` names whose claim broke."""
+
+    person: int
+    knight: bool
+    contradicts: int | None = None
+    contradicted_is_knight: bool = True
+
+
+@dataclass(frozen=True)
+class Backtrack:
+    """Both roles of ``exhausted`` (innermost first) failed; ``reconsider`` gets its other role."""
+
+    exhausted: tuple[int, ...]
+    reconsider: int
+
+
+Step = Guess | Backtrack
+
+
+def _first_contradicted(roles: list, truths: list[int], knights: tuple[int, ...], all_bits: int) -> int | None:
+    """The first guessed person whose claim no completion of the open roles can honour."""
+    agreeing = all_bits  # assignments that agree with every role guessed so far
+    for person, role in enumerate(roles):
+        if role is not None:
+            agreeing &= knights[person] if role else all_bits ^ knights[person]
+    for person, role in enumerate(roles):
+        if role is not None and not (truths[person] if role else all_bits ^ truths[person]) & agreeing:
+            return person
+    return None
+
+
+def search_steps(parsed: Statements) -> tuple[list[Step], bool]:
+    """The search's steps for validated statements, and whether it ended in a solution."""
+    n_people = len(parsed)
+    knights, all_bits = knight_masks(n_people)
+    truths = [statement_mask(stmt, knights, all_bits) for stmt in parsed]
+    mentioned = [mentioned_people(stmt) for stmt in parsed]
+    order = list(range(n_people))
+    roles: list[bool | None] = [None] * n_people
+    tried = [0] * n_people  # roles tried so far per person: 1 = knight, 2 = knight and knave
+    steps: list[Step] = []
+    cursor = 0
+    while cursor < n_people:
+        if tried[order[cursor]] == 2:
+            exhausted = []
+            while cursor >= 0 and tried[order[cursor]] == 2:
+                tried[order[cursor]], roles[order[cursor]] = 0, None
+                exhausted.append(order[cursor])
+                cursor -= 1
+            if cursor < 0:
+                return steps, False
+            steps.append(Backtrack(tuple(exhausted), order[cursor]))
+        person = order[cursor]
+        roles[person] = tried[person] == 0  # knight first, as published
+        tried[person] += 1
+        contradicted = _first_contradicted(roles, truths, knights, all_bits)
+        if contradicted is None:
+            steps.append(Guess(person, roles[person]))
+            cursor += 1
+            # the people just talked about first; as published, this order is never restored on backtracking
+            remaining = order[cursor:]
+            front = [other for other in mentioned[person] if other in remaining]
+            order[cursor:] = front + [other for other in remaining if other not in front]
+        else:
+            steps.append(Guess(person, roles[person], contradicted, roles[contradicted]))
+    return steps, True
+
+
+def _step_text(step: Step, names: Sequence[str], claims: Sequence[str], words: dict[str, str]) -> str:
+    if isinstance(step, Backtrack):
+        exhausted = [names[person] for person in step.exhausted]
+        listed = " and ".join(exhausted) if len(exhausted) == 2 else list_in_words(exhausted)
+        return (f"We have exhausted all possibilities for {listed}, "
+                f"so let us go back and reconsider {names[step.reconsider]}.")
+    role = words["a_knight"] if step.knight else words["a_knave"]
+    name = names[step.person]
+    if step.contradicts is None:
+        false = "" if step.knight else "false "
+        claim = claims[step.person]
+        return f"Assume {name} is {role}. No contradiction is found in their {false}claim that {claim}."
+    false = "" if step.contradicted_is_knight else "false "
+    whose = "their own" if step.contradicts == step.person else names[step.contradicts]
+    return (f"{name} cannot be {role}, because this would contradict the {false}claim of {whose} "
+            f"that {claims[step.contradicts]}.")
+
+
+def chain_of_thought(statements: StatementsLike, names: Sequence[str],
+                     knight_knave: dict[str, str] | None = None) -> tuple[str, list[str], str]:
+    """``(cot_head, cot_repeat_steps, cot_foot)`` as published, claims repeated in every step.
+
+    >>> head, steps, foot = chain_of_thought("(('lying', 1), ('telling-truth', 0))", ["Zoey", "Oliver"])
+    >>> print("\\n".join(steps))  # doctest: +ELLIPSIS
+    Assume Zoey is a knight. No contradiction is found in their claim that Oliver is a knave.
+    Oliver cannot be a knight, because this would contradict the claim of Zoey that Oliver is a knave.
+    Oliver cannot be a knave, because this would contradict the false claim of their own that Zoey...
+    We have exhausted all possibilities for Oliver, so let us go back and reconsider Zoey.
+    Assume Zoey is a knave. No contradiction is found in their false claim that Oliver is a knave.
+    Oliver cannot be a knight, because this would contradict the claim of their own that Zoey is a knight.
+    Oliver cannot be a knave, because this would contradict the false claim of Zoey that Oliver is a knave.
+    >>> foot
+    'All the configurations lead to contradictions.'
+    """
+    parsed = parse_statements(statements)
+    words = knight_knave if knight_knave is not None else role_words(KNIGHT_KNAVE)
+    claims = [claim_text(stmt, names, words) for stmt in parsed]
+    steps, foot = told_search(parsed, names, claims, words)
+    return COT_HEAD, steps, foot
+
+
+def told_search(parsed: Statements, names: Sequence[str], claims: Sequence[str],
+                words: dict[str, str]) -> tuple[list[str], str]:
+    """The search's steps in words and its closing line, for callers that already have the claims."""
+    steps, solved = search_steps(parsed)
+    texts = [_step_text(step, names, claims, words) for step in steps]
+    return texts, COT_FOOT_SOLVED if solved else COT_FOOT_UNSOLVABLE

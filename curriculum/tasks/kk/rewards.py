@@ -1,35 +1,13 @@
-"""K&K's reward components for GRPO, all built on the one grader (`curriculum.tasks.kk.grading.grader.grade`).
+"""K&K's reward components for GRPO, all but `logic_rl_strict` on the one grader (`grading.grader.grade`).
 
-Each component has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]`
-(completions are strings or conversational lists; unknown kwargs such as trainer_state, ppl, id,
-log_metric or prompts are ignored). TRL logs each as `rewards/<__name__>/mean`, so the names are the
-components:
-
-- `format_reward`: 1.0 when the format is strict (`Grade.format_ok`), else 0.0.
-- `think_reward`: 1.0 when a non-empty <think> block is present, else 0.0.
-- `answer_reward`: 1.0 when the answer is correct, else 0.0 (format not required).
-- `partial_reward` (reasoning-gym style): 1.0 if correct; 0.3 + 0.7 * (people right / people) when
-  every person has exactly one role but some are wrong; 0.0 when anyone is missing, hedged or
-  contradictory, or there is no answer. A blind guess therefore earns at least 0.3.
-- `overlong_reward` (DAPO soft overlong punishment), with L = len(completion_ids), M = max length and
-  B = buffer: 0 when L <= M - B; -(L - (M - B)) / B in between; -1 when L >= M (truncated, no EOS).
-- `tiered_reward`: one value per outcome tier, from a table (`TIERED_SCHEMES` holds the seeds' and
-  Logic-RL's). The tiers, checked in this order:
-    no_format    -- not format_ok and none of the format's tags in the completion;
-    half_format  -- not format_ok, but some of the format's tags are there (missing, repeated, out of
-                    order, or text after </answer>): `Grade.partial_format`;
-    correct      -- format_ok and the answer correct;
-    unparsed     -- format_ok, but someone is missing, hedged or contradictory (or no answer block);
-    wrong        -- format_ok, every person has one role, at least one is wrong.
-- `logic_rl_strict_reward`: Logic-RL's own score of prompt + completion, read by its parser exactly
-  (`curriculum/tasks/kk/grading/logic_rl.py`: its regexes, structure check and scores), not by the grader.
-
-`reward_components(settings)` checks K&K's blocks of a `conf/reward/*.yaml` group (`overlong`, `tiered`)
-and returns every component bound (`functools.partial`) to the prompt format and length, sharing one grade
-cache (`GradeCache`, the memo the components grade through) so each completion is graded once per batch however
-many components there are; `KKTask.reward_functions` is it.
-The presets are conf/reward/*.yaml (default and the deltas on it: tiered, whose scheme is a value,
-logic_rl_strict, partial).
+Each has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]` (completions are
+strings or conversational lists; other kwargs are ignored), and TRL logs it as `rewards/<__name__>/mean`:
+`format_reward` (1.0 for the strict format), `think_reward` (a non-empty <think> block), `answer_reward` (the
+answer right, format not required), `partial_reward`, `overlong_reward` (DAPO's soft overlong punishment: with
+L = len(completion_ids), M = max length, B = buffer, 0 when L <= M - B, -(L - (M - B)) / B in between, -1 when
+L >= M), `tiered_reward` (one value per outcome tier, from a table; `tier` has them) and
+`logic_rl_strict_reward` (Logic-RL's own score, read by its parser: `grading/logic_rl.py`).
+`reward_components` binds them all to a run; `KKTask.reward_functions` is it. Presets: conf/reward/*.yaml.
 """
 
 from __future__ import annotations
@@ -47,11 +25,9 @@ from curriculum.tasks.kk.grading.logic_rl import logic_rl_scores
 COMPONENTS = ("format", "think", "answer", "partial", "overlong", "tiered", "logic_rl_strict")
 TIERS = ("no_format", "half_format", "unparsed", "wrong", "correct")
 TIERED_SCHEMES: dict[str, dict[str, float]] = {
-    # seed v1: format fail -5, half format 1, full format but wrong 3, correct 5
+    # the seeds' v1, v2 and v4-instruct (no half tier) schemes
     "seed_v1": {"no_format": -5.0, "half_format": 1.0, "unparsed": 3.0, "wrong": 3.0, "correct": 5.0},
-    # seed v2: the same tiers, -1 / -0.3 / 0.3 / 5
     "seed_v2": {"no_format": -1.0, "half_format": -0.3, "unparsed": 0.3, "wrong": 0.3, "correct": 5.0},
-    # seed v4-instruct: no format -1 (no half tier), wrong -0.1, correct 5
     "seed_v4_instruct": {"no_format": -1.0, "half_format": -1.0, "unparsed": -0.1, "wrong": -0.1,
                          "correct": 5.0},
     # Logic-RL: format +1/-1 plus answer +2 / -1.5 wrong / -2 unparseable (and -2 on a format failure)
@@ -63,10 +39,9 @@ Grader = Callable[[object, Sequence[str], Sequence[bool]], Grade]
 
 
 class GradeCache:
-    """`grade` for one prompt format, memoised on (text, names, solution), least recently used out.
-
-    Every component of a batch grades the same completions; with the cache they are graded once.
-    Picklable (the memo is dropped), so the bound rewards survive multiprocessing launchers.
+    """`grade` for one prompt format, memoised on (text, names, solution), least recently used out: every
+    component of a batch grades the same completions once. Picklable (the memo is dropped), for
+    multiprocessing launchers.
 
     >>> cache, text = GradeCache("answer_only"), "<answer>Zoey is a knight</answer>"
     >>> cache(text, ["Zoey"], [True]) is cache(text, ["Zoey"], [True])
@@ -130,7 +105,8 @@ def answer_reward(completions, names, solution, *, fmt="think_answer", grader=No
 
 
 def partial_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
-    """1.0 if correct; 0.3 + 0.7 * share right when everyone has one role; else 0.0.
+    """1.0 if correct; 0.3 + 0.7 * share right when everyone has exactly one role; 0.0 when anyone is missing,
+    hedged or contradictory, or there is no answer (reasoning-gym's: a blind guess earns at least 0.3).
 
     >>> people, truth = [["A", "B", "C", "D"]] * 3, [[True, True, False, False]] * 3
     >>> partial_reward(["<answer>A and B are knights, C and D are knaves</answer>",
@@ -150,7 +126,7 @@ def partial_reward(completions, names, solution, *, fmt="think_answer", grader=N
 
 def overlong_reward(completions, names, solution, *, max_completion_length: int, buffer: int = 128,
                     completion_ids=None, **kwargs) -> list[float]:
-    """DAPO's soft overlong punishment from token lengths (module docstring has the formula).
+    """DAPO's soft overlong punishment from token lengths (the formula: module docstring).
 
     >>> overlong_reward(["a"] * 4, [["A"]] * 4, [[True]] * 4, max_completion_length=10, buffer=4,
     ...                 completion_ids=[[0] * 6, [0] * 7, [0] * 9, [0] * 10])
@@ -164,7 +140,9 @@ def overlong_reward(completions, names, solution, *, max_completion_length: int,
 
 
 def tier(g: Grade) -> str:
-    """The tier of one grade (module docstring).
+    """The tier of one grade: no_format (not format_ok, none of the format's tags there), half_format (not
+    format_ok, some tags there: `Grade.partial_format`), correct (format_ok, answer right), unparsed (format_ok,
+    someone missing, hedged or contradictory, or no answer block), wrong (format_ok, one role each, some wrong).
 
     >>> tier(grade("<think>x</think><answer>Zoey is a knave</answer>", ["Zoey"], [True]))
     'wrong'
@@ -191,8 +169,7 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
 
 
 def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
-    """Logic-RL's score of each prompt + completion, by its own parser (curriculum/tasks/kk/grading/logic_rl.py),
-    not the grader.
+    """Logic-RL's score of each prompt + completion, by its own parser, not the grader.
 
     >>> prompt = "<|im_start|>assistant\\n<think>"
     >>> logic_rl_strict_reward(["Hmm.</think><answer>Knights: Zoey, Ava</answer>"], [["Zoey", "Ava"]],
@@ -216,12 +193,6 @@ def _finite(value, key: str) -> float:
     return float(value)
 
 
-def _unknown(keys, known: Sequence[str], where: str, what: str) -> None:
-    for key in keys:
-        if key not in known:
-            raise ConfigError(f"{where}.{key}: unknown {what}; known: {', '.join(known)}")
-
-
 def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
     """The tier table of a `tiered` config: the named scheme's, overridden by `table` entries.
 
@@ -235,7 +206,9 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
     if scheme != "custom" and scheme not in TIERED_SCHEMES:
         raise ConfigError(f"{key}.scheme: {scheme!r} unknown; known: custom, {', '.join(TIERED_SCHEMES)}")
     table = tiered.get("table") or {}
-    _unknown(table, TIERS, f"{key}.table", "tier")
+    for name in table:
+        if name not in TIERS:
+            raise ConfigError(f"{key}.table.{name}: unknown tier; known: {', '.join(TIERS)}")
     values = dict(TIERED_SCHEMES.get(scheme, {}))
     values.update({name: _finite(v, f"{key}.table.{name}") for name, v in table.items()})
     for required in ("no_format", "wrong", "correct"):
@@ -247,10 +220,9 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
 
 
 def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
-    """Every component, bound to the run's prompt format and completion length and to K&K's blocks of the
-    reward group (`overlong.buffer`, whose range is the schema's; `tiered`: scheme and table, checked here:
-    ConfigError names the bad key). Its components share one grade cache. `overlong.buffer` is capped at the
-    completion length.
+    """Every component, bound (`functools.partial`) to the run's prompt format and completion length and to K&K's
+    blocks of the reward group (`overlong.buffer`, capped at the completion length; `tiered`: scheme and table,
+    checked here: ConfigError names the bad key), sharing one `GradeCache`.
 
     >>> funcs = reward_components(RewardSettings("think_answer", 1024, {"overlong": {"buffer": 128}}))
     >>> list(funcs) == list(COMPONENTS), funcs["answer"].func.__name__

@@ -1,16 +1,11 @@
 """Which K&K records of a file can be graded right, checked as the file is read.
 
-The grader finds people by name and roles by the words knight and knave, so a record whose names are
-role words ("Knight", "Sir Knave") or repeat within the puzzle ("Amelia" twice, or "amelia" beside
-"Amelia") is one whose own solution text grades wrong: it would earn 0 reward and count as wrong in
-validation without a word. Such records, and those with an empty quiz (a prompt with no puzzle), are
-dropped, and one log line per file says how many and which. A file whose every record is dropped is
-refused: it is not K&K data the grader can read.
-
-Two records with one `index` would be one id ("3ppl-17") for two puzzles, so samples and rollouts could
-not say which was meant: the first repeat is refused, naming both places. Two records with one quiz
-are kept (a published file may repeat a puzzle): one log line says how many distinct quizzes the file
-holds, and validation counts each puzzle once (`sources.distinct_puzzles`).
+The grader finds people by name and roles by the words knight and knave, so a record whose names are role words
+("Knight", "Sir Knave") or repeat ("Amelia" twice, or "amelia" beside "Amelia") would grade its own solution
+wrong, silently; such records, and those with an empty quiz, are dropped, one log line per file saying which. A
+file of nothing else is refused. Two records with one `index` would be one id ("3ppl-17") for two puzzles: the
+first repeat is refused, naming both places. Repeated quizzes are kept (a published file may repeat a puzzle) and
+counted in one log line; validation counts each puzzle once.
 """
 
 from __future__ import annotations
@@ -54,8 +49,8 @@ def ungradable(record: dict) -> str | None:
 
 
 def screened(located: Iterable[tuple[str, dict]], file: str) -> Iterator[tuple[str, dict]]:
-    """The gradable `(location, record)` pairs of `file`, in order (module docstring); says what was dropped
-    and how many quizzes repeat when the reading ends, however far it went."""
+    """The gradable `(location, record)` pairs of `file`, in order; what was dropped and how many quizzes repeat
+    is said when the reading ends, however far it went."""
     first_at: dict[int, str] = {}
     dropped: dict[str, list[str]] = {}
     quizzes: Counter[str] = Counter()

@@ -1,19 +1,11 @@
 """Where K&K records come from: generated offline, the Hugging Face hub, or local files.
 
-Every source returns plain-Python records with the published fields (see
-:data:`curriculum.tasks.kk.generator.RECORD_FIELDS`): ``names`` list[str], ``solution`` list[bool], ``statements``
-str, ``knight_knave`` dict, ``cot_repeat_steps`` list[str], ``index`` int; extra columns (such as
-Logic-RL's ``prompt``) are dropped. Bad data fails with an error naming the file and the line
-(jsonl) or the column (parquet): bytes that are not UTF-8, a record whose `solution` is not the one
-its statements allow, two records with one index, and a file with no records, are refused. A record the
-grader cannot grade right (a role word or a repeated name among its people, an empty quiz) is dropped,
-and a log line per file counts them; a file of nothing else is refused (`screen.py`). Text is normalised to composed
-Unicode (NFC), so a name written decomposed ("Zoe" + combining diaeresis) matches the same name
-typed composed.
-
-Local files are read as far as a pool needs them, a record at a time (`iter_records`): a pool of 900
-from a 100,000-record file reads ~900 records, not the whole file (the statement parser takes ~0.2 ms a
-record), and a bad record further on is named when a larger pool reaches it.
+Every source gives plain-Python records with exactly the published fields (`generator.RECORD_FIELDS`), text in
+composed Unicode (NFC: "Zoe" + combining diaeresis is the name typed composed). Bad data fails naming the file
+and the line (jsonl) or the column (parquet): bytes not UTF-8, a `solution` its statements do not allow, two
+records with one index, a file with no records. Records the grader cannot grade right are dropped (`screen`).
+Local files are read a record at a time, as far as a pool needs them (`iter_records`): a pool of 900 from a
+100,000-record file reads ~900 records, and a bad record further on is named when a larger pool reaches it.
 """
 
 from __future__ import annotations
@@ -27,14 +19,12 @@ from pathlib import Path
 
 from core.checks import is_int
 from curriculum.tasks.base import RecordError
-from curriculum.tasks.kk.canonical import canonical_key
 from curriculum.tasks.kk.generator import RECORD_FIELDS, generate
-from curriculum.tasks.kk.grammar import StatementError, parse_statements
 from curriculum.tasks.kk.screen import screened
-from curriculum.tasks.kk.solver import solve
+from curriculum.tasks.kk.statements import StatementError, canonical_key, parse_statements, solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
-#: People per puzzle that the grammar and the published data cover.
+#: people per puzzle that the published data cover
 KNOWN_PPL = range(2, 9)
 SPLITS = ("train", "test")
 SOURCES = ("generated", "hub", "local")
@@ -64,21 +54,17 @@ def _typed_list(value, item_type: type, field: str, where: str, kind: str) -> li
 
 
 def normalize_record(raw, where: str, kind: str = "field") -> dict:
-    """Check one raw record and return it as plain Python with exactly the published fields.
-
-    ``where`` locates the record ("data.jsonl:12"); ``kind`` is "field" or "column" for messages.
-    """
+    """One raw record checked, as plain Python with exactly the published fields; ``where`` locates it
+    ("data.jsonl:12"), ``kind`` ("field" or "column") is what messages call a field."""
     if not isinstance(raw, Mapping):
         raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     missing = [field for field in RECORD_FIELDS if field not in raw]
     if missing:
-        needed = ", ".join(RECORD_FIELDS)
-        raise RecordError(f"{where}: missing {kind} {missing[0]!r} (a record needs {needed})")
+        raise RecordError(f"{where}: missing {kind} {missing[0]!r} (a record needs {', '.join(RECORD_FIELDS)})")
     record = {field: raw[field] for field in RECORD_FIELDS}
     for field in _TEXT_FIELDS:
         if not isinstance(record[field], str):
-            got = type(record[field]).__name__
-            raise RecordError(f"{where}: {kind} {field!r} must be a string, got {got}")
+            raise RecordError(f"{where}: {kind} {field!r} must be a string, got {type(record[field]).__name__}")
         record[field] = _nfc(record[field])
     record["names"] = [_nfc(name) for name in _typed_list(record["names"], str, "names", where, kind)]
     record["solution"] = _typed_list(record["solution"], bool, "solution", where, kind)
@@ -89,9 +75,8 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
     record["knight_knave"] = {str(key): str(value) for key, value in record["knight_knave"].items()}
     if not is_int(record["index"]):
         raise RecordError(f"{where}: {kind} 'index' must be an int, got {record['index']!r}")
-    n_names = len(record["names"])
-    if len(record["solution"]) != n_names:
-        n_roles = len(record["solution"])
+    n_names, n_roles = len(record["names"]), len(record["solution"])
+    if n_roles != n_names:
         raise RecordError(f"{where}: {kind} 'solution' has {n_roles} roles but {kind} 'names' has {n_names}")
     try:
         n_statements = len(parse_statements(record["statements"]))
@@ -176,11 +161,8 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterator[tuple[str, dict]]:
-    """``(location, record)`` for each record of a ``.jsonl`` or ``.parquet`` file, validated.
-
-    ``check_solutions=False`` leaves the solver check to the caller (an audit that reports every
-    wrong record instead of stopping at the first).
-    """
+    """``(location, record)`` for each record of a ``.jsonl`` or ``.parquet`` file, validated;
+    ``check_solutions=False`` leaves the solver check to the caller (an audit that reports every wrong one)."""
     path = Path(path)
     readers = {".jsonl": (_jsonl_records, "field"), ".parquet": (_parquet_records, "column")}
     if path.suffix not in readers:
@@ -252,24 +234,14 @@ def iter_records(source: str, ppl: int, split: str, *, seed: int = 0, path: str 
         yield record
 
 
-def load_records(
-    source: str,
-    ppl: int,
-    split: str,
-    *,
-    n: int | None = None,
-    seed: int = 0,
-    path: str | Path | None = None,
-    hub_id: str = HUB_ID,
-) -> list[dict]:
+def load_records(source: str, ppl: int, split: str, *, n: int | None = None, seed: int = 0,
+                 path: str | Path | None = None, hub_id: str = HUB_ID) -> list[dict]:
     """Records for ``ppl`` people and ``split`` ("train"/"test"); the first ``n`` (None: all).
 
-    - "generated": offline; ``generate(ppl, n, seed)`` with seed ``2*seed`` for train and
-      ``2*seed + 1`` for test, so the splits differ; ``n=None`` means the published file size.
-      Small sizes can repeat puzzles across splits (2 people have only 399): see :func:`split_disjoint`.
-    - "hub": the published jsonl file from ``hub_id`` (needs the network).
-    - "local": ``path`` holds ``{train,test}/people<ppl>_num<N>.jsonl`` or ``<ppl>ppl/<split>.parquet``;
-      only the first ``n`` records are read.
+    "generated": offline, ``generate(ppl, n, seed)`` with seed ``2*seed`` for train and ``2*seed + 1`` for test
+    (``n=None``: the published file size; small sizes can repeat puzzles across splits: `split_disjoint`);
+    "hub": the published jsonl file from ``hub_id``; "local": ``path`` holds
+    ``{train,test}/people<ppl>_num<N>.jsonl`` or ``<ppl>ppl/<split>.parquet``, read only as far as ``n``.
 
     >>> [len(load_records("generated", 3, split, n=5)) for split in ("train", "test")]
     [5, 5]
@@ -285,10 +257,8 @@ def load_records(
 
 def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
                    limit: int | None = None) -> tuple[list[dict], int]:
-    """Drop training records whose puzzle (up to renaming/reordering people) is in validation.
-
-    Returns the kept training records, in order, and how many were removed; with `limit`, it stops
-    reading `train_records` once that many are kept (an iterator is read no further).
+    """The training records, in order, whose puzzle (up to renaming/reordering people) is not in validation,
+    and how many were removed; with `limit`, `train_records` is read no further than that many kept.
 
     >>> train = load_records("generated", 2, "train", n=50)
     >>> kept, removed = split_disjoint(train, train[:10])
@@ -310,21 +280,3 @@ def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
             kept.append(record)
     return kept, removed
 
-
-def distinct_puzzles(records: Sequence[dict]) -> list[dict]:
-    """The records whose puzzle (up to renaming/reordering people) no earlier record holds, in order.
-
-    A validation pool of repeats counts some puzzles twice: the default 2ppl pool (`eval.n` 100,
-    `eval.seed` 1234) holds 63 distinct puzzles, since only 95 exist up to renaming.
-
-    >>> len(distinct_puzzles(load_records("generated", 2, "test", n=100, seed=1234)))
-    63
-    """
-    seen: set[str] = set()
-    kept = []
-    for record in records:
-        key = canonical_key(record)
-        if key not in seen:
-            seen.add(key)
-            kept.append(record)
-    return kept

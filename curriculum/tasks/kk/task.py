@@ -1,12 +1,8 @@
-"""Knights and Knaves as a task: the project's own puzzles, behind the task interface.
-
-Levels are "2ppl".."8ppl" (people per puzzle); records come from `sources.load_records` (generated,
-hub or local, with its seeds), the prompt from the prompt config on the quiz, and a record's columns
-are names, solution and its people count. Two puzzles are the same problem when their `canonical_key`
-is (renamed or reordered people). Everything else K&K is lives here too: the grader at the prompt's
-answer format (`grading/`), the reward components (`rewards.py`; presets: conf/reward/), the supervised
-targets (`sft.py`: the published chain of thought), what its validation rows and samples add
-(`metrics.py`) and how its report shows them (`report.py`).
+"""Knights and Knaves as a task (`KKTask`): levels "2ppl".."8ppl" (people per puzzle), records from
+`sources.load_records`, a record's columns names, solution and its people count; two puzzles are one problem
+when their `canonical_key` is. Here too: the supervised targets (the published chain of thought, then the
+answer), what validation rows and samples add (people right, the reasoning, the lenient reading) and how the
+report shows them (`REPORT`). The grader is `grading/`, the rewards `rewards.py` (presets: conf/reward/).
 """
 
 from __future__ import annotations
@@ -16,24 +12,52 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError, is_int
-from curriculum.tasks.base import RewardFunc, RewardSettings, Task, TaskRecord, check_split
-from curriculum.tasks.kk import metrics
-from curriculum.tasks.kk.canonical import canonical_key
-from curriculum.tasks.kk.grading.grader import FORMATS, Grade, grade
-from curriculum.tasks.kk.report import REPORT
+from core.stats import rounded_mean
+from curriculum.tasks.base import Task, TaskRecord, check_split
+from curriculum.tasks.kk.grading.grader import FORMATS, Grade, check_reasoning, grade, lenient_grade
 from curriculum.tasks.kk.rewards import reward_components
-from curriculum.tasks.kk.sft import reference_response
-from curriculum.tasks.kk.sources import (
-    HUB_ID,
-    KNOWN_PPL,
-    SOURCES,
-    distinct_puzzles,
-    iter_records,
-    load_records,
-    split_disjoint,
-)
-
+from curriculum.tasks.kk.sources import HUB_ID, KNOWN_PPL, SOURCES, iter_records, load_records, split_disjoint
+from curriculum.tasks.kk.statements import canonical_key
+from curriculum.tasks.base import Rate, TaskReport
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
+LENIENT_NOTE = ("Strict accuracy above is the reward's verdict and the headline. The lenient one reads an answer given "
+                "without tags by its last lines (after any reasoning block), with the same refusals of hedges, both "
+                "roles and invented people: an instruct model that answers in prose scores here, not above.")
+#: puzzles distinct up to renaming, exact accuracy (every person right) with chance at 1/2^n, the lenient reading
+#: beside it, the reasoning rates, and the samples worth reading
+REPORT = TaskReport(
+    record="puzzle",
+    distinct="distinct puzzles up to renaming",
+    pool_note="validation pools hold no two puzzles equal up to renaming the people",
+    accuracy="exact: every person right",
+    level_column="ppl",
+    level_word="",  # "2ppl" says it: two people
+    rates=(
+        Rate("lenient_accuracy", "lenient", beside_accuracy=True, header="lenient %",
+             title="Validation lenient accuracy (an untagged answer read by its final conclusion)",
+             caption="an untagged final answer counts", note=LENIENT_NOTE),
+        Rate("person_accuracy", "person accuracy"),
+        Rate("reasoning_agrees_rate", "reasoning agrees", header="reasoning\nagrees %",
+             title="Reasoning that agrees with the answer (share of completions whose reasoning settles at least "
+                   "one person)",
+             caption="of those whose reasoning settles someone",
+             # rows from before `with_settling_reasoning` counted agreement over every completion with reasoning
+             counted=("with_settling_reasoning", "with_reasoning")),
+        Rate("reasoning_settles_nobody", "settles nobody", header="settles\nnobody %",
+             title="Reasoning that settles nobody (share of completions with reasoning)",
+             caption="of those with reasoning", counted=("with_reasoning",)),
+        Rate("correct_but_disagrees", "right but disagreeing",
+             title="Right answers whose reasoning says otherwise (share of all completions)"),
+        Rate("invented_name_rate", "invented name", header="invented\nname %",
+             title="Completions naming a person not in the puzzle (share of all completions)"),
+    ),
+    picks=(("reasoning disagrees with its answer", "reasoning_disagrees"), ("names an invented person", "invented")),
+    facts=(("people right", "people_right"), ("lenient", "lenient_verdict"), ("invented", "invented")),
+    sample_columns=("lenient_correct", "reasoning_agrees", "invented"),
+    format_reward="format",
+    chance={f"{n}ppl": 0.5 ** n for n in KNOWN_PPL},
+    chance_note="chance for n people, 1/2^n (a guess of every role)",
+)
 
 
 def ppl_of_level(level: str) -> int:
@@ -54,16 +78,50 @@ def kk_record(record: Mapping) -> TaskRecord:
                       source=dict(record))
 
 
+def reference_response(record: Mapping, fmt: str) -> str:
+    """The completion an SFT stage trains on for `record` in prompt format `fmt`: the published chain of thought
+    as one paragraph, then the answer (logic_rl: the prompt pre-fills <think>). It must grade right.
+
+    >>> rec = {"cot_head": "Think.", "cot_repeat_steps": ["Step."], "cot_foot": "Done.",
+    ...        "solution_text_format": "(1) Zoey is a knave"}
+    >>> reference_response(rec, "think_answer")
+    '<think>Think. Step. Done.</think>\\n<answer>\\n(1) Zoey is a knave\\n</answer>'
+    """
+    answer = f"<answer>\n{record['solution_text_format']}\n</answer>"
+    thought = " ".join([record["cot_head"], *record["cot_repeat_steps"], record["cot_foot"]])
+    if fmt == "answer_only":
+        return answer
+    if fmt == "think_answer":
+        return f"<think>{thought}</think>\n{answer}"
+    if fmt == "logic_rl":
+        return f"{thought}</think>\n{answer}"
+    raise ValueError(f"prompt.fmt: no reference response for format {fmt!r}")
+
+
+def roles_text(names: Sequence[str], roles: Sequence[bool | None]) -> str:
+    """ "Zoey knight, Oliver knave" from parallel names and roles (None: undecided).
+
+    >>> roles_text(["Zoey", "Oliver"], [True, None])
+    'Zoey knight, Oliver ?'
+    """
+    words = {True: "knight", False: "knave", None: "?"}
+    return ", ".join(f"{name} {words[role]}" for name, role in zip(names, roles, strict=True))
+
+
 class KKTask(Task):
-    """K&K puzzles of 2..8 people (module docstring), graded at answer format `fmt` (the prompt's)."""
+    """K&K puzzles of 2..8 people, graded at answer format `fmt` (the prompt's)."""
 
     name = "kk"
     report = REPORT
     always_rewarded = ("answer",)  # accuracy is logged (rewards/answer/mean) whatever its weight
     formats = FORMATS
     supervised = True
-    metric_columns = metrics.METRIC_COLUMNS
+    metric_columns = ("lenient_accuracy", "person_accuracy", "reasoning_agrees_rate", "reasoning_settles_nobody",
+                      "correct_but_disagrees", "invented_name_rate", "with_reasoning", "with_settling_reasoning")
     columns = ("names", "solution", "ppl")
+    levels = LEVELS
+    validation_levels = LEVELS[:-1]  # 8ppl only where eval.subsets names it
+    reward_functions = staticmethod(reward_components)  # format, think, answer, partial, overlong, tiered, ...
 
     def __init__(self, source: str = "generated", path: str | None = None, hub_id: str = HUB_ID,
                  fmt: str = "think_answer"):
@@ -73,15 +131,6 @@ class KKTask(Task):
         if source == "local" and (path is None or not Path(str(path)).is_dir()):
             raise ConfigError(f"data.path: {path!r} is not a folder (needed by data.source=local)")
         self.source, self.path, self.hub_id, self.fmt = source, path, hub_id, fmt
-
-    @property
-    def levels(self) -> tuple[str, ...]:
-        return LEVELS
-
-    @property
-    def validation_levels(self) -> tuple[str, ...]:
-        """2..7 people, as runs validated before tasks chose (8ppl only where eval.subsets names it)."""
-        return LEVELS[:-1]
 
     def records(self, level: str, split: str, *, n: int | None = None, seed: int = 0) -> list[TaskRecord]:
         """`load_records` for the level's ppl, as TaskRecords.
@@ -112,13 +161,21 @@ class KKTask(Task):
         return f"{int(text)}ppl"
 
     def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
-        """Of the first `n` test puzzles, those distinct up to renaming (`sources.distinct_puzzles`)."""
+        """Of the first `n` test puzzles, those no earlier one equals up to renaming: the default 2ppl pool
+        (`eval.n` 100, `eval.seed` 1234) holds 63, since only 95 exist up to renaming.
+
+        >>> len(KKTask().validation_records("2ppl", 100, 1234))
+        63
+        """
         ppl = ppl_of_level(self.check_level(level))
         records = load_records(self.source, ppl, "test", n=n, seed=seed, path=self.path, hub_id=self.hub_id)
         if len(records) < n:
             raise ConfigError(f"eval.n: {n} validation puzzles asked at {level}, but data.source={self.source} has "
                               f"only {len(records)} distinct ones; lower eval.n")
-        return [kk_record(record) for record in distinct_puzzles(records)]
+        distinct: dict[str, Mapping] = {}
+        for record in records:
+            distinct.setdefault(canonical_key(record), record)
+        return [kk_record(record) for record in distinct.values()]
 
     def training_records(self, level: str, want: int, held_out, *, seed: int,
                          spare: int) -> tuple[list[TaskRecord], int]:
@@ -140,20 +197,68 @@ class KKTask(Task):
             raise ConfigError(f"prompt.fmt: {fmt} is not a K&K answer format ({', '.join(FORMATS)}); "
                               "a GSM8K or reasoning-gym prompt needs its task: task=gsm8k or task=reasoning_gym")
 
-    def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """Every component of `rewards.py` (format, think, answer, partial, overlong, tiered, logic_rl_strict)."""
-        return reward_components(settings)
-
     def sft_target(self, record: TaskRecord, fmt: str) -> str:
-        """The published chain of thought and answer in format `fmt` (`sft.reference_response`)."""
         return reference_response(record.source, fmt)
 
     def level_columns(self, level: str) -> dict[str, Any]:
-        """A K&K row names its people count, `ppl`, as its rows always have."""
         return {"ppl": ppl_of_level(level)}
 
-    def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:  # type: ignore[override]  # a task is handed its own grades
-        return metrics.sample_fields(text, record.columns["names"], record.columns["solution"], g, self.fmt)
+    def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:
+        """One graded completion's K&K fields: the people it got right, its reasoning's verdict (agreement only
+        where the reasoning settles someone: else it is no evidence either way), the people it invents, the
+        lenient reading, and the answer and solution in words.
+
+        >>> task, text = KKTask(), "<think>Zoey lies.</think><answer>Zoey is a knight</answer>"
+        >>> record = TaskRecord("1", "1ppl", "", {"names": ["Zoey"], "solution": [False]})
+        >>> f = task.sample_fields(record, text, task.grade(text, record.columns))
+        >>> f["reasoning_disagrees"], f["answer"], f["reference"], f["people_right"]
+        (True, 'Zoey knight', 'Zoey knave', '0/1')
+        >>> bare = "<answer>Zoey is a knave</answer>"
+        >>> f = task.sample_fields(record, bare, task.grade(bare, record.columns))
+        >>> f["has_reasoning"], f["reasoning_agrees"] is None
+        (False, True)
+        """
+        names, solution = record.columns["names"], record.columns["solution"]
+        reasoning = check_reasoning(text, names, g.assignment, self.fmt)
+        lenient = lenient_grade(text, names, solution, g)
+        return {
+            "n_right": g.n_right, "n_people": len(names), "people_right": f"{g.n_right}/{len(names)}",
+            "assignment": g.assignment, "solution": list(solution), "names": list(names),
+            "reference": roles_text(names, solution),
+            "answer": roles_text(names, [g.assignment.get(n) for n in names]) if g.answered else None,
+            "has_reasoning": reasoning.has_reasoning, "reasoning_claims": reasoning.settled,
+            "reasoning_settles": reasoning.settles,
+            "reasoning_agrees": reasoning.agrees if reasoning.settles else None,
+            "reasoning_disagrees": reasoning.settles and g.answered and not reasoning.agrees,
+            "invented": sorted({*reasoning.invented, *g.invented}), "lenient_correct": lenient.correct,
+            "lenient_assignment": lenient.assignment, "lenient_reason": lenient.reason,
+            "lenient_verdict": "right" if lenient.correct else f"wrong ({lenient.reason})" if lenient.reason
+            else "wrong",
+        }
 
     def subset_metrics(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return metrics.subset_metrics(samples)
+        """The K&K columns of one subset's row, from its samples' `sample_fields`: agreement over the completions
+        whose reasoning settles someone (None when none does), settling nobody over those with reasoning, the
+        rest over every completion, like accuracy.
+
+        >>> rows = [{"correct": True, "lenient_correct": True, "n_right": 2, "n_people": 2, "has_reasoning": True,
+        ...          "reasoning_settles": True, "reasoning_agrees": False, "invented": []},
+        ...         {"correct": False, "lenient_correct": True, "n_right": 1, "n_people": 2, "has_reasoning": False,
+        ...          "reasoning_settles": False, "reasoning_agrees": False, "invented": ["liam"]}]
+        >>> m = KKTask().subset_metrics(rows)
+        >>> m["lenient_accuracy"], m["person_accuracy"], m["correct_but_disagrees"], m["invented_name_rate"]
+        (1.0, 0.75, 0.5, 0.5)
+        """
+        settling = [s for s in samples if s["reasoning_settles"]]
+        return {
+            "lenient_accuracy": rounded_mean(float(s["lenient_correct"]) for s in samples),
+            "person_accuracy": rounded_mean(s["n_right"] / s["n_people"] for s in samples if s["n_people"]),
+            "reasoning_agrees_rate": rounded_mean(float(s["reasoning_agrees"]) for s in settling),
+            "reasoning_settles_nobody": rounded_mean(float(not s["reasoning_settles"]) for s in samples
+                                                     if s["has_reasoning"]),
+            "correct_but_disagrees": rounded_mean(float(s["correct"] and s["reasoning_settles"]
+                                                        and not s["reasoning_agrees"]) for s in samples),
+            "invented_name_rate": rounded_mean(float(bool(s["invented"])) for s in samples),
+            "with_reasoning": sum(bool(s["has_reasoning"]) for s in samples),
+            "with_settling_reasoning": len(settling),
+        }

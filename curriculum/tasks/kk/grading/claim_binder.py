@@ -1,6 +1,5 @@
-"""The binding state machine behind `curriculum.tasks.kk.grading.claims` (read its docstring first): its state
-and the moves a role word, a clause break and a sentence break make. `curriculum.tasks.kk.grading.claim_feed`
-drives it over tokens.
+"""The binding state machine behind `claims` (read its docstring first): its state and the moves a role word, a
+clause break and a sentence break make; `claims.feed` drives it over tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from curriculum.tasks.kk.grading.claim_words import (
 
 
 class Binder:
-    """The binding state machine of step 3 (`curriculum.tasks.kk.grading.claims`); one instance per text.
+    """The binding state machine of step 3 (`claims`); one instance per text.
 
     People are indices: the puzzle's first (`n` of them), then invented people as they appear.
     `rare` marks a sentence that set state few sentences set, so the common sentence ends without

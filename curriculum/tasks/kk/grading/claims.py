@@ -1,53 +1,274 @@
-"""Claims about who is a knight and who is a knave, read out of free text.
+"""Claims about who is a knight and who is a knave, read out of free text: the one reader of "X is a knight /
+knave" phrasings, for answer blocks (`answer`) and reasoning blocks (`Claims.last`) alike. Every step is a single
+pass over the tokens: linear in the text.
 
-The one reader of "X is a knight / knave" phrasings: the grader reads answer blocks with it
-(`curriculum.tasks.kk.grading.answer_parse`) and validation reads reasoning blocks with it (`Claims.last`), so both read
-a sentence the same way. Every step is a single pass over the tokens: linear in the text.
-
-1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline
-   . ; ! ?), clause breaks (, & ( ) [ ] { } |), ":", "/" and quotes. Markdown, bullets and
-   enumerators leave only breaks behind; "isn't" becomes "is not", so negation is one token.
-2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never
-   matches inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised
-   word mid-sentence that is no common word), a role word, a negation, a hedge, a quantifier ...
-3. **Bind** names to roles (`claim_binder`, driven by `claim_feed`, both in this package). A role word takes
-   the names before it in its clause and in the name-only clauses before it ("A, B, and C are
-   knights"); with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes
-   no name in its sentence is a heading for the next lines only when a colon ends its line or it
-   stands alone there ("Knights:"), so a copied rule ("Knights always tell the truth.") binds
-   nobody. Negations flip a role ("A is not a knave", "Neither A nor B is a knight"). Quantifiers
-   bind at the sentence end: "all", "both", "everyone"; "the rest", "others"; "everyone except X" /
-   "all but X" (X takes the other role); "only X is a knight" (everyone else is a knave).
-   "respectively" pairs the sentence's names and roles in order. "so is X", "X too", "nor is X"
+1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline . ; ! ?), clause
+   breaks (, & ( ) [ ] { } |), ":", "/" and quotes. Markdown, bullets and enumerators leave only breaks behind;
+   "isn't" becomes "is not", so negation is one token.
+2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never matches
+   inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised word mid-sentence
+   that is no common word), a role word, a negation, a hedge, a quantifier ...
+3. **Bind** names to roles (`claim_binder.Binder`, driven by `feed`: one action per kind of word). A role word
+   takes the names before it in its clause and in the name-only clauses before it ("A, B, and C are knights");
+   with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes no name in its sentence
+   is a heading for the next lines only when a colon ends its line or it stands alone there ("Knights:"), so a
+   copied rule ("Knights always tell the truth.") binds nobody. Negations flip a role ("A is not a knave",
+   "Neither A nor B is a knight"). Quantifiers bind at the sentence end: "all", "both", "everyone"; "the rest",
+   "others"; "everyone except X" / "all but X" (X takes the other role); "only X is a knight" (everyone else is
+   a knave). "respectively" pairs the sentence's names and roles in order. "so is X", "X too", "nor is X"
    repeat the last role; "X is not." denies it.
-4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave
-   and B is a knave is false", a quoted claim) up to a word that ends the report (but, so, which ...,
-   a closing bracket, the sentence end); conditions ("would", "if", "otherwise") to the end of their
-   sentence. What a sentence assumes ("Assume Zoey is a knight") is kept apart (`Claims.assumed`):
-   never an answer, but a reasoning's last claims count it (`Claims.last`).
-5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after
-   a claim it qualifies, leaves everyone it names undecided; a hedge sentence that names nobody
-   and no role ("Or the reverse.", "Either way works."), or one that names nobody and says the roles
-   cannot be determined ("I cannot tell."), commits the whole text to nothing (`void`). Doubt
-   ("not sure") or a question mark hedges the people its sentence names; a rule about all of a
-   role ("all knights tell the truth") binds nobody.
+4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave and B is a knave
+   is false", a quoted claim) up to a word that ends the report (but, so, which ..., a closing bracket, the
+   sentence end); conditions ("would", "if", "otherwise") to the end of their sentence. What a sentence assumes
+   ("Assume Zoey is a knight") is kept apart (`Claims.assumed`): never an answer, but a reasoning's last claims
+   count it (`Claims.last`).
+5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after a claim it
+   qualifies, leaves everyone it names undecided; a hedge sentence that names nobody and no role ("Or the
+   reverse.", "Either way works."), or one that names nobody and says the roles cannot be determined ("I cannot
+   tell."), commits the whole text to nothing (`void`). Doubt ("not sure") or a question mark hedges the people
+   its sentence names; a rule about all of a role ("all knights tell the truth") binds nobody.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import NamedTuple
 
 from curriculum.tasks.kk.grading.claim_binder import Binder
-from curriculum.tasks.kk.grading.claim_feed import feed, pair_respectively
 from curriculum.tasks.kk.grading.claim_words import (
+    ALL_BUT,
+    ASSUMPTIONS,
+    CLAUSE_SYMBOLS,
+    CONDITIONS,
+    DECLINE_NEGATIONS,
+    DECLINE_WORDS,
+    HEDGES,
+    KIND,
+    NEGATIONS,
+    QUANT_ALL,
+    QUANT_REST,
+    ROLE_WORDS,
     SENTENCE_BREAKS,
+    SO_VERBS,
+    SUPPOSITIONS,
+    TELL_REPORTS,
     capitalised_strangers,
     merge_names,
     name_tokens,
     tokenize,
 )
+
+_DECLINE_WINDOW = 3
+
+
+def _set(flag: str, b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    """Set one of the binder's rare flags (bound to its flag in `_ACTIONS`)."""
+    setattr(b, flag, True)
+    b.rare = True
+
+
+def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    b.rare = True
+    if tok in NEGATIONS:
+        b.neg += 1
+        b.neg_at = i
+    if tok in HEDGES and not _hedge_exempt(b, tok, tokens, i):
+        b.hedge = True
+    if tok in CONDITIONS:
+        b.hedge = b.hedge or (bool(b.touched) and not b.explaining)
+        b.supposing = b.quiet = True
+    elif tok in SUPPOSITIONS:
+        b.supposing = b.quiet = True
+    elif tok in ASSUMPTIONS and b.events is b.claimed:
+        if isinstance(b.assumed, tuple):
+            b.assumed = []
+        b.events = b.assumed  # "Assume Zoey is a knight": what follows in the sentence is assumed
+    if tok == "neither":
+        b.ditto = True  # "Zoey is not a knight, and neither is Liam" (a role word after it cancels this)
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if tok == "other" and after == "than":
+        b.excepting = True  # "other than X, all are knights"
+    elif tok in QUANT_REST:
+        b.quant = "rest"
+    elif (tok in QUANT_ALL or tok == "no" and after == "one") and b.quant is None and not _generic(tokens, i):
+        b.quant = "all"  # "all three", "both", "no one"
+
+
+def _generic(tokens: Sequence[str], i: int) -> bool:
+    """A quantifier over a role is a rule, not an answer: "all knights tell the truth", "every knave lies"."""
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    if after == "the" and i + 2 < len(tokens):
+        after = tokens[i + 2]
+    return after in ROLE_WORDS
+
+
+def _hedge_exempt(b: Binder, tok: str, tokens: Sequence[str], i: int) -> bool:
+    """Hedge words that commit: "the only possible", "not possible", "could not", "not ... either"."""
+    after = tokens[i + 1] if i + 1 < len(tokens) else "\n"
+    if tok in ("possible", "possibly"):
+        return b.neg > 0 or (i > 0 and tokens[i - 1] == "only")
+    if tok == "could":
+        return after == "not"
+    if tok == "either":
+        return after in SENTENCE_BREAKS or after in CLAUSE_SYMBOLS
+    return False
+
+
+def _clause(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    if tok == "but" and i > 0 and tokens[i - 1] in ALL_BUT:
+        b.excepting = b.rare = True  # "all but Jacob are knights"
+        return
+    b.clause_break(i)
+    if tok == "nor":
+        _ditto(b, tok, tokens, i)  # "Zoey is not a knight, nor is Jacob"
+
+
+def _declines_here(tokens: Sequence[str], i: int) -> bool:
+    """A negation shortly before: "cannot determine", "impossible to say", "no way to tell"."""
+    window = tokens[max(0, i - _DECLINE_WINDOW):i]
+    return any(t in DECLINE_NEGATIONS for t in window) and "other" not in window  # not "no other solution"
+
+
+def _decline(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    if tok in DECLINE_WORDS or _declines_here(tokens, i):
+        b.declining = b.rare = True
+
+
+def _report(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    if tok.startswith("tell") or tok == "told":
+        if _declines_here(tokens, i):
+            b.declining = b.rare = True
+        if i + 1 >= len(tokens) or tokens[i + 1] not in TELL_REPORTS:
+            return  # "tells the truth" is a role, not a report
+    b.muted = b.quiet = b.rare = True
+
+
+def _ditto(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    b.ditto = b.ditto_here = b.rare = True
+
+
+def _colon(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    if b.fwd is not None and not b.cur:
+        b.colon = True
+
+
+def _resume(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    if (tok == "so" or tok == "as") and i + 1 < len(tokens) and tokens[i + 1] in SO_VERBS:
+        _ditto(b, tok, tokens, i)  # "and so is Jacob", "as is Jacob"
+
+
+def _only(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
+    # "Only X is ...", "the only knight is X", "X is the only knight", "the only one who ..."; not "X only lies"
+    after = tokens[i + 1] if i + 1 < len(tokens) else ""
+    names_or_role = after in ROLE_WORDS or after in ("one", "ones") or b.person(after) is not None
+    if (not b.cur or tokens[i - 1] == "the") and names_or_role:
+        b.only = b.rare = True
+
+
+_ACTIONS: dict[str, Callable[[Binder, str, Sequence[str], int], None]] = {
+    "role": Binder.role,
+    "clause": _clause,
+    "sentence": lambda b, tok, tokens, i: b.sentence_break(tok, i),
+    "report": _report,
+    "modifier": _modifier,
+    "colon": _colon,
+    "resume": _resume,
+    "explain": partial(_set, "explaining"),
+    "except": partial(_set, "excepting"),
+    "ditto": _ditto,
+    "decline": _decline,
+    "only": _only,
+    "respectively": lambda b, tok, tokens, i: None,  # only in a sentence `pair_respectively` did not take
+}
+
+
+_QUOTES = frozenset({'"', "“", "”", "‘", "'"})
+
+
+def _quote(b: Binder, kind: str, tokens: Sequence[str], i: int) -> None:
+    """A quote opens or closes quoted speech, except around one word or two without a name
+    ('"Zoey": "knight"', 'a "truth-teller"'): those are no claim, and no reason to stop reading."""
+    b.rare = True
+    if i == b.short_quote_end:
+        return
+    if kind != "close" and not b.quoted:
+        for end in (i + 2, i + 3):
+            if end < len(tokens) and tokens[end] in _QUOTES:
+                if end == i + 2 or b.person(tokens[i + 1]) is b.person(tokens[i + 2]) is None:  # "Jacob lies" is one
+                    b.short_quote_end = end
+                    return
+                break
+    b.quoted = not b.quoted if kind == "quote" else kind == "open"
+    b.quiet = b.quoted or b.muted or b.supposing
+
+
+def feed(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
+    """Run the binder over tokens[start:end] (steps 2-5 of the module docstring)."""
+    # the hot path: the binder's state that names and noise touch lives in locals, refreshed after actions
+    people, extra = b.people, b.extra
+    cur, touched, quiet, excepting = b.cur, b.touched, b.quiet, b.excepting
+    for i, tok in enumerate(tokens[start:end], start):
+        person = people.get(tok)
+        if person is None:
+            kind = KIND.get(tok)
+            if kind is None:
+                if tok not in extra:
+                    continue  # most words are noise
+                person = b.person(tok)
+            elif kind == "stranger":
+                person = b.person(tok)
+            elif kind == "quote" or kind == "open" or kind == "close":
+                _quote(b, kind, tokens, i)
+                quiet = b.quiet
+                continue
+        if quiet:
+            if not b.wake(tok, "name" if person is not None else kind):
+                continue
+            cur, quiet = b.cur, False
+        if person is not None:
+            (b.excluded if excepting else cur).append(person)
+            touched.append(person)
+            continue
+        if kind == "clause" and tok != "but" and tok != "nor":  # the common kinds skip the action table
+            if cur or b.rare:
+                b.clause_break(i)
+            else:
+                b.fwd_here, b.neg = False, 0  # an empty clause ("(1)") only ends its negations
+        elif kind == "role":
+            b.role(tok, tokens, i)
+        elif kind == "sentence":
+            b.sentence_break(tok, i)
+        else:
+            _ACTIONS[kind](b, tok, tokens, i)
+        cur, touched, quiet, excepting = b.cur, b.touched, b.quiet, b.excepting
+
+
+def pair_respectively(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
+    """A sentence with "respectively": its names and roles pair up in order, or nobody in it is decided."""
+    names, roles, neg = [], [], 0
+    for tok in tokens[start:end]:
+        person = b.person(tok)
+        if person is not None:
+            names.append(person)
+        elif tok in ROLE_WORDS:
+            roles.append(ROLE_WORDS[tok] ^ (neg % 2 == 1))
+            neg = 0
+        elif tok in NEGATIONS:
+            neg += 1
+        elif tok in HEDGES or tok in CONDITIONS:
+            b.hedge = b.rare = True
+    b.touched.extend(names)
+    if len(names) == len(roles):
+        for person, role in zip(names, roles, strict=True):
+            b.named([person], role)
+    else:
+        b.hedge_people(names)
+        if isinstance(b.notes, tuple):
+            b.notes = []
+        b.notes.append(f"'respectively' pairs {len(names)} names with {len(roles)} roles")
+    b.sentence_break(".", end)
 
 
 def _sentences(tokens: Sequence[str]) -> list[tuple[int, int, bool]]:

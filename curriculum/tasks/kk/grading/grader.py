@@ -1,34 +1,30 @@
-"""The one grader: training rewards and reported validation accuracy both call `grade`.
+"""The one grader (`grade`: training rewards and reported accuracy both call it), and the two readings validation
+adds to it: whether the reasoning agrees with the answer (`check_reasoning`), and lenient accuracy
+(`lenient_grade`, reported beside strict accuracy, never a reward).
 
-Parsing approach, in two layers, each a single linear pass (no regex that can backtrack):
-
-1. **Tags.** One scan finds every literal `<think>`, `</think>`, `<answer>`, `</answer>`. The tag
-   sequence decides the format: for the format's tags, each exactly once, in order, and nothing but
-   whitespace after `</answer>` (text before `<think>` or between `</think>` and `<answer>` is
-   allowed, as in Logic-RL). The same walk collects the closed `<answer>` blocks that lie outside
-   any `<think>` block: an answer only inside `<think>`, or a block never closed, is no answer.
-   For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk runs over `"<think>" + completion`
-   and a second `<think>` from the model breaks the format.
-2. **Answer text.** `curriculum.tasks.kk.grading.answer_parse.parse_answer` tokenizes each block and binds names
-   to roles with the claims parser shared with validation (`curriculum.tasks.kk.grading.claims`; the docstrings list
-   the phrasings and refusals). The final block is the answer; a person whom two blocks give different roles is
-   undecided ("answer blocks disagree"), so several blocks can never be more right than one.
-
-`correct` is judged on the answer alone (every person decided and equal to the solution, and no one
-outside the puzzle given a role: a reward must never teach a model to invent people); format is
-reported separately in `format_ok` (Logic-RL's validation criterion asks for both). Rewards decide
-how to combine them (`train/rewards/reward_group.py`).
+`grade` runs two linear passes (no regex that can backtrack). **Tags**: one scan finds every `<think>`,
+`</think>`, `<answer>`, `</answer>`; the format is the format's tags, each exactly once, in order, and only
+whitespace after `</answer>` (text before `<think>` or between `</think>` and `<answer>` is allowed, as in
+Logic-RL). The same walk collects the closed `<answer>` blocks outside any `<think>`: an answer only inside
+`<think>`, or a block never closed, is no answer. For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk
+runs over `"<think>" + completion` and a second `<think>` from the model breaks the format. **Answer text**:
+each block is read by `answer.parse_answer` (the claims parser validation shares); the final block is the
+answer, and a person whom two blocks give different roles is undecided, so several blocks are never more right
+than one. `correct` is judged on the answer alone (everyone decided and right, and no one outside the puzzle
+given a role: a reward must never teach a model to invent people); the format is `format_ok`.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from curriculum.tasks.base import completion_text
-from curriculum.tasks.kk.grading.answer_parse import parse_answer
+from curriculum.tasks.kk.grading.answer import parse_answer
+from curriculum.tasks.kk.grading.claim_words import KIND
+from curriculum.tasks.kk.grading.claims import read_claims
 
 FORMATS = ("think_answer", "answer_only", "logic_rl")
 _ROLE = {True: "knight", False: "knave"}
@@ -77,9 +73,9 @@ def _nfc(text: str) -> str:
     return text if text.isascii() else unicodedata.normalize("NFC", text)
 
 
-def _walk_tags(text: str) -> tuple[list[re.Match], list[str], bool, bool]:
-    """One pass over the tags: (tags, answer blocks outside <think>, answer seen inside <think>,
-    a non-empty think block present)."""
+def _read_tags(text: str, fmt: str) -> tuple[list[str], bool, list[str], bool, bool]:
+    """One pass over the tags: (format reasons, partial format, answer blocks outside <think>, answer seen
+    inside <think>, a non-empty think block present)."""
     tags = list(_TAG.finditer(text))
     blocks: list[str] = []
     in_think, answer_in_think, think_ok = False, False, False
@@ -98,17 +94,15 @@ def _walk_tags(text: str) -> tuple[list[re.Match], list[str], bool, bool]:
         elif name == "</answer>" and answer_at is not None:
             blocks.append(text[answer_at:tag.start()])
             answer_at = None
-    return tags, blocks, answer_in_think, think_ok
-
-
-def _format_reasons(text: str, tags: list[re.Match], fmt: str) -> list[str]:
     expected = _EXPECTED[fmt]
     reasons = []
     if tuple(t.group() for t in tags) != expected:
         reasons.append(f"format: want {''.join(expected)}, each once, in order")
     if tags and tags[-1].group() == "</answer>" and text[tags[-1].end():].strip():
         reasons.append("format: text after </answer>")
-    return reasons
+    own_tags = tags[1:] if fmt == "logic_rl" else tags  # the pre-filled <think> is not the model's
+    partial_format = bool(reasons) and any(t.group() in expected for t in own_tags)
+    return reasons, partial_format, blocks, answer_in_think, think_ok
 
 
 def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, bool | None], list[str],
@@ -148,10 +142,7 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
         raise ValueError(f"need one solution entry per person: {len(names)} names, {len(solution)} entries")
     text = _nfc(completion_text(completion))
     checked = "<think>" + text if fmt == "logic_rl" else text
-    tags, blocks, answer_in_think, think_ok = _walk_tags(checked)
-    reasons = _format_reasons(checked, tags, fmt)
-    own_tags = tags[1:] if fmt == "logic_rl" else tags  # the pre-filled <think> is not the model's
-    partial_format = bool(reasons) and any(t.group() in _EXPECTED[fmt] for t in own_tags)
+    reasons, partial_format, blocks, answer_in_think, think_ok = _read_tags(checked, fmt)
     if blocks:
         assignment, answer_reasons, invented = _combine_blocks(blocks, names)
     else:
@@ -169,3 +160,100 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
         partial_format=partial_format, think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
         reasons=tuple(reasons + answer_reasons), invented=invented,
     )
+
+
+_OPEN, _CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True)
+class ReasoningCheck:
+    """The reasoning of one completion against its answer.
+
+    has_reasoning: a closed <think> block with non-whitespace text.
+    settled: name -> the last definite claim about that person in the reasoning (None: never settled).
+    settles: the reasoning settles at least one person (one that settles nobody can neither agree nor
+        disagree: "Let me think about the statements" is no evidence for the answer).
+    agrees: it settles someone, and every person it settles has that role in the answer (people it
+        never settles do not count against it; an answer that leaves a settled person undecided does).
+    invented: people not in the puzzle that the reasoning names (a K&K first name) or gives a role.
+    """
+
+    has_reasoning: bool
+    settled: dict[str, bool | None]
+    agrees: bool
+    invented: tuple[str, ...]
+    settles: bool = False
+
+
+def check_reasoning(text: str, names: Sequence[str], answer: Mapping[str, bool | None], fmt: str) -> ReasoningCheck:
+    """Compare the reasoning of completion `text` (its first closed <think> block; for fmt "logic_rl", whose
+    prompt pre-fills <think>, the text before </think>) with the grader's `answer` (name -> role or None). A
+    right answer reached by wrong reasoning, and invented people, are invisible to accuracy: validation
+    reports them.
+
+    >>> names = ["Aiden", "Zoey"]
+    >>> r = check_reasoning("<think>Suppose Aiden lies. Then Zoey is a knight. So Aiden is a knave.</think>",
+    ...                     names, {"Aiden": True, "Zoey": True}, "think_answer")
+    >>> r.settled, r.settles, r.agrees
+    ({'Aiden': False, 'Zoey': True}, True, False)
+    >>> r = check_reasoning("<think>Let me read the statements.</think>", names, {"Aiden": True}, "think_answer")
+    >>> r.has_reasoning, r.settles, r.agrees
+    (True, False, False)
+    >>> check_reasoning("Zoey lies.</think><answer>x</answer>", ["Zoey"], {}, "logic_rl").settled
+    {'Zoey': False}
+    >>> check_reasoning("<think>Zoey lies, cut off", ["Zoey"], {}, "think_answer").has_reasoning
+    False
+    """
+    if fmt == "logic_rl":
+        text = _OPEN + text
+    start = text.find(_OPEN)
+    end = text.find(_CLOSE, start) if start >= 0 else -1
+    block = text[start + len(_OPEN):end] if end >= 0 else ""
+    if not block.strip():
+        return ReasoningCheck(False, dict.fromkeys(names), False, ())
+    claims = read_claims(block, names)
+    settled = claims.last()
+    settles = any(role is not None for role in settled.values())
+    agrees = settles and all(answer.get(name) is role for name, role in settled.items() if role is not None)
+    named = [word for word in claims.invented if KIND.get(word) == "stranger"]
+    return ReasoningCheck(True, settled, agrees, tuple(dict.fromkeys([*named, *claims.invented_with_roles()])),
+                          settles)
+
+
+MAX_LINES = 20  # a conclusion is short; a tail longer than this is reasoning, not a conclusion
+
+
+@dataclass(frozen=True)
+class Lenient:
+    """The lenient verdict: right, the assignment it read (name -> role or None), and why not."""
+
+    correct: bool
+    assignment: dict[str, bool | None]
+    reason: str = ""
+
+
+def lenient_grade(text: str, names: Sequence[str], solution: Sequence[bool], strict: Grade) -> Lenient:
+    """The lenient verdict on one completion, given its strict grade: the strict verdict when it has a closed
+    <answer> block; else (instruct models often answer in prose) the final conclusion, the shortest tail of the
+    text after the last </think> (tags dropped), grown a line at a time from the end up to `MAX_LINES`, that
+    decides every person. Each tail is read by `parse_answer`, with its refusals (a hedge, both roles, a
+    voiding hedge, an invented person): the first tail that refuses ends the reading as wrong.
+
+    >>> names, solution = ["Zoey", "Oliver"], [False, True]
+    >>> text = "<think>Zoey is a knight.</think>Zoey's claim is false.\\nSo Zoey is a knave and Oliver is a knight."
+    >>> lenient_grade(text, names, solution, grade(text, names, solution)).correct
+    True
+    """
+    if strict.answered:  # a tagged answer is the answer: the lenient reading never overrides it
+        return Lenient(strict.correct, dict(strict.assignment), "" if strict.correct else "the tagged answer")
+    conclusion = _TAG.sub("\n", text.rsplit(_CLOSE, 1)[-1]).strip()  # the reasoning is not the answer
+    lines = [line for line in conclusion.splitlines() if line.strip()]
+    for k in range(1, min(len(lines), MAX_LINES) + 1):
+        parsed = parse_answer("\n".join(lines[-k:]), names)
+        refused = parsed.invented or any(not reason.endswith(" missing") for reason in parsed.reasons)
+        if refused:
+            return Lenient(False, parsed.assignment, "; ".join(parsed.reasons))
+        if all(role is not None for role in parsed.assignment.values()):
+            right = all(parsed.assignment[n] is bool(s) for n, s in zip(names, solution, strict=True))
+            return Lenient(right, parsed.assignment, "" if right else "the conclusion is wrong")
+    return Lenient(False, dict.fromkeys(names), f"no conclusion in the last {MAX_LINES} lines decides everyone")

@@ -1,25 +1,13 @@
-"""Logic-RL's K&K reward, computed exactly as its parser computes it (`reward=logic_rl_strict`).
-
-A port of Unakar/Logic-RL `verl/utils/reward_score/kk.py` (`compute_score`), its regexes, its
-structure check and its scores kept, its prints left out. It scores the whole decoded sequence, prompt
-then response (verl's reward manager decodes both together), so the batched function takes TRL's
-`prompts` beside the completions:
-
-- the response is the text after the first "Assistant:", else after the first "<|im_start|>assistant"
-  (neither: the whole sequence, with no answer); the answer is the last `<answer>...</answer>`;
-- format (+1, else -1): `<think>`, `</think>`, `<answer>`, `</answer>` each exactly once in the
-  response, in that order. The prompt's pre-filled `<think>` lies inside the response, so a model that
-  writes its own `<think>` fails;
-- answer: 2 when every person's "<name> is a knight|knave" matches the solution, -1.5 when one does
-  not, -2 when the answer says "knight"/"knave" (any case, inside other words too: "Knights") other
-  than once per person, a person has no such sentence, the answer is empty, or the format failed.
-
-Totals 3 / -0.5 / -1 / -3, as the lenient `reward=tiered` table (scheme logic_rl), but read far more strictly than
-`curriculum.tasks.kk.grading.grader`: "Knights: Zoey, Ava" is right for the grader (+3 there) and unparseable here (-1).
-The ground truth is Logic-RL's reading of the record's `solution_text_format` ("(1) Zoey is a knight"),
-rebuilt from names and roles (`solution_text_format`). One difference from verl stays: TRL decodes a
-completion without special tokens, so one emitted mid-text (never the case before the end-of-sequence
-token, which stops generation) is not in the string scored here.
+"""Logic-RL's K&K reward (`reward=logic_rl_strict`): a port of Unakar/Logic-RL
+`verl/utils/reward_score/kk.py` (`compute_score`), its regexes, structure check and scores kept, its prints left
+out. It scores the decoded prompt then response (as verl's reward manager decodes them), so the batched function
+takes TRL's `prompts`. The response is the text after the first "Assistant:", else after the first
+"<|im_start|>assistant"; format +1 when `<think>`, `</think>`, `<answer>`, `</answer>` are each once in it, in
+that order (the prompt's pre-filled `<think>` is inside it, so a model writing its own fails), else -1; answer 2
+when every person's "<name> is a knight|knave" matches, -1.5 when one does not, -2 when "knight"/"knave" (any
+case, inside words too) is not said once per person, someone has no such sentence, or the format failed. Far
+stricter than the grader: "Knights: Zoey, Ava" is +3 there and -1 here. One difference from verl: TRL decodes
+without special tokens, so one emitted mid-text is not in the string scored.
 """
 
 from __future__ import annotations
@@ -27,13 +15,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from curriculum.tasks.kk.english import solution_text_format
+
 RESPONSE_HEADERS = ("Assistant:", "<|im_start|>assistant")
 STRUCTURE_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
 FORMAT_SCORE, ANSWER_RIGHT, ANSWER_WRONG, ANSWER_UNPARSED = 1.0, 2.0, -1.5, -2.0
 
 
 def extract_solution(solution_str: str) -> tuple[str | None, str]:
-    """(the last answer block's text or None, the response) of a decoded prompt + response."""
+    """(the last answer block's text or None, the response)."""
     for header in RESPONSE_HEADERS:
         if header in solution_str:
             processed = solution_str.split(header, 1)[1]
@@ -93,16 +83,6 @@ def compute_score(solution_str: str, solution_text_format: str) -> float:
         if predicted:
             answer = ANSWER_RIGHT if predicted == truth else ANSWER_WRONG
     return (FORMAT_SCORE if format_ok else -FORMAT_SCORE) + answer
-
-
-def solution_text_format(names: Sequence[str], solution: Sequence[bool]) -> str:
-    """A record's `solution_text_format` from its names and roles (True = knight), as K&K writes it.
-
-    >>> solution_text_format(["Zoey", "Ava"], [True, False])
-    '(1) Zoey is a knight\\n(2) Ava is a knave'
-    """
-    return "\n".join(f"({i}) {name} is a {'knight' if role else 'knave'}"
-                     for i, (name, role) in enumerate(zip(names, solution, strict=True), start=1))
 
 
 def logic_rl_scores(prompts: Sequence[str], completions: Sequence[str], names: Sequence[Sequence[str]],

@@ -1,24 +1,28 @@
-"""Markdown tables in an answer, rewritten as one "name: role" line per person.
+"""Who is a knight and who a knave, read out of the text of one <answer> block, in three linear passes.
 
-Read as prose, a table's cells run together: in `| Knights | Knaves |` the header is two roles with
-no names, and a "Reason" column tells claims that are not the answer. So a table whose header says
-what its columns hold is rewritten before the claims are read:
-
-- **Role columns** (`| Knights | Knaves |`, no name column): every name in a column takes its
-  header's role -> "knight: Zoey, Liam".
-- **Name and role columns** (`| Name | Role |`, `| Person | Knight/Knave | Reason |`): the name
-  cell and the role cell of each row -> "Zoey: Knave"; other columns are dropped. A role column
-  headed by one role ("Knight?") reads yes / no cells as that role or the other.
-- Any other table with a header is read row by row as prose, without the columns that quote
-  claims (`| Speaker | Statement | ... |`).
-
-A table with no such header (or no |---| line under it), and a row that lacks the cells, are left
-as they are, read as prose.
+1. **Tables** with a telling header become "name: role" lines (`rewrite_tables`): read as prose, a table's cells
+   run together (in `| Knights | Knaves |` the header is two roles with no names, and a "Reason" column tells
+   claims that are not the answer). Role columns (`| Knights | Knaves |`, no name column): every name takes its
+   column's role. Name and role columns (`| Name | Role |`, `| Person | Knight/Knave | Reason |`): each row's
+   name and role cells, other columns dropped; a column headed by one role ("Knight?") reads yes / no cells as
+   that role or the other. Any other table with a header is read row by row, without the columns that quote
+   claims (`| Speaker | Statement |`). A table without a header over a |---| line, or a row that lacks the cells,
+   stays prose.
+2. **Claims** are read by `claims.read_claims`, the parser validation also runs on reasoning blocks, so both
+   read "X is a knight / knave" phrasings the same way.
+3. **Refuse rather than guess.** A person given both roles anywhere in the block, or named in a hedged
+   sentence, is undecided. Everyone is undecided when a sentence that names nobody hedges ("Or the reverse.",
+   "Either way works.") or says the roles cannot be determined. People not in the puzzle but given a role are
+   listed in `invented` (the grader marks that wrong).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from curriculum.tasks.kk.grading.claim_words import REPORTING, ROLE_WORDS, tokenize
+from curriculum.tasks.kk.grading.claims import read_claims
 
 NAME_HEADERS = frozenset({"name", "names", "person", "people", "inhabitant", "inhabitants", "character",
                           "characters", "who", "individual", "islander", "speaker"})
@@ -115,3 +119,51 @@ def _name_role_line(row: list[str], name_col: int, role_col: int, header: list[t
     if polarity is not None and role.lower().strip(" *_.") in YES | NO:
         role = _ROLE_NAME[polarity if role.lower().strip(" *_.") in YES else not polarity]
     return f"{row[name_col]}: {role}"
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    """What one answer block says: name -> True (knight) / False (knave) / None, and why not.
+
+    invented: people not in the puzzle whom the block gives a role (lower-case).
+    """
+
+    assignment: dict[str, bool | None]
+    reasons: tuple[str, ...]
+    invented: tuple[str, ...] = ()
+
+
+def parse_answer(text: str, names: Sequence[str]) -> ParsedAnswer:
+    """Parse one answer block for the people in `names`.
+
+    >>> people = ["Ava", "Avery", "Mia"]
+    >>> parse_answer("Both Ava and Avery are knights; Mia isn't a knight.", people).assignment
+    {'Ava': True, 'Avery': True, 'Mia': False}
+    >>> parse_answer("Zoey is a knight or a knave. Oliver is a knave.", ["Zoey", "Oliver"]).reasons
+    ('Zoey hedged',)
+    >>> parse_answer("Zoey is a knave. Oliver is a knight. (Or the reverse.)", ["Zoey", "Oliver"]).reasons
+    ('answer voided by a hedge that names nobody',)
+    """
+    claims = read_claims(rewrite_tables(text), names)
+    invented = claims.invented_with_roles() if claims.invented else ()
+    invented_reasons = tuple(f"{word.capitalize()} is not in the puzzle" for word in invented)
+    if claims.void:
+        return ParsedAnswer(dict.fromkeys(names), tuple(f"answer voided by {why}" for why in claims.void)
+                            + invented_reasons, invented)
+    role_of: dict[int, bool] = {}
+    both: set[int] = set()
+    for person, role, _ in claims.events:
+        if role_of.setdefault(person, role) is not role:
+            both.add(person)
+    assignment: dict[str, bool | None] = {}
+    reasons: list[str] = list(claims.notes)
+    for person, name in enumerate(names):
+        if person in claims.hedged:
+            reasons.append(f"{name} hedged")
+        elif person in both:
+            reasons.append(f"{name} given both roles")
+        elif person not in role_of:
+            reasons.append(f"{name} missing")
+        decided = person not in claims.hedged and person not in both
+        assignment[name] = role_of.get(person) if decided else None
+    return ParsedAnswer(assignment, tuple(reasons) + invented_reasons, invented)
