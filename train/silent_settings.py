@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from core.checks import ConfigError
 from curriculum.plan import Stage
-from train.rewards.probe import low_token_share
+from train.rewards.reward_group import low_token_share
 
 log = logging.getLogger(__name__)
 
