@@ -182,7 +182,8 @@ BAD_CONFIGS = [
       "+reward.custom.mine={_target_: train.rewards.reward_group.low_token_share, _partial_: false, below: 3}"),
      "reward.custom.mine._partial_"),
     # ... that takes a built-in component's name
-    (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.rewards.reward_group.low_token_share, below: 3}"),
+    (("+curriculum=kk_ladder",
+      "+reward.custom.format={_target_: train.rewards.reward_group.low_token_share, below: 3}"),
      "reward.custom.format"),
     # the validation plan is all or near
     (("+curriculum=kk_ladder", "eval.subsets_after_stage=some"), "eval.subsets_after_stage"),

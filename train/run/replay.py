@@ -27,7 +27,7 @@ from eval.validation import sample_cells, tracked_validation
 from train.rollouts import table_row
 from train.run.resume import StageAction, StageStart
 from train.run.stage_end import tracked_guard
-from train.stages.checkpoints import checkpoint_step
+from train.stages.training import checkpoint_step
 from train.tracking import send_trainer_line
 
 # The step a row of `kind` is sent at, and the order a step's rows are sent in: training, then validation.

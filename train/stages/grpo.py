@@ -48,12 +48,7 @@ log = logging.getLogger(__name__)
 
 
 def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lora: Mapping | None) -> GRPOConfig:
-    """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only).
-
-    With rollouts from a vLLM server every stage syncs its weights through `vllm_group_port` as configured: each
-    stage's weight-sync group is closed as the stage ends (train/stages/weight_sync.py), so the next one's
-    trainer, in the same process, finds the port free.
-    """
+    """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only)."""
     fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora, config_class=GRPOConfig)
     return GRPOConfig(**fields, remove_unused_columns=False)
 
