@@ -1,19 +1,19 @@
-"""The supervised stage kind (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off
-like any stage, so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe).
-
-With `model.lora` the adapters train and are merged into the published final, as in a GRPO stage.
+"""The supervised stage kind (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off like any
+stage (LoRA merged into the final), so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
 from core.checks import ConfigError
-from core.stage_kinds import SFT
+from core.stage_kinds import SFT, StageKindFacts
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
 from curriculum.tasks.base import TaskRecord
@@ -21,13 +21,13 @@ from train.stages.base import KindSettings, StageContext
 from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
 
 
+@dataclass
 class SftStage:
     """`kind: sft`: next-token loss on the reference completion after the prompt; no rewards, no reference."""
 
-    facts = SFT
-
-    def __init__(self, sft: Mapping, shared: KindSettings):
-        self.sft, self.shared = sft, shared
+    facts: ClassVar[StageKindFacts] = SFT
+    sft: Mapping
+    shared: KindSettings
 
     def fields(self, stage: Stage) -> dict:
         """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
