@@ -56,7 +56,9 @@ class StageStart:
 
 def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]], *,
                 on_damaged: str, processes: Processes) -> dict[int, StageStart]:
-    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads).
+    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads): skipped
+    unless it trains; else its final adopted, or trained (from a trainer checkpoint where a kill left one), or that
+    checkpoint published at its budget.
 
     The main process alone decides which done stages train again (it alone sets a refused final aside); every
     rank sends the same ones back to pending, then reads the same files to answer for each stage.
@@ -67,36 +69,34 @@ def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_rea
     if not processes.is_main:
         for index in sorted(to_train & done):
             manifest.stage_reset(index)
-    return {stage.index: plan_stage(run_dir, manifest, stage, trains=stage.index in to_train,
-                                    world_size=processes.world_size) for stage in plan}
-
-
-def plan_stage(run_dir: Path, manifest: Manifest, stage: Stage, *, trains: bool, world_size: int) -> StageStart:
-    """How `stage` starts: skipped unless it `trains`; else its final adopted, or trained (from a trainer
-    checkpoint of `world_size` processes where a kill left one), or that checkpoint published at its budget."""
-    if not trains:
-        return StageStart(StageAction.SKIP, stage)
-    try:
-        adopted = adopted_final(run_dir, stage, manifest.config_hash)
-    except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
-        manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
-        raise
-    if adopted is not None:
-        return StageStart(StageAction.ADOPT, stage, adopted=adopted)
-    budget = resume_budget(stage, manifest.record(stage.index))
-    # the newest complete and intact trainer checkpoint; the newer ones passed over are named in the log and run.json
-    scan = scan_checkpoints(stage_path(run_dir, stage.dirname) / "trainer", world_size)
-    for skipped in scan.skipped:
-        log.warning("stage %s: not resuming from %s: %s", stage.name, skipped["checkpoint"], skipped["problem"])
-    if scan.skipped:
-        manifest.checkpoints_skipped(stage.index, scan.skipped)
-    if scan.usable is None and scan.skipped:
-        log.warning("stage %s: no intact trainer checkpoint; training it from its start", stage.name)
-    checkpoint = scan.usable
-    if checkpoint is None:
-        return StageStart(StageAction.TRAIN, budget)
-    action = StageAction.PUBLISH if checkpoint_step(checkpoint) >= budget.steps else StageAction.TRAIN
-    return StageStart(action, budget, checkpoint, logged_before_resume(run_dir, stage, checkpoint))
+    starts = {}
+    for stage in plan:
+        if stage.index not in to_train:
+            starts[stage.index] = StageStart(StageAction.SKIP, stage)
+            continue
+        try:
+            adopted = adopted_final(run_dir, stage, manifest.config_hash)
+        except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
+            manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
+            raise
+        if adopted is not None:
+            starts[stage.index] = StageStart(StageAction.ADOPT, stage, adopted=adopted)
+            continue
+        budget = resume_budget(stage, manifest.record(stage.index))
+        # the newest complete, intact trainer checkpoint; the newer ones passed over are named in the log and run.json
+        scan = scan_checkpoints(stage_path(run_dir, stage.dirname) / "trainer", processes.world_size)
+        for skipped in scan.skipped:
+            log.warning("stage %s: not resuming from %s: %s", stage.name, skipped["checkpoint"], skipped["problem"])
+        if scan.skipped:
+            manifest.checkpoints_skipped(stage.index, scan.skipped)
+        if scan.usable is None and scan.skipped:
+            log.warning("stage %s: no intact trainer checkpoint; training it from its start", stage.name)
+        if scan.usable is None:
+            starts[stage.index] = StageStart(StageAction.TRAIN, budget)
+            continue
+        action = StageAction.PUBLISH if checkpoint_step(scan.usable) >= budget.steps else StageAction.TRAIN
+        starts[stage.index] = StageStart(action, budget, scan.usable, logged_before_resume(run_dir, stage, scan.usable))
+    return starts
 
 
 def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],

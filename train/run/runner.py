@@ -45,7 +45,7 @@ from train.identity import RunIdentity
 from train.rollouts import RolloutSampler
 from train.run.replay import replay_history
 from train.run.resume import StageAction, StageStart, compact_finals, plan_stages
-from train.run.stage_end import StageEnd, stage_end_callbacks
+from train.run.stage_end import CollapseGuard, DivergenceStop, SkillCheck, StageEnd
 from train.run.start import cpu_warning, process_engine, run_lock, run_size, run_threads
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind
@@ -261,12 +261,24 @@ class CurriculumRun:
         says why the stage ended: its log lines, its checkpoints' digests, the caller's callbacks, what may end it
         early (`history`: the steps logged before a resume), the console, sampled rollouts, and those that act only
         where they apply (DeepSpeed's exact start from `init`, a vLLM server's weight-sync group)."""
-        logs, rollouts = self.logs, self.settings.rollouts
+        logs, rollouts, validation = self.logs, self.settings.rollouts, self.settings.validation
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
                                   level=stage.level_label, step_offset=step_offset, kind=stage.kind_facts)
-        watch, ends = stage_end_callbacks(stage, step_offset=step_offset, validation=self.settings.validation,
-                                          held_out=self.held_out, logs=logs, manifest=self.manifest, history=history,
-                                          processes=self.processes)
+        guard: CollapseGuard | None = None
+        skill: SkillCheck | None = None
+        if stage.guard is not None:  # its events go to run.json as they happen: a stage that fails later shows them
+            guard = CollapseGuard(stage.guard, logs.metrics, logs.tracker,
+                                  partial(self.manifest.guard_event, stage.index), stage_index=stage.index,
+                                  stage_name=stage.name, step_offset=step_offset, history=history)
+        if validation.eval.every > 0 or stage.promote is not None:
+            pools = {level: self.held_out[level][: validation.eval.n] for level in stage.level_weights
+                     if level in self.held_out}
+            skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage,
+                               step_offset=step_offset, keep_best=guard is not None and guard.action == "stop",
+                               processes=self.processes)
+        ends = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
+                        record_stop=lambda record: self.manifest.update_stage(stage.index, end=record))
+        watch = [c for c in (DivergenceStop(stage.name, self.processes), skill, guard, ends) if c is not None]
         shown = [self.console.stage(stage)] if self.console is not None else []
         if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
             shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,

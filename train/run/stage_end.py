@@ -19,14 +19,12 @@ from transformers import TrainerCallback
 
 from core.checks import is_number
 from core.distributed import SINGLE, Processes, gather
-from core.rundir.manifest import Manifest
 from core.rundir.readers import row_level
 from core.weights import held_weights_finite
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
 from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
-from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)
 
@@ -252,26 +250,3 @@ class StageEnd(TrainerCallback):
         if self.kept:
             end["kept_step"] = self.kept["stage_step"]
         return end
-
-
-def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: ValidationSettings,
-                        held_out: Mapping[str, list], logs: RunLogs, manifest: Manifest,
-                        history: Sequence[Mapping], processes: Processes) -> tuple[list, StageEnd]:
-    """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
-
-    `history`: the stage's step rows logged before a resume (the guard's window carries over). Guard events go to
-    run.json as they happen, so a stage that fails later still shows them.
-    """
-    guard = None
-    if stage.guard is not None:
-        guard = CollapseGuard(stage.guard, logs.metrics, logs.tracker,
-                              record=lambda event: manifest.guard_event(stage.index, event), stage_index=stage.index,
-                              stage_name=stage.name, step_offset=step_offset, history=history)
-    skill = None
-    if validation.eval.every > 0 or stage.promote is not None:
-        pools = {level: held_out[level][: validation.eval.n] for level in stage.level_weights if level in held_out}
-        skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
-                           keep_best=guard is not None and guard.action == "stop", processes=processes)
-    end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
-                   record_stop=lambda record: manifest.update_stage(stage.index, end=record))
-    return [c for c in (DivergenceStop(stage.name, processes), skill, guard, end) if c is not None], end

@@ -16,7 +16,6 @@ from conf.schema import LoraConfig
 from core.checks import ConfigError, is_int, is_number, plain
 from core.models import device_settings
 from curriculum.plan import Stage
-from curriculum.prompts import prompt_ids
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
@@ -137,8 +136,3 @@ def _fits(value, expected: type, nullable: bool) -> bool:
     if expected in (bool, str):
         return isinstance(value, expected)
     return is_number(value) if expected is float else is_int(value)
-
-
-def token_counts(texts: list[str], tokenizer) -> list[int]:
-    """How many tokens each text is, tokenized as TRL's trainers tokenize it (`prompt_ids`)."""
-    return [len(prompt_ids(text, tokenizer)) for text in texts]

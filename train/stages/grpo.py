@@ -26,13 +26,14 @@ from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
+from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import TaskRecord
 from eval.vllm_backend import process_kept
 from eval.vllm_engine import ProcessEngine, rollout_arguments
 from train.rewards.checks import checked_rewards
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, trainer_fields
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class GrpoStage:
         """Every prompt plus the completion budget must fit the model's context (TRL truncates nothing)."""
         context_length = int(self.shared.model["context_length"])
         max_new_tokens = int(stage.overrides.get("max_completion_length", self.grpo["max_completion_length"]))
-        longest = max(token_counts(rows["prompt"], tokenizer), default=0)
+        longest = max((len(prompt_ids(prompt, tokenizer)) for prompt in rows["prompt"]), default=0)  # as TRL tokenizes
         if longest + max_new_tokens > context_length:
             raise ConfigError(
                 f"model.context_length: {stage.name} has a prompt of {longest} tokens; with "

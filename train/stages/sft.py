@@ -16,9 +16,10 @@ from core.checks import ConfigError
 from core.stage_kinds import SFT, StageKindFacts
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
+from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import TaskRecord
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, trainer_fields
 
 
 @dataclass
@@ -55,7 +56,7 @@ class SftStage:
         eos = tokenizer.eos_token or ""
         texts = [prompt + completion + ("" if completion.endswith(eos) else eos)
                  for prompt, completion in zip(rows["prompt"], rows["completion"], strict=True)]
-        longest = max(token_counts(texts, tokenizer), default=0)
+        longest = max((len(prompt_ids(text, tokenizer)) for text in texts), default=0)  # as TRL tokenizes
         if longest > int(max_length):
             raise ConfigError(f"{budget_key}: {stage.name} has a prompt and reference completion of {longest} tokens, "
                               f"over the SFT budget of {max_length} (TRL would truncate the reference answer)")

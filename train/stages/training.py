@@ -72,8 +72,10 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
         publish_stage(trainer, model, final.weights, stage_dir,
                       result.marker(stage.name, ctx.config_hash, ctx.task, ctx.init_model),
                       keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
-    finally:
-        release_from_trainer(trainer)
+    finally:  # however the stage ended: a callback's `on_train_end` never runs when training raises
+        for callback in list(trainer.callback_handler.callbacks):
+            if callable(getattr(callback, "release", None)):
+                callback.release()  # what it holds open for the trainer (a vLLM server's weight-sync group)
     # every rank reads the marker the main process wrote (the final is in place for all of them)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2),
                                final_marker=marker_digest(stage_dir / "final"))
@@ -87,14 +89,6 @@ def bind_to_trainer(trainer: Trainer) -> None:
     for callback in list(trainer.callback_handler.callbacks):
         if callable(getattr(callback, "bind", None)):
             callback.bind(trainer)
-
-
-def release_from_trainer(trainer: Trainer) -> None:
-    """However the stage ended, the callbacks that hold something open for the trainer give it back (`release()`):
-    a callback's `on_train_end` never runs when training raises."""
-    for callback in list(trainer.callback_handler.callbacks):
-        if callable(getattr(callback, "release", None)):
-            callback.release()
 
 
 def distributed_record(trainer: Trainer) -> dict:
