@@ -57,7 +57,7 @@ def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
 
 
-@dataclass
+@dataclass(eq=False)
 class GrpoStage:
     """`kind: grpo` (the default): the task's rewards, KL to a reference checkpoint unless beta is 0."""
 

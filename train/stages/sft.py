@@ -22,7 +22,7 @@ from train.stages.base import KindSettings, StageContext
 from train.stages.fields import check_trainer_fields, lora_config, trainer_fields
 
 
-@dataclass
+@dataclass(eq=False)
 class SftStage:
     """`kind: sft`: next-token loss on the reference completion after the prompt; no rewards, no reference."""
 
