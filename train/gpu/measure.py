@@ -1,8 +1,6 @@
-"""What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and
-bare TRL's on the same two stages, peak memory, speed, validation costs, and the report that holds them.
-
-Every part runs on a CPU too (`--device cpu`: vLLM's CPU build, the tiny model with heads of 64); the test
-suite runs the whole check that way (tests/engines/test_gpu_check.py), so every line has run before a GPU day.
+"""What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and bare TRL's
+on the same two stages, peak memory, speed, validation costs, and the report that holds them. Every part runs on a
+CPU too (`--device cpu`: vLLM's CPU build), as the test suite runs it, so every line has run before a GPU day.
 """
 
 from __future__ import annotations

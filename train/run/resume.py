@@ -101,13 +101,10 @@ def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_rea
 
 def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],
                     *, on_damaged: str) -> set[int]:
-    """The indices of the stages still to train: those not done, and each done stage whose final is needed (the
-    run's result, or read by a stage still to train: `finals_read` names the stages whose finals a stage reads)
-    but is not the final run.json recorded for it (missing, damaged, another stage's or run's). Such a final
-    either stops the run (`on_damaged: error`) or sends its stage back to be trained again (`retrain`).
-
-    Walked from the last stage back, so that a stage sent back makes the finals it reads needed in turn.
-    """
+    """The indices of the stages still to train: those not done, and each done stage whose needed final (the run's
+    result, or read by a stage still to train) is not the one run.json recorded; such a final stops the run
+    (`on_damaged: error`) or sends its stage back (`retrain`). Walked from the last stage back, so that a stage sent
+    back makes the finals it reads needed in turn."""
     needed, to_train = {len(plan)}, set()
     for stage in reversed(plan):
         record = manifest.record(stage.index)

@@ -71,12 +71,9 @@ def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[
 
 
 def run_threads(recorded: int | None, setting, processes: Processes) -> int:
-    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them).
-
-    A resume takes the count run.json `recorded`: another count sums floats in another order. A new run takes
-    `cpu_threads` (auto: measured once, by the main process) and keeps it: a count that followed the machine's
-    load would change the run with it.
-    """
+    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them): a
+    resume's are those `recorded` (another count sums floats in another order); a new run's `cpu_threads` (auto:
+    measured once, by the main process), kept: a count that followed the machine's load would change the run."""
     if recorded is None:
         chosen = on_main(lambda: configure_cpu_threads(setting), processes)
         log.info("torch CPU threads: %d (cpu_threads=%s)", chosen, setting)

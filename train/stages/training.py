@@ -132,13 +132,10 @@ def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Proc
 
 
 def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str | None, Path | None]:
-    """Train, continuing from `ctx.resume_from` if given. Returns the checkpoint resumed from, and the DeepSpeed
-    checkpoint to publish as it is (else None).
-
-    A checkpoint at the budget (`ctx.resume_at_budget`) is loaded, not trained on: training it again would run a
-    step past `max_steps` and shift every later global step. A DeepSpeed one is not loaded at all (only `train()`
-    builds the engine loading needs): its master weights are read from its files.
-    """
+    """Train, continuing from `ctx.resume_from` if given; returns the checkpoint resumed from, and the DeepSpeed
+    checkpoint to publish as it is (else None). One at the budget (`ctx.resume_at_budget`) is loaded, not trained on
+    (a step past `max_steps` would shift every later global step); a DeepSpeed one is not loaded at all (only
+    `train()` builds the engine loading needs): its master weights are read from its files."""
     resume_from = ctx.resume_from
     if resume_from is None:
         trainer.train()
@@ -157,12 +154,9 @@ def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str |
 
 def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path, info: dict, *,
                   keep_trainer_checkpoints: bool, processes: Processes) -> None:
-    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints.
-
-    `weights` (on the main process): whole float32 weights an engine kept apart from the module, saved as a model
-    of its architecture. Otherwise `model` itself: through the trainer (`save_model`, on every rank) when it is the
-    trainer's, or by the main process (a merged LoRA model, whole on every rank).
-    """
+    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints. `weights` (main process):
+    whole float32 weights an engine kept apart from the module; else `model` itself, through the trainer's
+    `save_model` (every rank) when it is the trainer's, or by the main process (a merged LoRA model)."""
     tmp = stage_dir / "final.tmp"
     if processes.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
