@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from core.models import defer_bitsandbytes, quiet_libraries
 
     defer_bitsandbytes(set())  # before transformers.trainer imports it: single_gpu's 8-bit AdamW is CUDA's, kept
-    from train.gpu.config import gpu_check_cfg
+    from train.gpu.bare import gpu_check_cfg
     from train.gpu.measure import run_check
 
     quiet_libraries()

@@ -39,7 +39,7 @@ from eval.settings import (
     subset_levels,
     validation_settings,
 )
-from train.rewards.probe import low_token_share
+from train.rewards.reward_group import low_token_share
 from train.rewards.reward_group import RewardComponent, reward_stack, stack_record
 from train.stages.base import StageKind
 from train.stages.fields import check_trainer_fields

@@ -171,18 +171,19 @@ BAD_CONFIGS = [
     (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: my_missing_module.fn, _partial_: true}"),
      "reward.custom.mine._target_"),
     # ... that misses a setting the trainer cannot supply
-    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: train.rewards.probe.low_token_share}"),
+    (("+curriculum=kk_ladder", "+reward.custom.mine={_target_: train.rewards.reward_group.low_token_share}"),
      "reward.custom.mine"),
     # ... that binds a keyword the function does not take
     (("+curriculum=kk_ladder",
-      "+reward.custom.mine={_target_: train.rewards.probe.low_token_share, below: 3, bleow: 4}"),
+      "+reward.custom.mine={_target_: train.rewards.reward_group.low_token_share, below: 3, bleow: 4}"),
      "reward.custom.mine"),
     # ... that would be called at load time instead of by the trainer
     (("+curriculum=kk_ladder",
-      "+reward.custom.mine={_target_: train.rewards.probe.low_token_share, _partial_: false, below: 3}"),
+      "+reward.custom.mine={_target_: train.rewards.reward_group.low_token_share, _partial_: false, below: 3}"),
      "reward.custom.mine._partial_"),
     # ... that takes a built-in component's name
-    (("+curriculum=kk_ladder", "+reward.custom.format={_target_: train.rewards.probe.low_token_share, below: 3}"),
+    (("+curriculum=kk_ladder",
+      "+reward.custom.format={_target_: train.rewards.reward_group.low_token_share, below: 3}"),
      "reward.custom.format"),
     # the validation plan is all or near
     (("+curriculum=kk_ladder", "eval.subsets_after_stage=some"), "eval.subsets_after_stage"),

@@ -15,7 +15,7 @@ from core.rundir.files import read_jsonl
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
 from tests.engine_guard import engine_starts
-from train.gpu.config import gpu_check_cfg, size_to_card
+from train.gpu.bare import gpu_check_cfg, size_to_card
 from train.gpu.measure import validation_projection
 
 # vLLM for real: `make test` runs these again under the transformers a GPU user's `vllm` extra gets (Makefile)

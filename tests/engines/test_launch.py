@@ -63,7 +63,7 @@ def test_the_size_said_before_a_run_counts_every_process_completions_and_shares_
     """Each process generates its own per-device batch every step (the smoke recipe: 4 completions per process), as
     TRL's batch arithmetic counts them, while validation's puzzles are shared out over the processes, not repeated."""
     from eval.settings import validation_settings
-    from train.run.preflight import run_size
+    from train.run.start import run_size
 
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
     task = build_task(cfg.task, fmt=str(cfg.prompt.fmt))

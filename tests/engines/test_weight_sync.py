@@ -27,8 +27,7 @@ from core.distributed import SINGLE
 from curriculum.plan import build_plan
 from eval.vllm_backend import free_port
 from train.stages.base import StageContext
-from train.stages.training import run_stage
-from train.stages.weight_sync import WeightSyncGroup
+from train.stages.training import WeightSyncGroup, run_stage
 
 
 class VllmServerStandIn(BaseHTTPRequestHandler):

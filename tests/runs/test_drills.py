@@ -18,7 +18,7 @@ from tests.conftest import compose_cfg
 from train.run.runner import run_curriculum
 from train.run.stage_end import DivergenceStop, NonFiniteLossError
 from train.settings import read_settings
-from train.stages.checkpoints import scan_checkpoints
+from train.stages.training import scan_checkpoints
 
 KEPT = ["+curriculum=kk_ladder", "experiment=smoke", "keep_trainer_checkpoints=true",
         "curriculum.stages=[{name: a, ppl: 2, steps: 2, pool: 8}, {name: b, ppl: 3, steps: 2, pool: 8}]"]

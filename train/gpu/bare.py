@@ -1,15 +1,12 @@
-"""The GPU check's yardstick: the check's stages with TRL's GRPOTrainer alone, each stage in a process of its own.
+"""What a GPU check runs (`gpu_check_cfg`: kk_ladder's first stages, cut short, under `experiment=single_gpu` or
+its CPU twin, the same for our runner and bare TRL), and its yardstick: those stages with TRL's GRPOTrainer alone.
 
-`python -m train.gpu.bare STAGE OUT_DIR [--device cpu] [overrides]`: stage STAGE (1, 2, ...) of the check's
-plan (`train.gpu.config.gpu_check_cfg`, the same overrides as our run), with the GRPOConfig, reward functions,
-rows and seed the runner would give it, from the previous stage's saved final (`OUT_DIR/<k-1>-<name>/final`,
-stage 1 from the base model) to its own. Nothing of ours runs around it: no validation, no run directory.
-It writes `OUT_DIR/<k>-<name>.json`: construction and training seconds, TRL's step lines, memory.
-
-A process per stage, as a TRL user's script per stage would run: in one process TRL 1.16's colocated engine
-leaves RANK and WORLD_SIZE set, and the next trainer would run distributed (what `train/stages/grpo.py`'s
-`colocated_engine_setup` undoes for our runner). On a CPU, vLLM's CPU build needs its weights kept
-reloadable for TRL's per-step sync (eval/vllm_cpu.py `colocated_engine`, nothing on CUDA), bare or not.
+`python -m train.gpu.bare STAGE OUT_DIR [--device cpu] [overrides]` runs stage STAGE of the check's plan with the
+GRPOConfig, reward functions, rows and seed the runner would give it, from the previous stage's saved final
+(`OUT_DIR/<k-1>-<name>/final`, stage 1 from the base model) to its own, nothing of ours around it, and writes
+`OUT_DIR/<k>-<name>.json` (construction and training seconds, TRL's step lines, memory). A process per stage, as
+a TRL user's script per stage would run: in one process TRL 1.16's colocated engine leaves RANK and WORLD_SIZE set,
+and the next trainer would run distributed (what `colocated_engine_setup` undoes for our runner).
 """
 
 from __future__ import annotations
@@ -21,9 +18,45 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
+from conf import CONF_DIR
 from curriculum.plan import Stage
+
+# What the check runs: kk_ladder's first two stages (2ppl, 3ppl: the handoff, a second trainer and its second
+# engine), 2 steps each, subsets 2 and 3 (50 puzzles each), validated inside each stage after step 1. Later
+# overrides (the command line's) win.
+CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
+                   "eval.every=1", "logger=none"]
+CHECK_STAGES = 2
+# The check on a CPU (`--device cpu`): single_gpu's path less what needs CUDA (bf16, 8-bit AdamW, sleep mode):
+# the smoke config on the tiny model whose heads vLLM's CPU attention takes, vLLM rollouts in colocate mode
+# and validation through vLLM.
+DEVICE_OVERRIDES = {
+    "cuda": ["experiment=single_gpu"],
+    "cpu": ["experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true", "+grpo.vllm_mode=colocate",
+            "eval.backend=vllm"],
+}
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    """The config `python -m train <overrides>` would run."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+def gpu_check_cfg(overrides: list[str], *, device: str = "cuda") -> DictConfig:
+    """The check's config: CHECK_OVERRIDES, the device's, then `overrides`; cut to the first CHECK_STAGES stages."""
+    cfg = compose_config([*CHECK_OVERRIDES, *DEVICE_OVERRIDES[device], *overrides])
+    cfg.curriculum.stages = cfg.curriculum.stages[:CHECK_STAGES]
+    return cfg
+
+
+def size_to_card(gpu: DictConfig, card_gb: float, overrides: list[str]) -> None:
+    """`gpu.memory_gb` = this card (unless given), so vLLM's share is `gpu.vllm_gb` of it, as on a 24 GB card."""
+    if not any(o.lstrip("+").startswith("gpu.memory_gb=") for o in overrides):
+        gpu.memory_gb = round(card_gb, 1)
 
 
 @dataclass(frozen=True)
@@ -103,7 +136,6 @@ def main(argv: list[str] | None = None) -> None:
     """Run one bare stage (see the module docstring); its report in OUT_DIR/<k>-<name>.json."""
     from core.models import defer_bitsandbytes, quiet_libraries
     from curriculum.plan import build_plan
-    from train.gpu.config import gpu_check_cfg
     from train.gpu.device import MemoryWatch, split_device
 
     index, out_dir, *rest = sys.argv[1:] if argv is None else argv

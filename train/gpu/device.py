@@ -83,14 +83,10 @@ def nvml_used_bytes(nvml) -> Callable[[], int] | None:
 
 
 class MemoryWatch:
-    """Peak GPU memory over a block: the device's used memory (all of this process: torch, vLLM, the CUDA
-    context; other processes too) and torch's own peak counters (whether they include vLLM's sleep-mode
-    allocator is not known: compare with the device's). No CUDA: wall time only.
-
-    The device is sampled every `every` seconds from a thread through NVML only: vLLM captures CUDA graphs in
-    global capture mode, where a CUDA runtime call from another thread (`torch.cuda.mem_get_info`) is illegal
-    and breaks the capture. Without NVML the main thread samples at the block's start and end, and the peak is
-    at least torch's `max_memory_reserved`, which misses the memory outside torch's allocator.
+    """Peak GPU memory over a block: the device's used memory (torch, vLLM, the CUDA context; other processes too)
+    and torch's own peak counters; no CUDA: wall time only. The device is sampled from a thread through NVML only:
+    in vLLM's global CUDA graph capture a CUDA runtime call from another thread is illegal and breaks the capture.
+    Without NVML the main thread samples at the block's ends, the peak at least torch's `max_memory_reserved`.
     """
 
     def __init__(self, cuda: bool, every: float = 0.1):

@@ -1,8 +1,6 @@
-"""What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and
-bare TRL's on the same two stages, peak memory, speed, validation costs, and the report that holds them.
-
-Every part runs on a CPU too (`--device cpu`: vLLM's CPU build, the tiny model with heads of 64); the test
-suite runs the whole check that way (tests/engines/test_gpu_check.py), so every line has run before a GPU day.
+"""What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and bare TRL's
+on the same two stages, peak memory, speed, validation costs, and the report that holds them. Every part runs on a
+CPU too (`--device cpu`: vLLM's CPU build), as the test suite runs it, so every line has run before a GPU day.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ from core.models import BF16_CAPABILITY, cuda_has_bf16
 from core.rundir.files import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.plan import build_plan, validation_completions
 from eval.cost import validation_cost
-from train.gpu.bare import BareRun, bare_stage_command
-from train.gpu.config import compose_config, size_to_card
+from train.gpu.bare import BareRun, bare_stage_command, compose_config, size_to_card
 from train.gpu.device import GIB, GpuCheckError, MemoryWatch
 from train.run.runner import run_curriculum
 from train.settings import read_settings

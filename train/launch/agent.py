@@ -1,10 +1,8 @@
 """`python -m train.launch.agent <error.txt> <processes> torchrun|accelerate <the launcher's arguments>`: torchrun
-or accelerate launch, run in this process, so that a rank killed by a signal is named in the run's error.txt.
+or accelerate launch run in this process, so that a rank killed by a signal is named in the run's error.txt.
 
-Only the process that started a rank sees how it ended. torchrun and accelerate launch print it in their
-summary ("Root Cause ... exitcode: -9 ... SIGKILL") and exit 1, and a killed rank records nothing itself. A
-job that starts its ranks (train/launch/relaunch.py, `launch=torchrun` or `launch=accelerate`) runs the same launcher
-code through this module: when the first rank to end was killed by a signal, that goes into error.txt, in the
+Only the process that started a rank sees how it ended (the launcher prints it in its summary and exits 1; a
+killed rank records nothing): when the first rank to end was killed by a signal, that goes into error.txt in the
 place of a follow-on another rank recorded (train/failures.py); a rank's record of its own error stays.
 """
 

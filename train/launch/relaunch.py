@@ -1,25 +1,13 @@
-"""`launch=`: a Hydra job that starts its run's processes itself, for a sweep's jobs.
-
-The job trains nothing itself: it starts `python -m train <the job's overrides> hydra.run.dir=<the job's
-directory>` as a process of its own, waits, and returns the objective its run.json records. Three ways:
-- `launch=per_gpu` (launcher `python`): one process on one GPU claimed from the sweep's pool (`launch.gpus`,
-  core/gpu_pool.py) and named in its CUDA_VISIBLE_DEVICES, so that Hydra's joblib launcher runs one job per
-  GPU at once and no run ever sees two GPUs. The job process never initialises CUDA: the one a process
-  starts with is the only one it ever uses, and joblib runs many jobs in one worker.
-- `launch=accelerate launch.processes=N` (a SLURM job of N GPUs): `accelerate launch --num_processes N
-  --config_file conf/accelerate/<launch.accelerate_config>.yaml -m train ...`.
-- `launch=torchrun`: the same through `torchrun --standalone --nproc_per_node N` (plain DDP on GPUs, and on
-  a CPU the tests' way to start many processes).
-accelerate and torchrun run inside train/launch/agent.py, which names a rank killed by a signal in the run's
-error.txt; for one process the job sees the signal itself. With `launch.gpus` set, a job of N processes
-claims N GPUs of the pool. The ranks write the run directory; the job keeps its own Hydra record there (the
-ranks are told `hydra.output_subdir=null`).
-
-A preempted or timed-out SLURM job is requeued by submitit (`max_num_timeout` > 0) and runs the same
-job again: same overrides, same job directory. A run directory whose run.json holds the same config
-continues where it stopped, so the requeued ranks resume the run. Before the job process exits
-(finished, failed, or signalled for a requeue), it stops the ranks it started, so no rank of the old
-attempt holds the run lock when the new one starts.
+"""`launch=`: a Hydra job (a sweep's) that starts its run's processes itself, waits, and returns the objective its
+run.json records: `python -m train <the job's overrides> hydra.run.dir=<the job's directory>`, three ways:
+- `launch=per_gpu` (launcher `python`): one process on one GPU claimed from the sweep's pool (`launch.gpus`) and
+  named in its CUDA_VISIBLE_DEVICES, so joblib runs one job per GPU and no run sees two. The job process never
+  initialises CUDA: a process keeps the one it starts with, and joblib runs many jobs in one worker.
+- `launch=accelerate launch.processes=N` (a SLURM job of N GPUs), or `launch=torchrun` (plain DDP; on a CPU the
+  tests' way to start many processes), both inside train/launch/agent.py, which names a rank a signal killed.
+The ranks write the run directory (told `hydra.output_subdir=null`: the job keeps its own record there). A SLURM
+job requeued by submitit runs the same job again, and the run continues where it stopped; before the job exits
+(also on the signal for a requeue) it stops its ranks, so none of the old attempt holds the run lock.
 """
 
 from __future__ import annotations
@@ -70,12 +58,9 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
 
 
 def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir: Path) -> float:
-    """Start the run's processes (`launch_command`; with `launch.gpus`, on GPUs claimed in `sweep_dir`), wait for
-    them, and return the objective their run.json records.
-
-    A failure of the run raises, naming its error.txt; the processes are stopped whenever this returns or
-    raises (also on the signal that requeues a SLURM job), and only then are the GPUs let go.
-    """
+    """Start the run's processes (with `launch.gpus`, on GPUs claimed in `sweep_dir`), wait, and return the
+    objective their run.json records. A failure of the run raises, naming its error.txt; the processes are stopped
+    whenever this returns or raises, and only then are the GPUs let go."""
     check_launch(launch)
     command = launch_command(launch, overrides, run_dir)
     with ExitStack() as held:

@@ -1,24 +1,23 @@
-"""A run's rewards: the task's reward functions at `reward.weights`, and the user's own beside them.
+"""A run's rewards: the task's reward functions at `reward.weights`, the user's own beside them (`reward.custom`),
+and the probe reward the smoke runs learn from.
 
-The task offers its components (`Task.reward_functions`, built with the run's prompt format, completion
-length and the reward group's blocks for it) and may declare default weights (`Task.default_weights`); the
-reward group (conf/reward/*.yaml: the named rewards, each a file) names the task whose components it weighs
-(`reward.task`) and the weights, which win over the task's defaults. `reward.custom` adds functions from the
-user's modules (`train/rewards/custom.py`), weight 1 unless given.
-
-Every component reaches TRL under its config key (`reward_stack` makes each a `train.rewards.checks.Reward` named
-by it), so the one name of a
-component is its key: in `reward.weights`, in TRL's logs (`rewards/<key>/mean`), wandb, run.json and the report.
-`reward_stack` also records where each weight came from; run.json keeps that record (`reward_stack`), and the
-console, the wandb config and the report read it there instead of reading the config again.
+The task offers its components (`Task.reward_functions`) and may declare `default_weights`; the reward group
+(conf/reward/*.yaml) names the task whose components it weighs (`reward.task`) and the weights, which win over the
+defaults. Each component reaches TRL as a `train.rewards.checks.Reward` named by its config key, its one name in
+`reward.weights`, TRL's logs (`rewards/<key>/mean`), wandb, run.json and the report. run.json keeps where each
+weight came from (`reward_stack`); the console, the wandb config and the report read it there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conf import CONF_DIR
@@ -26,8 +25,7 @@ from core.checks import ConfigError, is_number, plain
 from curriculum.tasks import check_reward_functions
 from curriculum.tasks.base import RewardSettings, Task
 from train.rewards.checks import Reward, task_reward
-from train.rewards.custom import load_custom_reward
-
+from train.rewards.reward_group import load_custom_reward
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "weights", "allow_negative_weights", "custom", "timeout_s")
 F = TypeVar("F", bound=Callable)
@@ -36,8 +34,8 @@ F = TypeVar("F", bound=Callable)
 @dataclass(frozen=True)
 class RewardComponent:
     """One reward function as the run weighs it: its config key (TRL's name for it), weight and where the weight
-    came from: `task default` (`Task.default_weights`), `reward.weights` (a reward file or the command line),
-    `reward.custom` (a custom reward's default 1), or `logged` (a task's `always_rewarded` at weight 0)."""
+    came from: `task default`, `reward.weights`, `reward.custom` (a custom reward's default 1), or `logged` (a
+    task's `always_rewarded` at weight 0)."""
 
     name: str
     weight: float
@@ -46,8 +44,7 @@ class RewardComponent:
 
 def reward_stack(reward_cfg, task: Task, *, fmt: str,
                  max_completion_length: int) -> tuple[list[Reward], list[RewardComponent]]:
-    """The reward group's functions for `task`, each named by its key, and the components TRL weighs them as:
-    GRPOTrainer's `reward_funcs`, and each one's `reward_weights` entry with where it came from.
+    """GRPOTrainer's `reward_funcs` for `task`, each named by its key, and their components (weights, sources).
 
     Components at weight 0 are left out but for the task's `always_rewarded` (their means are logged); a
     negative weight needs `reward.allow_negative_weights`. ConfigError names the bad key.
@@ -55,7 +52,7 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
     >>> from curriculum.tasks import build_task
     >>> gsm8k = build_task({"name": "gsm8k", "source": "sample"})
     >>> funcs, stack = reward_stack({"task": "gsm8k", "weights": {"correctness": 1.0, "integer": 0.5},
-    ...                              "custom": {"short": {"_target_": "train.rewards.probe.low_token_share",
+    ...                              "custom": {"short": {"_target_": "train.rewards.reward_group.low_token_share",
     ...                                                   "_partial_": True, "below": 600}}}, gsm8k,
     ...                             fmt="reasoning_answer", max_completion_length=200)
     >>> [f.__name__ for f in funcs]
@@ -64,7 +61,10 @@ def reward_stack(reward_cfg, task: Task, *, fmt: str,
     [('correctness', 1.0, 'reward.weights'), ('integer', 0.5, 'reward.weights'), ('short', 1.0, 'reward.custom')]
     """
     cfg = plain(reward_cfg)
-    _check_task(cfg.get("task"), task)
+    named = cfg.get("task")  # null: any task
+    if named is not None and named != task.name:
+        raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
+                          f"{_rewards_of(task)}")
     options = {name: block for name, block in cfg.items() if name not in REWARD_KEYS}
     offered = check_reward_functions(task, task.reward_functions(RewardSettings(fmt, max_completion_length, options)))
     functions = {name: task_reward(name, function) for name, function in offered.items()}
@@ -102,13 +102,6 @@ def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
 def stack_record(stack: list[RewardComponent]) -> list[dict]:
     """The components as run.json records them (`reward_stack`): one {name, weight, source} each, in TRL's order."""
     return [asdict(component) for component in stack]
-
-
-def _check_task(named, task: Task) -> None:
-    """`reward.task` (null: any task) names the task whose components the weights weigh."""
-    if named is not None and named != task.name:
-        raise ConfigError(f"reward.task: these weights are {named}'s components, but the task is {task.name}; "
-                          f"{_rewards_of(task)}")
 
 
 def _rewards_of(task: Task) -> str:
@@ -159,3 +152,71 @@ def weighted_rewards(functions: Mapping[str, F], weights: Mapping, *, always: tu
     if not any(weight for _, weight in kept):
         raise ConfigError(f"{key}: every weight is 0, so every advantage would be 0")
     return [f for f, _ in kept], [w for _, w in kept]
+
+
+# The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
+# dataset columns every row has (`curriculum.tasks.base.task_row`); the task's own columns come beside them.
+TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                     "id", "level")
+
+
+def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> Reward:
+    """The user's reward function of `reward.custom.<name>` (`{_target_: pkg.module.function, _partial_: true,
+    <keyword>: value}`) under its key; it logs the share it scores (`Reward.log_share`). Checked before any model
+    loads: the import path, that each bound keyword is a named parameter (one only `**kwargs` would swallow is a
+    typo), and that TRL's call (`TRL_CALL_KEYWORDS` and the task's `columns`) binds. ConfigError names the key.
+
+    >>> load_custom_reward("tokens", {"_target_": "train.rewards.reward_group.low_token_share", "below": 3},
+    ...                    ()).__name__
+    'tokens'
+    >>> load_custom_reward("x", {"_target_": "no.such.module.fn"}, ())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    core.checks.ConfigError: reward.custom.x._target_: cannot import 'no.such.module.fn' ...
+    """
+    key = f"reward.custom.{name}"
+    if name in reserved:
+        raise ConfigError(f"{key}: {name!r} is a built-in component's name; choose another")
+    if not isinstance(spec, Mapping) or not spec.get("_target_"):
+        raise ConfigError(f"{key}: expected {{_target_: pkg.module.function, _partial_: true, <keyword>: value}}")
+    if spec.get("_partial_") is False:
+        raise ConfigError(f"{key}._partial_: must be true (the function is called by the trainer, not at load)")
+    try:
+        func = instantiate({**spec, "_partial_": True})
+    except InstantiationException as err:
+        raise ConfigError(f"{key}._target_: cannot import {spec['_target_']!r} ({_first_line(err)})") from None
+    target = func.func if isinstance(func, functools.partial) else func
+    if not callable(target):
+        raise ConfigError(f"{key}._target_: {spec['_target_']!r} is not a function")
+    named = {name for name, p in inspect.signature(target).parameters.items()
+             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    for bound in getattr(func, "keywords", {}):
+        if bound not in named:
+            raise ConfigError(f"{key}.{bound}: not a parameter of {getattr(target, '__name__', target)!r} "
+                              f"(it takes {', '.join(sorted(named))})")
+    try:
+        inspect.signature(func).bind(**dict.fromkeys((*TRL_CALL_KEYWORDS, *columns)))
+    except TypeError as err:
+        raise ConfigError(
+            f"{key}: the function cannot be called as GRPOTrainer calls reward functions ({err}); accept "
+            "`completions` and `**kwargs`, and bind its own settings in the config"
+        ) from None
+    return reward(name, func, log_share=True)  # the partial itself: TRL's keywords win over the bound ones
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err.__cause__ or err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def low_token_share(completions, completion_ids: Sequence[Sequence[int]], below: int, **kwargs) -> list[float]:
+    """The probe reward: the share of each completion's tokens whose id is below `below` (0.0 for an empty one).
+
+    A task's reward gives a random-init model the same score in every group (it never writes an answer), so every
+    advantage is 0 and a broken reward -> advantage path goes unnoticed. This one varies within every group from
+    the first step (such a model samples ids about uniformly), so it must rise if the policy gradient is wired
+    right: `experiment=smoke` adds it, and the learning test relies on it.
+
+    >>> low_token_share(["a", "b", ""], [[1, 700, 2, 900], [4], []], below=600)
+    [0.5, 1.0, 0.0]
+    """
+    return [sum(t < below for t in toks) / len(toks) if toks else 0.0 for toks in completion_ids]

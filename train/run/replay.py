@@ -1,16 +1,11 @@
 """A resumed run's offline wandb run made whole: what earlier attempts logged, sent to it again first.
 
-Online, a resume continues the run's one wandb run (its id, `resume="allow"`). Offline, wandb gives each
-attempt a folder of its own (`wandb/offline-run-*`) under that id and cannot continue an earlier one, and
-`wandb sync` of several folders of one id does not reliably join them. So before a resumed attempt logs
-anything, its offline run gets, with their original steps and keys, everything the run's files record up to
-where the attempt resumes (`replay_history`): the baseline's validation and each stage's trainer log lines
-(metrics.jsonl: steps, end-of-stage scalars, guard events), validations inside it (validation_steps.jsonl)
-and sampled rollouts (rollouts.jsonl) up to the trainer checkpoint it goes on from, all of them for a stage
-it does not train, and the validation after a stage it skips (validation.jsonl, and its samples' tables).
-What the attempt does itself (steps a kill lost past the checkpoint, trained again; a stage retrained or
-validated again) is logged as it happens, so each step is in the newest folder once and that one folder,
-synced, is the whole run. Earlier attempts' folders are left as they are.
+Offline, wandb gives each attempt a folder of its own under the run's id and cannot continue an earlier one, and
+`wandb sync` of several folders of one id does not reliably join them. So before a resumed attempt logs anything,
+its offline run gets, at their original steps, what the run's files record up to where each stage starts now
+(`replay_history`): the baseline's validation, each stage's trainer lines, guard events, in-stage validations and
+rollouts up to the checkpoint it goes on from (all of them for a stage it does not train), and the validation after
+a stage it skips. What the attempt does itself is logged as it happens, so the newest folder, synced, is the run.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ from curriculum.tasks.base import Task
 from eval.validation import sample_cells, tracked_validation
 from train.run.resume import StageAction, StageStart
 from train.run.stage_end import tracked_guard
-from train.stages.checkpoints import checkpoint_step
+from train.stages.training import checkpoint_step
 from train.tracking import send_trainer_line, table_row
 
 # The step a row of `kind` is sent at, and the order a step's rows are sent in: training, then validation.

@@ -1,20 +1,11 @@
-"""How each stage starts in this attempt at a run: one answer per stage (`plan_stages`), which the runner
-(`train/run/runner.py`) asks for once, before its stage loop, and follows. A fresh run trains every stage
-from its start; an attempt that finds an earlier one's run.json and stage folders may also:
-- skip a done stage, unless its final is needed (the run's result, or read by a stage still to train) and
-  is not the one run.json recorded (missing; its files differ from its marker's digests; its marker another
-  stage's or run's: core/rundir/records.py) (`on_damaged_checkpoint`: stop, or train it again:
-  `stages_to_train`);
-- adopt a final published before run.json knew (a kill between the two) as the stage's result, if this
-  run trained it and it is intact (`adopted_final`);
-- continue a stage killed mid-way from its newest complete, intact trainer checkpoint, or publish that
-  checkpoint without a step when it is at the budget (a kill while the final was written); those passed
-  over (incomplete or damaged) are named in the log and in run.json (`trainer_checkpoint`);
-- cut a stage stopped early (promotion, guard) and killed before it was published to that stop, not its
-  whole budget (`resume_budget`), and carry the collapse guard's window over the steps logged before the
-  kill (`logged_before_resume`).
-Inside a stage, the trainer continues from (or publishes) that checkpoint
-(`train.stages.training.resume_and_train`).
+"""How each stage starts in this attempt at a run (`plan_stages`: one answer per stage, asked once before the stage
+loop), and what becomes of a final once no stage still to train reads it (`compact_finals`).
+
+A fresh run trains every stage from its start. An attempt that finds an earlier one's run.json and stage folders
+may also skip a done stage (unless its needed final is not the one run.json recorded: `on_damaged_checkpoint`
+stops, or trains it again), adopt a final published before run.json knew of it (a kill between the two) if this
+run trained it, continue a killed stage from its newest complete, intact trainer checkpoint (or publish that one
+without a step at the budget), and cut a stage stopped early and killed before it was published to that stop.
 """
 
 from __future__ import annotations
@@ -22,11 +13,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from conf.schema import FinalsConfig
 from core.distributed import Processes, on_main
 from core.rundir.files import METRICS, REFUSED_FINAL, final_checkpoint, read_jsonl, stage_path
 from core.rundir.manifest import Manifest
@@ -41,7 +36,7 @@ from core.rundir.records import (
 )
 from curriculum.plan import Stage
 from train.failures import failure_line
-from train.stages.checkpoints import checkpoint_step, scan_checkpoints
+from train.stages.training import checkpoint_step, publish_final, scan_checkpoints
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +61,9 @@ class StageStart:
 
 def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]], *,
                 on_damaged: str, processes: Processes) -> dict[int, StageStart]:
-    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads).
+    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads): skipped
+    unless it trains; else its final adopted, or trained (from a trainer checkpoint where a kill left one), or that
+    checkpoint published at its budget.
 
     The main process alone decides which done stages train again (it alone sets a refused final aside); every
     rank sends the same ones back to pending, then reads the same files to answer for each stage.
@@ -77,39 +74,42 @@ def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_rea
     if not processes.is_main:
         for index in sorted(to_train & done):
             manifest.stage_reset(index)
-    return {stage.index: plan_stage(run_dir, manifest, stage, trains=stage.index in to_train,
-                                    world_size=processes.world_size) for stage in plan}
-
-
-def plan_stage(run_dir: Path, manifest: Manifest, stage: Stage, *, trains: bool, world_size: int) -> StageStart:
-    """How `stage` starts: skipped unless it `trains`; else its final adopted, or trained (from a trainer
-    checkpoint of `world_size` processes where a kill left one), or that checkpoint published at its budget."""
-    if not trains:
-        return StageStart(StageAction.SKIP, stage)
-    try:
-        adopted = adopted_final(run_dir, stage, manifest.config_hash)
-    except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
-        manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
-        raise
-    if adopted is not None:
-        return StageStart(StageAction.ADOPT, stage, adopted=adopted)
-    budget = resume_budget(stage, manifest.record(stage.index))
-    checkpoint = trainer_checkpoint(run_dir, manifest, stage, world_size)
-    if checkpoint is None:
-        return StageStart(StageAction.TRAIN, budget)
-    action = StageAction.PUBLISH if checkpoint_step(checkpoint) >= budget.steps else StageAction.TRAIN
-    return StageStart(action, budget, checkpoint, logged_before_resume(run_dir, stage, checkpoint))
+    starts = {}
+    for stage in plan:
+        if stage.index not in to_train:
+            starts[stage.index] = StageStart(StageAction.SKIP, stage)
+            continue
+        try:
+            adopted = adopted_final(run_dir, stage, manifest.config_hash)
+        except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
+            manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
+            raise
+        if adopted is not None:
+            starts[stage.index] = StageStart(StageAction.ADOPT, stage, adopted=adopted)
+            continue
+        budget = resume_budget(stage, manifest.record(stage.index))
+        # the newest complete, intact trainer checkpoint; the newer ones passed over are named in the log and run.json
+        scan = scan_checkpoints(stage_path(run_dir, stage.dirname) / "trainer", processes.world_size)
+        for skipped in scan.skipped:
+            log.warning("stage %s: not resuming from %s: %s", stage.name, skipped["checkpoint"], skipped["problem"])
+        if scan.skipped:
+            manifest.checkpoints_skipped(stage.index, scan.skipped)
+        if scan.usable is None and scan.skipped:
+            log.warning("stage %s: no intact trainer checkpoint; training it from its start", stage.name)
+        if scan.usable is None:
+            starts[stage.index] = StageStart(StageAction.TRAIN, budget)
+            continue
+        action = StageAction.PUBLISH if checkpoint_step(scan.usable) >= budget.steps else StageAction.TRAIN
+        starts[stage.index] = StageStart(action, budget, scan.usable, logged_before_resume(run_dir, stage, scan.usable))
+    return starts
 
 
 def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],
                     *, on_damaged: str) -> set[int]:
-    """The indices of the stages still to train: those not done, and each done stage whose final is needed (the
-    run's result, or read by a stage still to train: `finals_read` names the stages whose finals a stage reads)
-    but is not the final run.json recorded for it (missing, damaged, another stage's or run's). Such a final
-    either stops the run (`on_damaged: error`) or sends its stage back to be trained again (`retrain`).
-
-    Walked from the last stage back, so that a stage sent back makes the finals it reads needed in turn.
-    """
+    """The indices of the stages still to train: those not done, and each done stage whose needed final (the run's
+    result, or read by a stage still to train) is not the one run.json recorded; such a final stops the run
+    (`on_damaged: error`) or sends its stage back (`retrain`). Walked from the last stage back, so that a stage sent
+    back makes the finals it reads needed in turn."""
     needed, to_train = {len(plan)}, set()
     for stage in reversed(plan):
         record = manifest.record(stage.index)
@@ -181,20 +181,6 @@ def resume_budget(stage: Stage, record: StageRecord) -> Stage:
     return stage
 
 
-def trainer_checkpoint(run_dir: Path, manifest: Manifest, stage: Stage, world_size: int = 1) -> Path | None:
-    """The trainer checkpoint a killed stage (trained by `world_size` processes) continues from: its newest
-    complete and intact one (None: the stage's start). Newer ones passed over are named in the log and in
-    run.json (`skipped_checkpoints`)."""
-    scan = scan_checkpoints(stage_path(run_dir, stage.dirname) / "trainer", world_size)
-    for skipped in scan.skipped:
-        log.warning("stage %s: not resuming from %s: %s", stage.name, skipped["checkpoint"], skipped["problem"])
-    if scan.skipped:
-        manifest.checkpoints_skipped(stage.index, scan.skipped)
-    if scan.usable is None and scan.skipped:
-        log.warning("stage %s: no intact trainer checkpoint; training it from its start", stage.name)
-    return scan.usable
-
-
 def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -> list[dict]:
     """The stage's step rows up to the trainer `checkpoint` a resume continues from ([] on a fresh start):
     later rows are logged again by the resumed steps."""
@@ -203,3 +189,70 @@ def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -
     resumed_at = checkpoint_step(checkpoint)
     return [row for row in read_jsonl(run_dir / METRICS)
             if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
+
+
+# `finals`: a final is published in float32 (the trainer's master weights), so the next stage starts from it, and
+# measures KL against it, exactly. Once the stage after it is done nothing still to train reads it, but the run's
+# last final and the one `reference: rl_start` points at while a later GRPO stage is to come. Such a final is then
+# rewritten in bfloat16 (`dtype: bfloat16`: half the disk; its stage.json names the marker it replaces,
+# `compacted_from`, so run.json's record still vouches for it) or removed (`keep: last`). Never before: bfloat16's
+# 8 bits of mantissa would round away a stage's updates (~1e-6 of a weight). A resume needs neither (`stages_to_train`
+# skips a done stage whose successor is done); run.json's `compacted_finals` records what was done to which.
+
+
+def finals_to_compact(stages: Sequence[StageRecord], rl_start: int | None) -> list[StageRecord]:
+    """The done stages whose finals nothing still to train reads: the next stage is done, it is not the last
+    stage, and it is not the `rl_start` final (stage index `rl_start`) while a GRPO stage after it is to train.
+
+    >>> done, todo = StageRecord(index=1, status="done"), StageRecord(index=3, kind="grpo", status="pending")
+    >>> [s.index for s in finals_to_compact([done, StageRecord(index=2, status="done"), todo], rl_start=None)]
+    [1]
+    >>> finals_to_compact([done, StageRecord(index=2, status="done"), todo], rl_start=1)
+    []
+    """
+    out = []
+    for i, stage in enumerate(stages[:-1]):
+        after = stages[i + 1:]
+        pending_rl = any(s.kind_facts.learns_from_rewards and not s.done for s in after)
+        if stage.done and after[0].done and not (stage.index == rl_start and pending_rl):
+            out.append(stage)
+    return out
+
+
+def compact_final(final_dir: Path, settings: FinalsConfig) -> str | None:
+    """Apply `settings` to one final no longer needed; returns what was done ("removed", "bfloat16") or None."""
+    if not final_dir.is_dir():
+        return None
+    if settings.keep == "last":
+        shutil.rmtree(final_dir)
+        return "removed"
+    if settings.dtype == "bfloat16":
+        info = final_info(final_dir)
+        if info is None or info.get("dtype") == "bfloat16":
+            return None  # damaged (left for a resume to report) or done before
+        tmp = final_dir.with_name("final.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        with zero3_init_paused():  # the main process alone: never ZeRO-3's collective load (core/weights.py)
+            AutoModelForCausalLM.from_pretrained(final_dir, dtype=torch.bfloat16).save_pretrained(tmp)
+        AutoTokenizer.from_pretrained(final_dir).save_pretrained(tmp)
+        publish_final(tmp, final_dir, {**info, "dtype": "bfloat16", "compacted_from": marker_digest(final_dir)})
+        return "bfloat16"
+    return None
+
+
+def compact_finals(run_dir: Path, stages: Sequence[StageRecord], rl_start: int | None,
+                   settings: FinalsConfig, done_before: dict) -> dict:
+    """Compact every final `finals_to_compact` names; returns run.json's `compacted_finals` (dirname -> what)."""
+    done = dict(done_before)
+    if settings.keep == "all" and settings.dtype == "float32":
+        return done
+    for stage in finals_to_compact(stages, rl_start):
+        final_dir = run_dir / str(stage.checkpoint)
+        if stage.checkpoint is None or done.get(stage.checkpoint) == "removed":
+            continue
+        what = compact_final(final_dir, settings)
+        if what is not None:
+            log.info("finals: %s %s (finals.keep=%s, finals.dtype=%s)", stage.checkpoint, what, settings.keep,
+                     settings.dtype)
+            done[stage.checkpoint] = what
+    return done

@@ -1,22 +1,16 @@
 """The curriculum run: a plan, then `for stage in plan:` train, publish, validate.
 
-Order of work, so that a bad input fails before anything expensive and nothing written is lost:
-the config checked and read into a `RunSettings` (train/settings.py: before this, by the caller) -> lock
-the run directory -> draw every pool and render its rows (prompt lengths checked) -> baseline
-validation -> per stage: train from the previous final, publish the stage's final, validate it.
-`run.json` records each step. A resume takes the same path: `train/run/resume.py` answers once, before the
-stage loop, how each stage starts (a fresh run: train every one from its start).
+Order of work, so that a bad input fails before anything expensive and nothing written is lost: (the config
+checked and read into `RunSettings` by the caller) -> lock the run directory -> draw every pool and render its rows
+(prompt lengths checked) -> baseline validation -> per stage: train from the previous final, publish the stage's
+final, validate it; run.json records each step. A resume takes the same path, each stage as `plan_stages` answers.
 
-Every write into the run directory goes through a few objects: `RunLock`, `Manifest` (run.json,
-config.yaml), `RunLogs` (the JSONL logs and the tracker), `publish_stage` (a stage's final), the
-trainer's own checkpoints, validation's samples, and `train/__main__.py`'s error.txt. With many
-processes only the main one may write the run directory, and the gate is in each of them, not at
-call sites: the main process holds the lock (`run_lock`) and opens run.json (the others are handed
-its contents); the others' Manifest saves nothing, their RunLogs drop rows and
-their tracker is a NullTracker; `publish_stage` and validation write from the main process; the
-trainer saves from it (transformers' `should_save`); error.txt is created once, by the first rank
-that fails. Every rank keeps the same state and takes the same path: what it decides on comes from
-the plan, from results gathered from all ranks, or from files read before any of this run's writes.
+With many processes only the main one writes the run directory, and the gate is in each writer, not at call sites:
+the main process holds the lock and opens run.json (the others are handed its contents); the others' Manifest
+saves nothing, their RunLogs drop rows, their tracker is a NullTracker; `publish_stage` and validation write from
+the main process, the trainer saves from it (`should_save`); error.txt is created once, by the first rank that
+fails. Every rank takes the same path: what it decides on comes from the plan, from results gathered from all
+ranks, or from files read before any of this run's writes.
 """
 
 from __future__ import annotations
@@ -53,18 +47,18 @@ from train.console import RunConsole
 from train.eta import planned_completions
 from train.failures import failure_line
 from train.identity import RunIdentity
-from train.run.finals import compact_finals
-from train.run.preflight import RunSize, cpu_warning, run_size
+from train.run.resume import compact_finals
+from train.run.start import RunSize, cpu_warning, run_size
 from train.run.replay import replay_history
-from train.run.resume import StageAction, StageStart, plan_stages
-from train.run.stage_end import StageEnd, stage_end_callbacks
-from train.run.start import process_engine, run_lock, run_threads
+from train.run.resume import StageAction, StageStart, compact_finals, plan_stages
+from train.run.stage_end import CollapseGuard, DivergenceStop, SkillCheck, StageEnd
+from train.run.start import cpu_warning, process_engine, run_lock, run_size, run_threads
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind
-from train.stages.checkpoints import CheckpointDigests
-from train.stages.exact_start import ExactStart
+from train.stages.training import CheckpointDigests
+from train.stages.training import ExactStart
 from train.stages.training import run_stage
-from train.stages.weight_sync import WeightSyncGroup
+from train.stages.training import WeightSyncGroup
 from train.tracking import MetricsCallback, RolloutSampler, RunLogs, make_tracker, tracker_config
 
 log = logging.getLogger(__name__)
@@ -74,19 +68,20 @@ OFFLINE_RUN = "tracker_offline_run"  # run.json: the offline wandb folder that h
 
 def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
                    identity: RunIdentity | None = None, accepted: Callable[[], None] = lambda: None) -> float:
-    """Run (or resume) the curriculum `settings` describes (train/settings.py `read_settings`: the checked
-    config) in `run_dir`; returns the sweep objective (on every rank).
+    """Run (or resume) the curriculum `settings` describes in `run_dir`; returns the sweep objective (on every rank).
 
-    `callbacks` (transformers TrainerCallbacks) are added to every stage's trainer; `processes` is the
-    launch this process is part of (every rank calls this with the same settings and run directory);
-    `identity` names the run to its tracker (train/identity.py; default: a single run named by its folder);
-    `accepted` is called once nothing can refuse the run any more (its config, data and model checked), before it
-    changes anything in a run it continues (conf/claim.py HeldResume).
+    `callbacks` (TrainerCallbacks) are added to every stage's trainer; every rank of `processes` calls this with the
+    same arguments; `identity` names the run to its tracker (default: a single run named by its folder); `accepted`
+    is called once nothing can refuse the run any more, before it changes anything in a run it continues.
     """
     plan, validation = settings.plan, settings.validation
     console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word, rewards=settings.reward_stack)
-    if processes.is_main:
-        say_size(run_size(settings.grpo, plan, validation, processes.world_size), settings.model_name)
+    if processes.is_main:  # what the run will generate, before anything loads
+        size = run_size(settings.grpo, plan, validation, processes.world_size)
+        log.info(size.describe())
+        warning = None if torch.cuda.is_available() else cpu_warning(size, settings.model_name)
+        if warning:
+            log.warning(warning)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(settings.task, plan, validation.subsets, n=validation.eval.n, eval_seed=validation.eval.seed,
@@ -96,7 +91,11 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
-        rows = _training_rows(plan, settings.kinds, pools.training, AutoTokenizer.from_pretrained(base))
+        tokenizer, rows = AutoTokenizer.from_pretrained(base), {}
+        for stage in plan:  # rendered by its kind, checked against its token budget
+            kind = settings.kinds[stage.kind]
+            rows[stage.name] = kind.rows(pools.training[stage.name], tokenizer)
+            kind.check_lengths(stage, rows[stage.name], tokenizer)
         # run.json opened (or started) by the main process; the others get its contents and save nothing
         planned = [stage.planned_record() for stage in plan]
         opened = on_main(lambda: Manifest.open(run_dir, settings.config, planned, processes.world_size).data, processes)
@@ -122,18 +121,6 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     return value
 
 
-def record_offline_folder(manifest: Manifest, run_dir: Path, folder: Path | None) -> None:
-    """run.json's `tracker_offline_run`: the offline wandb folder this attempt writes (inside `run_dir`, relative
-    to it), which holds the whole run once a resume has replayed the earlier attempts into it (train/run/replay.py);
-    none when this attempt's tracker is online or none."""
-    if folder is None:
-        manifest.fields.pop(OFFLINE_RUN, None)
-        return
-    if folder.resolve().is_relative_to(run_dir.resolve()):  # else wandb was told to write elsewhere: its own path
-        folder = folder.resolve().relative_to(run_dir.resolve())
-    manifest.update(**{OFFLINE_RUN: str(folder)})
-
-
 def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str, held_out: dict, manifest: Manifest,
                  identity: RunIdentity, callbacks: list, processes: Processes, console: RunConsole,
                  tracked: bool) -> float:
@@ -145,16 +132,27 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
         tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
                                config=tracker_config(settings), writes=processes.is_main and tracked)
         if processes.is_main and tracked:
-            record_offline_folder(manifest, run_dir, tracker.offline_folder)
+            # the offline wandb folder this attempt writes (relative to the run), which holds the whole run once a
+            # resume has replayed the earlier attempts into it; none when the tracker is online or none
+            folder = tracker.offline_folder
+            if folder is None:
+                manifest.fields.pop(OFFLINE_RUN, None)
+            else:
+                if folder.resolve().is_relative_to(run_dir.resolve()):  # else wandb was told to write elsewhere
+                    folder = folder.resolve().relative_to(run_dir.resolve())
+                manifest.update(**{OFFLINE_RUN: str(folder)})
         engine = process_engine(settings, base, processes)
         CurriculumRun(
             settings, run_dir, rows=rows, base=base, held_out=held_out, manifest=manifest,
             logs=RunLogs.open(run_dir, tracker, writes=processes.is_main), callbacks=callbacks,
             processes=processes, console=console, engine=engine,
         ).run()
-        value = _objective(settings.objective, manifest)
-        finals = {f"final/{level}/accuracy": acc for level, acc in final_accuracy(manifest.data).items()}
-        tracker.summary({"objective": value, **finals})
+        finals = final_accuracy(manifest.data)
+        value = objective(settings.objective, finals)  # what a sweeper optimises
+        if value is None:
+            raise ValueError(f"objective: {settings.objective!r} is not mean_final_accuracy or "
+                             "final_accuracy_<level> for a validated level")
+        tracker.summary({"objective": value, **{f"final/{level}/accuracy": acc for level, acc in finals.items()}})
     except BaseException as err:
         # what failed, where no stage records it (a validation, the tracker); a Ctrl-C is no error of the run
         error = failure_line(err, processes.many) if isinstance(err, Exception) else None
@@ -168,17 +166,6 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
     engines = {} if engine is None else {"vllm_engine": engine.record()}
     manifest.update(status=Status.DONE, objective=value, **engines)
     return value
-
-
-def _training_rows(plan: list[Stage], kinds: dict[str, StageKind], pools: dict[str, list[TaskRecord]],
-                   tokenizer) -> dict:
-    """Each stage's training rows by stage name, rendered by its kind and checked against its token budget."""
-    rows = {}
-    for stage in plan:
-        kind = kinds[stage.kind]
-        rows[stage.name] = kind.rows(pools[stage.name], tokenizer)
-        kind.check_lengths(stage, rows[stage.name], tokenizer)
-    return rows
 
 
 @dataclass
@@ -198,32 +185,41 @@ class CurriculumRun:
     engine: ProcessEngine | None = None  # the process's vLLM engine: every validation and colocated rollout
 
     def run(self) -> None:
-        """The baseline, then each stage as `plan_stages` (train/run/resume.py) answers for it (a fresh run: train
-        every one): train from the previous stage's final and publish its own (or publish, or adopt, what a killed
-        attempt left), then validate it; a done stage is skipped."""
+        """The baseline, then each stage as `plan_stages` answers for it: train from the previous stage's final and
+        publish its own (or publish, or adopt, what a killed attempt left), then validate it; a done stage is
+        skipped. Then `finals` applies to the finals nothing still to train reads (run.json says which)."""
         resumed = self.manifest.baseline is not None  # an earlier attempt logged it, and perhaps stages
         if not resumed:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
-        starts = plan_stages(self.run_dir, self.manifest, self.settings.plan, self.finals_read,
-                             on_damaged=self.settings.on_damaged, processes=self.processes)
+        settings = self.settings
+        starts = plan_stages(self.run_dir, self.manifest, settings.plan, self.finals_read,
+                             on_damaged=settings.on_damaged, processes=self.processes)
         if resumed:  # an offline tracker's run starts empty: what the earlier attempts logged goes first
-            replay_history(self.logs.tracker, self.run_dir, starts, self.settings.task)
+            replay_history(self.logs.tracker, self.run_dir, starts, settings.task)
         previous, rl_start = self.base, None
-        for stage in self.settings.plan:
-            kind = self.settings.kinds[stage.kind]
+        for stage in settings.plan:
+            kind = settings.kinds[stage.kind]
             if kind.facts.learns_from_rewards and rl_start is None:
                 rl_start = previous  # where reinforcement learning begins: after any SFT cold start
             start = starts[stage.index]
             if start.action is not StageAction.SKIP:
-                reference = self.reference_of(kind, stage, previous, rl_start)
+                reference = None  # the checkpoint the stage's KL is measured against
+                if kind.has_reference(stage):
+                    reference = {"previous_stage": previous, "rl_start": rl_start or self.base,
+                                 "base": self.base}[settings.reference]
                 intact(self.run_dir, self.manifest, previous, reference)
                 self.train(kind, start, init=previous, reference=reference)
                 trained = self.manifest.record(stage.index)
                 summary, cost = self.validate_checkpoint(stage_final(self.run_dir, trained), stage.index, stage.name,
                                                          global_step=trained.global_step_end)
                 self.manifest.update_stage(stage.index, status=Status.DONE, final_metrics=summary, validation_cost=cost)
-                self.compact_finals()
+                before = self.manifest.fields.get("compacted_finals") or {}
+                # the main process rewrites the finals; every rank records what it did (the base model is no final)
+                after = on_main(partial(compact_finals, self.run_dir, self.manifest.stages, self.rl_start_index or None,
+                                        settings.finals, before), self.processes)
+                if after != before:
+                    self.manifest.update(compacted_finals=after)
             previous = str(stage_final(self.run_dir, self.manifest.record(stage.index)))
 
     @property
@@ -242,75 +238,62 @@ class CurriculumRun:
             read.add(self.rl_start_index)
         return read - {0}
 
-    def compact_finals(self) -> None:
-        """Apply `finals` to the finals nothing still to train reads (train/run/finals.py); run.json says which."""
-        settings = self.settings
-        rl_start = self.rl_start_index or None  # the base model (0) is not a final
-        before = self.manifest.fields.get("compacted_finals") or {}
-        # the main process rewrites the finals; every rank records what it did
-        after = on_main(lambda: compact_finals(self.run_dir, self.manifest.stages, rl_start, settings.finals, before),
-                        self.processes)
-        if after != before:
-            self.manifest.update(compacted_finals=after)
-
     def train(self, kind: StageKind, start: StageStart, *, init: str, reference: str | None) -> None:
-        """Train the stage from `init` and publish its final (or adopt the final a killed attempt published);
-        run.json says trained (or failed, with the error)."""
+        """Train the stage from `init` with every callback it gets and publish its final (or adopt the final a
+        killed attempt published); run.json says trained, why it ended, or failed with the error."""
+        stage = start.stage
         try:
             if start.action is StageAction.ADOPT:
                 result = start.adopted
             else:
-                result = self.train_and_publish(kind, start, init, reference)
-            self.manifest.stage_trained(start.stage.index, result)
+                callbacks, ends = self.stage_callbacks(stage, self.manifest.global_step_before(stage.index), init,
+                                                       history=start.history)
+                self.manifest.stage_started(stage.index, policy_init=init)
+                context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
+                                       config_hash=self.manifest.config_hash, task=self.settings.task.name,
+                                       keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
+                                       processes=self.processes, callbacks=callbacks, resume_from=start.checkpoint,
+                                       resume_at_budget=start.action is StageAction.PUBLISH, engine=self.engine,
+                                       reward_warning=partial(self.manifest.stage_warning, stage.index))
+                result = run_stage(kind, stage, context, self.rows[stage.name])
+                end = ends.record(result.steps_done)
+                if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
+                    self.manifest.update_stage(stage.index, end=end)  # why: threshold | guard | budget
+            self.manifest.stage_trained(stage.index, result)
         except Exception as err:
-            self.manifest.stage_failed(start.stage.index, failure_line(err, self.manifest.world_size != 1))
+            self.manifest.stage_failed(stage.index, failure_line(err, self.manifest.world_size != 1))
             raise
-
-    def train_and_publish(self, kind: StageKind, start: StageStart, init: str, reference: str | None) -> StageResult:
-        """The stage's trainer, with every callback it gets, trained (or at its budget already) and published."""
-        stage, step_offset = start.stage, self.manifest.global_step_before(start.stage.index)
-        callbacks, ends = self.stage_callbacks(stage, step_offset, init, history=start.history)
-        self.manifest.stage_started(stage.index, policy_init=init)
-        context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
-                               config_hash=self.manifest.config_hash, task=self.settings.task.name,
-                               keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
-                               processes=self.processes, callbacks=callbacks, resume_from=start.checkpoint,
-                               resume_at_budget=start.action is StageAction.PUBLISH, engine=self.engine,
-                               reward_warning=partial(self.manifest.stage_warning, stage.index))
-        result = run_stage(kind, stage, context, self.rows[stage.name])
-        end = ends.record(result.steps_done)
-        if end is not None:  # None: no step trained here (a resume published the checkpoint at its budget)
-            self.manifest.update_stage(stage.index, end=end)  # why: threshold | guard | budget
-        return result
 
     def stage_callbacks(self, stage: Stage, step_offset: int, init: str, *,
                         history: list[dict]) -> tuple[list, StageEnd]:
         """Every callback of the stage's trainer, in the order it calls them, and the `StageEnd` among them that
-        says why the stage ended: its log lines to metrics.jsonl and the tracker, its checkpoints' digests, the
-        caller's callbacks, what may end it early (train/run/stage_end.py; `history`: the steps logged before a
-        resume), the console, sampled rollouts (a stage that learns from rewards), and those that act only where they
-        apply: DeepSpeed's exact start from `init`, and the closing of a vLLM server's weight-sync group as the stage
-        ends (train/stages/weight_sync.py). Those that need the trainer itself take it once it is built
-        (train/stages/training.py `bind_to_trainer`)."""
-        logs, rollouts = self.logs, self.settings.rollouts
+        says why the stage ended: its log lines, its checkpoints' digests, the caller's callbacks, what may end it
+        early (`history`: the steps logged before a resume), the console, sampled rollouts, and those that act only
+        where they apply (DeepSpeed's exact start from `init`, a vLLM server's weight-sync group)."""
+        logs, rollouts, validation = self.logs, self.settings.rollouts, self.settings.validation
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
                                   level=stage.level_label, step_offset=step_offset, kind=stage.kind_facts)
-        watch, ends = stage_end_callbacks(stage, step_offset=step_offset, validation=self.settings.validation,
-                                          held_out=self.held_out, logs=logs, manifest=self.manifest, history=history,
-                                          processes=self.processes)
+        guard: CollapseGuard | None = None
+        skill: SkillCheck | None = None
+        if stage.guard is not None:  # its events go to run.json as they happen: a stage that fails later shows them
+            guard = CollapseGuard(stage.guard, logs.metrics, logs.tracker,
+                                  partial(self.manifest.guard_event, stage.index), stage_index=stage.index,
+                                  stage_name=stage.name, step_offset=step_offset, history=history)
+        if validation.eval.every > 0 or stage.promote is not None:
+            pools = {level: self.held_out[level][: validation.eval.n] for level in stage.level_weights
+                     if level in self.held_out}
+            skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage,
+                               step_offset=step_offset, keep_best=guard is not None and guard.action == "stop",
+                               processes=self.processes)
+        ends = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
+                        record_stop=lambda record: self.manifest.update_stage(stage.index, end=record))
+        watch = [c for c in (DivergenceStop(stage.name, self.processes), skill, guard, ends) if c is not None]
         shown = [self.console.stage(stage)] if self.console is not None else []
         if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
             shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,
                                         stage_index=stage.index, stage_name=stage.name, step_offset=step_offset))
         return [metrics, CheckpointDigests(self.processes), *self.callbacks, *watch, *shown, ExactStart(init),
                 WeightSyncGroup()], ends
-
-    def reference_of(self, kind: StageKind, stage: Stage, previous: str, rl_start: str | None) -> str | None:
-        """The checkpoint a stage's KL is measured against (`reference`), or None when it has no KL term."""
-        if not kind.has_reference(stage):
-            return None
-        choices = {"previous_stage": previous, "rl_start": rl_start or self.base, "base": self.base}
-        return choices[self.settings.reference]
 
     def validate_checkpoint(self, model_path, index: int, name: str, *, global_step: int) -> tuple[dict, dict]:
         """Validate a checkpoint after stage `index` (0: the baseline) on the subsets `eval.subsets_after_stage`
@@ -340,20 +323,3 @@ def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:
             if problem is not None:
                 raise RuntimeError(f"{checkpoint}: damaged since it was published ({problem}); it is not trained "
                                    "from or used as a reference: restore it, or train its stage again")
-
-
-def say_size(size: RunSize, model_name: str) -> None:
-    """What the run will generate, before anything loads; a warning when it is GPU-sized on a CPU."""
-    log.info(size.describe())
-    warning = None if torch.cuda.is_available() else cpu_warning(size, model_name)
-    if warning:
-        log.warning(warning)
-
-
-def _objective(name: str, manifest: Manifest) -> float:
-    """What a sweeper optimises (`objective`): mean final accuracy over eval.subsets, or one subset's."""
-    value = objective(name, final_accuracy(manifest.data))
-    if value is None:
-        raise ValueError(f"objective: {name!r} is not mean_final_accuracy or final_accuracy_<level> "
-                         "for a validated level")
-    return value

@@ -1,17 +1,10 @@
-"""Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`,
-`budget`): promotion by skill, the collapse guard and the stop on non-finite weights.
+"""Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`, `budget`).
 
-Promotion: `promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.in_stage`):
-the stage's own levels, `eval.n` held-out records each, greedy, on the live model. When the guard may
-stop a stage and the stage validates inside itself, the best-validated weights are kept in memory
-and put back before the stage's final is published, so a collapse is not handed to the next stage.
-
-The collapse guard: per-step signals of collapse (TRL's `completions/mean_length` and
-`frac_reward_zero_std`, and `completions/distinct_share`, logged by `train/stages/grpo.py`), watched
-over a window, acted on (warn or stop).
-
-Divergence: a loss or weights that become NaN or inf stop the stage with an error before the
-trainer saves them; the last good checkpoint stays.
+Promotion (`promote: {accuracy, every, min_steps}`) reuses the in-stage validation (`eval.in_stage`) on the stage's
+own levels. The collapse guard watches per-step signals of collapse (TRL's `completions/mean_length` and
+`frac_reward_zero_std`, and `completions/distinct_share`) over a window, and warns or stops; when it may stop a
+stage that validates inside itself, the best-validated weights are put back before the final is published, so a
+collapse is not handed on. A loss or weights that become NaN or inf stop the stage before the trainer saves them.
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
@@ -31,18 +25,14 @@ from core.weights import held_weights_finite
 from curriculum.plan import GUARD_SIGNALS, Guard, Stage
 from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
-from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)
 
 
 class CollapseWatch:
-    """Window means of each watched signal; an event when one crosses its threshold (once per crossing).
-
-    Length: the latest window's mean against the best window mean of the stage so far (a drop of
-    `length_drop` or more). Zero-variance groups: the window mean at or above `zero_std`. Distinct
-    share: the window mean below `distinct_below`. A signal re-arms once it is back within bounds.
-    """
+    """Window means of each watched signal; an event when one crosses its threshold (once per crossing, re-armed
+    back within bounds): length dropping by `length_drop` from the stage's best window, zero-variance groups at or
+    above `zero_std`, the distinct share below `distinct_below`."""
 
     def __init__(self, guard: Guard):
         self.guard = guard
@@ -133,11 +123,8 @@ def stage_accuracy(rows: Sequence[Mapping], weights: Mapping[str, float]) -> dic
 
 
 class SkillCheck(InStageValidation):
-    """In-stage validation at `eval.every` and at the promotion cadence; ends the stage at the threshold.
-
-    Not at the stage's last step: the budget ends the stage there anyway, and the stage-end
-    validation measures it.
-    """
+    """In-stage validation at `eval.every` and at the promotion cadence (not at the last step, which the stage-end
+    validation measures); ends the stage at the threshold."""
 
     def __init__(self, validation: ValidationSettings, pools: dict[str, list], writer, tracker, *, stage: Stage,
                  step_offset: int, keep_best: bool, processes: Processes):
@@ -183,19 +170,18 @@ class NonFiniteLossError(RuntimeError):
     """The loss or the weights became NaN or inf; the stage stops and its last good checkpoint stays."""
 
 
+@dataclass(eq=False)
 class DivergenceStop(TrainerCallback):
     """Stops the stage with `NonFiniteLossError` at a non-finite loss or reward (in a log line) or weights (after a
-    step). The reward is TRL's weighted sum, in float32: components each finite (train/rewards/checks.py) can still
-    sum past float32's range, and then every advantage is NaN, the loss and grad_norm 0, and nothing trains.
+    step). The reward is TRL's weighted sum, in float32: components each finite can still sum past its range.
 
-    The weights are checked where each rank holds them (`core.weights.held_here`: under ZeRO-3 and FSDP2 a
-    parameter's module tensor is empty, its values in the rank's shard), and the ranks' answers are combined, so
-    a non-finite value in one rank's shard stops every rank at the same step instead of leaving the others waiting
-    in the next collective.
+    The weights are checked where each rank holds them (`core.weights.held_weights_finite`: under ZeRO-3 and FSDP2
+    a rank holds a shard), and the ranks' answers combined, so one rank's non-finite shard stops every rank at the
+    same step instead of leaving the others waiting in the next collective.
     """
 
-    def __init__(self, stage_name: str, processes: Processes = SINGLE):
-        self.stage_name, self.processes = stage_name, processes
+    stage_name: str
+    processes: Processes = SINGLE
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         for key in ("loss", "reward"):
@@ -216,19 +202,21 @@ class DivergenceStop(TrainerCallback):
         )
 
 
+@dataclass(eq=False)
 class StageEnd(TrainerCallback):
     """Collects why a stage ended, from the skill check and the guard; restores the best weights after a stop.
 
-    An early stop saves that step's checkpoint (holding the weights the stage ends on) and writes
-    the stage's `end` to run.json at once: a kill before the final is published then resumes to the
-    same end (`resume_budget`) instead of training on.
+    An early stop saves that step's checkpoint and writes the stage's `end` to run.json at once: a kill before the
+    final is published then resumes to the same end (`resume_budget`) instead of training on.
     """
 
-    def __init__(self, skill: SkillCheck | None, guard: CollapseGuard | None, threshold: float | None,
-                 record_stop: Callable[[dict], None]):
-        self.skill, self.guard, self.threshold, self.record_stop = skill, guard, threshold, record_stop
-        self.trained = self.stopped = False
-        self.kept: dict | None = None
+    skill: SkillCheck | None
+    guard: CollapseGuard | None
+    threshold: float | None
+    record_stop: Callable[[dict], None]
+    trained: bool = False
+    stopped: bool = False
+    kept: dict | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
         self.trained = True
@@ -262,28 +250,3 @@ class StageEnd(TrainerCallback):
         if self.kept:
             end["kept_step"] = self.kept["stage_step"]
         return end
-
-
-def stage_end_callbacks(stage: Stage, *, step_offset: int, validation: ValidationSettings,
-                        held_out: Mapping[str, list], logs: RunLogs, manifest: Manifest,
-                        history: Sequence[Mapping], processes: Processes) -> tuple[list, StageEnd]:
-    """The stage's divergence stop, skill check (eval.every or promote), guard, and the StageEnd that reads both.
-
-    `validation`: what in-stage validation reads; `history`: the stage's step rows
-    logged before a resume (the guard's window carries over); `processes`: the launch, over whose ranks
-    in-stage validation shares its batches (each rank decides alike on the gathered rows). Guard events go
-    to run.json as they happen, so a stage that fails later still shows them.
-    """
-    guard = None
-    if stage.guard is not None:
-        guard = CollapseGuard(stage.guard, logs.metrics, logs.tracker,
-                              record=lambda event: manifest.guard_event(stage.index, event), stage_index=stage.index,
-                              stage_name=stage.name, step_offset=step_offset, history=history)
-    skill = None
-    if validation.eval.every > 0 or stage.promote is not None:
-        pools = {level: held_out[level][: validation.eval.n] for level in stage.level_weights if level in held_out}
-        skill = SkillCheck(validation, pools, logs.validation_steps, logs.tracker, stage=stage, step_offset=step_offset,
-                           keep_best=guard is not None and guard.action == "stop", processes=processes)
-    end = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
-                   record_stop=lambda record: manifest.update_stage(stage.index, end=record))
-    return [c for c in (DivergenceStop(stage.name, processes), skill, guard, end) if c is not None], end

@@ -1,13 +1,17 @@
-"""What a run takes hold of before its stage loop, each for the whole run: the run directory's lock (the main process
-holds it; the other ranks wait for it or leave with its refusal), the CPU thread count torch uses, and the process's
-vLLM engine (one per process: eval/vllm_engine.py).
+"""What a run takes hold of before its stage loop, each for the whole run (the run directory's lock, the CPU thread
+count torch uses, the process's one vLLM engine: eval/vllm_engine.py), and what it will cost, said before it starts.
+
+The cost is the completions it generates in training and validation and their token budgets, an upper bound (every
+completion at its budget); on a machine without CUDA a GPU-sized recipe is warned of at the rate `make demo`
+measured (`CPU_TOKENS_PER_SECOND`): a rough ceiling, not a forecast.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.checks import ConfigError
@@ -15,18 +19,22 @@ from core.distributed import Processes, broadcast, on_main
 from core.models import configure_cpu_threads
 from core.rundir.files import ERROR, RunLock, RunLockedError
 from core.rundir.manifest import check_process_count, check_same_config
+from curriculum.plan import Stage, grpo_batch, validation_completions
+from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
+from eval.settings import ValidationSettings
 from eval.vllm_backend import validation_backend
 from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from train.console import duration
 from train.settings import RunSettings
 
 log = logging.getLogger(__name__)
 
 
 def process_engine(settings: RunSettings, base: str, processes: Processes) -> ProcessEngine | None:
-    """The run's one vLLM engine in this process (eval/vllm_engine.py), where anything generates through vLLM: a
-    stage's rollouts (TRL's colocate mode: started with TRL's arguments, so every stage's trainer takes it) or
-    validation (`eval.backend`); None where nothing does. It starts when first used; under a launcher it is never
-    shut down (vLLM's shutdown destroys the launcher's default process group)."""
+    """The run's one vLLM engine in this process, where anything generates through vLLM: a stage's rollouts (TRL's
+    colocate mode: started with TRL's arguments, so every stage's trainer takes it) or validation (`eval.backend`);
+    None where nothing does. It starts when first used; under a launcher it is never shut down (vLLM's shutdown
+    destroys the launcher's default process group)."""
     kinds, validation = settings.kinds, settings.validation
     rollouts = next((found for stage in settings.plan
                      if (found := kinds[stage.kind].rollout_engine(stage, processes.rank)) is not None), None)
@@ -39,13 +47,11 @@ def process_engine(settings: RunSettings, base: str, processes: Processes) -> Pr
 
 @contextmanager
 def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[str]) -> Iterator[None]:
-    """The run directory's lock, held by the main process for the run; the other ranks wait until it has
-    it, or leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a
-    run being continued on another number of processes or with another config (`resolved`; `planned`: the
-    plan's stage names, which run.json's entries must follow).
-
-    Once it holds the lock and the run may go on, the main process removes a failed attempt's error.txt
-    (this attempt records its own), before any other rank can fail and create one.
+    """The run directory's lock, held by the main process for the run; the other ranks wait until it has it, or
+    leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a run being
+    continued on another number of processes or with another config (`resolved`; `planned`: the plan's stage
+    names). Once it holds the lock, the main process removes a failed attempt's error.txt, before any other rank
+    can fail and create one.
     """
     with ExitStack() as held:
         refusal = None
@@ -64,13 +70,9 @@ def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[
 
 
 def run_threads(recorded: int | None, setting, processes: Processes) -> int:
-    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them).
-
-    A resume takes the count run.json `recorded`, whatever its own `cpu_threads`: another count sums floats in
-    another order, and the stages it trains would not be the run's. A new run takes `cpu_threads`: a number, or
-    auto, measured once, here, by the main process (a busy machine may pick 1 thread where an idle one picks
-    all), and kept to the end: a count that followed the machine's load would change the run with it.
-    """
+    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them): a
+    resume's are those `recorded` (another count sums floats in another order); a new run's `cpu_threads` (auto:
+    measured once, by the main process), kept: a count that followed the machine's load would change the run."""
     if recorded is None:
         chosen = on_main(lambda: configure_cpu_threads(setting), processes)
         log.info("torch CPU threads: %d (cpu_threads=%s)", chosen, setting)
@@ -79,3 +81,88 @@ def run_threads(recorded: int | None, setting, processes: Processes) -> int:
         note = "" if setting == recorded else f"; cpu_threads={setting} is not used: another count changes float sums"
         log.info("torch CPU threads: %d, as the run was started with (run.json)%s", chosen, note)
     return configure_cpu_threads(chosen)
+
+
+CPU_SIZED = ("experiment=cpu_demo (SmolLM2-135M, the whole recipe in ~20-30 min) or experiment=smoke "
+             "(a tiny random model, ~1 min)")
+
+
+@dataclass(frozen=True)
+class RunSize:
+    """What a run generates: GRPO steps and completions with their budget, SFT steps, validation completions.
+    Training completions count every process; validation's are shared out, so their number is one process's."""
+
+    stages: int
+    grpo_steps: int
+    sft_steps: int
+    train_completions: int
+    train_tokens: int  # upper bound: every completion at max_completion_length
+    max_completion_length: int  # the largest of the stages
+    validation_completions: int
+    validation_tokens: int  # upper bound: every completion at eval.max_new_tokens
+    max_new_tokens: int
+    processes: int = 1
+
+    def describe(self) -> str:
+        """
+        >>> RunSize(5, 50, 0, 3200, 3200 * 4096, 4096, 2000, 2000 * 4096, 4096).describe()
+        'size: 5 stages; training 50 GRPO steps, 3200 completions of <= 4096 tokens; validation 2000 \
+completions of <= 4096 tokens; at most 21.3M generated tokens'
+        >>> RunSize(1, 2, 0, 16, 16 * 16, 16, 8, 8 * 16, 16, processes=2).describe()
+        'size: 1 stage on 2 processes; training 2 GRPO steps, 16 completions of <= 16 tokens; validation 8 \
+completions of <= 16 tokens; at most 384 generated tokens'
+        """
+        sft = f", {self.sft_steps} SFT steps" if self.sft_steps else ""
+        stages = f"{self.stages} stage{'s' if self.stages != 1 else ''}"
+        stages += f" on {self.processes} processes" if self.processes > 1 else ""
+        return (f"size: {stages}; training {self.grpo_steps} GRPO steps{sft}, {self.train_completions} "
+                f"completions of <= {self.max_completion_length} tokens; validation {self.validation_completions} "
+                f"completions of <= {self.max_new_tokens} tokens; at most "
+                f"{_millions(self.train_tokens + self.validation_tokens)} generated tokens")
+
+
+def _millions(tokens: int) -> str:
+    return f"{tokens / 1e6:.1f}M" if tokens >= 1e5 else f"{tokens:,}"
+
+
+def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSettings, processes: int = 1) -> RunSize:
+    """The size of `plan` under the `grpo` group (with each stage's overrides) and the validation settings, on
+    `processes` processes (TRL's batch arithmetic: each process generates its per-device batch)."""
+    grpo_steps = sft_steps = completions = tokens = longest = 0
+    for stage in plan:
+        if not stage.kind_facts.learns_from_rewards:  # trains on given text (SFT): generates nothing
+            sft_steps += stage.steps
+            continue
+        fields: Mapping = {**grpo, **stage.overrides}
+        batch = grpo_batch(fields, "grpo", processes)
+        per_step = round(batch.prompts_per_step * batch.num_generations)
+        length = int(fields.get("max_completion_length") or 256)  # TRL's default when null
+        grpo_steps += stage.steps
+        completions += stage.steps * per_step
+        tokens += stage.steps * per_step * length
+        longest = max(longest, length)
+    v = validation
+    validated = validation_completions(v.eval.subsets_after_stage, v.subsets, plan, v.eval.n * v.eval.samples)
+    return RunSize(len(plan), grpo_steps, sft_steps, completions, tokens, longest, validated,
+                   validated * v.eval.max_new_tokens, v.eval.max_new_tokens, processes)
+
+
+def cpu_warning(size: RunSize, model_name: str) -> str | None:
+    """A warning when `size` would take more than CPU_WARN_HOURS on a CPU, with how to get a CPU-sized run.
+
+    >>> print(cpu_warning(RunSize(5, 50, 0, 3200, 3200 * 4096, 4096, 2000, 2000 * 4096, 4096), "qwen"))
+    ... # doctest: +NORMALIZE_WHITESPACE
+    no CUDA GPU: this recipe is GPU-sized (model qwen, up to 21.3M generated tokens). At ~30 tokens/s (a 135M
+    model on a 2-core CPU in make demo; a larger model is slower) that is up to ~197 h 12 min. For a CPU-sized
+    run: experiment=cpu_demo (SmolLM2-135M, the whole recipe in ~20-30 min) or experiment=smoke (a tiny random
+    model, ~1 min)
+    >>> cpu_warning(RunSize(6, 12, 16, 96, 96 * 160, 160, 48, 48 * 160, 160), "smollm2-135m") is None
+    True
+    """
+    tokens = size.train_tokens + size.validation_tokens
+    seconds = tokens / CPU_TOKENS_PER_SECOND
+    if seconds < CPU_WARN_HOURS * 3600:
+        return None
+    return (f"no CUDA GPU: this recipe is GPU-sized (model {model_name}, up to {_millions(tokens)} generated "
+            f"tokens). At ~{CPU_TOKENS_PER_SECOND:.0f} tokens/s (a 135M model on a 2-core CPU in make demo; a larger "
+            f"model is slower) that is up to ~{duration(seconds)}. For a CPU-sized run: {CPU_SIZED}")

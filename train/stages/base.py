@@ -1,10 +1,7 @@
-"""What a stage kind is given and what it gives back: `KindSettings` (the groups every kind reads besides its
-own), `StageContext` (what a stage needs from the run around it) and the `StageKind` protocol a kind fills in
-(what it gives back, `StageResult`, is run.json's: core/rundir/records.py).
-
-A kind (GRPO in `train/stages/grpo.py`, SFT in `train/stages/sft.py`, looked up by name in
-`train/stages/kinds.py`) says only what differs: its rows, its checks, its trainer. `run_stage`
-(`train/stages/training.py`) does the rest the same way for each.
+"""What a stage kind is given and gives back: `KindSettings` (the groups every kind reads besides its own),
+`StageContext` (what a stage needs from the run around it) and the `StageKind` protocol a kind fills in. A kind
+(`train/stages/grpo.py`, `train/stages/sft.py`) says only what differs: its rows, its checks, its trainer;
+`run_stage` (`train/stages/training.py`) does the rest the same way for each.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from transformers import Trainer
 
@@ -56,16 +53,13 @@ class StageContext:
     engine: ProcessEngine | None = None  # the process's vLLM engine, which a colocated trainer rolls out through
 
 
-
 class StageKind(Protocol):
-    """What one kind of stage (`kind:` in a curriculum) brings; `run_stage` does the rest.
+    """What one kind of stage (`kind:` in a curriculum) brings, built from its config group (`cfg.<name>`) and the
+    `KindSettings` every kind shares."""
 
-    A kind is built from its config group (`cfg.<name>`) and the `KindSettings` every kind shares.
-    """
+    facts: ClassVar[StageKindFacts]  # its name, label, step cap, whether it learns from rewards
 
-    facts: StageKindFacts  # its name, label, step cap, whether it learns from rewards (`reference: rl_start`)
-
-    def __init__(self, group: Mapping, shared: KindSettings) -> None:
+    def __init__(self, group: Mapping, shared: KindSettings, /) -> None:
         """The kind from its own config group (plain) and the settings every kind shares."""
 
     def rows(self, records: list[TaskRecord], tokenizer):

@@ -1,8 +1,6 @@
-"""A trainer config's fields and their checks, shared by every kind: the kind's group, LoRA's rate, the stage's
-overrides and the runner's own, under the names the installed transformers knows (`trainer_fields`); and,
-before any model loads, that a config's fields are the trainer's (TRL's dataclass: names, plain types, no
-warmup, sampling ranges). `token_counts` is what the kinds' length checks count. `model.lora` is read here too,
-with the schema's defaults (conf/schema.py LoraConfig): its rate for `trainer_fields`, PEFT's config (`lora_config`).
+"""A trainer config's fields, the same for every kind (`trainer_fields`: the kind's group, LoRA's rate, the stage's
+overrides, the runner's own, under the names the installed transformers knows), checked before any model loads
+against the trainer's dataclass (`check_trainer_fields`); `model.lora` read with the schema's defaults.
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ from conf.schema import LoraConfig, with_defaults
 from core.checks import ConfigError, is_int, is_number, plain
 from core.models import device_settings
 from curriculum.plan import Stage
-from curriculum.prompts import prompt_ids
 
 # Set by the runner per stage; a config that sets them would be silently overridden.
 RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "model_init_kwargs", "reward_weights"}
@@ -30,10 +27,7 @@ def lora_settings(lora) -> dict | None:
 
 
 def lora_config(model_cfg: Mapping):
-    """PEFT's LoraConfig from `model.lora` (`lora_settings`), or None.
-
-    PEFT is an optional extra, imported here where LoRA is used: a plain install trains without it.
-    """
+    """PEFT's LoraConfig from `model.lora`, or None. PEFT is an optional extra, imported only where LoRA is used."""
     adapters = lora_settings(model_cfg.get("lora"))
     if adapters is None:
         return None
@@ -47,11 +41,8 @@ def lora_config(model_cfg: Mapping):
 
 def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None,
                    config_class: type) -> dict:
-    """A trainer config's fields: the kind's config group, LoRA's rate, the stage's overrides, then the runner's,
-    under the names the installed transformers gives them (`installed_names`).
-
-    Adapters train at their own, larger rate (TRL's PEFT docs: about 10x); a stage's overrides still win.
-    """
+    """A trainer config's fields: the kind's config group, LoRA's rate (adapters train at their own, larger rate:
+    TRL's PEFT docs say about 10x), the stage's overrides, then the runner's, under the installed names."""
     device = device_settings()
     fields = {"optim": device["optim"], **section}
     adapters = lora_settings(lora)
@@ -88,10 +79,24 @@ def installed_names(fields: Mapping, config_class: type) -> dict:
     return {(RENAMED_FIELDS[k] if k in RENAMED_FIELDS and k not in known else k): v for k, v in fields.items()}
 
 
+# The sampling fields of a trainer that generates (GRPOConfig), with the values they may take: TRL divides the
+# logits by `temperature` and transformers checks the others only when it first generates, after the baseline
+# validation (grpo.temperature=0 ended there in a 121-line traceback).
+SAMPLING_RANGES = {
+    "temperature": (lambda v: v > 0, "> 0 (TRL divides the logits by it; GRPO needs sampled, differing completions)"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1: every token)"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0: no top-k filter)"),
+    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1], or null"),
+    "repetition_penalty": (lambda v: v > 0, "> 0 (1: none)"),
+}
+# The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
+SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
+
+
 def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
     """Every field a config sets is a field of the trainer's config (TRL's dataclass), with a value of its type
-    where that is a plain one (bool, int, float, str, or one of them or null), not one the runner sets, and not
-    a warmup."""
+    where that is a plain one (`SCALARS`, or one of them or null), not one the runner sets, not a warmup, and each
+    sampling field finite and in its range."""
     known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
     for name, value in installed_names(fields, config_class).items():
         if name not in known:
@@ -107,31 +112,10 @@ def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
     if (fields.get("warmup_steps") or 0) > 0:
         raise ConfigError(f"{key}.warmup_steps: {fields['warmup_steps']} > 0 makes the stage's first optimizer step "
                           "run at learning rate 0 (transformers' warmup starts from 0); use 0")
-    check_sampling(fields, key)
-
-
-# The sampling fields of a trainer that generates (GRPOConfig), with the values they may take: TRL divides the
-# logits by `temperature` and transformers checks the others only when it first generates, after the baseline
-# validation (grpo.temperature=0 ended there in a 121-line traceback).
-SAMPLING_RANGES = {
-    "temperature": (lambda v: v > 0, "> 0 (TRL divides the logits by it; GRPO needs sampled, differing completions)"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1: every token)"),
-    "top_k": (lambda v: v >= 0, ">= 0 (0: no top-k filter)"),
-    "min_p": (lambda v: 0 <= v <= 1, "in [0, 1], or null"),
-    "repetition_penalty": (lambda v: v > 0, "> 0 (1: none)"),
-}
-
-
-def check_sampling(fields: Mapping, key: str) -> None:
-    """Each sampling field `fields` sets (a number: its type is checked before) is finite and in its range."""
     for name, (fits, wanted) in SAMPLING_RANGES.items():
         value = fields.get(name)
         if is_number(value) and not (is_number(value, finite=True) and fits(value)):
             raise ConfigError(f"{key}.{name}: must be {wanted} (got {value!r})")
-
-
-# The field types a value is checked against; others (`str | list[str]`, enums of transformers) are TRL's to check.
-SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
 def _plain_type(annotation) -> tuple[type, bool] | None:
@@ -151,8 +135,3 @@ def _fits(value, expected: type, nullable: bool) -> bool:
     if expected in (bool, str):
         return isinstance(value, expected)
     return is_number(value) if expected is float else is_int(value)
-
-
-def token_counts(texts: list[str], tokenizer) -> list[int]:
-    """How many tokens each text is, tokenized as TRL's trainers tokenize it (`prompt_ids`)."""
-    return [len(prompt_ids(text, tokenizer)) for text in texts]

@@ -1,22 +1,10 @@
 """The GRPO stage kind: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final.
 
-TRL builds the reference model from the checkpoint the policy's config names, so each stage starts from
-the saved directory of the previous one (never an in-memory model): with `reference:
-previous_stage` the reference then holds the previous stage's weights. For `rl_start` or `base`
-the policy is loaded here and pointed at that checkpoint (`core.trl_internals.point_reference_at`), so TRL builds
-the reference from it.
-With `beta: 0` TRL loads no reference at all. With LoRA the reference is the policy with its
-adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` is possible.
-With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer rolls out through the process's one engine
-(eval/vllm_engine.py: every stage and validation share it), handed to TRL where it would start its own, and
-the process is left as it was (`colocated_engine_setup`); with `eval.backend=vllm` or `auto`, in-stage
-validation borrows it (`eval.vllm_backend.ColocatedEngine`, lent as the stage binds its callbacks: `eval.in_stage`).
-What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
-
-The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
-group: near-identical rollouts are the collapse people saw). TRL never shows a callback the
-completions, so it is measured where they are: the stage's first reward (`train.rewards.checks.Reward`), which
-sees the whole generation batch, reports it through TRL's `log_metric`.
+TRL builds the reference model from the checkpoint the policy's config names, so each stage starts from the
+previous one's saved directory (`reference: previous_stage`); for `rl_start` or `base` the policy is pointed at
+that checkpoint (`core.trl_internals.point_reference_at`). `beta: 0` loads no reference; under LoRA the reference is
+the policy with its adapters off, the stage's start. With colocated vLLM rollouts the trainer rolls out through the
+process's one engine (eval/vllm_engine.py), handed to TRL where it would start its own (`colocated_engine_setup`).
 """
 
 from __future__ import annotations
@@ -24,36 +12,34 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from accelerate.utils import is_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from core.checks import ConfigError
-from core.stage_kinds import GRPO
+from core.stage_kinds import GRPO, StageKindFacts
 from core.trl_internals import point_reference_at, trl_engine_names
 from core.weights import fingerprint
 from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
+from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import TaskRecord
 from eval.vllm_backend import process_kept
 from eval.vllm_engine import ProcessEngine, rollout_arguments
 from train.rewards.checks import checked_rewards
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, trainer_fields
 
 log = logging.getLogger(__name__)
 
 
 def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lora: Mapping | None) -> GRPOConfig:
-    """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only).
-
-    With rollouts from a vLLM server every stage syncs its weights through `vllm_group_port` as configured: each
-    stage's weight-sync group is closed as the stage ends (train/stages/weight_sync.py), so the next one's
-    trainer, in the same process, finds the port free.
-    """
+    """GRPOConfig from the `grpo` group, the stage's overrides and the device (bf16/optim on CUDA only)."""
     fields = trainer_fields(grpo, stage, seed=seed, output_dir=output_dir, lora=lora, config_class=GRPOConfig)
     return GRPOConfig(**fields, remove_unused_columns=False)
 
@@ -71,13 +57,13 @@ def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
         raise ConfigError(f"{key}.max_completion_length: must be > 0")
 
 
+@dataclass(eq=False)
 class GrpoStage:
     """`kind: grpo` (the default): the task's rewards, KL to a reference checkpoint unless beta is 0."""
 
-    facts = GRPO
-
-    def __init__(self, grpo: Mapping, shared: KindSettings):
-        self.grpo, self.shared = grpo, shared
+    facts: ClassVar[StageKindFacts] = GRPO
+    grpo: Mapping
+    shared: KindSettings
 
     def rows(self, records: list[TaskRecord], tokenizer):
         model = self.shared.model
@@ -98,7 +84,7 @@ class GrpoStage:
         """Every prompt plus the completion budget must fit the model's context (TRL truncates nothing)."""
         context_length = int(self.shared.model["context_length"])
         max_new_tokens = int(stage.overrides.get("max_completion_length", self.grpo["max_completion_length"]))
-        longest = max(token_counts(rows["prompt"], tokenizer), default=0)
+        longest = max((len(prompt_ids(prompt, tokenizer)) for prompt in rows["prompt"]), default=0)  # as TRL tokenizes
         if longest + max_new_tokens > context_length:
             raise ConfigError(
                 f"model.context_length: {stage.name} has a prompt of {longest} tokens; with "
@@ -123,9 +109,13 @@ class GrpoStage:
         funcs = checked_rewards(funcs, timeout_s=self.shared.reward.get("timeout_s"),
                                 warn=ctx.reward_warning,  # one finite number (or None) per completion, in time
                                 group_size=args.num_generations)  # the collapse guard's distinct-share metric
+        policy = ctx.init_model  # a path: TRL's reference is the same checkpoint
+        if ctx.reference_model not in (None, ctx.init_model):  # else the policy is pointed at the reference
+            policy = AutoModelForCausalLM.from_pretrained(ctx.init_model, dtype=args.model_init_kwargs["dtype"])
+            point_reference_at(policy, ctx.reference_model)
         with colocated_engine_setup(ctx.engine) if colocated(args) else nullcontext():
             trainer = GRPOTrainer(
-                model=_policy(ctx, args.model_init_kwargs["dtype"]),
+                model=policy,
                 reward_funcs=funcs,
                 args=args,
                 train_dataset=rows,
@@ -149,12 +139,10 @@ class GrpoStage:
 
 @contextmanager
 def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
-    """Around the construction of a GRPOTrainer that rolls out through a colocated vLLM engine: TRL 1.16
-    (`VLLMGeneration._init_vllm`) gets the process's engine (eval/vllm_engine.py `ProcessEngine.for_trainer`) where
-    it would start its own, and the process is left as it was (`process_kept`): TRL writes RANK, LOCAL_RANK,
-    WORLD_SIZE, MASTER_ADDR and MASTER_PORT into os.environ for good, and the next stage's trainer, in this
-    process, read them as a distributed launch (accelerate: MULTI_CPU or MULTI_GPU instead of NO) and wrapped the
-    policy in DDP. The random state stays TRL's (seeded as an engine start seeds it), as bare TRL has it.
+    """Around the construction of a colocated GRPOTrainer: TRL 1.16 (`VLLMGeneration._init_vllm`) gets the
+    process's engine where it would start its own, and the process is left as it was (`process_kept`): TRL writes
+    RANK, WORLD_SIZE, MASTER_ADDR... into os.environ for good, and the next stage's trainer in this process would
+    read them as a distributed launch and wrap the policy in DDP. The random state stays TRL's, as bare TRL has it.
     """
     names = trl_engine_names()
     started = names.get("LLM")
@@ -169,14 +157,3 @@ def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
 def colocated(args) -> bool:
     """Whether a trainer with these arguments rolls out through its own vLLM engine (TRL's colocate mode)."""
     return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", None) == "colocate"
-
-
-def _policy(ctx: StageContext, dtype_name: str):
-    """The policy as TRL should load it: a path (reference = same checkpoint) or a model pointed at the reference."""
-    if ctx.reference_model in (None, ctx.init_model):
-        return ctx.init_model
-    model = AutoModelForCausalLM.from_pretrained(ctx.init_model, dtype=dtype_name)
-    point_reference_at(model, ctx.reference_model)
-    return model
-
-

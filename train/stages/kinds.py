@@ -1,9 +1,7 @@
 """The stage kinds by the name a curriculum's `kind:` gives them, each built with the config it reads.
 
-The kinds are listed once, below train/ (core/stage_kinds.py: each kind's facts, which the plan, the report and
-the config schema's `StageKindName` read without importing the trainers). Here each listed kind gets its trainer,
-the implementation whose `facts` are that kind's; a kind listed there alone, or a trainer here alone, fails the
-import, naming it.
+The kinds are listed once, in core/stage_kinds.py (their facts, which the plan, the report and the schema read
+without importing the trainers); each gets its trainer here, and a kind on one side only fails the import.
 """
 
 from __future__ import annotations
@@ -42,16 +40,14 @@ def kinds_by_name(implementations: Sequence[type[StageKind]],
 
 STAGE_KINDS: dict[str, type[StageKind]] = kinds_by_name((GrpoStage, SftStage), STAGE_KIND_FACTS)
 
-
 #: The config groups the kinds read: those all of them share, and each kind's own (`grpo`, `sft`).
 GROUPS = ("prompt", "model", "reward", *STAGE_KINDS)
 
 
 def stage_kinds(groups: Mapping, seed: int, task: Task, world_size: int, names: Iterable[str],
                 rewards: tuple[Sequence[Callable], Sequence[float]]) -> dict[str, StageKind]:
-    """The kinds `names` (a plan's), each built from its own config group, the groups all kinds read (`groups`:
-    GROUPS by name), the run's seed, the run's task, the number of processes that train each step and the run's
-    reward functions with their weights (`KindSettings.rewards`)."""
+    """The kinds `names` (a plan's), each built from its own config group in `groups` and what every kind reads
+    (`KindSettings`)."""
     shared = KindSettings(prompt=plain(groups["prompt"]), model=plain(groups["model"]), reward=plain(groups["reward"]),
                           seed=seed, world_size=world_size, task=task, rewards=rewards)
     return {name: STAGE_KINDS[name](plain(groups[name]), shared) for name in dict.fromkeys(names)}

@@ -1,33 +1,34 @@
-"""The supervised stage kind (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off
-like any stage, so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe).
-
-With `model.lora` the adapters train and are merged into the published final, as in a GRPO stage.
+"""The supervised stage kind (`kind: sft`): TRL's SFTTrainer on reference responses, saved and handed off like any
+stage (LoRA merged into the final), so the next GRPO stage's reference model is the SFT checkpoint (the R1 recipe).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from transformers import AutoTokenizer
 from trl import SFTConfig, SFTTrainer
 
 from core.checks import ConfigError
-from core.stage_kinds import SFT
+from core.stage_kinds import SFT, StageKindFacts
 from curriculum.data import to_sft_rows
 from curriculum.plan import Stage
+from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import TaskRecord
 from train.stages.base import KindSettings, StageContext
-from train.stages.fields import check_trainer_fields, lora_config, token_counts, trainer_fields
+from train.stages.fields import check_trainer_fields, lora_config, trainer_fields
 
 
+@dataclass(eq=False)
 class SftStage:
     """`kind: sft`: next-token loss on the reference completion after the prompt; no rewards, no reference."""
 
-    facts = SFT
-
-    def __init__(self, sft: Mapping, shared: KindSettings):
-        self.sft, self.shared = sft, shared
+    facts: ClassVar[StageKindFacts] = SFT
+    sft: Mapping
+    shared: KindSettings
 
     def fields(self, stage: Stage) -> dict:
         """The `sft` group with the stage's overrides: the SFTConfig fields a config chose."""
@@ -55,7 +56,7 @@ class SftStage:
         eos = tokenizer.eos_token or ""
         texts = [prompt + completion + ("" if completion.endswith(eos) else eos)
                  for prompt, completion in zip(rows["prompt"], rows["completion"], strict=True)]
-        longest = max(token_counts(texts, tokenizer), default=0)
+        longest = max((len(prompt_ids(text, tokenizer)) for text in texts), default=0)  # as TRL tokenizes
         if longest > int(max_length):
             raise ConfigError(f"{budget_key}: {stage.name} has a prompt and reference completion of {longest} tokens, "
                               f"over the SFT budget of {max_length} (TRL would truncate the reference answer)")

@@ -1,17 +1,12 @@
-"""Training one stage, the same way for every kind (`run_stage`): fingerprint the start, train (resuming a
-killed run's last complete checkpoint), save full weights (LoRA merged) and publish
-`stages/<k>-<name>/final`. A kind brings only its trainer (`train/stages/base.py` `StageKind`).
+"""One stage, the same way for every kind (`run_stage`): fingerprint the start, train (resuming a killed attempt's
+last complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`; the callbacks
+bound to its trainer (DeepSpeed's exact start, a vLLM server's weight-sync group); its trainer checkpoints on disk.
 
-With many processes every rank runs all of it: the trainer needs them all, and its `save_model`
-gathers full weights where ZeRO-3 or FSDP shard them. The weights each rank ends with are
-fingerprinted and compared (data parallelism keeps them equal); the main process alone writes the
-final and its `stage.json`, and every rank waits until the final is in place.
-
-Checkpoints on disk (the second half of this file, and `train/stages/checkpoints.py`): a trainer checkpoint
-counts only once it is complete and its files match the digests recorded after its save; a stage's
-final is written to a temporary folder and renamed, with `stage.json` (holding its files' digests)
-inside, so a kill during either save never leaves a half checkpoint that a resume would pick up, and
-a damaged one is never used.
+With many processes every rank runs all of it (the trainer needs them all, and `save_model` gathers weights ZeRO-3
+or FSDP shard); the ranks' final weights must have one fingerprint; the main process alone writes the final and its
+`stage.json`, and every rank waits until it is in place. A trainer checkpoint counts once it is complete and its
+files match the digests recorded after its save; a final is written to `final.tmp` with its marker (its files'
+digests) last, then renamed: a kill during either save never leaves a half checkpoint a resume would take.
 """
 
 from __future__ import annotations
@@ -20,24 +15,34 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import time
-from dataclasses import dataclass
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
-from transformers import Trainer, TrainerState
+from transformers import Trainer, TrainerCallback, TrainerState
 from transformers.trainer import TRAINER_STATE_NAME, TRAINING_ARGS_NAME
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from core.distributed import Processes, barrier, broadcast, gather
+from core.distributed import SINGLE, Processes, barrier, broadcast, gather
 from core.models import merged_lora
 from core.rundir.files import final_checkpoint, stage_path
 from core.rundir.records import FINAL_MARKER, StageResult, final_digests, marker_digest
 from core.trl_internals import load_checkpoint_weights
-from core.weights import checkpoint_weights, fingerprint, gather_weights, save_whole, weights_fingerprint
+from core.weights import (
+    checkpoint_weights,
+    fingerprint,
+    gather_weights,
+    save_whole,
+    saved_parameters,
+    weights_fingerprint,
+)
 from curriculum.plan import Stage
 from train.stages.base import StageContext, StageKind
-from train.stages.exact_start import start_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -54,49 +59,38 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
         resumed_from, adopted = resume_and_train(trainer, ctx, stage.name)
         model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
         final = final_weights(trainer, model, adopted, ctx.processes)
-        ends = rank_fingerprints(final.fingerprint, stage.name, ctx.processes)
+        ends = gather(final.fingerprint, ctx.processes)
+        if len(set(ends)) > 1:  # data parallelism keeps every rank's copy equal: the ranks trained apart
+            raise RuntimeError(f"stage {stage.name}: the ranks end with different weights (fingerprints {ends}); "
+                               "no final is published")
         result = StageResult(str(final_checkpoint(stage.dirname)), trainer.state.global_step, start,
                              ctx.reference_model, reference, resumed_from, final_fingerprints=ends,
                              distributed=distributed_record(trainer))
         publish_stage(trainer, model, final.weights, stage_dir,
                       result.marker(stage.name, ctx.config_hash, ctx.task, ctx.init_model),
                       keep_trainer_checkpoints=ctx.keep_trainer_checkpoints, processes=ctx.processes)
-    finally:
-        release_from_trainer(trainer)
+    finally:  # however the stage ended: a callback's `on_train_end` never runs when training raises
+        for callback in list(trainer.callback_handler.callbacks):
+            if callable(getattr(callback, "release", None)):
+                callback.release()  # what it holds open for the trainer (a vLLM server's weight-sync group)
     # every rank reads the marker the main process wrote (the final is in place for all of them)
     return dataclasses.replace(result, wall_seconds=round(time.time() - began, 2),
                                final_marker=marker_digest(stage_dir / "final"))
 
 
 def bind_to_trainer(trainer: Trainer) -> None:
-    """Hand the trainer to the callbacks that need more than a callback sees (`bind(trainer)`: the console
-    takes the trainer's printers, the rollout sampler reads TRL's own log of the last batch, in-stage
-    validation borrows a colocated vLLM engine, DeepSpeed's exact start reads the engine's parameters), and
-    drop TRL's per-checkpoint model card: nobody reads it (trainer checkpoints are pruned), and drafting it
-    reads `wandb.run.url`, which prints "URL not available in offline run" at every checkpoint."""
-    trainer.create_model_card = _no_model_card
+    """Hand the trainer to the callbacks that need more than a callback sees (`bind(trainer)`), and drop TRL's
+    per-checkpoint model card: nobody reads it, and drafting it reads `wandb.run.url`, which prints "URL not
+    available in offline run" at every checkpoint."""
+    trainer.create_model_card = lambda *args, **kwargs: None
     for callback in list(trainer.callback_handler.callbacks):
         if callable(getattr(callback, "bind", None)):
             callback.bind(trainer)
 
 
-def release_from_trainer(trainer: Trainer) -> None:
-    """The stage's teardown, however it ended (published, or raised): the callbacks that hold something open for
-    the trainer give it back (`release()`: the weight-sync group with a vLLM server, train/stages/weight_sync.py),
-    since a callback's `on_train_end` never runs when training raises."""
-    for callback in list(trainer.callback_handler.callbacks):
-        if callable(getattr(callback, "release", None)):
-            callback.release()
-
-
-def _no_model_card(*args, **kwargs) -> None:
-    return None
-
-
 def distributed_record(trainer: Trainer) -> dict:
-    """How a stage's trainer ran, as accelerate set it up: its distributed type (what ran, not what a launch file
-    asked for: accelerate makes a launch FSDP only on GPUs, and DDP on a CPU), processes, mixed precision and
-    ZeRO stage (DeepSpeed).
+    """How a stage's trainer ran, as accelerate set it up (what ran, not what a launch file asked for: accelerate
+    makes a launch FSDP only on GPUs): distributed type, processes, mixed precision, ZeRO stage.
 
     >>> from types import SimpleNamespace as NS
     >>> state = NS(distributed_type=NS(value="MULTI_CPU"), num_processes=2, mixed_precision="no")
@@ -134,25 +128,11 @@ def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Proc
     return FinalWeights(found, weights)
 
 
-def rank_fingerprints(found: str, stage_name: str, processes: Processes) -> list[str]:
-    """The final weights' fingerprint on every rank, in rank order; an error if they differ (data parallelism
-    keeps every rank's copy equal: a difference means the ranks trained apart, and no final is published)."""
-    prints = gather(found, processes)
-    if len(set(prints)) > 1:
-        raise RuntimeError(f"stage {stage_name}: the ranks end with different weights (fingerprints {prints}); "
-                           "no final is published")
-    return prints
-
-
 def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str | None, Path | None]:
-    """Train, continuing from `ctx.resume_from` (the stage's last complete, intact trainer checkpoint) if given.
-    Returns the checkpoint resumed from, and the DeepSpeed checkpoint to publish as it is (else None).
-
-    A checkpoint already at the budget (`ctx.resume_at_budget`: a kill while the final was written) is loaded,
-    not trained on: training it again would run a step past `max_steps` and shift every later global step. A
-    DeepSpeed one is not loaded at all: only `train()` builds DeepSpeed's engine, which loading needs; its
-    master weights are read from its files instead (`core.weights.checkpoint_weights`).
-    """
+    """Train, continuing from `ctx.resume_from` if given; returns the checkpoint resumed from, and the DeepSpeed
+    checkpoint to publish as it is (else None). One at the budget (`ctx.resume_at_budget`) is loaded, not trained on
+    (a step past `max_steps` would shift every later global step); a DeepSpeed one is not loaded at all (only
+    `train()` builds the engine loading needs): its master weights are read from its files."""
     resume_from = ctx.resume_from
     if resume_from is None:
         trainer.train()
@@ -171,13 +151,9 @@ def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str |
 
 def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path, info: dict, *,
                   keep_trainer_checkpoints: bool, processes: Processes) -> None:
-    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints.
-
-    `weights` (on the main process): whole float32 weights an engine kept apart from the module (DeepSpeed's
-    master copy, FSDP's gathered shards), saved as a model of the module's architecture. Otherwise `model`
-    itself: through the trainer (`save_model`, on every rank) when it is the trainer's, or by the main
-    process (a merged LoRA model, whole on every rank).
-    """
+    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints. `weights` (main process):
+    whole float32 weights an engine kept apart from the module; else `model` itself, through the trainer's
+    `save_model` (every rank) when it is the trainer's, or by the main process (a merged LoRA model)."""
     tmp = stage_dir / "final.tmp"
     if processes.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -204,3 +180,146 @@ def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
     if final_dir.exists():  # an earlier final without a marker, or damaged: never handed off
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
+
+
+@dataclass(eq=False)
+class ExactStart(TrainerCallback):
+    """A DeepSpeed stage starts from its checkpoint's exact float32 weights, as every other stage does.
+
+    Under bf16 DeepSpeed makes its float32 master weights from the module cast to bf16 (ZeRO-1/2), and ZeRO-3 loads
+    every parameter into bf16 partitions: each handoff would erase the updates below bf16's resolution (GRPO's
+    ~1e-6 of a weight). So when training begins at step 0 the start checkpoint's float32 values are written into
+    the master copy and checked against its fingerprint. A resume (DeepSpeed restored its master weights) and a
+    trainer without DeepSpeed are left alone.
+    """
+
+    init_model: str
+    names: list[str] = field(default_factory=list)
+    expected: str | None = None  # the checkpoint's fingerprint, once bound to a DeepSpeed trainer
+
+    def bind(self, trainer) -> None:
+        if trainer.is_deepspeed_enabled:
+            self.names = [name for name, _ in trainer.model.named_parameters()]
+            self.expected = weights_fingerprint(saved_parameters(self.init_model, self.names))
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if self.expected is None or state.global_step > 0:
+            return
+        from deepspeed.utils import safe_set_full_fp32_param
+
+        parameters = dict(model.named_parameters())
+        for name, value in saved_parameters(self.init_model, self.names):
+            safe_set_full_fp32_param(parameters[name], value)  # every rank: each keeps its own partition of it
+        found = fingerprint(model)  # the master weights gathered back
+        if found != self.expected:
+            raise RuntimeError(f"DeepSpeed's master weights hold {found} after being set from {self.init_model} "
+                               f"({self.expected}): the stage would not start from its checkpoint")
+
+
+def start_fingerprint(trainer) -> str:
+    """The fingerprint of the weights a stage starts from, the same on every rank: under DeepSpeed its checkpoint's
+    (which `ExactStart` sets as the master weights); else the module's, as loaded."""
+    if not trainer.is_deepspeed_enabled:
+        return fingerprint(trainer.model)
+    exact = [c for c in trainer.callback_handler.callbacks if isinstance(c, ExactStart) and c.expected is not None]
+    if not exact:
+        raise RuntimeError("a DeepSpeed stage starts from its checkpoint's float32 weights through ExactStart, and "
+                           "its trainer has none bound (train/run/runner.py stage_callbacks)")
+    return exact[0].expected
+
+
+@dataclass(eq=False)
+class WeightSyncGroup(TrainerCallback):
+    """Closes the weight-sync group of a trainer that rolls out through a vLLM server (`grpo.vllm_mode=server`).
+
+    TRL 1.16's `VLLMClient.init_communicator` (main process only) opens a group whose TCP store listens on
+    `vllm_group_port` in this process, and closes it only at exit; the next stage's trainer, in the same process,
+    opens it again on the same port. `close_communicator` drops the store and the NCCL communicator (the server's
+    side is replaced at its next `/init_weight_transfer_engine`). Closed at the end of training and at the stage's
+    teardown (`release`), since `on_train_end` never runs when training raises or a resume publishes without a step.
+    """
+
+    client: Any = None  # TRL's VLLMClient, once bound to a server-mode trainer on the main process
+
+    def bind(self, trainer) -> None:
+        generation = getattr(trainer, "vllm_generation", None)
+        if getattr(generation, "mode", None) == "server":
+            self.client = getattr(generation, "vllm_client", None)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.release()
+
+    def release(self) -> None:
+        """Close the group, once."""
+        client, self.client = self.client, None
+        if client is not None:
+            client.close_communicator()
+
+
+@dataclass(eq=False)
+class CheckpointDigests(TrainerCallback):
+    """Record a trainer checkpoint's digests (`checksums.json`) once transformers has saved all of it, after
+    `trainer_state.json`. Every rank writes its own RNG state into it, so all ranks meet first: a rank killed
+    mid-save leaves a checkpoint without digests."""
+
+    processes: Processes = SINGLE
+
+    def on_save(self, args, state, control, **kwargs):
+        barrier(self.processes)
+        if args.should_save:
+            folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            write_json_atomic(folder / DIGESTS, folder_digests(folder))
+
+
+def checkpoint_problem(folder: Path, world_size: int = 1) -> str | None:
+    """Why a trainer checkpoint of `world_size` processes may not be resumed from (incomplete or damaged),
+    None when it may."""
+    try:
+        json.loads((folder / TRAINER_STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return f"no complete {TRAINER_STATE_NAME} (a kill while the checkpoint was saved)"
+    if not (folder / DIGESTS).exists():
+        return f"no {DIGESTS} (a kill before the checkpoint's save finished)"
+    # torch.save writes a zip archive, whose directory comes last: a cut-off file is no zip
+    missing = [rank for rank in range(world_size)
+               if world_size > 1 and not zipfile.is_zipfile(folder / f"rng_state_{rank}.pth")]
+    if missing:  # a resume without a rank's RNG state would not repeat the run
+        return f"no whole RNG state of rank {missing[0]} (rng_state_{missing[0]}.pth)"
+    return weights_problem(folder, load_file(folder / DIGESTS))
+
+
+@dataclass(frozen=True)
+class CheckpointScan:
+    """The newest trainer checkpoint a resume may continue from (None: the stage's start), and the newer
+    ones passed over, each {"checkpoint": its folder name, "problem": why}."""
+
+    usable: Path | None
+    skipped: list[dict] = field(default_factory=list)
+
+
+def scan_checkpoints(trainer_dir: Path, world_size: int = 1) -> CheckpointScan:
+    """The trainer checkpoints of a stage (trained by `world_size` processes), newest first, up to the first
+    complete and intact one."""
+    if not trainer_dir.is_dir():
+        return CheckpointScan(None)
+    steps = []
+    for child in trainer_dir.iterdir():
+        match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", child.name)
+        if match and child.is_dir():
+            steps.append((int(match.group(1)), child))
+    skipped: list[dict] = []
+    for _, child in sorted(steps, reverse=True):
+        problem = checkpoint_problem(child, world_size)
+        if problem is None:
+            return CheckpointScan(child, skipped)
+        skipped.append({"checkpoint": child.name, "problem": problem})
+    return CheckpointScan(None, skipped)
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    """The global step a trainer checkpoint was saved at, as transformers names it.
+
+    >>> checkpoint_step(Path("stages/1-a/trainer/checkpoint-12"))
+    12
+    """
+    return int(checkpoint.name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-"))
