@@ -157,7 +157,7 @@ def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, ou
 def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
     """On a machine without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo`
     measured (as a run warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
-    from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
+    from eval.generation import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
 
     tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
     seconds = tokens / CPU_TOKENS_PER_SECOND

@@ -13,6 +13,7 @@ shard it, are refused in-stage validation by the config check); every rank gets 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import asdict
 
 import torch
 from transformers import TrainerCallback
@@ -76,4 +77,4 @@ class InStageValidation(TrainerCallback):
         )
         samples = grade_subset(records, completions, s.task)
         return {**self.tags, "stage_step": step, "global_step": self.step_offset + step,
-                **subset_row(s.task, level, samples), "cost": cost.as_dict()}
+                **subset_row(s.task, level, samples), "cost": asdict(cost)}

@@ -1,16 +1,14 @@
-"""What validation reads from the config, as one frozen record built once (`validation_settings`).
-
-`validate` and the in-stage validation take this record, not the whole config: what they can see
-is what is listed here (the `eval` group as its schema record, conf/schema.py EvalConfig; the prompt template and
-its grader format, the model's chat settings), and a caller can build one by hand for a checkpoint from anywhere.
-
-The checks of the `eval` group and of the model validation will load (`check_eval_config`,
-`check_context_length`, `check_cpu_head_size`) are shared by `python -m train` and `python -m eval`: each error
-names the key that holds the bad value, and comes before any model or data loads.
+"""What validation reads from the config, as one frozen record built once (`validation_settings`), and the checks
+of the `eval` group and of the model validation will load, shared by `python -m train` and `python -m eval`: each
+error names the key that holds the bad value, before any model or data loads. Which backend generates
+(`validation_backend`: `auto` takes vLLM where it can validate the model here) is decided here too.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,21 +17,28 @@ from types import MappingProxyType
 import torch
 from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig, OmegaConf
+from transformers import AutoConfig
 
 from conf.fields import as_record
 from conf.ranges import check_field_ranges
 from conf.schema import EvalConfig
 from core.checks import ConfigError, plain
+from core.distributed import SINGLE, Processes
 from core.models import HUB_ID
 from core.parse_limits import parse_json
 from curriculum.tasks.base import ALL, Task, TaskRecord
 from curriculum.tasks.contract import check_records
-from eval.vllm_backend import CPU_HEAD_SIZES, vllm_installed
+from eval.vllm_backend import import_vllm
+
+log = logging.getLogger(__name__)
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
 # What to use instead of vLLM on a CPU for a model whose heads its CPU attention refuses
 CPU_HEAD_SIZE_ALTERNATIVE = "or a model with heads of 64 such as model=tiny_vllm"
+# The head sizes vLLM 0.31's CPU attention takes (`CPUAttentionBackend.get_supported_head_sizes()`; a test
+# holds this copy to it), here so that `auto` can turn down a model without loading vLLM (~2 s, and its noise).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 @dataclass(frozen=True)
@@ -176,3 +181,43 @@ def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping,
                           f"{CPU_HEAD_SIZE_ALTERNATIVE}")
     raise ConfigError(f"grpo.use_vllm: colocated vLLM rollouts, but {refused}: use grpo.use_vllm=false, "
                       f"{CPU_HEAD_SIZE_ALTERNATIVE}")
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM is on the path, asked of the path itself: `core.models.defer_vllm` hides it from importers."""
+    return importlib.machinery.PathFinder.find_spec("vllm") is not None
+
+
+def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
+    """None where vLLM can validate the model at `model_path` here, else why not, in a few words."""
+    if processes.many:
+        return f"{processes.world_size} processes (one vLLM engine validates in one process)"
+    if not vllm_installed():
+        return "vLLM is not installed (pip install -e '.[vllm]')"
+    config = AutoConfig.from_pretrained(model_path)
+    size = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    # without CUDA vLLM runs its CPU build, with one attention; CUDA picks among several (FlexAttention: any size)
+    if not torch.cuda.is_available() and size not in CPU_HEAD_SIZES:
+        return f"vLLM's CPU attention takes head sizes {list(CPU_HEAD_SIZES)}, not {size}"
+    try:
+        import_vllm()
+    except Exception as err:  # installed but broken (a torch it was not built for): validation still runs
+        return f"vLLM does not load ({type(err).__name__}: {err})"
+    return None
+
+
+def validation_backend(setting: str, model_path: str, processes: Processes = SINGLE) -> str:
+    """The backend a validation generates with: `eval.backend` as set, or for `auto` vLLM wherever it can
+    validate this model here (else HF, saying why once per process)."""
+    if setting != "auto":
+        return setting
+    reason = why_not_vllm(model_path, processes)
+    if reason is not None:
+        log_hf_reason(reason)
+        return "hf"
+    return "vllm"
+
+
+@functools.cache  # once per process and reason: a run validates after every stage
+def log_hf_reason(reason: str) -> None:
+    log.info("eval.backend=auto: validating through HF generate: %s", reason)

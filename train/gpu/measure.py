@@ -20,7 +20,7 @@ from core.models import BF16_CAPABILITY, cuda_has_bf16
 from core.rundir.jsonl import read_jsonl
 from core.rundir.layout import METRICS, RUN_JSON, VALIDATION_STEPS
 from curriculum.plan import build_plan, validation_completions
-from eval.cost import validation_cost
+from eval.generation import validation_cost
 from train.gpu.bare import BareRun, bare_stage_command
 from train.gpu.config import compose_config, size_to_card
 from train.gpu.device import GIB, GpuCheckError, MemoryWatch

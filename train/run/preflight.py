@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from curriculum.plan import Stage, grpo_batch, validation_completions
-from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
+from eval.generation import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
 from eval.settings import ValidationSettings
 from train.console import duration
 

@@ -16,7 +16,7 @@ from core.models import configure_cpu_threads
 from core.rundir.layout import ERROR
 from core.rundir.lock import RunLock, RunLockedError
 from core.rundir.manifest import check_process_count, check_same_config
-from eval.vllm_backend import validation_backend
+from eval.settings import validation_backend
 from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from train.settings import RunSettings
 
