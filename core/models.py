@@ -335,7 +335,7 @@ def defer_vllm(rollouts: bool) -> bool:
     """Keep vLLM unloaded unless GRPO rolls out through it (`rollouts`: `grpo.use_vllm`, which a stage cannot
     override). TRL imports vllm wherever it is installed (trl/generation/__init__.py): ~2 s in every process
     and vLLM's start-up warnings ("Triton is installed, but `triton.backends` could not be imported"), though
-    only its rollouts need it at import. Validation loads it when it chooses it (eval/vllm_backend.py
+    only its rollouts need it at import. Validation loads it when it chooses it (eval/vllm_engine.py
     `import_vllm`, `eval.backend` vllm or auto). The same None in sys.modules as `defer_bitsandbytes`; call it at
     an entry point before trl is imported; returns whether it deferred.
     """

@@ -118,7 +118,7 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
 
 @dataclass
 class HfEngine:
-    """`generate` on a loaded model, with the interface of `eval.vllm_backend.VllmEngine`."""
+    """`generate` on a loaded model, with the interface of `eval.vllm_engine.VllmEngine`."""
 
     model: Any
     tokenizer: Any

@@ -28,7 +28,7 @@ from core.models import HUB_ID
 from core.parse_limits import parse_json
 from curriculum.tasks.base import ALL, Task, TaskRecord
 from curriculum.tasks.contract import check_records
-from eval.vllm_backend import import_vllm
+from eval.vllm_engine import import_vllm
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 @dataclass(frozen=True)
 class ValidationSettings:
-    """How validation generates and grades: one subset's puzzles -> prompts -> completions -> grades."""
+    """How validation generates and grades; a caller can build one by hand for a checkpoint from anywhere."""
 
     eval: EvalConfig  # the `eval` group: n, max_new_tokens, batch_size, temperature, samples, seed, backend...
     subsets: tuple[str, ...]  # `eval.subsets` as the held-out subsets: levels of the task, in its order
@@ -59,8 +59,8 @@ class ValidationSettings:
 
 
 def subset_levels(task: Task, subsets) -> tuple[str, ...]:
-    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
-    it), `all` (every level) or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
+    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with it),
+    `all` or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
 
     >>> from curriculum.tasks import build_task
     >>> kk = build_task({"name": "kk"})
@@ -74,8 +74,7 @@ def subset_levels(task: Task, subsets) -> tuple[str, ...]:
 
 
 def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
-    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task (`eval` as
-    its schema record, every key as the group gives it: its one default is its YAML's, conf/eval/default.yaml).
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
 
     >>> from omegaconf import OmegaConf
     >>> from curriculum.tasks import build_task
@@ -98,18 +97,17 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
 
 
 def validation_pools(settings: ValidationSettings, seed: int) -> dict[str, list[TaskRecord]]:
-    """The held-out pool of every subset `settings` validates, read as a run reads them and before any model loads:
-    the task held to its contract on one record of each subset (curriculum/tasks/contract.py: ConfigError naming the
-    member), then each pool as the task reads it, which screens its records (K&K: curriculum/tasks/kk/screen.py, a
-    RecordError naming the file and line). `seed` is the run's `seed`, which validation's test split never reads."""
+    """The held-out pool of every subset `settings` validates, read as a run reads them: the task first held to its
+    contract (ConfigError naming the member), each pool screened as the task reads it (RecordError naming the file
+    and line). `seed` is the run's `seed`, which validation's test split never reads."""
     task = settings.task
     check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.eval.seed))
     return {level: task.validation_records(level, settings.eval.n, settings.eval.seed) for level in settings.subsets}
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
-    """Raise ConfigError for the first bad `eval.*` value a range cannot say (its keys, types and ranges are the
-    schema's, conf/schema.py, checked by conf.ranges); `eval.subsets` must name levels of `task`."""
+    """Raise ConfigError for the first bad `eval.*` value (ranges: conf/schema.py); `eval.subsets` must name levels
+    of `task`."""
     if eval_cfg.subsets is not None and not list(eval_cfg.subsets):
         raise ConfigError("eval.subsets: must list at least one level (or be null: the task's own)")
     subset_levels(task, eval_cfg.subsets)
@@ -122,9 +120,8 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
 
 
 def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> dict | None:
-    """The config fields of the model a run or `python -m eval` will load, read before it loads or is built:
-    `checkpoint` (a directory) or `model`'s: the tiny model's `model.tiny` sizes, a hub model's config.json in a
-    local directory or the hub cache; None where that is not known yet (a model not fetched or not built)."""
+    """The config fields of the model that will load, before it loads or is built: `checkpoint`'s or `model`'s (the
+    tiny model's `model.tiny` sizes, a config.json in a local directory or the hub cache); None where not known yet."""
     if checkpoint is None and model_cfg["source"] == "tiny":
         return plain(model_cfg["tiny"])
     source = checkpoint or (str(model_cfg.get("id")) if model_cfg["source"] == "hub" and model_cfg.get("id") else None)
@@ -141,8 +138,7 @@ def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> d
 
 
 def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int | None:
-    """The attention head size of the model that will load (`planned_model_fields`); None where that is not known
-    yet, which the engine itself then checks."""
+    """The attention head size of the model that will load (`planned_model_fields`); None where not known yet."""
     fields = planned_model_fields(model_cfg, checkpoint) or {}
     if fields.get("head_dim"):
         return int(fields["head_dim"])
@@ -152,8 +148,8 @@ def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int 
 
 
 def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse `model.context_length` beyond the positions the model has (its config's max_position_embeddings):
-    a prompt and completion past them would be generated from positions the model never learnt."""
+    """Refuse `model.context_length` beyond the positions the model has (max_position_embeddings), which it never
+    learnt."""
     positions = (planned_model_fields(model_cfg, checkpoint) or {}).get("max_position_embeddings")
     length = model_cfg.get("context_length")
     if isinstance(positions, int) and isinstance(length, int) and length > positions:
@@ -162,10 +158,9 @@ def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> N
 
 
 def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse vLLM set to run a model on a machine without CUDA whose head size vLLM's CPU attention refuses
-    (after the model loaded, as "Unsupported CPU attention configuration: head_dim=16"): validation
-    (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts (TRL's engine, the same
-    kernel). A server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
+    """Refuse, without CUDA, vLLM set to run a model whose head size its CPU attention refuses (else it fails after
+    the model loaded): validation (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts. A
+    server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
     if torch.cuda.is_available():
         return
     validates = eval_cfg.backend == "vllm"

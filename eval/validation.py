@@ -1,4 +1,5 @@
-"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use).
+"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use), and inside a
+stage on the live model (`eval.every`, `promote`: `InStageValidation`).
 
 Writes one row per subset (a task's level) to `validation.jsonl` ({stage, stage_name, global_step, level, the task's
 level columns, metrics, cost}), every completion with its grade to `samples/<stage>/<level>.jsonl`, and prints a
@@ -6,6 +7,12 @@ table; what a row, a sample and the table hold beyond every task's is the task's
 `sample_fields`, `subset_metrics`, `report`). With many processes every rank generates its share of the batches and
 grades all the gathered completions (every rank decides alike); the main process alone writes and prints. vLLM
 validates in one process: many processes validate through HF.
+
+Inside a stage it is light on purpose: the stage's own subsets, greedy, no saved samples; rows go to
+`validation_steps.jsonl` (with `stage_step`) and the tracker. It generates through the GRPO trainer's colocated vLLM
+engine when the stage lends one, else HF `generate` on the live model (a second vLLM engine beside a training model
+would compete with it for the card); with many processes each rank on its own whole copy (ZeRO-3 and FSDP, which
+shard it, are refused in-stage validation by the config check).
 """
 
 from __future__ import annotations
@@ -14,14 +21,15 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 
 from core.checks import call_user_code
 from core.distributed import SINGLE, Processes
@@ -34,7 +42,7 @@ from curriculum.tasks.report import TaskReport
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
 from eval.settings import ValidationSettings, validation_backend
-from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from eval.vllm_engine import ColocatedEngine, ProcessEngine, engine_arguments, validation_arguments
 
 # The tracker's sample table: what a person filters on (and the answer against the reference), then the text.
 SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer", "reference")
@@ -213,3 +221,56 @@ def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
         tokens = "-" if row.get("mean_tokens") is None else f"{row['mean_tokens']:.1f}"
         table.add_row(str(label), str(trials(row, "accuracy") or "-"), *rates, tokens)
     return table
+
+
+class InStageValidation(TrainerCallback):
+    """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
+
+    def __init__(self, settings: ValidationSettings, pools: dict[str, list[TaskRecord]], writer, tracker, *,
+                 stage_index: int, stage_name: str, step_offset: int, processes: Processes = SINGLE):
+        self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
+        self.processes = processes
+        self.tags = {"stage": stage_index, "stage_name": stage_name}
+        self.step_offset = step_offset
+        self.colocated: ColocatedEngine | None = None  # lent by the stage's trainer (`bind`)
+
+    def bind(self, trainer) -> None:
+        """Borrow the trainer's colocated vLLM engine (GRPO's rollouts in colocate mode), when validation goes
+        through vLLM (`eval.backend` vllm or auto); any other trainer lends none."""
+        if self.settings.eval.backend in ("vllm", "auto"):
+            self.colocated = ColocatedEngine.of(trainer)
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.due(state.global_step, state.max_steps):
+            self.validate(model, processing_class, state.global_step)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        every = self.settings.eval.every
+        return bool(every) and step % every == 0 and step < max_steps
+
+    def validate(self, model, tokenizer, step: int) -> list[dict]:
+        """Validate the live model on every pool now; rows written, logged and returned."""
+        model.eval()
+        # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
+        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+        engine = self.colocated.lend(tokenizer) if self.colocated is not None else nullcontext(
+            HfEngine(model, tokenizer, batch_size=self.settings.eval.batch_size, processes=self.processes))
+        try:
+            with torch.random.fork_rng(devices=cuda), engine as generator:
+                rows = [self._subset_row(generator, level, records, step) for level, records in self.pools.items()]
+        finally:
+            model.train()
+        self.writer.write(rows)
+        for row in rows:
+            self.tracker.log(tracked_validation(row, self.settings.task, "val_step"), step=row["global_step"])
+        return rows
+
+    def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:
+        s = self.settings
+        completions, cost = generator.generate(
+            s.prompts(records), max_new_tokens=s.eval.max_new_tokens, seed=s.eval.seed, chat_kwargs=dict(s.chat_kwargs),
+            label=f"validating {self.tags['stage_name']} step {step}",
+        )
+        samples = grade_subset(records, completions, s.task)
+        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step,
+                **subset_row(s.task, level, samples), "cost": asdict(cost)}

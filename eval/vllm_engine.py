@@ -1,11 +1,11 @@
-"""The one vLLM engine of a process, shared by every validation and every stage's rollouts, and what vLLM's CPU
-build needs that CUDA does not (docs/gpu.md: why one engine, its life in a run, what differs on a CPU).
+"""The one vLLM engine of a process, shared by every validation and every stage's rollouts; validation generation
+through it, or inside a GRPO stage through the trainer's own (`ColocatedEngine`); what vLLM's CPU build needs that
+CUDA does not (docs/gpu.md: why one engine, its life in a run, what differs on a CPU).
 
-One engine: with sleep mode on CUDA, vLLM's CuMem allocator serves one engine per process (vLLM 0.31 asserts "CuMem
-allocator can only be used for one instance per process"), and an allocation freed while its engine sleeps is
-handed back twice. vLLM's CPU build skips the allocator, so only the tests' guard (tests/engine_guard.py) holds a
-CPU run to the rule. Nothing here changes what vLLM does on CUDA beyond sleep mode: each CPU part asks vLLM's
-platform first.
+One engine: with sleep mode on CUDA, vLLM's CuMem allocator serves one engine per process, and an allocation freed
+while its engine sleeps is handed back twice. The CPU build skips the allocator: tests/engine_guard.py holds a CPU
+run to the rule. Each CPU part asks vLLM's platform first. Prompts go to vLLM as token ids, the `prompt_ids` GRPO
+trains on and HF validation feeds (vLLM never re-tokenizes); greedy at temperature 0, no repetition penalty.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import logging
 import os
 import random
 import socket
+import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ import torch
 from core.distributed import launched_world_size
 from core.models import device_settings
 from core.parse_limits import parse_json
-from eval.vllm_backend import VllmEngine, import_vllm, vllm_log_level
+from core.trl_internals import mark_weights_asleep, mark_weights_loaded
+from curriculum.prompts import prompt_ids, prompt_text
+from eval.generation import Completion, GenerationCost, timed_generation
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +44,109 @@ TRL_FIXED = {"distributed_executor_backend": "external_launcher", "max_num_batch
 # before every rollout), the seed (reseeded as an engine start seeds it, `for_trainer`) and how many sequences
 # it schedules at once (a stage's batch; a bound on concurrency, not on what it computes).
 TRL_FREE = ("model", "seed", "max_num_seqs")
-# GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left at 0, vLLM sizes it as
-# gpu_memory_utilization of *all* RAM less the process, which a training process can exceed). SmolLM2-135M in
-# float32 keeps 46 KB a token: 1 GiB holds 23K tokens, a validation batch of 32 prompts of ~500 tokens with 200 new.
+# GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left to vLLM, a share of *all*
+# RAM less the process, which a training process can exceed). 1 GiB holds 23K tokens of SmolLM2-135M in float32.
 KV_CACHE_GIB = 1
 KV_CACHE_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
 
 
+def vllm_log_level() -> str:
+    """What vLLM logs in this process: VLLM_LOGGING_LEVEL where the user set it, else errors only (its start-up
+    notes, ~40 lines an engine, would fill the run's console between validation tables)."""
+    return os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper()
+
+
+def import_vllm():
+    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it),
+    its import quiet to `vllm_log_level` (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
+    if "vllm" in sys.modules and sys.modules["vllm"] is None:
+        del sys.modules["vllm"]
+    logging.getLogger("vllm").setLevel(vllm_log_level())
+    import vllm
+
+    return vllm
+
+
+def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
+    """vLLM's request outputs (in prompt order) as Completions, counted and decoded as HF validation does
+    (`eval.generation`: end-of-sequence counted, then dropped from the text, special tokens skipped). vLLM's own
+    detokenizer holds back the bytes of a character a token leaves unfinished where `decode` writes U+FFFD: equal
+    tokens made unequal texts."""
+    return [[Completion(text=tokenizer.decode(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids,
+                                              skip_special_tokens=True),
+                        tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+             for o in request.outputs] for request in outputs]
+
+
+def sampling_params(*, max_new_tokens: int, temperature: float, samples: int, seed: int):
+    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling (top_p 1, no top_k);
+    no detokenizing (`to_completions` decodes)."""
+    from vllm import SamplingParams
+
+    return SamplingParams(n=samples, temperature=temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
+                          max_tokens=max_new_tokens, seed=seed, detokenize=False)
+
+
+class VllmEngine:
+    """A vLLM engine lent to one validation; `generate` has `eval.generation.HfEngine`'s interface."""
+
+    def __init__(self, llm, tokenizer, backend: str, setup_seconds: float = 0.0):
+        self.llm, self.tokenizer, self.backend = llm, tokenizer, backend
+        self.setup_seconds = setup_seconds  # counted on the first subset generated, then 0
+
+    def generate(self, prompts: list, *, max_new_tokens: int, temperature: float = 0.0, samples: int = 1,
+                 chat_kwargs: dict | None = None, seed: int = 0,
+                 label: str = "") -> tuple[list[list[Completion]], GenerationCost]:
+        """`samples` completions per prompt, in prompt order, and what generating them cost."""
+        ids = [prompt_ids(prompt_text(p, self.tokenizer, chat_kwargs), self.tokenizer) for p in prompts]
+        params = sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, samples=samples, seed=seed)
+        setup, self.setup_seconds = self.setup_seconds, 0.0
+        return timed_generation(
+            self.backend,
+            lambda: to_completions(self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False),
+                                   self.tokenizer),
+            setup_seconds=setup,
+        )
+
+
+class ColocatedEngine:
+    """The GRPO trainer's colocated vLLM engine (TRL 1.16: `trainer.vllm_generation.llm`), lent to in-stage
+    validation between optimizer steps.
+
+    Mirrors TRL's own bookkeeping around a rollout (`GRPOTrainer._generate_single_turn`, `VLLMGeneration.generate`):
+    which step's weights the engine holds, and that they sleep again, are recorded as TRL records them
+    (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    @classmethod
+    def of(cls, trainer) -> ColocatedEngine | None:
+        """The trainer's engine when it rolls out through vLLM in colocate mode, else None."""
+        colocated = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
+        return cls(trainer) if colocated else None
+
+    @contextmanager
+    def lend(self, tokenizer) -> Iterator[VllmEngine]:
+        """The engine holding the live policy's weights, awake for the block, asleep again after it."""
+        began = time.perf_counter()
+        generation = self.trainer.vllm_generation
+        generation.sync_weights()  # under sleep mode this wakes the weights first
+        mark_weights_loaded(self.trainer)
+        if generation.enable_sleep_mode:
+            generation.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield VllmEngine(generation.llm, tokenizer, "vllm-colocated", time.perf_counter() - began)
+        finally:
+            if generation.enable_sleep_mode:
+                generation.llm.sleep(level=2)
+                mark_weights_asleep(generation)  # the next rollout pushes the weights again
+
+
 def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
-    """The arguments TRL 1.16 starts its colocated engine with, from a stage's GRPOConfig `fields` (TRL's
-    names, each set) on process `rank` (`VLLMGeneration._init_vllm`; `GRPOTrainer` computes `max_num_seqs`).
-    A test holds this copy to what TRL passes."""
+    """The arguments TRL 1.16 starts its colocated engine with (`VLLMGeneration._init_vllm`, `GRPOTrainer`'s
+    `max_num_seqs`), from a stage's GRPOConfig `fields` on process `rank`; a test holds this copy to TRL's."""
     tp = int(fields["vllm_tensor_parallel_size"])
     return {"tensor_parallel_size": tp, "gpu_memory_utilization": float(fields["vllm_gpu_memory_utilization"]),
             "max_model_len": fields["vllm_max_model_length"],
@@ -68,13 +163,10 @@ def validation_arguments(gpu_memory_utilization: float, seed: int) -> dict:
 
 
 def engine_arguments(base: Mapping, *, rollouts: bool) -> dict:
-    """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with this platform's options over
-    it, sleep mode on CUDA where the rollouts do not decide it (an engine that only validates sleeps while the
-    stages train) and vLLM's log level. An engine that only validates generates in the inference dtype (as HF
-    validation); one that rolls out keeps TRL's (vLLM's `auto`), and validation through it too.
-
-    On a CPU: no sleep mode (vLLM refuses it), the KV cache in RAM (`KV_CACHE_GIB`), and eager execution
-    (SmolLM2-135M's engine started in 2.4-3.4 s eager, 56-72 s compiled, for 5% faster generation: `make bench`).
+    """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with sleep mode where the rollouts
+    do not decide it (an engine that only validates sleeps while the stages train), vLLM's log level, and the
+    inference dtype for an engine that only validates (as HF validation; one that rolls out keeps TRL's). On a CPU:
+    no sleep mode (vLLM refuses it), the KV cache in RAM, and eager execution (starts in 3 s, not 60: docs/gpu.md).
     """
     dtype = {} if rollouts else {"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch.")}
     platform = {}
@@ -99,10 +191,9 @@ def _keep_weight(self, layer: torch.nn.Module) -> None:
 
 @contextmanager
 def reloadable_weights() -> Iterator[None]:
-    """Engines built inside the block keep their linear and LM-head weights reloadable by TRL's push (on CPU; on
-    CUDA the block changes nothing). vLLM 0.31's CPU build repacks each linear weight for oneDNN and drops the
-    parameter (the first push fails: `'Parameter' object has no attribute 'weight_loader'`), and packs the tied
-    LM head apart from the weight a push writes (tests/engines/test_vllm_colocate.py)."""
+    """Engines built inside the block keep their linear and LM-head weights reloadable by TRL's push (on CPU only):
+    vLLM 0.31's CPU build repacks each linear weight and drops the parameter (the first push fails), and packs the
+    tied LM head apart from the weight a push writes (tests/engines/test_vllm_colocate.py)."""
     if not cpu_build():
         yield
         return
@@ -122,10 +213,9 @@ def reloadable_weights() -> Iterator[None]:
 
 @contextmanager
 def process_kept(*, rng: bool) -> Iterator[None]:
-    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch (CPU and this
-    process's GPU) as they were before the block, whatever a vLLM engine started inside did to them: vLLM reseeds,
-    adds TRL's launcher variables (a later trainer would think it was launched distributed) and its own, and its
-    CPU worker replaces `torch.set_num_threads` for good (`cpu_threads` would silently stop applying)."""
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch as they were
+    before the block, whatever a vLLM engine started inside did: it reseeds, adds TRL's launcher variables (a later
+    trainer would run distributed), and on CPU replaces `torch.set_num_threads` for good."""
     environ = dict(os.environ)
     states = (random.getstate(), np.random.get_state()) if rng else None
     devices = [torch.cuda.current_device()] if rng and torch.cuda.is_available() else []
@@ -143,12 +233,9 @@ def process_kept(*, rng: bool) -> Iterator[None]:
 
 
 def single_process_env() -> None:
-    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset.
-
-    Outside a launcher the port is one the OS hands out: TRL's `ensure_master_addr_port` takes 29500 whenever it
-    looks free, so two processes starting an engine at once on one machine both took it and one failed
-    (EADDRINUSE). A launcher's port is its ranks' and is kept.
-    """
+    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset; outside
+    a launcher a port the OS hands out (TRL takes 29500 when it looks free: two engines starting at once on one
+    machine both took it)."""
     from trl.trainer.utils import ensure_master_addr_port
 
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
@@ -159,7 +246,7 @@ def single_process_env() -> None:
 
 
 def free_port() -> int:
-    """A TCP port on the loopback no process holds now, as the OS picks it (a different one each call)."""
+    """A TCP port on the loopback no process holds now, as the OS picks it."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -168,9 +255,8 @@ def free_port() -> int:
 class ProcessEngine:
     """This process's vLLM engine for a whole run (or a `python -m eval`), started by whichever needs it first.
 
-    `rollouts`: the stages' trainers roll out through it (TRL pushes their policy into it before every rollout);
-    `shutdown_at_close`: False under a launcher (vLLM's shutdown takes the launcher's default process group with
-    it). `starts` and `start_seconds` say what starting it cost.
+    `rollouts`: the stages' trainers roll out through it; `shutdown_at_close`: False under a launcher (vLLM's
+    shutdown takes the launcher's process group with it). `starts` and `start_seconds` say what starting it cost.
     """
 
     def __init__(self, arguments: Mapping, *, rollouts: bool, shutdown_at_close: bool = True):
@@ -178,10 +264,6 @@ class ProcessEngine:
         self.shutdown_at_close = shutdown_at_close
         self.llm: Any = None  # vllm.LLM, once started
         self.starts, self.start_seconds = 0, 0.0
-
-    @property
-    def sleeps(self) -> bool:
-        return bool(self.arguments.get("enable_sleep_mode"))
 
     def _start(self, model_path: str) -> None:
         began = time.perf_counter()
@@ -206,8 +288,8 @@ class ProcessEngine:
 
     @contextmanager
     def validating(self, model_path: str, tokenizer) -> Iterator[VllmEngine]:
-        """The engine holding the weights at `model_path` for one validation (started from it if it has not
-        started), awake for the block and asleep after where it sleeps, the process as it was (`process_kept`)."""
+        """The engine holding the weights at `model_path` (started from them if not started) for one validation,
+        asleep after where it sleeps, the process as it was (`process_kept`)."""
         began = time.perf_counter()
         with process_kept(rng=True):
             if self.llm is None:
@@ -220,13 +302,12 @@ class ProcessEngine:
                 yield engine
             finally:
                 engine.llm = None
-                if self.sleeps:
+                if self.arguments.get("enable_sleep_mode"):
                     self.llm.sleep(level=2)  # its weights are loaded again before the next use
 
     def for_trainer(self, **requested):
-        """TRL's `LLM(...)` as a trainer builds its colocated engine (train/stages/grpo.py puts this in its
-        place): the process's engine, awake, seeded as a start seeds it; TRL pushes its policy before its
-        first rollout. Arguments TRL asks for that the engine was not started with are refused by name."""
+        """TRL's `LLM(...)` as a trainer builds its colocated engine (train/stages/grpo.py): the process's engine,
+        awake, seeded as a start seeds it. Arguments TRL asks for that it was not started with are refused by name."""
         differ = {k: (v, self.arguments.get(k)) for k, v in requested.items()
                   if k not in TRL_FREE and self.arguments.get(k) != v}
         if differ:
@@ -276,10 +357,9 @@ def checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def load_checkpoint(llm, path: Path, *, pushed: bool) -> None:
-    """The weights of the checkpoint at `path` into the running engine; the prefix cache emptied (it holds the old
-    weights' keys). Into an engine TRL pushes into (`pushed`), as its `sync_weights` pushes a policy: the model's
-    `load_weights`, on the weights it keeps reloadable; else through vLLM's own in-place reload from the folder
-    (`reload_weights`), which processes the weights as a start does (on CPU: packed, ~1.4x faster to generate)."""
+    """The weights of the checkpoint at `path` into the running engine, its prefix cache emptied. Into an engine TRL
+    pushes into (`pushed`) as TRL's `sync_weights` does (`load_weights`); else vLLM's own reload from the folder,
+    which processes the weights as a start does (on CPU: packed, ~1.4x faster to generate)."""
     if pushed:
         model = llm.llm_engine.model_executor.driver_worker.model_runner.model
         model.load_weights(checkpoint_tensors(path))

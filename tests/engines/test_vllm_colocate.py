@@ -27,12 +27,12 @@ from trl.generation.vllm_generation import VLLMGeneration
 from core.checks import ConfigError
 from core.models import resolve_model
 from core.rundir.jsonl import read_jsonl
-from eval.vllm_backend import sampling_params
 from eval.vllm_engine import (
     ProcessEngine,
     engine_arguments,
     process_kept,
     rollout_arguments,
+    sampling_params,
     validation_arguments,
 )
 from tests import engine_guard

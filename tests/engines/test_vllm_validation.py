@@ -28,8 +28,7 @@ from curriculum.prompts import prompt_ids, prompt_text
 from eval.metrics import METRIC_COLUMNS
 from eval.settings import CPU_HEAD_SIZES, log_hf_reason, validation_backend
 from eval.validation import validate
-from eval.vllm_backend import ColocatedEngine, sampling_params
-from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from eval.vllm_engine import ColocatedEngine, ProcessEngine, engine_arguments, sampling_params, validation_arguments
 from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
 from tests.vllm_models import NEAR_TIE, flips, hf_greedy, peaked_checkpoint

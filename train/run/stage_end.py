@@ -1,7 +1,7 @@
 """Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`,
 `budget`): promotion by skill, the collapse guard and the stop on non-finite weights.
 
-Promotion: `promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.in_stage`):
+Promotion: `promote: {accuracy, every, min_steps}` reuses the in-stage validation (`eval.validation`):
 the stage's own levels, `eval.n` held-out records each, greedy, on the live model. When the guard may
 stop a stage and the stage validates inside itself, the best-validated weights are kept in memory
 and put back before the stage's final is published, so a collapse is not handed to the next stage.
@@ -30,8 +30,8 @@ from core.rundir.readers import row_level
 from core.weights import held_weights_finite
 from curriculum.adaptive import GUARD_SIGNALS, Guard
 from curriculum.plan import Stage
-from eval.in_stage import InStageValidation
 from eval.settings import ValidationSettings
+from eval.validation import InStageValidation
 from train.tracking import RunLogs
 
 log = logging.getLogger(__name__)

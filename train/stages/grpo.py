@@ -10,7 +10,7 @@ adapters off, i.e. the stage's starting (merged) weights: only `previous_stage` 
 With vLLM rollouts in colocate mode (`grpo.use_vllm`), the trainer rolls out through the process's one engine
 (eval/vllm_engine.py: every stage and validation share it), handed to TRL where it would start its own, and
 the process is left as it was (`colocated_engine_setup`); with `eval.backend=vllm` or `auto`, in-stage
-validation borrows it (`eval.vllm_backend.ColocatedEngine`, lent as the stage binds its callbacks: `eval.in_stage`).
+validation borrows it (`eval.vllm_engine.ColocatedEngine`, lent as the stage binds its callbacks: `eval.validation`).
 What every kind shares (train, resume, publish) is `train/stages/training.py`'s.
 
 The collapse guard watches `completions/distinct_share` (the share of distinct completions in a
