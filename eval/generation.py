@@ -1,13 +1,8 @@
-"""Batched HF generation for validation, and what a validation's generation cost.
+"""Batched HF generation for validation, batches bucketed by prompt length, and what generating cost.
 
-Prompts are sorted by token length so that each batch pads little; results come back in prompt order. Greedy at
-temperature 0 and no repetition penalty whatever the model's generation config says (Qwen2.5-Instruct's asks
-1.05): TRL's rollouts and vLLM validation use none. With many processes every rank builds the batches one process
-would and generates every world_size-th; each batch is seeded by its number, so the gathered completions equal
-one process's (greedy or sampled).
-
-Every subset row carries its `cost` (`GenerationCost`); the backend's setup (loading the model, starting an
-engine) is counted once, on the subset that paid it, so a validation's rows sum to what it cost.
+Greedy at temperature 0, no repetition penalty whatever the model's generation config says (TRL's rollouts and vLLM
+validation use none). With many processes each rank generates every world_size-th batch, each seeded by its number,
+so the gathered completions equal one process's. A backend's setup is counted once, on the subset that paid it.
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ from core.distributed import SINGLE, Processes, gather
 from core.rundir.readers import row_level
 from curriculum.prompts import prompt_ids, prompt_text
 
-# Generated tokens per second of a whole GRPO step with SmolLM2-135M on the project's 2-core CPU, from `make demo`'s
-# 2ppl stage (metrics.jsonl: 8 steps x 8 completions x mean length over their step_time); a larger model is slower
-# in proportion to its size. Above CPU_WARN_HOURS at that rate a CPU start is warned about.
+# Generated tokens per second of a whole GRPO step with SmolLM2-135M on the project's 2-core CPU (`make demo`'s 2ppl
+# stage); a larger model is slower in proportion. Above CPU_WARN_HOURS at that rate a CPU start is warned about.
 CPU_TOKENS_PER_SECOND = 30.0
 CPU_WARN_HOURS = 1.0
 
@@ -40,8 +34,6 @@ class Completion:
 
 @dataclass(frozen=True)
 class GenerationCost:
-    """The cost of generating one subset's completions."""
-
     backend: str  # hf | vllm (the process's engine) | vllm-colocated (the GRPO trainer's own engine)
     seconds: float  # wall seconds generating
     setup_seconds: float  # starting the backend, on the subset that started it (else 0)
@@ -125,7 +117,6 @@ class HfEngine:
     batch_size: int
     setup_seconds: float = 0.0  # loading the model: counted on the first subset, then 0
     processes: Processes = SINGLE  # the batches are shared out over them
-
     backend = "hf"
 
     def generate(self, prompts: list, *, label: str = "generating", **settings) -> tuple[list, GenerationCost]:

@@ -1,4 +1,4 @@
-"""Per-subset validation metrics from graded samples: plain arithmetic, no model (the report reads these too).
+"""Per-subset validation metrics from graded samples: plain arithmetic, no model, so the report can read them.
 
 Every task's rows hold `METRIC_COLUMNS`; a task adds its own from the same samples (`Task.subset_metrics`).
 """

@@ -1,7 +1,6 @@
-"""What validation reads from the config, as one frozen record built once (`validation_settings`), and the checks
-of the `eval` group and of the model validation will load, shared by `python -m train` and `python -m eval`: each
-error names the key that holds the bad value, before any model or data loads. Which backend generates
-(`validation_backend`: `auto` takes vLLM where it can validate the model here) is decided here too.
+"""What validation reads from the config, one frozen record built once (`validation_settings`); the checks of the
+`eval` group and of the model validation will load, shared by `python -m train` and `python -m eval` (each error
+names the key, before any model or data loads); and which backend generates (`validation_backend`).
 """
 
 from __future__ import annotations
@@ -89,8 +88,7 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
     """
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
     return ValidationSettings(
-        eval=as_record(EvalConfig, ev), subsets=subset_levels(task, ev.subsets),
-        fmt=str(prompt.fmt),
+        eval=as_record(EvalConfig, ev), subsets=subset_levels(task, ev.subsets), fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,
     )
@@ -202,8 +200,8 @@ def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
 
 
 def validation_backend(setting: str, model_path: str, processes: Processes = SINGLE) -> str:
-    """The backend a validation generates with: `eval.backend` as set, or for `auto` vLLM wherever it can
-    validate this model here (else HF, saying why once per process)."""
+    """`eval.backend` as set, or for `auto` vLLM wherever it can validate this model here (else HF, saying why once
+    per process)."""
     if setting != "auto":
         return setting
     reason = why_not_vllm(model_path, processes)

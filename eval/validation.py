@@ -1,18 +1,12 @@
 """Validation of one checkpoint on every subset, graded by the task (the grader its rewards use), and inside a
-stage on the live model (`eval.every`, `promote`: `InStageValidation`).
+stage on the live model (`InStageValidation`: `eval.every`, `promote`).
 
-Writes one row per subset (a task's level) to `validation.jsonl` ({stage, stage_name, global_step, level, the task's
-level columns, metrics, cost}), every completion with its grade to `samples/<stage>/<level>.jsonl`, and prints a
-table; what a row, a sample and the table hold beyond every task's is the task's (`Task.level_columns`,
-`sample_fields`, `subset_metrics`, `report`). With many processes every rank generates its share of the batches and
-grades all the gathered completions (every rank decides alike); the main process alone writes and prints. vLLM
-validates in one process: many processes validate through HF.
-
-Inside a stage it is light on purpose: the stage's own subsets, greedy, no saved samples; rows go to
-`validation_steps.jsonl` (with `stage_step`) and the tracker. It generates through the GRPO trainer's colocated vLLM
-engine when the stage lends one, else HF `generate` on the live model (a second vLLM engine beside a training model
-would compete with it for the card); with many processes each rank on its own whole copy (ZeRO-3 and FSDP, which
-shard it, are refused in-stage validation by the config check).
+A row per subset goes to `validation.jsonl`, every graded completion to `samples/<stage>/<level>.jsonl`, and a table
+to the console; what they hold beyond every task's is the task's (`Task.level_columns`, `sample_fields`,
+`subset_metrics`, `report`). With many processes every rank grades all the gathered completions (every rank decides
+alike); the main process alone writes. Inside a stage: the stage's subsets, greedy, rows to
+`validation_steps.jsonl`, through the trainer's colocated vLLM engine where it lends one, else HF on the live model
+(a second engine would compete with training for the card).
 """
 
 from __future__ import annotations
@@ -67,14 +61,13 @@ def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dic
 
 
 def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
-    """A validation row's level and metrics for one subset's graded samples: `level`, the task's level columns,
-    every task's metrics and the task's own."""
+    """A validation row's level, the task's level columns, every task's metrics and the task's own."""
     return {"level": level, **task.level_columns(level), **subset_metrics(samples), **task.subset_metrics(samples)}
 
 
 def tracked_validation(row: dict, task: Task, prefix: str = "val") -> dict:
-    """A validation row's metrics with a value as the tracker gets them, `<prefix>/<level>/<metric>` (`val` after a
-    stage, `val_step` inside one), each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`).
+    """A row's metrics with a value as the tracker gets them, `<prefix>/<level>/<metric>` (`val` after a stage,
+    `val_step` inside one), each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`).
 
     >>> from curriculum.tasks.kk import KKTask
     >>> row = {"level": "2ppl", "accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}
@@ -158,8 +151,7 @@ def progress_line(rows: list[dict], left: list[int]) -> str:
 
 
 def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[str, ...] = ()) -> dict:
-    """One graded completion as a tracker table row: every task's columns, the task's own (`TaskReport`), the
-    question it answers and the completion."""
+    """One graded completion as a tracker table row: every task's columns, the task's own, question and completion."""
     keys = (*SAMPLE_COLUMNS, *task_columns)
     return {"stage": tag.get("stage_name"), "level": level, **{k: sample.get(k) for k in keys},
             "question": sample.get("question"), "completion": sample.get("completion")}
@@ -168,9 +160,8 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[
 @contextmanager
 def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE,
                       engine: ProcessEngine | None = None) -> Iterator:
-    """What generates one validation: where `eval.backend` takes vLLM (`eval.settings.validation_backend`), the
-    process's engine (`engine`, else one that only validates, closed after) holding the checkpoint's weights, else
-    the model loaded for HF on this process's device."""
+    """What generates one validation: where `eval.backend` takes vLLM, the process's `engine` (else one that only
+    validates, closed after) holding the checkpoint's weights; else the model loaded for HF on this process's device."""
     if validation_backend(settings.eval.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
         arguments = validation_arguments(settings.eval.vllm_gpu_memory_utilization, settings.eval.seed)
         shared = engine or ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
@@ -195,10 +186,9 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
 
 
 def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
-    """A subset x metric table for the terminal, one line a row at 100 columns: every rate in % with its 95% Wilson
-    interval, n the distinct records it counts: accuracy, the task's readings of it that differ from it somewhere
-    (`Rate.beside_accuracy`; one equal everywhere is left out and the caption says so), format, truncation, the
-    task's other rates with a console header."""
+    """A subset x metric table for the terminal, a row a line at 100 columns, every rate in % with its 95% Wilson
+    interval: accuracy, the task's readings of it that differ from it somewhere (`Rate.beside_accuracy`; the caption
+    names one left out), format, truncation, the task's other rates with a console header."""
     variants = [r for r in report.rates if r.beside_accuracy and r.header]
     shown = [r for r in variants if any(row.get(r.key) != row.get("accuracy") for row in rows)]
     columns = [("accuracy", "accuracy %", ()), *((r.key, r.header, r.counted) for r in shown),
@@ -235,8 +225,7 @@ class InStageValidation(TrainerCallback):
         self.colocated: ColocatedEngine | None = None  # lent by the stage's trainer (`bind`)
 
     def bind(self, trainer) -> None:
-        """Borrow the trainer's colocated vLLM engine (GRPO's rollouts in colocate mode), when validation goes
-        through vLLM (`eval.backend` vllm or auto); any other trainer lends none."""
+        """Borrow the trainer's colocated vLLM engine, if it has one, when `eval.backend` is vllm or auto."""
         if self.settings.eval.backend in ("vllm", "auto"):
             self.colocated = ColocatedEngine.of(trainer)
 

@@ -1,11 +1,7 @@
-"""The one vLLM engine of a process, shared by every validation and every stage's rollouts; validation generation
-through it, or inside a GRPO stage through the trainer's own (`ColocatedEngine`); what vLLM's CPU build needs that
-CUDA does not (docs/gpu.md: why one engine, its life in a run, what differs on a CPU).
-
-One engine: with sleep mode on CUDA, vLLM's CuMem allocator serves one engine per process, and an allocation freed
-while its engine sleeps is handed back twice. The CPU build skips the allocator: tests/engine_guard.py holds a CPU
-run to the rule. Each CPU part asks vLLM's platform first. Prompts go to vLLM as token ids, the `prompt_ids` GRPO
-trains on and HF validation feeds (vLLM never re-tokenizes); greedy at temperature 0, no repetition penalty.
+"""The one vLLM engine of a process, shared by every validation and every stage's rollouts; validation through it,
+or inside a GRPO stage through the trainer's own (`ColocatedEngine`); what vLLM's CPU build needs that CUDA does
+not. docs/gpu.md says why one engine (CUDA's sleep-mode allocator serves one a process; tests/engine_guard.py holds
+a CPU run to the rule), its life in a run, and what differs on a CPU (each CPU part asks vLLM's platform first).
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +33,11 @@ from eval.generation import Completion, GenerationCost, timed_generation
 log = logging.getLogger(__name__)
 
 # What TRL 1.16 asks of its colocated engine (`VLLMGeneration._init_vllm`) beyond the GRPOConfig fields
-# `rollout_arguments` reads: the batch-token budget (vLLM's profiler is misled by its larger default) and
-# log-probs after temperature (TRL's importance-sampling correction reads them).
+# `rollout_arguments` reads.
 TRL_FIXED = {"distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096,
              "logprobs_mode": "processed_logprobs", "quantization": None}
-# TRL's arguments the process's engine may differ in: which checkpoint it starts from (its weights are pushed
-# before every rollout), the seed (reseeded as an engine start seeds it, `for_trainer`) and how many sequences
-# it schedules at once (a stage's batch; a bound on concurrency, not on what it computes).
+# TRL's arguments the process's engine may differ in: the checkpoint it starts from (the policy is pushed before
+# every rollout), the seed (reseeded, `for_trainer`) and how many sequences it schedules at once (not what it computes).
 TRL_FREE = ("model", "seed", "max_num_seqs")
 # GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left to vLLM, a share of *all*
 # RAM less the process, which a training process can exceed). 1 GiB holds 23K tokens of SmolLM2-135M in float32.
@@ -57,8 +52,8 @@ def vllm_log_level() -> str:
 
 
 def import_vllm():
-    """The vllm package, loaded now even where `core.models.defer_vllm` kept it unloaded (validation chose it),
-    its import quiet to `vllm_log_level` (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
+    """The vllm package, loaded even where `core.models.defer_vllm` kept it unloaded, quiet to `vllm_log_level`
+    (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
     if "vllm" in sys.modules and sys.modules["vllm"] is None:
         del sys.modules["vllm"]
     logging.getLogger("vllm").setLevel(vllm_log_level())
@@ -68,10 +63,8 @@ def import_vllm():
 
 
 def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
-    """vLLM's request outputs (in prompt order) as Completions, counted and decoded as HF validation does
-    (`eval.generation`: end-of-sequence counted, then dropped from the text, special tokens skipped). vLLM's own
-    detokenizer holds back the bytes of a character a token leaves unfinished where `decode` writes U+FFFD: equal
-    tokens made unequal texts."""
+    """vLLM's request outputs (in prompt order) as Completions, counted and decoded as HF validation does (vLLM's
+    own detokenizer holds back an unfinished character where `decode` writes U+FFFD: equal tokens, unequal texts)."""
     return [[Completion(text=tokenizer.decode(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids,
                                               skip_special_tokens=True),
                         tokens=len(o.token_ids), truncated=o.finish_reason == "length")
@@ -79,20 +72,21 @@ def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
 
 
 def sampling_params(*, max_new_tokens: int, temperature: float, samples: int, seed: int):
-    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling (top_p 1, no top_k);
-    no detokenizing (`to_completions` decodes)."""
+    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling; `to_completions` decodes."""
     from vllm import SamplingParams
 
     return SamplingParams(n=samples, temperature=temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
                           max_tokens=max_new_tokens, seed=seed, detokenize=False)
 
 
+@dataclass
 class VllmEngine:
     """A vLLM engine lent to one validation; `generate` has `eval.generation.HfEngine`'s interface."""
 
-    def __init__(self, llm, tokenizer, backend: str, setup_seconds: float = 0.0):
-        self.llm, self.tokenizer, self.backend = llm, tokenizer, backend
-        self.setup_seconds = setup_seconds  # counted on the first subset generated, then 0
+    llm: Any
+    tokenizer: Any
+    backend: str
+    setup_seconds: float = 0.0  # counted on the first subset generated, then 0
 
     def generate(self, prompts: list, *, max_new_tokens: int, temperature: float = 0.0, samples: int = 1,
                  chat_kwargs: dict | None = None, seed: int = 0,
@@ -111,11 +105,8 @@ class VllmEngine:
 
 class ColocatedEngine:
     """The GRPO trainer's colocated vLLM engine (TRL 1.16: `trainer.vllm_generation.llm`), lent to in-stage
-    validation between optimizer steps.
-
-    Mirrors TRL's own bookkeeping around a rollout (`GRPOTrainer._generate_single_turn`, `VLLMGeneration.generate`):
-    which step's weights the engine holds, and that they sleep again, are recorded as TRL records them
-    (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
+    validation between optimizer steps. Which step's weights it holds, and that they sleep again, are recorded as
+    TRL records them around a rollout (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
     """
 
     def __init__(self, trainer):
