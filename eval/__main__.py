@@ -1,15 +1,9 @@
-"""`python -m eval model=<checkpoint dir or hub id> [overrides]`: validate any model like a run does.
+"""`python -m eval model=<checkpoint dir or hub id> [overrides]`: validate any model like a run does (docs/eval.md).
 
-The same config root as `python -m train`, so the pools (eval.seed, eval.subsets, eval.n, data
-source), the prompt and the grader are the ones a run uses: the base model, every stage and a model
-from elsewhere are compared on identical puzzles. `model=` takes a config name (`tiny`,
-`qwen3-0.6b`, ...) or a path / hub id; a stage's final inside a run directory takes that run's
-model settings (chat template, context) from its `config.yaml`. The `eval` and `data` settings
-are checked, and the pools built and checked as a run's are (eval/settings.py `validation_pools`: a
-bad record is one `data error:` line naming its file and line), before any model loads; a path that
-does not exist is named as such (never looked up on the hub), and a checkpoint folder is checked as
-eval/checkpoint.py says (its files; a stage's final against its marker and its run's record; the task
-it was trained on).
+The same config root as `python -m train`, so the pools, the prompt and the grader are a run's: the base model,
+every stage and a model from elsewhere are compared on identical puzzles. A stage's final inside a run directory
+takes that run's settings from its `config.yaml`. The config, the pools and the checkpoint (eval/checkpoint.py) are
+checked before any model loads; a path that does not exist is named as such, never looked up on the hub.
 """
 
 from __future__ import annotations
@@ -53,6 +47,7 @@ from core.weight_check import check_weights_match
 from curriculum.tasks import build_task
 from curriculum.tasks.base import RecordError, Task
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
+from eval.generation import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
 from eval.metrics import trials
 from eval.settings import (
     check_context_length,
@@ -81,18 +76,15 @@ def split_checkpoint_arg(argv: list[str]) -> list[str]:
     return out
 
 
-# The groups a run's final is validated with, as the run had them (conf/schema.py types each; the task's
-# keys are its own: build_task names an unknown one).
+# The groups a run's final is validated with, as the run had them (the task's keys are its own: build_task checks).
 RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, "data": DataConfig, "task": None}
 
 
 def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
                  overrides: list[str]) -> dict[str, DictConfig]:
-    """The groups of the run a stage's final belongs to (run/stages/<k>-<name>/final), typed as the schema
-    types them (a run folder is untrusted), with what `overrides` (the command line) sets in them on top,
-    read from the `composed` groups (this command's); a group chosen on the command line
-    (`prompt=answer_only`) is the composed one. Empty for any other model.
-    """
+    """The groups of the run a stage's final belongs to, typed by the schema (a run folder is untrusted), with the
+    keys the command line's `overrides` set taken from this command's `composed` groups; a group chosen on the
+    command line (`prompt=answer_only`) is the composed one. Empty for any other model."""
     run_dir = run_of_final(checkpoint.resolve())
     if run_dir is None:
         return {}
@@ -121,15 +113,14 @@ def overrides_keys(overrides: list[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
-# The groups every run's config.yaml holds, without which a final would be validated with this command's defaults
-# (GPU-sized: 6 subsets x 100 puzzles x 4096 tokens) instead of the run's settings
+# The groups every run's config.yaml holds, without which a final would be validated with this command's (GPU-sized)
+# defaults instead of the run's settings
 RUN_REQUIRED = ("model", "eval", "prompt")
 
 
 def run_config(run_dir: Path) -> DictConfig:
     """A run's config.yaml, read without following a link out of the run folder; ConfigError naming it when it is
-    missing, unreadable or lacks a group validation takes from it (a run folder is untrusted, and a silent fallback
-    would validate with settings the run never had)."""
+    missing, unreadable or lacks a group validation takes from it (a fallback would use settings the run never had)."""
     path = run_dir / CONFIG
     raw = read_inside(run_dir, path)
     if raw is None:
@@ -151,23 +142,19 @@ def run_config(run_dir: Path) -> DictConfig:
 
 
 def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, out_dir: Path) -> str:
-    """What the validation will generate (the `eval` group `ev`), as which task (its records in its words), and
-    where it writes, said before any model loads."""
+    """What the validation will generate (the `eval` group `ev`), as which task, and where it writes."""
     records = sum(len(p) for p in pools.values())
     completions = records * int(ev.samples)
     sampling = "greedy" if float(ev.temperature) == 0 else f"temperature {ev.temperature}, {ev.samples} samples"
     subsets = ", ".join(f"{p} {len(r)}" for p, r in pools.items())
     return (f"validating {model} as task {task.name}: {len(pools)} subsets ({subsets} {task.report.record}s), "
-            f"{completions} "
-            f"completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
+            f"{completions} completions of <= {ev.max_new_tokens} tokens ({sampling}; at most "
             f"{completions * int(ev.max_new_tokens):,} tokens); writing to {out_dir}")
 
 
 def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
-    """On a machine without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo`
-    measured (as a run warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
-    from eval.cost import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
-
+    """Without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo` measured (as a run
+    warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
     tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
     seconds = tokens / CPU_TOKENS_PER_SECOND
     if torch.cuda.is_available() or seconds < CPU_WARN_HOURS * 3600:
@@ -188,8 +175,8 @@ def interrupted_line(out_dir: Path) -> str:
 
 
 def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
-    """The checkpoint `model=` names (None: a model config), checked before any model loads (eval/checkpoint.py);
-    a run's final puts its run's groups into `cfg` (`run_settings`) first, so its chat setting is the run's."""
+    """The checkpoint `model=` names (None: a model config), checked (eval/checkpoint.py); a run's final puts its
+    run's groups into `cfg` (`run_settings`) first, so its chat setting is the run's."""
     if not cfg.checkpoint:
         return None
     checkpoint = checkpoint_source(str(cfg.checkpoint))
@@ -260,8 +247,8 @@ def main(cfg: DictConfig) -> float:
 
 
 def eval_tracker(cfg: DictConfig, out_dir: Path, model: str, checkpoint: str | None):
-    """The tracker of one validation (`logger`; wandb: a run of job type eval, in the group of the run whose final it
-    validates, else the group "eval"); its id holds the folder's time and this process, unique per validation."""
+    """The tracker of one validation (wandb: job type eval, in the group of the run whose final it validates, else
+    "eval"); its id holds the folder's time and this process, unique per validation."""
     run_dir = run_of_final(Path(checkpoint).resolve()) if checkpoint else None
     group = "eval" if run_dir is None else tracker_group(run_dir, in_sweep=(run_dir.parent / "multirun.yaml").exists())
     try:

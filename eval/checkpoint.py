@@ -1,27 +1,20 @@
-"""What `python -m eval model=<path or hub id>` is handed, checked before any model loads, each refusal one line
-naming it (a ConfigError: the fix is another `model=`, or a setting).
-
-- a path must be a checkpoint folder: not a file, with its config.json and the tokenizer files a validation
-  loads (and its chat template when the prompts are chat messages);
-- a stage's final (a folder with `stage.json`) must hold the files its marker recorded; inside its run folder
-  it must also be the final run.json recorded for its stage (core/rundir/records.py): a swapped or replaced
-  final would otherwise be validated as the stage it is not;
-- a final whose marker names the task it was trained on is validated as that task, or refused.
-A hub id is the hub's to check.
+"""What `python -m eval model=<path or hub id>` is handed, checked before any model loads, each refusal a ConfigError
+naming it: a path must be a checkpoint folder with the tokenizer files a validation loads; a stage's final must hold
+the files its marker recorded and, inside its run folder, be the final run.json recorded for its stage (a swapped
+final would be validated as the stage it is not); a final is validated as the task it was trained on. A hub id is
+the hub's to check.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from core.checks import ConfigError, is_int
+from core.models import HUB_ID
 from core.parse_limits import parse_json
 from core.rundir.files import RUN_JSON, load_file, run_of_final, stage_dirname
 from core.rundir.records import FINAL_MARKER, final_info, final_problem, recorded_final_problem, stage_records
 
-# `org/name` or `name`: what the hub accepts as a model id (a leading "." or "/" makes it a path)
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 # What a tokenizer saved with `save_pretrained` always writes, and where a chat template is kept
 TOKENIZER_CONFIG, CHAT_TEMPLATE_FILE = "tokenizer_config.json", "chat_template.jinja"
 EXAMPLE = "such as <run>/stages/<k>-<name>/final"
@@ -48,8 +41,7 @@ def checkpoint_source(value: str) -> str:
 
 
 def check_tokenizer_files(value: str, *, chat: bool) -> None:
-    """A checkpoint folder holds a tokenizer (`tokenizer_config.json`) and, when prompts are chat messages
-    (`model.chat`), a chat template; a hub id is not checked here."""
+    """A checkpoint folder holds a tokenizer and, when prompts are chat messages (`model.chat`), a chat template."""
     path = Path(value)
     if not path.is_dir():
         return
@@ -96,16 +88,15 @@ def _run_manifest(run_dir: Path) -> dict | None:
 
 
 def run_cpu_threads(value: str) -> int | None:
-    """The CPU threads the run of a final inside its run folder trained and validated with (run.json's
-    `cpu_threads`): validating with another count could sum floats otherwise than the run did. None elsewhere."""
+    """The CPU threads (run.json's `cpu_threads`) the run of a final inside its run folder used: another count could
+    sum floats otherwise than the run did. None elsewhere."""
     run_dir = run_of_final(Path(value).resolve())
     threads = (_run_manifest(run_dir) or {}).get("cpu_threads") if run_dir is not None else None
     return threads if is_int(threads) and threads > 0 else None
 
 
 def _recorded_stage(value: str, run_dir: Path, dirname: str):
-    """run.json's record of the stage whose folder is `dirname` (`<k>-<name>`), read without following a link out
-    of the run folder; ConfigError when run.json does not record it."""
+    """run.json's record of the stage whose folder is `dirname` (`<k>-<name>`); ConfigError when it records none."""
     manifest = _run_manifest(run_dir)
     found = [s for s in stage_records(manifest) if stage_dirname(s.index, s.name) == dirname] \
         if isinstance(manifest, dict) else []
@@ -116,17 +107,11 @@ def _recorded_stage(value: str, run_dir: Path, dirname: str):
     return found[0]
 
 
-def trained_task(value: str) -> str | None:
-    """The task an intact final's marker names (the run's task), None for any other model or a marker naming none."""
-    path = Path(value)
-    info = final_info(path) if (path / FINAL_MARKER).exists() else None
-    task = info.get("task") if info else None
-    return task if isinstance(task, str) else None
-
-
 def check_task(value: str, task_name: str) -> None:
-    """Refuse to validate a final as another task than the one it was trained on (a GSM8K final graded as K&K)."""
-    trained = trained_task(value)
-    if trained is not None and trained != task_name:
+    """Refuse to validate a final as another task than the one its intact marker names (a GSM8K final graded as
+    K&K); any other model, or a marker naming none, passes."""
+    info = final_info(Path(value)) if (Path(value) / FINAL_MARKER).exists() else None
+    trained = info.get("task") if info else None
+    if isinstance(trained, str) and trained != task_name:
         raise ConfigError(f"task: model={value} was trained on task {trained} (its {FINAL_MARKER}), not {task_name}; "
                           f"validate it as its task (task={trained} with its prompt), or copy its run's settings")

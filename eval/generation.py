@@ -1,18 +1,14 @@
-"""Batched generation for validation: left padding, batches bucketed by prompt length, a progress bar.
+"""Batched HF generation for validation, batches bucketed by prompt length, and what generating cost.
 
-Prompts are sorted by token length so that each batch pads little; results come back in the
-caller's order. Greedy when temperature is 0, with no repetition penalty whatever the model's own
-generation config says (Qwen2.5-Instruct's asks 1.05): TRL's rollouts and vLLM validation use none.
-`HfEngine` gives a loaded model the interface of `eval.vllm_backend.VllmEngine`.
-
-With many processes the batches are shared out: every rank builds exactly the batches one process
-would, generates every world_size-th of them on its own device, and the completions are gathered
-back into prompt order on every rank. Each batch is seeded by its own number, so a batch comes out
-the same whichever rank generates it: the completions equal one process's (greedy, or sampled).
+Greedy at temperature 0, no repetition penalty whatever the model's generation config says (TRL's rollouts and vLLM
+validation use none). With many processes each rank generates every world_size-th batch, each seeded by its number,
+so the gathered completions equal one process's. A backend's setup is counted once, on the subset that paid it.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,8 +16,13 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from core.distributed import SINGLE, Processes, gather
+from core.rundir.records import row_level
 from curriculum.prompts import prompt_ids, prompt_text
-from eval.cost import GenerationCost, timed_generation
+
+# Generated tokens per second of a whole GRPO step with SmolLM2-135M on the project's 2-core CPU (`make demo`'s 2ppl
+# stage); a larger model is slower in proportion. Above CPU_WARN_HOURS at that rate a CPU start is warned about.
+CPU_TOKENS_PER_SECOND = 30.0
+CPU_WARN_HOURS = 1.0
 
 
 @dataclass(frozen=True)
@@ -31,21 +32,49 @@ class Completion:
     truncated: bool  # hit max_new_tokens without an end-of-sequence token
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    if tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return ids
+@dataclass(frozen=True)
+class GenerationCost:
+    backend: str  # hf | vllm (the process's engine) | vllm-colocated (the GRPO trainer's own engine)
+    seconds: float  # wall seconds generating
+    setup_seconds: float  # starting the backend, on the subset that started it (else 0)
+    tokens: int  # generated tokens, end-of-sequence included, over every sample
+    completions: int
 
 
-def my_batches(n_batches: int, processes: Processes) -> range:
-    """The batch numbers this process generates: every world_size-th, from its rank.
+def timed_generation(backend: str, generate: Callable[[], list], *, setup_seconds: float = 0.0):
+    """Run `generate()` (-> completions per prompt) and return (completions, its GenerationCost)."""
+    began = time.perf_counter()
+    completions = generate()
+    seconds = time.perf_counter() - began
+    flat = [c for outs in completions for c in outs]
+    cost = GenerationCost(backend, round(seconds, 3), round(setup_seconds, 3), sum(c.tokens for c in flat), len(flat))
+    return completions, cost
 
-    >>> list(my_batches(5, Processes(1, 2))), list(my_batches(5, Processes()))
-    ([1, 3], [0, 1, 2, 3, 4])
+
+def validation_cost(rows: Sequence[Mapping]) -> dict | None:
+    """One validation's cost from its subset rows (what run.json records per validation); None without costs.
+
+    >>> rows = [{"level": "2ppl", "cost": {"backend": "vllm", "seconds": 3.0, "setup_seconds": 20.0, "tokens": 900,
+    ...                             "completions": 100}},
+    ...         {"level": "3ppl", "cost": {"backend": "vllm", "seconds": 5.0, "setup_seconds": 0.0, "tokens": 1500,
+    ...                             "completions": 100}}]
+    >>> cost = validation_cost(rows)
+    >>> cost["subsets"], cost["seconds"], cost["setup_seconds"], cost["tokens"], cost["tokens_per_second"]
+    (['2ppl', '3ppl'], 28.0, 20.0, 2400, 300.0)
     """
-    return range(processes.rank, n_batches, processes.world_size)
+    costs = [(row_level(row), row["cost"]) for row in rows if isinstance(row.get("cost"), Mapping)]
+    if not costs:
+        return None
+    generating = sum(float(c["seconds"]) for _, c in costs)
+    setup = sum(float(c["setup_seconds"]) for _, c in costs)
+    tokens = sum(int(c["tokens"]) for _, c in costs)
+    backends = sorted({str(c["backend"]) for _, c in costs})
+    return {
+        "backend": "+".join(backends), "subsets": [level for level, _ in costs],
+        "seconds": round(generating + setup, 3), "setup_seconds": round(setup, 3), "tokens": tokens,
+        "completions": sum(int(c["completions"]) for _, c in costs),
+        "tokens_per_second": round(tokens / generating, 1) if generating > 0 else None,
+    }
 
 
 @torch.no_grad()
@@ -57,8 +86,11 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
     lengths = [len(prompt_ids(t, tokenizer)) for t in texts]
     order = sorted(range(len(texts)), key=lengths.__getitem__)
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-    mine = my_batches(len(batches), processes)
-    eos_ids = _eos_ids(model, tokenizer)
+    mine = range(processes.rank, len(batches), processes.world_size)
+    eos = model.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(tokenizer.eos_token_id)
     done: dict[int, list[Completion]] = {}  # batch number -> its completions, `samples` per prompt
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, transient=True, disable=not processes.is_main) as progress:
@@ -76,16 +108,16 @@ def generate(model, tokenizer, prompts: list, *, max_new_tokens: int, temperatur
     return results
 
 
+@dataclass
 class HfEngine:
-    """`generate` on a loaded model; `generate` returns the completions and their GenerationCost."""
+    """`generate` on a loaded model, with the interface of `eval.vllm_engine.VllmEngine`."""
 
+    model: Any
+    tokenizer: Any
+    batch_size: int
+    setup_seconds: float = 0.0  # loading the model: counted on the first subset, then 0
+    processes: Processes = SINGLE  # the batches are shared out over them
     backend = "hf"
-
-    def __init__(self, model, tokenizer, *, batch_size: int, setup_seconds: float = 0.0,
-                 processes: Processes = SINGLE):
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
-        self.setup_seconds = setup_seconds  # loading the model: counted on the first subset, then 0
-        self.processes = processes  # the batches are shared out over them
 
     def generate(self, prompts: list, *, label: str = "generating", **settings) -> tuple[list, GenerationCost]:
         setup, self.setup_seconds = self.setup_seconds, 0.0
@@ -107,19 +139,16 @@ def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, sample
     sampling: dict[str, Any] = (
         {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0
         else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
-    sampling["repetition_penalty"] = 1.0
     # synced_gpus off: the model is whole on this process (transformers would otherwise sync every step with the
     # other ranks once a trainer registered ZeRO-3, while each rank generates its own batches)
     out = model.generate(
-        **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples,
+        **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples, repetition_penalty=1.0,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), synced_gpus=False, **sampling,
     )
-    new = out[:, enc["input_ids"].shape[1]:].tolist()
-    return [_completion(ids, tokenizer, eos_ids, max_new_tokens) for ids in new]
-
-
-def _completion(ids: list[int], tokenizer, eos_ids: set[int], max_new_tokens: int) -> Completion:
-    end = next((k for k, tok in enumerate(ids) if tok in eos_ids), None)
-    kept = ids if end is None else ids[: end + 1]
-    text = tokenizer.decode(kept if end is None else kept[:-1], skip_special_tokens=True)
-    return Completion(text=text, tokens=len(kept), truncated=end is None and len(kept) >= max_new_tokens)
+    completions = []
+    for ids in out[:, enc["input_ids"].shape[1]:].tolist():
+        end = next((k for k, tok in enumerate(ids) if tok in eos_ids), None)
+        kept = ids if end is None else ids[: end + 1]
+        text = tokenizer.decode(kept if end is None else kept[:-1], skip_special_tokens=True)
+        completions.append(Completion(text, len(kept), end is None and len(kept) >= max_new_tokens))
+    return completions

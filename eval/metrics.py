@@ -1,7 +1,6 @@
-"""Per-subset validation metrics from graded samples: plain arithmetic, no model.
+"""Per-subset validation metrics from graded samples: plain arithmetic, no model, so the report can read them.
 
-Every task's rows hold these (`METRIC_COLUMNS`); a task adds its own from the same samples
-(`Task.subset_metrics`, its `Task.metric_columns`; K&K: lenient accuracy, the reasoning rates).
+Every task's rows hold `METRIC_COLUMNS`; a task adds its own from the same samples (`Task.subset_metrics`).
 """
 
 from __future__ import annotations
@@ -20,33 +19,19 @@ METRIC_COLUMNS = ("accuracy", "format_rate", "answer_rate", "mean_tokens", "medi
 RATES = ("accuracy", "format_rate", "answer_rate", "truncation_rate", "pass_at_k")
 
 
-def p90(values: Sequence[int]) -> float:
-    """The 90th percentile, nearest rank (a value that occurred).
-
-    >>> p90(list(range(1, 11)))
-    9
-    """
-    ordered = sorted(values)
-    rank = max(1, -(-9 * len(ordered) // 10))  # ceil(0.9 n)
-    return ordered[rank - 1]
-
-
 def subset_metrics(samples: Sequence[Mapping[str, Any]]) -> dict:
-    """Accuracy, format, answer and length figures for one subset, from its graded samples (`id`, `correct`,
-    `format_ok`, `answered`, `tokens`, `truncated`), a mean over every sample.
-
-    With several samples per record, `accuracy` is mean@k and `pass_at_k` the share of records (`puzzles`
-    counts them) with at least one correct sample.
+    """Every task's metrics of one subset, means over its graded samples; with several samples a record `accuracy`
+    is mean@k and `pass_at_k` the share of records (`puzzles`) with a correct one. p90 is the nearest rank.
 
     >>> rows = [{"id": "a", "correct": True, "format_ok": True, "answered": True, "tokens": 10, "truncated": False},
     ...         {"id": "b", "correct": False, "format_ok": True, "answered": True, "tokens": 30, "truncated": True}]
     >>> m = subset_metrics(rows)
-    >>> m["accuracy"], m["truncation_rate"], m["mean_tokens_correct"], m["puzzles"]
-    (0.5, 0.5, 10.0, 2)
+    >>> m["accuracy"], m["truncation_rate"], m["mean_tokens_correct"], m["puzzles"], m["p90_tokens"]
+    (0.5, 0.5, 10.0, 2, 30.0)
     """
     if not samples:
         raise ValueError("subset_metrics: no completions to score")
-    tokens = [s["tokens"] for s in samples]
+    tokens = sorted(s["tokens"] for s in samples)
     by_record: dict[str, bool] = {}
     for s in samples:
         by_record[s["id"]] = by_record.get(s["id"], False) or bool(s["correct"])
@@ -56,7 +41,7 @@ def subset_metrics(samples: Sequence[Mapping[str, Any]]) -> dict:
         "answer_rate": rounded_mean(float(s["answered"]) for s in samples),
         "mean_tokens": rounded_mean(tokens),
         "median_tokens": float(statistics.median(tokens)),
-        "p90_tokens": float(p90(tokens)),
+        "p90_tokens": float(tokens[max(1, -(-9 * len(tokens) // 10)) - 1]),  # rank ceil(0.9 n): a value that occurred
         "truncation_rate": rounded_mean(float(s["truncated"]) for s in samples),
         "mean_tokens_correct": rounded_mean(s["tokens"] for s in samples if s["correct"]),
         "mean_tokens_wrong": rounded_mean(s["tokens"] for s in samples if not s["correct"]),
@@ -67,12 +52,10 @@ def subset_metrics(samples: Sequence[Mapping[str, Any]]) -> dict:
 
 
 def trials(row: Mapping, key: str, counted: Sequence[str] = ()) -> int | None:
-    """The independent trials behind rate `key` of a validation row: the n its interval is drawn over.
-
-    Records, not completions: several samples of one record are not independent, so counting them
-    would narrow the interval falsely (with one sample a record, the two are equal). A rate over only
-    some completions (`counted`: the row columns that count them, the first present one; a task's
-    `Rate.counted`) counts those, in the same record units. None: a row without the counts.
+    """The independent trials behind rate `key` of a validation row, the n of its interval: records, not
+    completions (several samples of one record are not independent). A rate over only some completions counts
+    those (`counted`: the row columns that count them, the first present; a task's `Rate.counted`), in records.
+    None: a row without the counts.
 
     >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6, "with_settling_reasoning": 2}
     >>> trials(row, "accuracy"), trials(row, "agrees", ("with_settling_reasoning", "with_reasoning"))

@@ -1,16 +1,13 @@
-"""What validation reads from the config, as one frozen record built once (`validation_settings`).
-
-`validate` and the in-stage validation take this record, not the whole config: what they can see
-is what is listed here (the `eval` group as its schema record, conf/schema.py EvalConfig; the prompt template and
-its grader format, the model's chat settings), and a caller can build one by hand for a checkpoint from anywhere.
-
-The checks of the `eval` group and of the model validation will load (`check_eval_config`,
-`check_context_length`, `check_cpu_head_size`) are shared by `python -m train` and `python -m eval`: each error
-names the key that holds the bad value, and comes before any model or data loads.
+"""What validation reads from the config, one frozen record built once (`validation_settings`); the checks of the
+`eval` group and of the model validation will load, shared by `python -m train` and `python -m eval` (each error
+names the key, before any model or data loads); and which backend generates (`validation_backend`).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.machinery
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,25 +16,33 @@ from types import MappingProxyType
 import torch
 from huggingface_hub import try_to_load_from_cache
 from omegaconf import DictConfig, OmegaConf
+from transformers import AutoConfig
 
 from conf.ranges import check_field_ranges
 from conf.schema import EvalConfig, as_record
 from core.checks import ConfigError, plain
+from core.distributed import SINGLE, Processes
 from core.models import HUB_ID
 from core.parse_limits import parse_json
 from curriculum.tasks import check_records
 from curriculum.tasks.base import ALL, Task, TaskRecord
-from eval.vllm_backend import CPU_HEAD_SIZES, vllm_installed
+from curriculum.tasks import check_records
+from eval.vllm_engine import import_vllm
+
+log = logging.getLogger(__name__)
 
 # The template keys `curriculum.prompts.render_prompt` reads.
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
 # What to use instead of vLLM on a CPU for a model whose heads its CPU attention refuses
 CPU_HEAD_SIZE_ALTERNATIVE = "or a model with heads of 64 such as model=tiny_vllm"
+# The head sizes vLLM 0.31's CPU attention takes (`CPUAttentionBackend.get_supported_head_sizes()`; a test
+# holds this copy to it), here so that `auto` can turn down a model without loading vLLM (~2 s, and its noise).
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
 @dataclass(frozen=True)
 class ValidationSettings:
-    """How validation generates and grades: one subset's puzzles -> prompts -> completions -> grades."""
+    """How validation generates and grades; a caller can build one by hand for a checkpoint from anywhere."""
 
     eval: EvalConfig  # the `eval` group: n, max_new_tokens, batch_size, temperature, samples, seed, backend...
     subsets: tuple[str, ...]  # `eval.subsets` as the held-out subsets: levels of the task, in its order
@@ -53,8 +58,8 @@ class ValidationSettings:
 
 
 def subset_levels(task: Task, subsets) -> tuple[str, ...]:
-    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with
-    it), `all` (every level) or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
+    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with it),
+    `all` or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
 
     >>> from curriculum.tasks import build_task
     >>> kk = build_task({"name": "kk"})
@@ -68,8 +73,7 @@ def subset_levels(task: Task, subsets) -> tuple[str, ...]:
 
 
 def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, task: Task) -> ValidationSettings:
-    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task (`eval` as
-    its schema record, every key as the group gives it: its one default is its YAML's, conf/eval/default.yaml).
+    """The record from the `eval`, `prompt` and `model` groups of a composed config and the run's task.
 
     >>> from omegaconf import OmegaConf
     >>> from curriculum.tasks import build_task
@@ -84,26 +88,24 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
     """
     chat_kwargs = OmegaConf.to_container(model.get("chat_template_kwargs") or OmegaConf.create({}), resolve=True)
     return ValidationSettings(
-        eval=as_record(EvalConfig, ev), subsets=subset_levels(task, ev.subsets),
-        fmt=str(prompt.fmt),
+        eval=as_record(EvalConfig, ev), subsets=subset_levels(task, ev.subsets), fmt=str(prompt.fmt),
         chat=bool(model.chat), prompt=MappingProxyType({k: prompt.get(k) for k in PROMPT_KEYS}),
         chat_kwargs=MappingProxyType(dict(chat_kwargs)), task=task,
     )
 
 
 def validation_pools(settings: ValidationSettings, seed: int) -> dict[str, list[TaskRecord]]:
-    """The held-out pool of every subset `settings` validates, read as a run reads them and before any model loads:
-    the task held to its contract on one record of each subset (curriculum/tasks/contract.py: ConfigError naming the
-    member), then each pool as the task reads it, which screens its records (K&K: curriculum/tasks/kk/screen.py, a
-    RecordError naming the file and line). `seed` is the run's `seed`, which validation's test split never reads."""
+    """The held-out pool of every subset `settings` validates, read as a run reads them: the task first held to its
+    contract (ConfigError naming the member), each pool screened as the task reads it (RecordError naming the file
+    and line). `seed` is the run's `seed`, which validation's test split never reads."""
     task = settings.task
     check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.eval.seed))
     return {level: task.validation_records(level, settings.eval.n, settings.eval.seed) for level in settings.subsets}
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
-    """Raise ConfigError for the first bad `eval.*` value a range cannot say (its keys, types and ranges are the
-    schema's, conf/schema.py, checked by conf.ranges); `eval.subsets` must name levels of `task`."""
+    """Raise ConfigError for the first bad `eval.*` value (ranges: conf/schema.py); `eval.subsets` must name levels
+    of `task`."""
     if eval_cfg.subsets is not None and not list(eval_cfg.subsets):
         raise ConfigError("eval.subsets: must list at least one level (or be null: the task's own)")
     subset_levels(task, eval_cfg.subsets)
@@ -116,9 +118,8 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
 
 
 def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> dict | None:
-    """The config fields of the model a run or `python -m eval` will load, read before it loads or is built:
-    `checkpoint` (a directory) or `model`'s: the tiny model's `model.tiny` sizes, a hub model's config.json in a
-    local directory or the hub cache; None where that is not known yet (a model not fetched or not built)."""
+    """The config fields of the model that will load, before it loads or is built: `checkpoint`'s or `model`'s (the
+    tiny model's `model.tiny` sizes, a config.json in a local directory or the hub cache); None where not known yet."""
     if checkpoint is None and model_cfg["source"] == "tiny":
         return plain(model_cfg["tiny"])
     source = checkpoint or (str(model_cfg.get("id")) if model_cfg["source"] == "hub" and model_cfg.get("id") else None)
@@ -135,8 +136,7 @@ def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> d
 
 
 def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int | None:
-    """The attention head size of the model that will load (`planned_model_fields`); None where that is not known
-    yet, which the engine itself then checks."""
+    """The attention head size of the model that will load (`planned_model_fields`); None where not known yet."""
     fields = planned_model_fields(model_cfg, checkpoint) or {}
     if fields.get("head_dim"):
         return int(fields["head_dim"])
@@ -146,8 +146,8 @@ def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int 
 
 
 def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse `model.context_length` beyond the positions the model has (its config's max_position_embeddings):
-    a prompt and completion past them would be generated from positions the model never learnt."""
+    """Refuse `model.context_length` beyond the positions the model has (max_position_embeddings), which it never
+    learnt."""
     positions = (planned_model_fields(model_cfg, checkpoint) or {}).get("max_position_embeddings")
     length = model_cfg.get("context_length")
     if isinstance(positions, int) and isinstance(length, int) and length > positions:
@@ -156,10 +156,9 @@ def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> N
 
 
 def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse vLLM set to run a model on a machine without CUDA whose head size vLLM's CPU attention refuses
-    (after the model loaded, as "Unsupported CPU attention configuration: head_dim=16"): validation
-    (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts (TRL's engine, the same
-    kernel). A server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
+    """Refuse, without CUDA, vLLM set to run a model whose head size its CPU attention refuses (else it fails after
+    the model loaded): validation (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts. A
+    server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
     if torch.cuda.is_available():
         return
     validates = eval_cfg.backend == "vllm"
@@ -175,3 +174,43 @@ def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping,
                           f"{CPU_HEAD_SIZE_ALTERNATIVE}")
     raise ConfigError(f"grpo.use_vllm: colocated vLLM rollouts, but {refused}: use grpo.use_vllm=false, "
                       f"{CPU_HEAD_SIZE_ALTERNATIVE}")
+
+
+def vllm_installed() -> bool:
+    """Whether vLLM is on the path, asked of the path itself: `core.models.defer_vllm` hides it from importers."""
+    return importlib.machinery.PathFinder.find_spec("vllm") is not None
+
+
+def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
+    """None where vLLM can validate the model at `model_path` here, else why not, in a few words."""
+    if processes.many:
+        return f"{processes.world_size} processes (one vLLM engine validates in one process)"
+    if not vllm_installed():
+        return "vLLM is not installed (pip install -e '.[vllm]')"
+    config = AutoConfig.from_pretrained(model_path)
+    size = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+    # without CUDA vLLM runs its CPU build, with one attention; CUDA picks among several (FlexAttention: any size)
+    if not torch.cuda.is_available() and size not in CPU_HEAD_SIZES:
+        return f"vLLM's CPU attention takes head sizes {list(CPU_HEAD_SIZES)}, not {size}"
+    try:
+        import_vllm()
+    except Exception as err:  # installed but broken (a torch it was not built for): validation still runs
+        return f"vLLM does not load ({type(err).__name__}: {err})"
+    return None
+
+
+def validation_backend(setting: str, model_path: str, processes: Processes = SINGLE) -> str:
+    """`eval.backend` as set, or for `auto` vLLM wherever it can validate this model here (else HF, saying why once
+    per process)."""
+    if setting != "auto":
+        return setting
+    reason = why_not_vllm(model_path, processes)
+    if reason is not None:
+        log_hf_reason(reason)
+        return "hf"
+    return "vllm"
+
+
+@functools.cache  # once per process and reason: a run validates after every stage
+def log_hf_reason(reason: str) -> None:
+    log.info("eval.backend=auto: validating through HF generate: %s", reason)

@@ -1,18 +1,12 @@
-"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use).
+"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use), and inside a
+stage on the live model (`InStageValidation`: `eval.every`, `promote`).
 
-Writes one row per subset (a task's level) to `validation.jsonl` ({stage, stage_name, global_step, level,
-the task's level columns, metrics, cost}), every completion with its grade to
-`samples/<stage>/<level>.jsonl` (so a person can read what the model wrote, and a recount can check the
-metrics), and prints a rich table. What a row and a sample hold beyond every task's, and what the table
-and the tracker show of them, is the task's (`Task.level_columns`, `sample_fields`, `subset_metrics`,
-`report`). One generator serves all the subsets: the model loaded once (hf), or the process's one vLLM engine
-holding the checkpoint's weights (vllm; `auto` takes it where vLLM can validate the model: eval/vllm_engine.py);
-`cost` says what each subset's generation took (`eval.cost.validation_cost` sums them).
-
-With many processes every rank loads the checkpoint on its own device and generates its share of
-the batches (`eval.generation`); every rank grades all the gathered completions (the same rows
-everywhere, so every rank decides alike), and the main process alone writes rows, samples, the
-tracker and the table. vLLM validates on one GPU: many processes validate through HF.
+A row per subset goes to `validation.jsonl`, every graded completion to `samples/<stage>/<level>.jsonl`, and a table
+to the console; what they hold beyond every task's is the task's (`Task.level_columns`, `sample_fields`,
+`subset_metrics`, `report`). With many processes every rank grades all the gathered completions (every rank decides
+alike); the main process alone writes. Inside a stage: the stage's subsets, greedy, rows to
+`validation_steps.jsonl`, through the trainer's colocated vLLM engine where it lends one, else HF on the live model
+(a second engine would compete with training for the card).
 """
 
 from __future__ import annotations
@@ -21,13 +15,15 @@ import json
 import os
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from rich import box
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 
 from core.checks import call_user_code
 from core.distributed import SINGLE, Processes
@@ -38,15 +34,18 @@ from core.stats import percent_text, wilson_interval
 from curriculum.tasks.base import Task, TaskRecord, TaskReport
 from eval.generation import HfEngine
 from eval.metrics import METRIC_COLUMNS, RATES, subset_metrics, trials
-from eval.settings import ValidationSettings
-from eval.vllm_backend import validation_backend
-from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from eval.settings import ValidationSettings, validation_backend
+from eval.vllm_engine import ColocatedEngine, ProcessEngine, engine_arguments, validation_arguments
+
+# The tracker's sample table: what a person filters on (and the answer against the reference), then the text.
+SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer", "reference")
+# (validation row key, console header): every task's rates a person reads first, each in % with its interval.
+CONSOLE_RATES = (("format_rate", "format %"), ("truncation_rate", "truncated %"))
 
 
 def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
     """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, the record's
-    question as the prompt shows it among them, then the task's own `sample_fields`: the answer it read and the
-    reference, and what else the task adds)."""
+    question among them, then the task's own `sample_fields`)."""
     samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
@@ -61,19 +60,21 @@ def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dic
 
 
 def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
-    """A validation row's level and metrics for one subset's graded samples: `level`, the task's level columns,
-    every task's metrics and the task's own."""
+    """A validation row's level, the task's level columns, every task's metrics and the task's own."""
     return {"level": level, **task.level_columns(level), **subset_metrics(samples), **task.subset_metrics(samples)}
 
 
-def tracked_metrics(row: dict, task: Task) -> dict:
-    """The metrics of a validation row the tracker plots: every task's and the task's own, those with a value, and
-    each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`) over the records it counts.
+def tracked_validation(row: dict, task: Task, prefix: str = "val") -> dict:
+    """A row's metrics with a value as the tracker gets them, `<prefix>/<level>/<metric>` (`val` after a stage,
+    `val_step` inside one), each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`).
 
     >>> from curriculum.tasks.kk import KKTask
-    >>> m = tracked_metrics({"accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}, KKTask())
-    >>> m["accuracy_low"], m["accuracy_high"], "mean_tokens_low" in m, m["lenient_accuracy_high"]
-    (0.15, 0.85, False, 0.85)
+    >>> row = {"level": "2ppl", "accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}
+    >>> m = tracked_validation(row, KKTask(), "val_step")
+    >>> m["val_step/2ppl/accuracy_low"], m["val_step/2ppl/accuracy_high"], m["val_step/2ppl/lenient_accuracy_high"]
+    (0.15, 0.85, 0.85)
+    >>> "val_step/2ppl/mean_tokens_low" in m
+    False
     """
     found = {k: row[k] for k in (*METRIC_COLUMNS, *task.metric_columns) if row.get(k) is not None}
     counted = {rate.key: rate.counted for rate in task.report.rates}
@@ -81,35 +82,25 @@ def tracked_metrics(row: dict, task: Task) -> dict:
         n = trials(row, key, counted.get(key, ()))
         if n:
             found[f"{key}_low"], found[f"{key}_high"] = (round(b, 4) for b in wilson_interval(found[key], n))
-    return found
-
-
-def tracked_validation(row: dict, task: Task, prefix: str = "val") -> dict:
-    """A validation row's metrics as the tracker gets them, `<prefix>/<level>/<metric>` (`tracked_metrics`):
-    `val` after a stage, `val_step` inside one (eval/in_stage.py).
-
-    >>> from curriculum.tasks.kk import KKTask
-    >>> tracked_validation({"level": "2ppl", "accuracy": 0.5, "n": 4}, KKTask(), "val_step")["val_step/2ppl/accuracy"]
-    0.5
-    """
-    return {f"{prefix}/{row['level']}/{k}": v for k, v in tracked_metrics(row, task).items()}
+    return {f"{prefix}/{row['level']}/{k}": v for k, v in found.items()}
 
 
 def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, list[TaskRecord]], *, tag: dict,
              out_dir: Path, writer=None, tracker=None, console: Console | None = None,
              processes: Processes = SINGLE, engine: ProcessEngine | None = None) -> list[dict]:
-    """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`.
+    """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`; the rows, on every rank.
 
-    `tag` (stage, stage_name, global_step) prefixes every row; each subset's row goes to `writer` (a
-    JsonlWriter) as soon as it is graded, so an interrupt keeps the subsets done; `engine` is the process's vLLM
-    engine, where it has one (a run's). Returns the rows (on every rank of many `processes`; the main process
-    records them: rows, samples, tracker, console).
+    `tag` (stage, stage_name, global_step) prefixes every row; each row goes to `writer` (a JsonlWriter) as soon as
+    it is graded, so an interrupt keeps the subsets done; `engine`: the process's vLLM engine, where it has one.
     """
     s, rows = settings, []
     generation = {"max_new_tokens": s.eval.max_new_tokens, "temperature": s.eval.temperature,
                   "samples": s.eval.samples, "chat_kwargs": dict(s.chat_kwargs), "seed": s.eval.seed}
-    step, console = int(tag.get("global_step", 0)), console or wide_console()
-    record = processes.is_main
+    step, record = int(tag.get("global_step", 0)), processes.is_main
+    if console is None:  # not a terminal (a log, a pipe): 100 columns, where rich's 80 wraps rates under intervals
+        console = Console()
+        if not console.is_terminal and "COLUMNS" not in os.environ:
+            console.width = max(console.width, 100)
     with validation_engine(s, model_path, processes, engine) as generator:
         levels = list(pools)  # in the task's order, easiest first
         for i, level in enumerate(levels):
@@ -118,11 +109,10 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
             label = f"validating {level}" if stage in (None, level) else f"validating {level} after {stage}"
             completions, cost = generator.generate(s.prompts(records), label=label, **generation)
             samples = grade_subset(records, completions, s.task)
-            if record:
-                _write_samples(samples_file(out_dir, level), samples)
-            rows.append({**tag, **subset_row(s.task, level, samples), "cost": cost.as_dict()})
+            rows.append({**tag, **subset_row(s.task, level, samples), "cost": asdict(cost)})
             if not record:
                 continue
+            _write_samples(samples_file(out_dir, level), samples)
             if writer is not None:
                 writer.write(rows[-1:])
             if tracker is not None:
@@ -138,18 +128,9 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
     return rows
 
 
-def wide_console() -> Console:
-    """rich's console, 100 columns wide where it is not a terminal (a log file, a pipe: rich would take 80 and
-    wrap the rates under their intervals); a terminal keeps its own width."""
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = max(console.width, 100)
-    return console
-
-
 def progress_line(rows: list[dict], left: list[int]) -> str:
-    """A subset done: its completions and seconds, and the time left at the rate so far (a longer subset,
-    more people, writes longer completions: a floor more than a forecast).
+    """A subset done: its completions and seconds, and the time left at the rate so far (a floor: a subset of more
+    people writes longer completions).
 
     >>> rows = [{"level": "2ppl", "cost": {"seconds": 30.0, "setup_seconds": 5.0, "completions": 60}}]
     >>> progress_line(rows, [100, 100])
@@ -168,32 +149,21 @@ def progress_line(rows: list[dict], left: list[int]) -> str:
     return f"{line}; {subsets} left, ~{per_completion * sum(left):.0f} s at this rate"
 
 
-# The tracker's sample table: what a person filters on (and the answer against the reference), then the text.
-SAMPLE_COLUMNS = ("id", "correct", "format_ok", "tokens", "truncated", "answer", "reference")
-
-
 def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[str, ...] = ()) -> dict:
-    """One graded completion as a tracker table row: every task's columns, the task's own (`TaskReport`), the
-    question it answers and the completion."""
+    """One graded completion as a tracker table row: every task's columns, the task's own, question and completion."""
     keys = (*SAMPLE_COLUMNS, *task_columns)
     return {"stage": tag.get("stage_name"), "level": level, **{k: sample.get(k) for k in keys},
             "question": sample.get("question"), "completion": sample.get("completion")}
 
 
-def own_engine(settings: ValidationSettings) -> ProcessEngine:
-    """The process's vLLM engine where the caller brought none (`python -m eval`): one that only validates."""
-    arguments = validation_arguments(settings.eval.vllm_gpu_memory_utilization, settings.eval.seed)
-    return ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
-
-
 @contextmanager
 def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE,
                       engine: ProcessEngine | None = None) -> Iterator:
-    """What generates one validation: the process's vLLM engine (`engine`, else one of its own closed after;
-    `eval.backend=vllm`, or `auto` where vLLM can: `eval.vllm_backend.validation_backend`) holding the
-    checkpoint's weights, else the model loaded for HF on this process's own device."""
+    """What generates one validation: where `eval.backend` takes vLLM, the process's `engine` (else one that only
+    validates, closed after) holding the checkpoint's weights; else the model loaded for HF on this process's device."""
     if validation_backend(settings.eval.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
-        shared = engine or own_engine(settings)
+        arguments = validation_arguments(settings.eval.vllm_gpu_memory_utilization, settings.eval.seed)
+        shared = engine or ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
         try:
             with shared.validating(model_path, AutoTokenizer.from_pretrained(model_path)) as vllm:
                 yield vllm
@@ -214,15 +184,10 @@ def _write_samples(path: Path, samples: list[dict]) -> None:
     tmp.replace(path)
 
 
-# (validation row key, console header): every task's rates a person reads first, each in % with its interval.
-CONSOLE_RATES = (("format_rate", "format %"), ("truncation_rate", "truncated %"))
-
-
 def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
-    """A subset x metric table for the terminal, readable at 100 columns: every rate in % with its 95% Wilson
-    interval, n the distinct records it counts (every metric is in validation.jsonl): accuracy, the task's
-    readings of it that differ from it somewhere (`Rate.beside_accuracy`; one equal to it everywhere is left
-    out and the caption says so), format, truncation, the task's other rates with a console header."""
+    """A subset x metric table for the terminal, a row a line at 100 columns, every rate in % with its 95% Wilson
+    interval: accuracy, the task's readings of it that differ from it somewhere (`Rate.beside_accuracy`; the caption
+    names one left out), format, truncation, the task's other rates with a console header."""
     variants = [r for r in report.rates if r.beside_accuracy and r.header]
     shown = [r for r in variants if any(row.get(r.key) != row.get("accuracy") for row in rows)]
     columns = [("accuracy", "accuracy %", ()), *((r.key, r.header, r.counted) for r in shown),
@@ -233,7 +198,7 @@ def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
                 *(f"{r.name}: equal to accuracy here, not shown" for r in variants if r not in shown)]
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False,
                   caption="rates in % (95% Wilson interval); " + "; ".join(captions))
-    # At 100 columns a row is one line; a narrower console wraps a rate under its interval, never cuts it.
+    # a narrower console wraps a rate under its interval, never cuts it
     table.add_column(report.level_column, justify="right", no_wrap=True)
     table.add_column("n", justify="right", no_wrap=True)
     for _, header, _ in columns:
@@ -242,9 +207,58 @@ def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
     for row in rows:
         rates = (percent_text(row.get(key), trials(row, key, counted)) for key, _, counted in columns)
         label = row.get(report.level_column) if report.level_column in row else row_level(row)
-        table.add_row(str(label), str(trials(row, "accuracy") or "-"), *rates, _tokens(row.get("mean_tokens")))
+        tokens = "-" if row.get("mean_tokens") is None else f"{row['mean_tokens']:.1f}"
+        table.add_row(str(label), str(trials(row, "accuracy") or "-"), *rates, tokens)
     return table
 
 
-def _tokens(value) -> str:
-    return "-" if value is None else f"{value:.1f}"
+class InStageValidation(TrainerCallback):
+    """Every `eval.every` optimizer steps (not at the stage's last: the stage-end validation covers it)."""
+
+    def __init__(self, settings: ValidationSettings, pools: dict[str, list[TaskRecord]], writer, tracker, *,
+                 stage_index: int, stage_name: str, step_offset: int, processes: Processes = SINGLE):
+        self.settings, self.pools, self.writer, self.tracker = settings, pools, writer, tracker
+        self.processes = processes
+        self.tags = {"stage": stage_index, "stage_name": stage_name}
+        self.step_offset = step_offset
+        self.colocated: ColocatedEngine | None = None  # lent by the stage's trainer (`bind`)
+
+    def bind(self, trainer) -> None:
+        """Borrow the trainer's colocated vLLM engine, if it has one, when `eval.backend` is vllm or auto."""
+        if self.settings.eval.backend in ("vllm", "auto"):
+            self.colocated = ColocatedEngine.of(trainer)
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if self.due(state.global_step, state.max_steps):
+            self.validate(model, processing_class, state.global_step)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        every = self.settings.eval.every
+        return bool(every) and step % every == 0 and step < max_steps
+
+    def validate(self, model, tokenizer, step: int) -> list[dict]:
+        """Validate the live model on every pool now; rows written, logged and returned."""
+        model.eval()
+        # Generation reseeds torch's RNG: fork it, so turning validation on leaves the training run as it was.
+        cuda = [model.device.index or 0] if model.device.type == "cuda" else []
+        engine = self.colocated.lend(tokenizer) if self.colocated is not None else nullcontext(
+            HfEngine(model, tokenizer, batch_size=self.settings.eval.batch_size, processes=self.processes))
+        try:
+            with torch.random.fork_rng(devices=cuda), engine as generator:
+                rows = [self._subset_row(generator, level, records, step) for level, records in self.pools.items()]
+        finally:
+            model.train()
+        self.writer.write(rows)
+        for row in rows:
+            self.tracker.log(tracked_validation(row, self.settings.task, "val_step"), step=row["global_step"])
+        return rows
+
+    def _subset_row(self, generator, level: str, records: list[TaskRecord], step: int) -> dict:
+        s = self.settings
+        completions, cost = generator.generate(
+            s.prompts(records), max_new_tokens=s.eval.max_new_tokens, seed=s.eval.seed, chat_kwargs=dict(s.chat_kwargs),
+            label=f"validating {self.tags['stage_name']} step {step}",
+        )
+        samples = grade_subset(records, completions, s.task)
+        return {**self.tags, "stage_step": step, "global_step": self.step_offset + step,
+                **subset_row(s.task, level, samples), "cost": asdict(cost)}

@@ -1,60 +1,143 @@
-"""The one vLLM engine of a process: every validation and every stage's rollouts share it.
-
-Why one: with sleep mode on CUDA, vLLM allocates through its CuMem allocator, which serves one engine per
-process (vLLM 0.31 `v1/worker/gpu_worker.py` `_maybe_get_memory_pool_context` asserts "CuMem allocator can
-only be used for one instance per process" when a second engine loads its weights while the first one's
-allocations are tracked), and an allocation freed while its engine sleeps is handed back twice
-(`vllm/device_allocator/cumem.py`). vLLM's CPU build skips the allocator, so only the tests' guard
-(tests/engine_guard.py) holds a CPU run to the rule.
-
-The engine's life in a run (docs/gpu.md draws it):
-- started once, by whichever needs it first: the baseline validation (from the base model) or a stage's
-  trainer (TRL's colocated engine, `for_trainer`), with the arguments `engine_arguments` gives, which are
-  TRL's own for its colocated engine when the run rolls out through vLLM, so TRL can take it as its own;
-- each validation of a checkpoint loads that checkpoint's weights into it in place (`load_checkpoint`: as TRL
-  pushes the policy before every rollout, or through vLLM's own reload where no trainer pushes into it),
-  waking it first and putting it back to sleep after where it sleeps (CUDA);
-- each stage's trainer gets it awake in place of the engine TRL would start (`for_trainer`); TRL pushes the
-  policy before its first rollout and sleeps it between rollouts as it always does;
-- at the end (`close`) it is woken first (never freed asleep), then shut down in one process; under a
-  launcher it is never shut down (vLLM's shutdown takes the launcher's default process group with it).
+"""The one vLLM engine of a process, shared by every validation and every stage's rollouts; validation through it,
+or inside a GRPO stage through the trainer's own (`ColocatedEngine`); what vLLM's CPU build needs that CUDA does
+not. docs/gpu.md says why one engine (CUDA's sleep-mode allocator serves one a process; tests/engine_guard.py holds
+a CPU run to the rule), its life in a run, and what differs on a CPU (each CPU part asks vLLM's platform first).
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+import os
+import random
+import socket
+import sys
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from core.distributed import launched_world_size
 from core.models import device_settings
 from core.parse_limits import parse_json
-from eval.vllm_backend import VllmEngine, import_vllm, process_kept, single_process_env, vllm_log_level
-from eval.vllm_cpu import engine_options, reloadable_weights
+from core.trl_internals import mark_weights_asleep, mark_weights_loaded
+from curriculum.prompts import prompt_ids, prompt_text
+from eval.generation import Completion, GenerationCost, timed_generation
 
 log = logging.getLogger(__name__)
 
 # What TRL 1.16 asks of its colocated engine (`VLLMGeneration._init_vllm`) beyond the GRPOConfig fields
-# `rollout_arguments` reads: the batch-token budget (vLLM's profiler is misled by its larger default) and
-# log-probs after temperature (TRL's importance-sampling correction reads them).
+# `rollout_arguments` reads.
 TRL_FIXED = {"distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096,
              "logprobs_mode": "processed_logprobs", "quantization": None}
-# TRL's arguments the process's engine may differ in: which checkpoint it starts from (its weights are pushed
-# before every rollout), the seed (reseeded as an engine start seeds it, `for_trainer`) and how many sequences
-# it schedules at once (a stage's batch; a bound on concurrency, not on what it computes).
+# TRL's arguments the process's engine may differ in: the checkpoint it starts from (the policy is pushed before
+# every rollout), the seed (reseeded, `for_trainer`) and how many sequences it schedules at once (not what it computes).
 TRL_FREE = ("model", "seed", "max_num_seqs")
+# GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left to vLLM, a share of *all*
+# RAM less the process, which a training process can exceed). 1 GiB holds 23K tokens of SmolLM2-135M in float32.
+KV_CACHE_GIB = 1
+KV_CACHE_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
+
+
+def vllm_log_level() -> str:
+    """What vLLM logs in this process: VLLM_LOGGING_LEVEL where the user set it, else errors only (its start-up
+    notes, ~40 lines an engine, would fill the run's console between validation tables)."""
+    return os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper()
+
+
+def import_vllm():
+    """The vllm package, loaded even where `core.models.defer_vllm` kept it unloaded, quiet to `vllm_log_level`
+    (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
+    if "vllm" in sys.modules and sys.modules["vllm"] is None:
+        del sys.modules["vllm"]
+    logging.getLogger("vllm").setLevel(vllm_log_level())
+    import vllm
+
+    return vllm
+
+
+def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
+    """vLLM's request outputs (in prompt order) as Completions, counted and decoded as HF validation does (vLLM's
+    own detokenizer holds back an unfinished character where `decode` writes U+FFFD: equal tokens, unequal texts)."""
+    return [[Completion(text=tokenizer.decode(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids,
+                                              skip_special_tokens=True),
+                        tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+             for o in request.outputs] for request in outputs]
+
+
+def sampling_params(*, max_new_tokens: int, temperature: float, samples: int, seed: int):
+    """vLLM's SamplingParams for validation: greedy at temperature 0, else plain sampling; `to_completions` decodes."""
+    from vllm import SamplingParams
+
+    return SamplingParams(n=samples, temperature=temperature, top_p=1.0, top_k=0, repetition_penalty=1.0,
+                          max_tokens=max_new_tokens, seed=seed, detokenize=False)
+
+
+@dataclass
+class VllmEngine:
+    """A vLLM engine lent to one validation; `generate` has `eval.generation.HfEngine`'s interface."""
+
+    llm: Any
+    tokenizer: Any
+    backend: str
+    setup_seconds: float = 0.0  # counted on the first subset generated, then 0
+
+    def generate(self, prompts: list, *, max_new_tokens: int, temperature: float = 0.0, samples: int = 1,
+                 chat_kwargs: dict | None = None, seed: int = 0,
+                 label: str = "") -> tuple[list[list[Completion]], GenerationCost]:
+        """`samples` completions per prompt, in prompt order, and what generating them cost."""
+        ids = [prompt_ids(prompt_text(p, self.tokenizer, chat_kwargs), self.tokenizer) for p in prompts]
+        params = sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, samples=samples, seed=seed)
+        setup, self.setup_seconds = self.setup_seconds, 0.0
+        return timed_generation(
+            self.backend,
+            lambda: to_completions(self.llm.generate([{"prompt_token_ids": i} for i in ids], params, use_tqdm=False),
+                                   self.tokenizer),
+            setup_seconds=setup,
+        )
+
+
+class ColocatedEngine:
+    """The GRPO trainer's colocated vLLM engine (TRL 1.16: `trainer.vllm_generation.llm`), lent to in-stage
+    validation between optimizer steps. Which step's weights it holds, and that they sleep again, are recorded as
+    TRL records them around a rollout (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
+    """
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    @classmethod
+    def of(cls, trainer) -> ColocatedEngine | None:
+        """The trainer's engine when it rolls out through vLLM in colocate mode, else None."""
+        colocated = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "colocate"
+        return cls(trainer) if colocated else None
+
+    @contextmanager
+    def lend(self, tokenizer) -> Iterator[VllmEngine]:
+        """The engine holding the live policy's weights, awake for the block, asleep again after it."""
+        began = time.perf_counter()
+        generation = self.trainer.vllm_generation
+        generation.sync_weights()  # under sleep mode this wakes the weights first
+        mark_weights_loaded(self.trainer)
+        if generation.enable_sleep_mode:
+            generation.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield VllmEngine(generation.llm, tokenizer, "vllm-colocated", time.perf_counter() - began)
+        finally:
+            if generation.enable_sleep_mode:
+                generation.llm.sleep(level=2)
+                mark_weights_asleep(generation)  # the next rollout pushes the weights again
 
 
 def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
-    """The arguments TRL 1.16 starts its colocated engine with, from a stage's GRPOConfig `fields` (TRL's
-    names, each set: `grpo.GRPOConfig` values) on process `rank` (`trl/generation/vllm_generation.py`
-    `_init_vllm`; `GRPOTrainer` computes `max_num_seqs`). A test holds this copy to what TRL passes."""
+    """The arguments TRL 1.16 starts its colocated engine with (`VLLMGeneration._init_vllm`, `GRPOTrainer`'s
+    `max_num_seqs`), from a stage's GRPOConfig `fields` on process `rank`; a test holds this copy to TRL's."""
     tp = int(fields["vllm_tensor_parallel_size"])
     return {"tensor_parallel_size": tp, "gpu_memory_utilization": float(fields["vllm_gpu_memory_utilization"]),
             "max_model_len": fields["vllm_max_model_length"],
@@ -64,29 +147,107 @@ def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
 
 
 def validation_arguments(gpu_memory_utilization: float, seed: int) -> dict:
-    """The arguments of an engine that only validates (rollouts through HF or a server): TRL's colocate
-    settings for one process, its card share `eval.vllm_gpu_memory_utilization`."""
+    """The arguments of an engine that only validates: TRL's colocate settings for one process, its card share
+    `eval.vllm_gpu_memory_utilization`."""
     return {"tensor_parallel_size": 1, "gpu_memory_utilization": gpu_memory_utilization, "seed": seed,
             "distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096}
 
 
 def engine_arguments(base: Mapping, *, rollouts: bool) -> dict:
-    """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with this platform's options over
-    it (eval/vllm_cpu.py `engine_options`: on CPU no sleep mode, a KV cache in RAM, eager), sleep mode on CUDA
-    where the rollouts do not decide it (an engine that only validates sleeps while the stages train) and vLLM's
-    log level. An engine that only validates generates in the inference dtype (core/models.py: bfloat16 on CUDA,
-    float32 on CPU, as HF validation); one that rolls out keeps TRL's (none given: vLLM's `auto`, the base
-    model's), and validation through it generates in that dtype too."""
+    """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with sleep mode where the rollouts
+    do not decide it (an engine that only validates sleeps while the stages train), vLLM's log level, and the
+    inference dtype for an engine that only validates (as HF validation; one that rolls out keeps TRL's). On a CPU:
+    no sleep mode (vLLM refuses it), the KV cache in RAM, and eager execution (starts in 3 s, not 60: docs/gpu.md).
+    """
     dtype = {} if rollouts else {"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch.")}
-    return {"enable_sleep_mode": True, **base, **engine_options(), **dtype,
+    platform = {}
+    if cpu_build():
+        kv_cache_gib = int(os.environ.get(KV_CACHE_VARIABLE) or KV_CACHE_GIB)
+        platform = {"enable_sleep_mode": False, "kv_cache_memory_bytes": kv_cache_gib * 2**30, "enforce_eager": True}
+    return {"enable_sleep_mode": True, **base, **platform, **dtype,
             "use_tqdm_on_load": False, "log_level": vllm_log_level()}
 
 
-class ProcessEngine:
-    """This process's vLLM engine for a whole run (or a `python -m eval`): see the module's docstring.
+def cpu_build() -> bool:
+    """Whether the installed vLLM runs on the CPU (vllm-cpu, or any vLLM on a machine without its GPU)."""
+    from vllm.platforms import current_platform
 
-    `rollouts`: the stages' trainers roll out through it (TRL pushes their policy into it before every rollout);
-    `shutdown_at_close`: False under a launcher. `starts` and `start_seconds` say what starting it cost.
+    return current_platform.is_cpu()
+
+
+def _keep_weight(self, layer: torch.nn.Module) -> None:
+    """vLLM's own path for a layer it marks `_cpu_skip_gemm_dispatch`: no packed copy, the weight stays."""
+    layer.cpu_linear = torch.nn.functional.linear
+
+
+@contextmanager
+def reloadable_weights() -> Iterator[None]:
+    """Engines built inside the block keep their linear and LM-head weights reloadable by TRL's push (on CPU only):
+    vLLM 0.31's CPU build repacks each linear weight and drops the parameter (the first push fails), and packs the
+    tied LM head apart from the weight a push writes (tests/engines/test_vllm_colocate.py)."""
+    if not cpu_build():
+        yield
+        return
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    methods = (UnquantizedLinearMethod, UnquantizedEmbeddingMethod)
+    originals = [method.__dict__["process_weights_after_loading"] for method in methods]
+    for method in methods:
+        method.process_weights_after_loading = _keep_weight
+    try:
+        yield
+    finally:
+        for method, original in zip(methods, originals, strict=True):
+            method.process_weights_after_loading = original
+
+
+@contextmanager
+def process_kept(*, rng: bool) -> Iterator[None]:
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch as they were
+    before the block, whatever a vLLM engine started inside did: it reseeds, adds TRL's launcher variables (a later
+    trainer would run distributed), and on CPU replaces `torch.set_num_threads` for good."""
+    environ = dict(os.environ)
+    states = (random.getstate(), np.random.get_state()) if rng else None
+    devices = [torch.cuda.current_device()] if rng and torch.cuda.is_available() else []
+    set_num_threads = torch.set_num_threads
+    try:
+        with torch.random.fork_rng(devices=devices, enabled=rng):
+            yield
+    finally:
+        torch.set_num_threads = set_num_threads
+        os.environ.clear()
+        os.environ.update(environ)
+        if states is not None:
+            random.setstate(states[0])
+            np.random.set_state(states[1])
+
+
+def single_process_env() -> None:
+    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset; outside
+    a launcher a port the OS hands out (TRL takes 29500 when it looks free: two engines starting at once on one
+    machine both took it)."""
+    from trl.trainer.utils import ensure_master_addr_port
+
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(name, value)
+    if launched_world_size() <= 1:
+        os.environ["MASTER_PORT"] = str(free_port())
+    ensure_master_addr_port()
+
+
+def free_port() -> int:
+    """A TCP port on the loopback no process holds now, as the OS picks it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ProcessEngine:
+    """This process's vLLM engine for a whole run (or a `python -m eval`), started by whichever needs it first.
+
+    `rollouts`: the stages' trainers roll out through it; `shutdown_at_close`: False under a launcher (vLLM's
+    shutdown takes the launcher's process group with it). `starts` and `start_seconds` say what starting it cost.
     """
 
     def __init__(self, arguments: Mapping, *, rollouts: bool, shutdown_at_close: bool = True):
@@ -95,10 +256,6 @@ class ProcessEngine:
         self.llm: Any = None  # vllm.LLM, once started
         self.starts, self.start_seconds = 0, 0.0
 
-    @property
-    def sleeps(self) -> bool:
-        return bool(self.arguments.get("enable_sleep_mode"))
-
     def _start(self, model_path: str) -> None:
         began = time.perf_counter()
         vllm = import_vllm()
@@ -106,8 +263,8 @@ class ProcessEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # a trainer released just before leaves its blocks to the engine
         single_process_env()
-        # TRL's push writes the weights vLLM's CPU build would repack (eval/vllm_cpu.py); vLLM 0.31's kernel
-        # dispatcher reads a name torch 2.13 deprecates
+        # TRL's push writes the weights vLLM's CPU build would repack; vLLM 0.31's kernel dispatcher reads a name
+        # torch 2.13 deprecates
         with reloadable_weights() if self.rollouts else nullcontext(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated",
                                     category=FutureWarning)
@@ -122,8 +279,8 @@ class ProcessEngine:
 
     @contextmanager
     def validating(self, model_path: str, tokenizer) -> Iterator[VllmEngine]:
-        """The engine holding the weights at `model_path` for one validation (started from it if it has not
-        started), the process as it was before (`process_kept`: vLLM reseeds and adds variables as it starts)."""
+        """The engine holding the weights at `model_path` (started from them if not started) for one validation,
+        asleep after where it sleeps, the process as it was (`process_kept`)."""
         began = time.perf_counter()
         with process_kept(rng=True):
             if self.llm is None:
@@ -136,13 +293,12 @@ class ProcessEngine:
                 yield engine
             finally:
                 engine.llm = None
-                if self.sleeps:
+                if self.arguments.get("enable_sleep_mode"):
                     self.llm.sleep(level=2)  # its weights are loaded again before the next use
 
     def for_trainer(self, **requested):
-        """TRL's `LLM(...)` as a trainer builds its colocated engine (train/stages/grpo.py puts this in its
-        place): the process's engine, awake, seeded as a start seeds it; TRL pushes its policy before its
-        first rollout. Arguments TRL asks for that the engine was not started with are refused by name."""
+        """TRL's `LLM(...)` as a trainer builds its colocated engine (train/stages/grpo.py): the process's engine,
+        awake, seeded as a start seeds it. Arguments TRL asks for that it was not started with are refused by name."""
         differ = {k: (v, self.arguments.get(k)) for k, v in requested.items()
                   if k not in TRL_FREE and self.arguments.get(k) != v}
         if differ:
@@ -192,10 +348,9 @@ def checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def load_checkpoint(llm, path: Path, *, pushed: bool) -> None:
-    """The weights of the checkpoint at `path` into the running engine; the prefix cache emptied (it holds the old
-    weights' keys). Into an engine TRL pushes into (`pushed`), as its `sync_weights` pushes a policy: the model's
-    `load_weights`, on the weights it keeps reloadable; else through vLLM's own in-place reload from the folder
-    (`reload_weights`), which processes the weights as a start does (on CPU: packed, ~1.4x faster to generate)."""
+    """The weights of the checkpoint at `path` into the running engine, its prefix cache emptied. Into an engine TRL
+    pushes into (`pushed`) as TRL's `sync_weights` does (`load_weights`); else vLLM's own reload from the folder,
+    which processes the weights as a start does (on CPU: packed, ~1.4x faster to generate)."""
     if pushed:
         model = llm.llm_engine.model_executor.driver_worker.model_runner.model
         model.load_weights(checkpoint_tensors(path))

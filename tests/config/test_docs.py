@@ -291,7 +291,7 @@ def test_the_checks_read_what_the_docs_name():
     targets = {t for doc in docs for _, t in named_targets(doc)}
     choices = {(g, v) for doc in docs for _, g, v in named_choices(doc)}
     modules = {m for doc in docs for _, m in named_modules(doc)}
-    assert {"conf/grpo/default.yaml", "tests/runs/test_learning.py", "train/run/runner.py", "eval/vllm_cpu.py"} <= paths
+    assert {"conf/grpo/default.yaml", "tests/runs/test_learning.py", "train/run/runner.py", "eval/settings.py"} <= paths
     assert {"test", "demo", "gpu-check", "report", "drill"} <= targets
     assert {("curriculum", "kk_ladder"), ("experiment", "single_gpu"), ("model", "qwen3-0.6b"),
             ("hparams_search", "reward_optuna"), ("task", "custom"), ("reward", "task")} <= choices

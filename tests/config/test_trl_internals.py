@@ -28,7 +28,7 @@ from core.trl_internals import (
     trl_engine_names,
 )
 from core.weights import fingerprint
-from eval.vllm_backend import process_kept
+from eval.vllm_engine import process_kept
 from tests.conftest import compose_cfg
 
 

@@ -192,7 +192,7 @@ def test_the_floor_pass_runs_the_transformers_it_names():
 def test_an_engine_outside_a_launcher_binds_a_port_the_os_picked(world_size, port_kept):
     import socket
 
-    from eval.vllm_backend import single_process_env
+    from eval.vllm_engine import single_process_env
 
     # the whole environment restored after: the variables single_process_env sets would otherwise make every later
     # `python -m train` this worker starts join a process group on 29500

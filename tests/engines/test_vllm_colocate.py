@@ -5,7 +5,7 @@ A two-stage ladder rolls out through the process's one engine (eval/vllm_engine.
 colocated engine in each stage, validates inside each stage through it and before and after each stage through
 it too, so the handoff, the second trainer taking the engine over and the process it leaves behind are exercised
 (the test process's engine guard, tests/engine_guard.py, refuses what CUDA would). The weight-reload workaround
-(eval/vllm_cpu.py) is checked on TRL's own push and on a checkpoint's load.
+(eval/vllm_engine.py `reloadable_weights`) is checked on TRL's own push and on a checkpoint's load.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from trl.generation.vllm_generation import VLLMGeneration
 from core.checks import ConfigError
 from core.models import resolve_model
 from core.rundir.files import read_jsonl
-from eval.vllm_backend import process_kept, sampling_params
+from eval.vllm_engine import process_kept, sampling_params
 from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments, validation_arguments
 from tests import engine_guard
 from tests.conftest import ROOT, compose_cfg
@@ -193,11 +193,11 @@ def test_an_engine_that_only_validates_loads_a_checkpoint_through_vllms_own_relo
 
 
 def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models):
-    """Why eval/vllm_cpu.py exists: where vLLM 0.31's CPU build repacks its linear weights (oneDNN, sgl-kernel or
-    zentorch: `dispatch_cpu_unquantized_gemm` leaves `weight` empty, its `weight_loader` gone), TRL's push fails
-    without the workaround. Where it falls back to torch's linear and keeps them (seen on an AVX2-only EPYC), the
-    push works by itself, and must. Should the first case stop failing, vLLM reloads repacked weights by itself and
-    the workaround can go."""
+    """Why `reloadable_weights` (eval/vllm_engine.py) exists: where vLLM 0.31's CPU build repacks its linear weights
+    (oneDNN, sgl-kernel or zentorch: `dispatch_cpu_unquantized_gemm` leaves `weight` empty, its `weight_loader`
+    gone), TRL's push fails without the workaround. Where it falls back to torch's linear and keeps them (seen on an
+    AVX2-only EPYC), the push works by itself, and must. Should the first case stop failing, vLLM reloads repacked
+    weights by itself and the workaround can go."""
     base, _ = two_models
     with process_kept(rng=False):
         generation = VLLMGeneration(AutoModelForCausalLM.from_pretrained(base), Accelerator(cpu=True),

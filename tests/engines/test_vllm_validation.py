@@ -26,15 +26,9 @@ from core.rundir.files import read_jsonl
 from curriculum.plan import build_plan, validation_subsets
 from curriculum.prompts import prompt_ids, prompt_text
 from eval.metrics import METRIC_COLUMNS
+from eval.settings import CPU_HEAD_SIZES, log_hf_reason, validation_backend
 from eval.validation import validate
-from eval.vllm_backend import (
-    CPU_HEAD_SIZES,
-    ColocatedEngine,
-    log_hf_reason,
-    sampling_params,
-    validation_backend,
-)
-from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
+from eval.vllm_engine import ColocatedEngine, ProcessEngine, engine_arguments, sampling_params, validation_arguments
 from tests.conftest import compose_cfg
 from tests.pools import config_validation, held_out_pools
 from tests.vllm_models import NEAR_TIE, flips, hf_greedy, peaked_checkpoint
@@ -163,7 +157,7 @@ def test_auto_takes_vllm_where_its_cpu_attention_takes_the_head_size(peaked, cac
     tiny = resolve_model(compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke").model, cache_dir)
     assert validation_backend("auto", path) == "vllm"  # heads of 64
     log_hf_reason.cache_clear()  # said once per process: earlier tests may have said it already
-    with caplog.at_level(logging.INFO, logger="eval.vllm_backend"):
+    with caplog.at_level(logging.INFO, logger="eval.settings"):
         assert [validation_backend("auto", tiny) for _ in range(3)] == ["hf"] * 3  # heads of 16: the smoke config
         assert validation_backend("auto", path, Processes(0, 2)) == "hf"
     said = [r.getMessage() for r in caplog.records]

@@ -25,7 +25,7 @@ from vllm.distributed.utils import StatelessProcessGroup
 
 from core.distributed import SINGLE
 from curriculum.plan import build_plan
-from eval.vllm_backend import free_port
+from eval.vllm_engine import free_port
 from train.stages.base import StageContext
 from train.stages.training import WeightSyncGroup, run_stage
 

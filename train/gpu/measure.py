@@ -17,7 +17,7 @@ from omegaconf import DictConfig
 from core.models import BF16_CAPABILITY, cuda_has_bf16
 from core.rundir.files import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.plan import build_plan, validation_completions
-from eval.cost import validation_cost
+from eval.generation import validation_cost
 from train.gpu.bare import BareRun, bare_stage_command, compose_config, size_to_card
 from train.gpu.device import GIB, GpuCheckError, MemoryWatch
 from train.run.runner import run_curriculum

@@ -40,7 +40,7 @@ from core.rundir.records import (
 from curriculum.data import draw_pools
 from curriculum.plan import Stage, validation_subsets
 from curriculum.tasks.base import TaskRecord
-from eval.cost import validation_cost
+from eval.generation import validation_cost
 from eval.validation import validate
 from eval.vllm_engine import ProcessEngine
 from train.console import RunConsole

@@ -23,7 +23,7 @@ from core.rundir.manifest import Manifest
 from core.rundir.records import row_level
 from core.weights import held_weights_finite
 from curriculum.plan import GUARD_SIGNALS, Guard, Stage
-from eval.in_stage import InStageValidation
+from eval.validation import InStageValidation
 from eval.settings import ValidationSettings
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,7 @@ from curriculum.data import to_rows
 from curriculum.plan import Stage, grpo_batch
 from curriculum.prompts import prompt_ids
 from curriculum.tasks.base import TaskRecord
-from eval.vllm_backend import process_kept
-from eval.vllm_engine import ProcessEngine, rollout_arguments
+from eval.vllm_engine import ProcessEngine, process_kept, rollout_arguments
 from train.rewards.checks import checked_rewards
 from train.rewards.reward_group import task_reward_funcs
 from train.stages.base import KindSettings, StageContext
