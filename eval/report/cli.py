@@ -27,8 +27,7 @@ from core.rundir.layout import ERROR, EVALUATION, RUN_JSON
 from core.rundir.lock import LOCK_FILE, OWNER_FILE
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
-from eval.report.evaluation import evaluation_report, is_evaluation
-from eval.report.run import run_report
+from eval.report.run import evaluation_report, is_evaluation, run_report
 from eval.report.sweep import sweep_report
 
 REPORT_DIR = "report"

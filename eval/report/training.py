@@ -15,11 +15,10 @@ from pathlib import Path
 from core.rundir.layout import STAGES, stage_dirname
 from core.rundir.records import StageRecord, stage_records
 from core.stage_kinds import recorded_kind
-from eval.report.adaptive import REFRESH, Event
 from eval.report.blocks import Image, Table, Text, fmt
 from eval.report.plots import Panel, plot_step_panels
 from eval.report.series import Boundary, Series, as_number, step_series
-from eval.report.story import stage_steps
+from eval.report.story import REFRESH, Event, stage_steps
 
 # (metrics.jsonl keys: one line each, panel title, y label, why they may be absent) of the curves panel
 CURVES = (
