@@ -94,11 +94,10 @@ def short_number(text) -> str:
     return rounded if float(rounded) != value else text
 
 
-# Markdown that untrusted text could start anywhere in a line: emphasis, code spans, raw HTML and
-# autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
-# inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
+# Markdown untrusted text could start anywhere in a line (emphasis, code, raw HTML, entities, pipes, links; `_`
+# only where it can open or close emphasis, not in key_names), and what starts a block at a line's start.
 _INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
-# ... in text that something safe follows (a table cell's "|", a heading's line end): a closing "]" cannot meet a "("
+# ... in text something safe follows (a cell's "|", a heading's line end): a final "]" cannot meet a "("
 _INLINE_CLOSED = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
 _BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
 

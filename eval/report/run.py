@@ -1,8 +1,6 @@
 """One run's report (its stages, history, validation per subset, length, reward, format, TRL's curves, throughput,
-collapse), and the report of a `python -m eval` folder (one model validated on every subset).
-
-A report is a list of blocks (`eval.report.blocks`): this module chooses and orders them, from the series
-`eval.report.series` reads and the figures `eval.report.plots` draws.
+collapse), and the report of a `python -m eval` folder (one model validated on every subset): blocks chosen and
+ordered from the series `eval.report.series` reads and the figures `eval.report.plots` draws.
 """
 
 from __future__ import annotations
@@ -149,8 +147,7 @@ def _accuracy_plot(rows: Sequence[dict], grid: rs.StageGrid, report: TaskReport,
 
 
 def _validation(run: rs.RunData, out_dir: Path) -> list:
-    """Accuracy per subset (plot and table), then the task's rates, format and length (what its `TaskReport`
-    shows, no more)."""
+    """Accuracy per subset (plot and table), then the rates the task's `TaskReport` shows, format and length."""
     blocks: list = [Heading("Validation accuracy per subset")]
     if not run.validation:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
@@ -188,8 +185,7 @@ def _length(run: rs.RunData, boundaries, out_dir: Path, events) -> list:
 
 
 def training_boxes(manifest: dict, steps: Sequence[dict]) -> StageBoxes | None:
-    """Each stage's per-step mean lengths (TRL logs a step's mean, not each completion's length), with its shortest
-    and longest completion; None without any.
+    """Each stage's per-step mean lengths (TRL logs no completion's own), its shortest and longest; None without any.
 
     >>> manifest = {"stages": [{"index": 1, "name": "2ppl"}, {"index": 2, "name": "3ppl"}]}
     >>> rows = [{"stage": 1, MEAN: 30.0, SHORTEST: 5, LONGEST: 60}, {"stage": 1, MEAN: 20.0, SHORTEST: 8, LONGEST: 40}]
@@ -215,8 +211,7 @@ def training_boxes(manifest: dict, steps: Sequence[dict]) -> StageBoxes | None:
 
 
 def validation_boxes(run_dir: Path, stage_names: dict[int, str]) -> tuple[StageBoxes | None, list]:
-    """Every validation completion's tokens per stage and subset (the samples files), with notes on files that
-    could not be read; None without any."""
+    """Every validation completion's tokens per stage and subset, notes on files not read; None without any."""
     folders = stage_folders(run_dir)
     names = [stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
              for index, folder in folders]

@@ -1,13 +1,8 @@
-"""Completions chosen to teach: the Samples section (graded validation completions) and the Training rollouts
-section (whole GRPO groups).
+"""Completions chosen to teach: the Samples section (graded validation completions, `samples/<k>-<name>/<level>.jsonl`)
+and the Training rollouts section (whole GRPO groups, `rollouts.jsonl`: GRPO learns only from a group whose rewards
+differ, so each stage shows the group whose rewards spread widest and one whose rewards were all equal).
 
-Samples, from `samples/<k>-<name>/<level>.jsonl`: the first right and the first wrong, the longest and the
-shortest, and the first of each kind the task names (`TaskReport.picks`), a completion picked twice shown once.
-The folders are listed, never built from run.json's names, and only those inside the run's `samples/` are read.
-
-Rollouts, from `rollouts.jsonl` (`train/rollouts.py` samples whole groups: one prompt's completions at one step,
-each with its rewards and advantage): GRPO learns only from a group whose rewards differ, so each stage shows the
-group whose rewards spread widest (its best and worst completion) and one whose rewards were all equal.
+Sample folders are listed, never built from run.json's names; only those inside the run's `samples/` are read.
 """
 
 from __future__ import annotations
@@ -222,8 +217,7 @@ class Group:
 
 
 def groups_of(rows: Sequence[dict]) -> list[Group]:
-    """The sampled rows as groups: consecutive rows of one stage, step and prompt (TRL repeats each prompt
-    `num_generations` times in a row).
+    """The sampled rows as groups: consecutive rows of one stage, step and prompt (TRL repeats each prompt in a row).
 
     >>> rows = [{"stage": 2, "stage_step": 1, "prompt": p, "reward": r} for p, r in [("a", 1), ("a", 0), ("b", 0)]]
     >>> [(g.prompt, g.rewards, g.spread) for g in groups_of(rows)]
@@ -278,8 +272,8 @@ def _signed(value: float | None) -> str:
 
 
 def group_blocks(why: str, group: Group) -> list:
-    """One group: what it is, its prompt (folded), its table, then its best and worst completion (or, without
-    signal, its first: they all scored alike)."""
+    """One group: what it is, its prompt (folded), its table, its best and worst completion (without signal: its
+    first)."""
     rewards = [r for r in group.rewards if r is not None]
     blocks: list = [Heading(f"{group.stage_name}, step {group.stage_step}: a group {why}", level=3),
                     Folded("the prompt", group.prompt), group_table(group)]

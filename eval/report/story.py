@@ -1,9 +1,8 @@
 """A run's story: what each stage did, in words (reward read step by step, steps without signal, collapses, each
 validation change with its interval), how it ended (promotion, guard, budget), and the run's history.
 
-A GRPO step without signal is one where every group's rewards were equal (`frac_reward_zero_std` 1): every
-advantage is 0 and the policy gradient empty. GRPO's loss is no test of this: with one update per batch it is
-about 0 by construction, signal or not.
+A GRPO step without signal: every group's rewards equal (`frac_reward_zero_std` 1), so every advantage is 0.
+GRPO's loss is no test of this: with one update per batch it is about 0 by construction.
 """
 
 from __future__ import annotations
@@ -22,8 +21,7 @@ from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
 from eval.report.series import as_number
 
 NO_SIGNAL_KEY = "frac_reward_zero_std"
-# A GRPO stage's entropy or mean completion length under this share of the run's first logged value, from some step
-# to its last, is called a collapse in its paragraph (a dip it recovers from is not).
+# Entropy or mean length under this share of the run's first value, from some step to a stage's last, is a collapse
 COLLAPSE_SHARE = 0.5
 COLLAPSE_SIGNALS = (("entropy", "entropy"), ("completions/mean_length", "mean completion length"))
 PROMOTION, GUARD, REFRESH = "promotion", "guard", "refresh"
@@ -98,8 +96,7 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
 
 
 def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[str, tuple[int, float]]:
-    """(global step, value) of each collapse signal's first value over the stages that learn from rewards (an SFT
-    stage's entropy is another quantity).
+    """(global step, value) of each collapse signal's first value over the stages that learn from rewards.
 
     >>> rows = [{"stage": 1, "global_step": 2, "entropy": 0.8}, {"stage": 1, "global_step": 1, "entropy": 0.9}]
     >>> first_values(rows, [StageRecord(index=1, kind="grpo")])
@@ -118,7 +115,7 @@ def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[s
 
 def collapse_words(rows: Sequence[dict], key: str, label: str, first: tuple[int, float] | None) -> str | None:
     """A collapse of `key` in a stage: under COLLAPSE_SHARE of the run's `first` (global step, value) from some
-    step to the stage's last; None when it ends above that, or nothing is known.
+    step to the stage's last; else None.
 
     >>> rows = [{"stage_step": s, "entropy": e} for s, e in enumerate([0.8, 0.5, 0.3, 0.1], start=1)]
     >>> collapse_words(rows, "entropy", "entropy", (1, 0.8))
@@ -228,9 +225,8 @@ def span_words(validation: Sequence[dict], first: int, last: int, what: str) -> 
 
 
 def overall_words(steps: Sequence[dict], validation: Sequence[dict]) -> list[str]:
-    """What the stages changed together, from where reinforcement learning began (the last validation before the
-    first rewarded step) and from the baseline when that is another: stage-by-stage changes each within noise may
-    add up to one that is not.
+    """What the stages changed together, from where reinforcement learning began and from the baseline: changes
+    each within noise may add up to one that is not.
 
     >>> rows = [{"stage": k, "stage_name": n, "level": "2ppl", "accuracy": a, "n": 63}
     ...         for k, n, a in [(0, "baseline", 0.0), (1, "sft", 0.25), (2, "2ppl", 0.3), (3, "3ppl", 0.5)]]
@@ -288,8 +284,7 @@ def guard_events(manifest: dict) -> list[Event]:
 
 
 def stage_end_rows(manifest: dict) -> list[list[str]]:
-    """Per stage that recorded its end: name, why it ended, stage step/budget, the deciding accuracy, the threshold,
-    and the step whose weights a guard stop kept.
+    """Per stage that recorded its end: name, why, stage step/budget, the deciding accuracy, threshold, kept step.
 
     >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
     ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
@@ -325,8 +320,7 @@ def stage_end_blocks(manifest: dict) -> list:
     return blocks
 
 
-# --- the history: attempts (each resume's `.hydra/resume-<time>/`), resumes, skipped checkpoints, failures, ------
-# --- finals refused and set aside (`final.refused`), warnings; folders listed, never followed out of the run ------
+# --- the history: attempts, resumes, skipped checkpoints, failures, refused finals, warnings -----------------------
 
 
 def resumes(run_dir: Path) -> list[str]:
@@ -339,7 +333,8 @@ def resumes(run_dir: Path) -> list[str]:
 
 
 def retrained(run_dir: Path, index, name) -> bool:
-    """Whether the stage's final was refused once (set aside as `final.refused`) and the stage trained again."""
+    """Whether the stage's final was refused once (set aside as `final.refused`) and the stage trained again; its
+    folder is never followed out of the run."""
     if not isinstance(index, int) or not isinstance(name, str) or "/" in name or name in (".", ".."):
         return False
     folder = run_dir / STAGES / stage_dirname(index, name)
