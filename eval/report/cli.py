@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from hydra import compose, initialize_config_dir
 from rich.console import Console
@@ -27,7 +26,6 @@ from eval.report.run import evaluation_report, is_evaluation, run_report
 from eval.report.sweep import sweep_report
 
 REPORT_DIR = "report"
-T = TypeVar("T")
 
 
 def is_sweep(path: Path) -> bool:
@@ -93,7 +91,7 @@ def _replace_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_document(out_dir: Path, report: Callable[[T, Path], tuple[str, list]], target: T) -> Path:
+def write_document(out_dir: Path, report: Callable[..., tuple[str, list]], target) -> Path:
     """report.md and report.html of `report`'s blocks in `out_dir`, made a real folder (a planted symlink must not
     send the files elsewhere) and emptied of PNGs (a figure skipped this time must not linger); the page embeds
     only the PNGs these blocks drew."""

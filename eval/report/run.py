@@ -135,15 +135,13 @@ def _summary(run: rs.RunData) -> list:
 
 
 def _accuracy_plot(rows: Sequence[dict], grid: rs.StageGrid, report: TaskReport, out_dir: Path, title: str,
-                   xlabel: str | None = None) -> list:
+                   caption: str, **axes) -> list:
     """The validation pools and the accuracy plot, with each subset's chance accuracy (the task's) dotted."""
     chance = {level: value for level, value in report.chance.items() if level in grid.levels}
     image = plot_stage_grid(grid, f"accuracy ({report.accuracy})", title, out_dir / "accuracy.png", chance=chance,
-                            **({} if xlabel is None else {"xlabel": xlabel}))
+                            **axes)
     dotted = f"; dotted: {report.chance_note}" if chance and report.chance_note else ""
-    what = "accuracy per subset with its 95% Wilson interval" if xlabel is not None else \
-        "accuracy per subset after each stage, with 95% Wilson intervals"
-    return [*pool_sizes(rows, report), Image(image, f"{what}{dotted}")]
+    return [*pool_sizes(rows, report), Image(image, f"{caption}{dotted}")]
 
 
 def _validation(run: rs.RunData, out_dir: Path) -> list:
@@ -153,7 +151,8 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
     report, planned = run.task_report, rs.planned_stages(run.manifest)
     plotted = rs.stage_grid(run.validation, "accuracy")
-    blocks += [*_accuracy_plot(run.validation, plotted, report, out_dir, "Accuracy per subset across stages"),
+    blocks += [*_accuracy_plot(run.validation, plotted, report, out_dir, "Accuracy per subset across stages",
+                               "accuracy per subset after each stage, with 95% Wilson intervals"),
                grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(change_note(report))]
     shown = [rate for rate in report.rates if rate.title]
     for rate in [r for r in shown if r.beside_accuracy]:
@@ -348,7 +347,8 @@ def evaluation_report(folder: Path, out_dir: Path) -> tuple[str, list]:
     grid = rs.StageGrid(["the model"], [row_level(r) for r in rows],
                         {row_level(r): [rs.as_number(r.get("accuracy"))] for r in rows},
                         {row_level(r): [trials(r, "accuracy")] for r in rows})
-    blocks += [*_accuracy_plot(rows, grid, report, out_dir, "Accuracy per subset", xlabel=""),
+    blocks += [*_accuracy_plot(rows, grid, report, out_dir, "Accuracy per subset",
+                               "accuracy per subset with its 95% Wilson interval", xlabel=""),
                subsets_table(rows, report),
                Text("Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct "
                     f"{md_escape(report.record)}s it counts."), *samples_intro(report, "samples/<level>.jsonl")]
