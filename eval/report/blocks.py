@@ -1,12 +1,8 @@
-"""The blocks a report is made of (heading, text, table, image, completion), its cell format, its rendering.
+"""The blocks a report is made of, its cells (rates with intervals, changes marked), rendered to Markdown and HTML.
 
-A list of blocks is rendered once, as Markdown that points at the PNGs; the HTML page is that
-Markdown rendered by markdown-it-py with the PNGs embedded, so report.md and report.html never disagree.
-
-Everything read from a run folder is untrusted (a stage name, a config value, a completion may hold
-Markdown or HTML): headings, table cells, captions and completions are plain text, escaped here;
-a `Text` block is Markdown, so its author escapes what it interpolates (`md_escape`, `code`). The
-HTML page escapes raw HTML, and embeds only the images this report wrote into its own folder.
+report.html is report.md rendered by markdown-it-py, so the two never disagree. Everything read from a run folder
+is untrusted: headings, cells, captions and completions are plain text, escaped here; a `Text` block is Markdown,
+so its author escapes what it interpolates (`md_escape`, `code`). The page embeds only the report's own images.
 """
 
 from __future__ import annotations
@@ -19,6 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from markdown_it import MarkdownIt
+
+from core.rundir.records import level_order, row_level
+from core.stats import change, rate_text
+from curriculum.tasks.base import TaskReport
+from eval.report.series import StageGrid
 
 
 @dataclass(frozen=True)
@@ -48,18 +49,13 @@ class Image:
 
 @dataclass(frozen=True)
 class Completion:
-    """A model's text shown verbatim: a code block in Markdown, folded in the HTML when long."""
-
-    text: str
+    text: str  # a model's text, verbatim: folded in the HTML when long
 
 
 @dataclass(frozen=True)
 class Folded:
-    """Text shown verbatim and always folded in the HTML (a prompt, a puzzle: read on demand), `summary` (plain
-    text) on its fold; a fenced block in Markdown."""
-
-    summary: str
-    text: str
+    summary: str  # plain text on the fold
+    text: str  # verbatim (a prompt, a puzzle), always folded in the HTML
 
 
 # A completion longer than this (lines or characters) is folded in the HTML page.
@@ -80,8 +76,7 @@ def fmt(value, digits: int = 3) -> str:
 
 
 def short_number(text) -> str:
-    """A value as a reader compares it: a decimal written with more than 3 significant digits (an Optuna trial's
-    0.3745401188473625) rounded to 3; whole numbers, words and short decimals as written.
+    """A decimal with more than 3 significant digits (an Optuna trial's) rounded to 3; anything else as written.
 
     >>> short_number("0.3745401188473625"), short_number("2.0"), short_number("1e-05"), short_number("128")
     ('0.375', '2.0', '1e-05', '128')
@@ -99,23 +94,18 @@ def short_number(text) -> str:
     return rounded if float(rounded) != value else text
 
 
-# Markdown that untrusted text could start anywhere in a line: emphasis, code spans, raw HTML and
-# autolinks, entities, table pipes, links (`](`); `_` only where it can open or close emphasis (not
-# inside a word, as in key_names). And what starts a block at a line's start: a heading, quote, list.
+# Markdown untrusted text could start anywhere in a line (emphasis, code, raw HTML, entities, pipes, links; `_`
+# only where it can open or close emphasis, not in key_names), and what starts a block at a line's start.
 _INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
-# ... in text that something safe follows (a table cell's "|", a heading's line end): a closing "]" cannot meet a "("
+# ... in text something safe follows (a cell's "|", a heading's line end): a final "]" cannot meet a "("
 _INLINE_CLOSED = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
 _BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
 
 
 def md_escape(text, *, line_start: bool = True, inline: re.Pattern = _INLINE) -> str:
-    r"""Text from a run folder (a name, a config value, an error), made inert in Markdown: one line,
-    and no link, image, emphasis, code, raw HTML or table cell break can start from it; nor a
-    heading or list when it starts a line (`line_start`).
-
-    A link or image needs `](`, `][` or `]:`; escaping that `]` (and one that ends the text, which
-    could meet a "(" of the text around it) is enough, so an interval such as "[0.20, 0.90]" stays
-    readable in report.md.
+    r"""Untrusted text made inert in Markdown: one line; no link, image, emphasis, code, raw HTML or cell break can
+    start from it, nor a heading or list at a line's start (`line_start`). Only a `]` that could open a link is
+    escaped, so an interval "[0.20, 0.90]" stays readable.
 
     >>> md_escape("![x](/etc/passwd) <script>*a* b_c_d</script> | `x`")
     '![x\\](/etc/passwd) \\<script\\>\\*a\\* b_c_d\\</script\\> \\| \\`x\\`'
@@ -131,8 +121,7 @@ def md_escape(text, *, line_start: bool = True, inline: re.Pattern = _INLINE) ->
 
 
 def _cell(text) -> str:
-    r"""A table cell: inline, so what only starts a block (a heading, a list) needs no escape there, and followed by
-    its "|", so a "]" that ends it cannot meet a "(" (a config value "[2, 3]" stays as written).
+    r"""A table cell: inline (no block can start there) and closed by its "|" (a final "]" meets no "(").
 
     >>> _cell("[2, 3]"), _cell("[x](y)")
     ('[2, 3]', '[x\\](y)')
@@ -141,7 +130,7 @@ def _cell(text) -> str:
 
 
 def code(text) -> str:
-    """`text` as an inline code span, whatever backticks it holds (the fence is longer than any run of them).
+    """`text` as an inline code span, whatever backticks it holds.
 
     >>> code("a`b"), code("run")
     ('``a`b``', '`run`')
@@ -165,7 +154,7 @@ def fenced(text: str, info: str = "") -> list[str]:
 
 
 def info_words(text) -> str:
-    r"""Text as a fence's info string can carry it: one line of words, no backtick (it would end a backtick fence).
+    r"""Text as a fence's info string can carry it: one line of words, no backtick.
 
     >>> info_words("the `puzzle`\n<b>")
     'the puzzle b'
@@ -174,8 +163,7 @@ def info_words(text) -> str:
 
 
 def slug(text: str) -> str:
-    """A heading's anchor as GitHub makes it (so report.md's contents link there too): lower case, punctuation
-    dropped, each space a hyphen.
+    """A heading's anchor as GitHub makes it, so report.md's contents link there too.
 
     >>> slug("Validation accuracy per subset"), slug("KL (beta > 0) · per stage")
     ('validation-accuracy-per-subset', 'kl-beta--0--per-stage')
@@ -184,8 +172,7 @@ def slug(text: str) -> str:
 
 
 class Anchors:
-    """The anchors of a page's headings in order: a heading's slug, suffixed -1, -2, ... when an earlier heading has
-    it (GitHub's rule)."""
+    """A page's heading anchors in order: a repeated slug suffixed -1, -2, ... (GitHub's rule)."""
 
     def __init__(self):
         self.seen: dict[str, int] = {}
@@ -202,7 +189,7 @@ _LINK_TEXT = re.compile(_INLINE.pattern + r"|[\[\]]")
 
 
 def contents(title: str, blocks: Sequence) -> list[str]:
-    """The page's table of contents: a link to each section (level-2 heading), when there are two or more."""
+    """A link to each level-2 heading, when there are two or more."""
     anchors = Anchors()
     anchors(title)
     headings = [(block, anchors(block.text)) for block in blocks if isinstance(block, Heading)]  # every one counts
@@ -227,8 +214,7 @@ def to_markdown(title: str, blocks: Sequence) -> str:
                     "|" + ":---|" * block.left + "---|" * (len(block.headers) - block.left),
                     *("| " + " | ".join(map(_cell, row)) + " |" for row in block.rows), ""]
         elif isinstance(block, Image):
-            # the caption again as text under the image, so both pages show it (alt text is hidden): a paragraph of
-            # its own, else the HTML page runs it beside the image
+            # the caption again as its own paragraph: alt text is hidden
             caption = md_escape(block.caption)
             out += [f"![{caption}]({block.path.name})", "", f"Figure: {caption}.", ""]
         elif isinstance(block, Completion):
@@ -238,8 +224,7 @@ def to_markdown(title: str, blocks: Sequence) -> str:
     return "\n".join(out)
 
 
-# A note is a paragraph that is all emphasis (`_..._` in the Markdown); the contents are the list after the title, in
-# two columns when long.
+# a note: a paragraph all emphasis; the contents: the list after the title, in two columns when long
 STYLE = """body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -250,8 +235,7 @@ h1+p+ul{font-size:0.92em}h1+p+ul:has(li:nth-child(9)){columns:2;column-gap:2em}"
 
 
 def _embedded_image(self, tokens, idx, options, env) -> str:
-    """An image the report wrote, as a base64 data URI from its folder (the page needs no other file);
-    any other image reference (from text a run folder supplied) is shown as text, never read."""
+    """An image the report wrote, embedded as a data URI; any other image reference is shown as text, never read."""
     token = tokens[idx]
     caption = self.renderInlineAsText(token.children, options, env)
     src = token.attrGet("src") or ""
@@ -263,8 +247,7 @@ def _embedded_image(self, tokens, idx, options, env) -> str:
 
 
 def _folded_completion(self, tokens, idx, options, env) -> str:
-    """A completion block: escaped, and inside <details> when long, so the page stays readable; a folded block
-    (`Folded`) always inside <details>."""
+    """A completion escaped, inside <details> when long; a `Folded` block always inside <details>."""
     token = tokens[idx]
     kind, _, summary = token.info.strip().partition(" ")
     if kind not in ("completion", "folded"):
@@ -280,14 +263,14 @@ def _folded_completion(self, tokens, idx, options, env) -> str:
 
 
 def _heading_with_anchor(self, tokens, idx, options, env) -> str:
-    """A heading with its id, as `contents` links to it (its text as read, so escapes do not count)."""
+    """A heading with the id `contents` links to."""
     tokens[idx].attrSet("id", env["anchors"](self.renderInlineAsText(tokens[idx + 1].children, options, env)))
     return self.renderToken(tokens, idx, options, env)
 
 
 def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = ()) -> str:
-    """One self-contained page from the report's Markdown: inline CSS, raw HTML escaped, long completions
-    folded, and embedded only the `images` (file names) the report drew into `image_dir`."""
+    """One self-contained page: raw HTML escaped, long completions folded, only `images` (names in `image_dir`)
+    embedded."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
     renderer.add_render_rule("image", _embedded_image)
     renderer.add_render_rule("fence", _folded_completion)
@@ -296,3 +279,71 @@ def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = 
     body = renderer.render(markdown, {"image_dir": image_dir, "images": own, "anchors": Anchors()})
     return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{STYLE}</style></head>\n<body>\n{body}</body></html>\n")
+
+
+# --- validation tables: stage rows x subset columns ---------------------------------------------------
+
+UP, DOWN = "▲", "▼"
+
+
+def change_note(report: TaskReport) -> str:
+    """How a rate cell reads and when a change is marked, in the words of the run's task.
+
+    >>> change_note(TaskReport()).startswith("Each rate: its value, its 95% Wilson interval [low, high] and n, "
+    ...                                      "the distinct problems it counts. ▲")
+    True
+    """
+    record, pool = md_escape(report.record), f" ({md_escape(report.pool_note)})" if report.pool_note else ""
+    return (f"Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct {record}s it "
+            f"counts{pool}. {UP} / {DOWN}: up / down from the last validated stage above it, beyond chance: "
+            "Newcombe's 95% interval for the difference (built from the two Wilson intervals) excludes 0. An "
+            f"unmarked change is within noise. Every stage is validated on the same {record}s, so a paired "
+            "test would be sharper: this one marks less rather than more.")
+
+
+def change_marks(values: Sequence[float | None], ns: Sequence[int | None]) -> list[str]:
+    """"▲" / "▼" / "" per stage: a change from the last stage above that has a value, beyond chance.
+
+    >>> change_marks([0.1, None, 0.6, 0.55], [100, None, 100, 100])
+    ['', '', '▲', '']
+    """
+    marks, last = [], None
+    for value, n in zip(values, ns, strict=True):
+        step = change(*last, value, n) if last is not None else 0
+        marks.append({1: UP, -1: DOWN}.get(step, ""))
+        if value is not None:
+            last = (value, n)
+    return marks
+
+
+def rate_cells(grid: StageGrid, level: str) -> list[str]:
+    """One subset's column: each stage's rate with its interval and n, and its change mark."""
+    values = grid.values[level]
+    ns = grid.trials.get(level) or [None] * len(values)
+    return [f"{rate_text(v, n)} {mark}".rstrip() if v is not None else "-"
+            for v, n, mark in zip(values, ns, change_marks(values, ns), strict=True)]
+
+
+def grid_table(grid: StageGrid, *, rate: bool = True) -> Table:
+    """Stage rows x subset columns (the transpose of the plot: one row per stage reads better)."""
+    columns = {level: rate_cells(grid, level) if rate else [fmt(v, 1) for v in grid.values[level]]
+               for level in grid.levels}
+    rows = [[stage, *(columns[level][i] for level in grid.levels)] for i, stage in enumerate(grid.stages)]
+    return Table(["after stage", *grid.levels], rows)
+
+
+def pool_sizes(rows: Sequence[dict], report: TaskReport) -> list[Text]:
+    """What the accuracies count: the distinct records of each subset and the samples per record.
+
+    >>> pool_sizes([{"level": "2steps", "n": 63, "puzzles": 63}, {"level": "3steps", "n": 200, "puzzles": 100}],
+    ...            TaskReport())[0].text
+    '**validation pools** (distinct problems): 2steps 63 · 3steps 100 (2 samples each)'
+    """
+    latest = {row_level(row): row for row in rows if row_level(row) is not None}
+    parts = []
+    for level in sorted(latest, key=level_order):
+        row = latest[level]
+        puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
+        samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
+        parts.append(f"{level} {fmt(puzzles)}{samples}")
+    return [Text(f"**validation pools** ({md_escape(report.distinct)}): " + " · ".join(parts))] if parts else []

@@ -1,13 +1,8 @@
 """`python -m eval.report [DIR ...] [--outputs ROOT] [--out OUT]`: plots, report.md and report.html.
 
-DIR is a run directory, a Hydra multirun (sweep) directory or a `python -m eval` folder; without it, the most recently
-modified of ROOT/runs/* and ROOT/multirun/* (ROOT defaults to the config's `paths.output_dir`, where
-`python -m train` writes). Everything goes to `DIR/report/`. Several run directories are laid side
-by side in one report (`eval.report.compare`), written to OUT (default ROOT/compare/<time>/).
-A report is a list of blocks (heading, text, table, image) rendered as Markdown that points at the
-PNGs; report.html is that Markdown rendered by markdown-it-py with the PNGs embedded, so the two
-never disagree. Data that is missing (a run in progress, a failed sweep job, a key not logged)
-becomes a note.
+DIR: a run, a Hydra multirun (sweep) or a `python -m eval` folder (default: the latest under ROOT, the config's
+`paths.output_dir`); its report goes to `DIR/report/`. Several runs are laid side by side in one report, written to
+OUT (default ROOT/compare/<time>/). Data that is missing (a run in progress, a key not logged) becomes a note.
 """
 
 from __future__ import annotations
@@ -15,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -26,8 +21,7 @@ from conf import CONF_DIR
 from core.rundir.files import ERROR, EVALUATION, LOCK_FILE, OWNER_FILE, RUN_JSON
 from eval.report.blocks import Image, to_html, to_markdown
 from eval.report.compare import compare_report
-from eval.report.evaluation import evaluation_report, is_evaluation
-from eval.report.run import run_report
+from eval.report.run import evaluation_report, is_evaluation, run_report
 from eval.report.sweep import sweep_report
 
 REPORT_DIR = "report"
@@ -41,10 +35,9 @@ def is_sweep(path: Path) -> bool:
 
 
 def _last_modified(path: Path) -> float:
-    """Newest mtime of what a run or sweep holds, two levels deep (a directory's own mtime misses files
-    rewritten in place). The report folder is left out, and so is the directory's own mtime, which
-    creating that folder bumps: reporting on an old run must not make it the latest. So are the run lock's
-    files, which a resume refused before it changed anything touches."""
+    """Newest mtime of what a run or sweep holds, two levels deep (its own misses files rewritten in place), the
+    report folder and the lock's files left out: reporting on an old run, or a refused resume, must not make it
+    the latest."""
     times = []
     for child in path.iterdir():
         if child.name not in (REPORT_DIR, LOCK_FILE, OWNER_FILE):
@@ -71,8 +64,7 @@ def runs_under(path: Path, depth: int = 3, limit: int = 10) -> list[Path]:
 
 
 def refuse_non_run(target: Path) -> None:
-    """End with one message when `target` is neither a run, a sweep nor a `python -m eval` folder, naming the runs
-    it can see inside it."""
+    """End with one message, naming the runs inside it, when `target` is no run, sweep or `python -m eval` folder."""
     if is_run(target) or is_sweep(target) or is_evaluation(target):
         return
     inside = runs_under(target)
@@ -83,24 +75,11 @@ def refuse_non_run(target: Path) -> None:
 
 
 def latest_output(outputs: Path) -> Path | None:
-    """The most recently modified of `outputs`/runs/* and `outputs`/multirun/*, or None.
-
-    A run counts once it has a run.json: a directory left by a config error (Hydra's files and
-    error.txt only) has nothing to report.
-    """
+    """The most recently modified of `outputs`/runs/* (with a run.json: a config error's folder has nothing to
+    report) and `outputs`/multirun/*, or None."""
     candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
                   for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / RUN_JSON).exists())]
     return max(candidates, key=_last_modified, default=None)
-
-
-def prepare_dir(out_dir: Path) -> None:
-    """A real report folder, emptied of PNGs: a figure skipped this time must not linger from an earlier
-    report, and a symlink planted in a run folder must not send the report's files elsewhere."""
-    if out_dir.is_symlink():
-        out_dir.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob("*.png"):
-        stale.unlink()
 
 
 def _replace_text(path: Path, text: str) -> None:
@@ -111,23 +90,27 @@ def _replace_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_document(out_dir: Path, title: str, blocks: list) -> None:
-    """report.md and report.html of `blocks`; the page embeds only the PNGs these blocks drew."""
+def write_document(out_dir: Path, report: Callable[..., tuple[str, list]], target) -> Path:
+    """report.md and report.html of `report`'s blocks in `out_dir`, made a real folder (a planted symlink must not
+    send the files elsewhere) and emptied of PNGs (a figure skipped this time must not linger); the page embeds
+    only the PNGs these blocks drew."""
+    if out_dir.is_symlink():
+        out_dir.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob("*.png"):
+        stale.unlink()
+    title, blocks = report(target, out_dir)
     markdown = to_markdown(title, blocks)
     _replace_text(out_dir / "report.md", markdown)
     images = [block.path.name for block in blocks if isinstance(block, Image)]
     _replace_text(out_dir / "report.html", to_html(title, markdown, out_dir, images))
+    return out_dir
 
 
 def write_report(target: Path) -> Path:
-    """Write `target`/report/ (report.md, report.html, PNGs) for a run, a sweep or a `python -m eval` folder; returns
-    that folder."""
-    out_dir = target / REPORT_DIR
-    prepare_dir(out_dir)
+    """Write `target`/report/ (report.md, report.html, PNGs) for a run, sweep or `python -m eval` folder; returns it."""
     report = evaluation_report if is_evaluation(target) else sweep_report if is_sweep(target) else run_report
-    title, blocks = report(target, out_dir)
-    write_document(out_dir, title, blocks)
-    return out_dir
+    return write_document(target / REPORT_DIR, report, target)
 
 
 def configured_output_dir() -> Path:
@@ -136,21 +119,13 @@ def configured_output_dir() -> Path:
         return Path(compose("config").paths.output_dir)
 
 
-def compare_dir(outputs: Path) -> Path:
-    """Where a comparison goes by default: `<outputs>/compare/<time>/`, inside none of the compared runs."""
-    return outputs / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
-
-
 def write_comparison(targets: Sequence[Path], out_dir: Path) -> Path:
     """Write the side-by-side report of `targets` (run folders) into `out_dir`; returns it."""
     sweeps = [t for t in targets if is_sweep(t)]
     if sweeps:
         raise SystemExit(f"{sweeps[0]}: a sweep; compare runs (a sweep's jobs are <sweep>/<n>), or report "
                          "the sweep alone")
-    prepare_dir(out_dir)
-    title, blocks = compare_report(targets, out_dir)
-    write_document(out_dir, title, blocks)
-    return out_dir
+    return write_document(out_dir, compare_report, targets)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
@@ -178,7 +153,9 @@ def main(argv: Sequence[str] | None = None) -> Path:
     if len(targets) == 1:
         out_dir, what = write_report(targets[0]), f"report for {escape(str(targets[0]))}"
     else:
-        out_dir = write_comparison(targets, args.out or compare_dir(args.outputs or configured_output_dir()))
+        # by default inside none of the compared runs
+        out = args.out or (args.outputs or configured_output_dir()) / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
+        out_dir = write_comparison(targets, out)
         what = f"comparison of {len(targets)} runs"
     images = sorted(p.name for p in out_dir.glob("*.png"))
     console = Console()

@@ -1,9 +1,6 @@
-"""Runs side by side (`python -m eval.report RUN_A RUN_B ...`): a ladder beside its mixed baseline,
-adaptive beside fixed, with and without the reference refresh.
-
-What differs between their configs, final accuracy per subset (each against the first run: marked
-only where the intervals allow), accuracy after each stage and response length overlaid on the
-global-step axis, every run's accuracy per stage, and how each stage ended.
+"""Runs side by side (`python -m eval.report RUN_A RUN_B ...`): what differs between their configs, final accuracy
+per subset (each against the first run, marked where the intervals allow), accuracy and response length overlaid,
+every run's accuracy per stage, and how each stage ended.
 """
 
 from __future__ import annotations
@@ -14,11 +11,10 @@ from pathlib import Path
 from core.rundir.records import level_order, row_level, stage_records
 from core.stats import change, rate_text
 from eval.metrics import trials
-from eval.report import adaptive as ra
 from eval.report import series as rs
-from eval.report.blocks import Heading, Image, Table, Text, code, fmt
+from eval.report.blocks import DOWN, UP, Heading, Image, Table, Text, change_note, code, fmt, rate_cells
 from eval.report.plots import CURVES_NOTE, plot_sweep_curves, plot_sweep_lines
-from eval.report.tables import DOWN, UP, change_note, rate_cells
+from eval.report.story import stage_end_rows
 
 # Config keys that differ between any two runs on the same machine and say nothing about the method.
 NOT_SETTINGS = ("paths.", "hydra.", "run_name", "wandb_id")
@@ -26,8 +22,7 @@ MAX_DIFFERENCES = 40
 
 
 def run_labels(run_dirs: Sequence[Path]) -> list[str]:
-    """A short, unique label per run: its folder name, with its parent's where two names clash or the name is a
-    sweep's job number (a "0" says nothing alone).
+    """A short, unique label per run: its folder name, with its parent's where names clash or it is a job number.
 
     >>> run_labels([Path("a/ladder"), Path("b/mixed"), Path("c/mixed"), Path("multirun/2026-12-01_10-00-00/0")])
     ['ladder', 'b/mixed', 'c/mixed', '2026-12-01_10-00-00/0']
@@ -81,18 +76,16 @@ def _final_table(labels: list[str], runs: list[rs.RunData]) -> tuple[Table, list
     levels = sorted({level for final in finals for level in final}, key=level_order)
     rows = [[label, *(_final_cell(final.get(level), finals[0].get(level)) for level in levels)]
             for label, final in zip(labels, finals, strict=True)]
-    lines = [rs.Series(level, labels, *_final_points(finals, level)) for level in levels]
+    lines = []
+    for level in levels:
+        rates = [_rate(final.get(level)) for final in finals]
+        values = [value for value, _ in rates]
+        lines.append(rs.Series(level, labels, values, *rs.intervals(values, [n for _, n in rates])))
     return Table(["run", *levels], rows), lines
 
 
 def _rate(row: dict | None) -> tuple[float | None, int | None]:
     return (None, None) if row is None else (rs.as_number(row.get("accuracy")), trials(row, "accuracy"))
-
-
-def _final_points(finals: list[dict[str, dict]], level: str) -> tuple[list, list, list]:
-    values = [_rate(final.get(level))[0] for final in finals]
-    low, high = rs.intervals(values, [_rate(final.get(level))[1] for final in finals])
-    return values, low, high
 
 
 def _runs_table(labels: list[str], run_dirs: Sequence[Path], runs: list[rs.RunData]) -> Table:
@@ -108,7 +101,7 @@ def _runs_table(labels: list[str], run_dirs: Sequence[Path], runs: list[rs.RunDa
 
 def _stage_rows(label: str, run: rs.RunData) -> list[list[str]]:
     """One row per stage: its kind and level, steps of its budget, why it ended, and its KL reference."""
-    ends = {row[0]: row for row in ra.stage_end_rows(run.manifest)}
+    ends = {row[0]: row for row in stage_end_rows(run.manifest)}
     base = run.manifest.get("base_model")
     rows = []
     for stage in stage_records(run.manifest):
@@ -148,7 +141,8 @@ def compare_report(run_dirs: Sequence[Path], out_dir: Path) -> tuple[str, list]:
         image = plot_sweep_lines(lines, "run", out_dir / "compare_final.png", connect=False)
         blocks.append(Image(image, "final accuracy per subset, each run with its 95% Wilson interval"))
     curves = rs.accuracy_panels([(label, run.validation) for label, run in zip(labels, runs, strict=True)])
-    lengths = [ra.length_curve(run.steps, label) for label, run in zip(labels, runs, strict=True)]
+    lengths = [rs.step_series(run.steps, "completions/mean_length", label) for label, run in zip(labels, runs,
+                                                                                                 strict=True)]
     lengths = [c for c in lengths if c is not None]
     blocks.append(Heading("Accuracy after each stage and response length"))
     if any(lines for _, lines in curves) or lengths:

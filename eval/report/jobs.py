@@ -1,7 +1,7 @@
 """A Hydra multirun's job folders -> plain records and tables for the sweep report (no matplotlib here).
 
-A job may have failed before writing anything but `error.txt`, or still be running: every field
-it could not read is None or empty, never an error. A job folder is read without following a link out of it.
+A job may have failed before writing anything but `error.txt`, or still be running: what it could not read is None
+or empty, never an error. A job folder is read without following a link out of it.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ class Job:
 
 
 def error_line(text: str) -> str:
-    """The exception line of a traceback (error.txt), or the first non-empty line of other text; a run of many
-    processes heads its error.txt with the failing rank and its exception line, which is taken as it is.
+    """The exception line of a traceback (error.txt), or the first non-empty line of other text; a failing rank's
+    head line (a run of many processes) as it is.
 
     >>> error_line("Traceback (most recent call last):\\n  File \\"x.py\\"\\n    f()\\nValueError: bad\\n")
     'ValueError: bad'
@@ -87,8 +87,7 @@ def load_job(job_dir: Path) -> Job:
 
 
 def sweep_direction(sweep_dir: Path) -> str:
-    """Which way the sweep's objective is better: Optuna's `direction` in multirun.yaml (maximize | minimize), else
-    maximize (the objective is an accuracy)."""
+    """Optuna's `direction` in multirun.yaml (maximize | minimize), else maximize (the objective is an accuracy)."""
     multirun = read_mapping(sweep_dir / "multirun.yaml", inside=sweep_dir)
     hydra = multirun.get("hydra") if isinstance(multirun.get("hydra"), dict) else {}
     sweeper = hydra.get("sweeper") if isinstance(hydra.get("sweeper"), dict) else {}
@@ -123,15 +122,13 @@ def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]
 
 
 def load_sweep(sweep_dir: Path) -> list[Job]:
-    """Every job directory (`<sweep>/<job num>/`) of a multirun, in job order; a job name that is a link is no job
-    of this sweep (`linked_jobs`)."""
+    """Every job directory (`<sweep>/<n>/`) of a multirun, in job order; a link is no job of it (`linked_jobs`)."""
     dirs = [d for d in sweep_dir.iterdir() if d.name.isdigit() and not d.is_symlink() and d.is_dir()]
     return [load_job(d) for d in sorted(dirs, key=lambda d: int(d.name))]
 
 
 def linked_jobs(sweep_dir: Path) -> list[str]:
-    """The job names (`<sweep>/<n>`) that are links: a job's folder is made by its job, never a link, and one
-    followed would show a folder from elsewhere (its error.txt, its config) as this sweep's job."""
+    """The job names (`<sweep>/<n>`) that are links: one followed would show a folder from elsewhere as a job."""
     return sorted((d.name for d in sweep_dir.iterdir() if d.name.isdigit() and d.is_symlink()), key=int)
 
 
@@ -152,7 +149,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def shared_levels(jobs: Sequence[Job]) -> list[str]:
-    """The subsets every job with a final validation has: a mean over these alone compares the jobs like with like.
+    """The subsets every job with a final validation has: a mean over these compares like with like.
 
     >>> a = Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1}, None, None)
     >>> shared_levels([a, Job("1", Path("1"), {}, "done", 1, 1, {"2ppl": 0.2}, None, None)])
@@ -166,9 +163,8 @@ Measure = tuple[Callable[[Job], float | None], Callable[[Job], int | None]]
 
 
 def mean_measure(levels: Sequence[str]) -> Measure:
-    """(job -> its mean final accuracy over `levels`, job -> the puzzles behind it: all the subsets' together, so
-    its interval is exact when the subsets are of one size, as with the default pools); None where a job lacks
-    one of them (or its count).
+    """(job -> its mean final accuracy over `levels`, job -> the puzzles behind it, all the subsets' together);
+    None where a job lacks one of them.
 
     >>> accuracy, puzzles = mean_measure(["2ppl", "3ppl"])
     >>> job = Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1, "4ppl": 0.0}, None, None,
@@ -209,9 +205,8 @@ def value_order(values: Iterable[str | None]) -> list[str | None]:
 
 def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float | None], label: str,
                n_of: Callable[[Job], int | None] = lambda job: None) -> Series:
-    """`measure` (mean over the jobs that share a value) against one swept parameter's values, with
-    bars: a lone job's 95% Wilson interval (over `n_of` puzzles), or the min..max of several jobs
-    (seeds: their spread is the noise that matters).
+    """`measure` (mean over the jobs that share a value) against one swept parameter's values, with bars: a lone
+    job's 95% Wilson interval (over `n_of` puzzles), or the min..max of several (seeds: the noise that matters).
 
     >>> jobs = [Job(str(i), Path("."), {"w": w}, "done", 1, 1, {"2ppl": acc}, None, None, {"2ppl": 100})
     ...         for i, (w, acc) in enumerate([("0", 0.5), ("1", 0.2), ("1", 0.4)])]

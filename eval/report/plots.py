@@ -1,9 +1,7 @@
 """The report's figures: series from `eval.report.series` -> PNG files.
 
-Figures are built with the object API (`matplotlib.figure.Figure` on an Agg canvas), never pyplot:
-no display is needed, and no figure lives on in pyplot's global registry after it is saved. Labels
-come from run folders (stage names, parameter values): mathtext is off, so "$x^{$" is drawn as
-text instead of failing the report.
+Built with the object API on an Agg canvas, never pyplot: no display is needed and no figure outlives its save.
+Labels come from run folders, so mathtext is off: "$x^{$" is drawn as text instead of failing the report.
 """
 
 from __future__ import annotations
@@ -19,19 +17,23 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from eval.report.adaptive import GUARD, PROMOTION, REFRESH, Event
 from eval.report.series import Boundary, Series, StageGrid, intervals
+from eval.report.story import GUARD, PROMOTION, REFRESH, Event
 
-# Subsets keep one colour and marker in every figure, by the first number of their level (2ppl and 2steps are
-# always the green circle). The
-# colours (ColorBrewer Dark2) are not the blue of the per-step training lines; the markers shrink
-# with the level's number so that subsets with equal values (common early in training) stay visible on top
-# of each other.
+# A subset keeps one colour and marker in every figure, by the first number of its level (2ppl and 2steps: the
+# green circle); ColorBrewer Dark2, apart from the training lines' blue. Markers shrink with the number, so
+# subsets with equal values stay visible on top of each other.
 LEVEL_STYLE = {2: ("#1b9e77", "o"), 3: ("#d95f02", "s"), 4: ("#7570b3", "D"), 5: ("#e7298a", "^"),
-             6: ("#66a61e", "v"), 7: ("#a6761d", "P"), 8: ("#666666", "X")}
-# Heatmap cells without a finished job are light grey, apart from every accuracy colour.
-NO_VALUE_GREY = colormaps["viridis"].with_extremes(bad="0.88")
+               6: ("#66a61e", "v"), 7: ("#a6761d", "P"), 8: ("#666666", "X")}
+NO_VALUE_GREY = colormaps["viridis"].with_extremes(bad="0.88")  # a heatmap cell without a finished job
 STEP_LABEL = "global step (optimizer steps, all stages)"
+# (colour, marker, legend name, height in the axes) of each kind of event; a refresh sits at the foot, where the
+# KL it resets falls (the stage labels take the top)
+EVENT_STYLE = {PROMOTION: ("#1a9641", "^", "promoted on skill", 0.97), GUARD: ("#d7191c", "X", "collapse guard", 0.97),
+               REFRESH: ("#2c7bb6", "D", "reference refreshed", 0.04)}
+# What the accuracy panels of the sweep's and the comparison's curves show, said under them.
+CURVES_NOTE = ("accuracy after each stage (band: its 95% interval), the mean over the subsets validated at every "
+               "point of every curve, else each subset in its own panel, broken where a validation left it out")
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,24 @@ class Panel:
     lines: Sequence[Series]
     markers: Sequence[Series] = ()
     band: tuple[Series, Series] | None = None
-    unit_range: bool = False  # a rate or share: fix the y axis to 0..1 so a flat line is not magnified
-    events: Sequence[Event] = ()  # promotions and guard events, marked where they happened
+    unit_range: bool = False  # a rate or share: the y axis fixed to 0..1, so a flat line is not magnified
+    events: Sequence[Event] = ()
+
+
+@dataclass(frozen=True)
+class StageBoxes:
+    """One panel: per group (a subset; "" for all) the values of each stage ([] where none); `extremes`: per stage
+    a (lowest, highest) drawn as triangles."""
+
+    title: str
+    ylabel: str
+    stages: Sequence[str]
+    groups: dict[str, list[list[float]]]
+    extremes: Sequence[tuple[float | None, float | None]] = ()
 
 
 def level_style(label: str) -> dict:
-    """Plot keywords (colour, marker, marker size) of a subset by the first number of its level ("2ppl",
-    "2steps": the green circle), the same in every figure."""
+    """Plot keywords (colour, marker, its size) of a subset by the first number of its level."""
     found = re.search(r"\d+", label)
     number = int(found.group()) if found else 0
     color, marker = LEVEL_STYLE.get(number, ("black", "o"))
@@ -80,8 +93,17 @@ def error_bars(values: Sequence[float], low: Sequence | None, high: Sequence | N
     return [below, above]
 
 
+def _bars(ax, values: Sequence, low: Sequence, high: Sequence, shift: float, **style) -> None:
+    """Each known value at its position + `shift` (so side-by-side bars do not hide each other), with its bar."""
+    points = [(x + shift, y, lo, hi) for x, (y, lo, hi) in enumerate(zip(values, low, high, strict=True))
+              if y is not None]
+    ys = [p[1] for p in points]
+    ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
+                capsize=3, **style)
+
+
 def _figure(rows: int, cols: int = 1, *, width: float = 10.0, height: float = 3.2):
-    """A figure with a rows x cols grid of axes (always a flat list), laid out so labels never clip."""
+    """A figure with a rows x cols grid of axes (a flat list), laid out so labels never clip."""
     fig = Figure(figsize=(width, height * rows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = fig.subplots(rows, cols, squeeze=False)
@@ -94,6 +116,19 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
+def _finish(ax, title: str, fontsize: int = 10, grid: str = "both") -> None:
+    """Title, grid and a legend outside the axes on the right, where it hides no data; none for a single line,
+    which the title already names."""
+    ax.set_title(title, fontsize=fontsize)
+    ax.grid(alpha=0.3, axis=grid)
+    if len(ax.get_legend_handles_labels()[0]) > 1:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
+def _unit_range(ax) -> None:
+    ax.set_ylim(-0.03, 1.03)
+
+
 def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
     """A dashed vertical line where each stage starts, labelled with its level just right of it at the top."""
     for boundary in boundaries:
@@ -101,13 +136,6 @@ def mark_stages(ax, boundaries: Sequence[Boundary]) -> None:
         ax.annotate(boundary.label, xy=(boundary.step, 1.0), xycoords=("data", "axes fraction"),
                     xytext=(2, -3), textcoords="offset points", rotation=90, ha="left", va="top",
                     fontsize=8, color="0.25")
-
-
-# (colour, marker, legend name, height in the axes) of each kind of event. Promotion: a green upward triangle (the
-# stage passed); guard event: a red cross (something collapsed); a reference refresh: a blue diamond at the foot of
-# the axes, where the KL it resets falls (the stage labels take the top).
-EVENT_STYLE = {PROMOTION: ("#1a9641", "^", "promoted on skill", 0.97), GUARD: ("#d7191c", "X", "collapse guard", 0.97),
-               REFRESH: ("#2c7bb6", "D", "reference refreshed", 0.04)}
 
 
 def mark_events(ax, events: Sequence[Event]) -> None:
@@ -119,19 +147,6 @@ def mark_events(ax, events: Sequence[Event]) -> None:
         ax.plot([event.step], [height], marker=marker, color=color, markersize=8, linestyle="none",
                 transform=ax.get_xaxis_transform(), label=None if event.kind in labelled else name)
         labelled.add(event.kind)
-
-
-def _headroom(ax, share: float = 0.2) -> None:
-    """Raise the top of the y axis so the stage labels along the top do not sit on the data."""
-    low, high = ax.get_ylim()
-    ax.set_ylim(low, high + share * (high - low))
-
-
-def _legend(ax) -> None:
-    """Legend outside the axes on the right, where it cannot hide data or the stage labels; none for
-    a single line, which the panel title already names."""
-    if len(ax.get_legend_handles_labels()[0]) > 1:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
 
 
 def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
@@ -146,17 +161,16 @@ def _draw_panel(ax, panel: Panel, boundaries: Sequence[Boundary]) -> None:
         ax.errorbar(series.x, series.y, yerr=error_bars(series.y, series.low, series.high), linestyle="none",
                     label=f"validation {series.label}", capsize=3, **level_style(series.label))
     if panel.unit_range:
-        ax.set_ylim(-0.03, 1.03)
+        _unit_range(ax)
         ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
-    _headroom(ax)
+    low, high = ax.get_ylim()
+    ax.set_ylim(low, high + 0.2 * (high - low))  # headroom: the stage labels along the top sit on no data
     mark_stages(ax, boundaries)
     mark_events(ax, panel.events)
-    ax.set_title(panel.title, fontsize=10)
     ax.set_ylabel(panel.ylabel)
     ax.ticklabel_format(axis="y", style="sci", scilimits=(-3, 4))  # a learning rate as 1e-4, not 0.000100
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.grid(alpha=0.3)
-    _legend(ax)
+    _finish(ax, panel.title)
 
 
 @literal_text
@@ -182,36 +196,27 @@ def chance_text(value: float) -> str:
 
 
 @literal_text
-def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, unit_range: bool,
-                    chance: Mapping[str, float] | None = None,
+def plot_stage_grid(grid: StageGrid, ylabel: str, title: str, path: Path, *, chance: Mapping[str, float],
                     xlabel: str = "validated after stage (baseline = before training)") -> Path:
-    """One line per subset across stages (baseline first), the x axis labelled with stage names; `chance`: each
-    subset's accuracy by chance (level -> share; the task's `TaskReport.chance`) as a dotted line in its colour."""
+    """A rate on 0..1: one line per subset across stages (baseline first); `chance`: each subset's accuracy by
+    chance (level -> share) as a dotted line in its colour."""
     fig, (ax,) = _figure(1, height=4.0)
     positions = list(range(len(grid.stages)))
     for level in grid.levels:
-        if level in (chance or {}):
+        if level in chance:
             ax.axhline(chance[level], color=level_style(level)["color"], linestyle=":", linewidth=1.2,
                        label=f"chance {level} ({chance_text(chance[level])})", zorder=0)
-    # subsets side by side around each stage's tick, so their 95% interval bars do not hide each other
     spread = 0.3 / max(1, len(grid.levels) - 1) if len(grid.levels) > 1 else 0.0
     for k, level in enumerate(grid.levels):
         low, high = intervals(grid.values[level], grid.trials.get(level) or [None] * len(positions))
-        shift = spread * (k - (len(grid.levels) - 1) / 2)
-        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, grid.values[level], low, high, strict=True)
-                  if y is not None]
-        ys = [p[1] for p in points]
-        ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
-                    label=level, capsize=3, **level_style(level))
+        _bars(ax, grid.values[level], low, high, spread * (k - (len(grid.levels) - 1) / 2), label=level,
+              **level_style(level))
     ax.set_xticks(positions, grid.stages, rotation=30 if len(grid.stages) > 8 else 0)
     ax.set_xlim(-0.3, max(positions, default=0) + 0.3)
-    if unit_range:
-        ax.set_ylim(-0.03, 1.03)
+    _unit_range(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=12)
-    ax.grid(alpha=0.3)
-    _legend(ax)
+    _finish(ax, title, 12)
     return _save(fig, path)
 
 
@@ -223,29 +228,23 @@ def plot_sweep_lines(lines: Sequence[Series], param: str, path: Path, *, connect
     positions = list(range(len(lines[0].x))) if lines else []
     spread = 0.25 / max(1, len(lines) - 1)
     for k, series in enumerate(lines):
-        shift = spread * (k - (len(lines) - 1) / 2) if len(lines) > 1 else 0.0  # bars side by side
-        low, high = series.low or [None] * len(positions), series.high or [None] * len(positions)
-        points = [(x + shift, y, lo, hi) for x, y, lo, hi in zip(positions, series.y, low, high, strict=True)
-                  if y is not None]
-        ys = [p[1] for p in points]
-        is_mean = series.label == "mean"
-        style = {"color": "black", "marker": "o", "linewidth": 2.5} if is_mean else level_style(series.label)
+        style = {"color": "black", "marker": "o", "linewidth": 2.5} if series.label == "mean" else \
+            level_style(series.label)
         if not connect:
             style["linestyle"] = "none"
-        ax.errorbar([p[0] for p in points], ys, yerr=error_bars(ys, [p[2] for p in points], [p[3] for p in points]),
-                    label=series.label, capsize=3, **style)
+        none = [None] * len(positions)
+        _bars(ax, series.y, series.low or none, series.high or none,
+              spread * (k - (len(lines) - 1) / 2) if len(lines) > 1 else 0.0, label=series.label, **style)
     if lines:
         ax.set_xticks(positions, lines[0].x)
         ax.set_xlim(-0.3, len(positions) - 0.7)
     for x in positions:  # a value that was swept but has no finished job (failed or still running)
         if all(series.y[x] is None for series in lines):
             ax.text(x, 0.5, "not finished", rotation=90, ha="center", va="center", fontsize=8, color="0.4")
-    ax.set_ylim(-0.03, 1.03)
+    _unit_range(ax)
     ax.set_xlabel(param)
     ax.set_ylabel("final accuracy (after the last stage)")
-    ax.set_title(f"Final accuracy vs {param}", fontsize=12)
-    ax.grid(alpha=0.3)
-    _legend(ax)
+    _finish(ax, f"Final accuracy vs {param}", 12)
     return _save(fig, path)
 
 
@@ -258,8 +257,8 @@ def plot_sweep_heatmaps(grids: Sequence[tuple[str, list, list, list, list]], row
     rows = -(-len(grids) // cols)
     fig, axes = _figure(rows, cols, width=4.2 * cols, height=3.6)
     for ax, (title, row_values, col_values, matrix, notes) in zip(axes, grids, strict=False):
-        masked = [[float("nan") if v is None else v for v in row] for row in matrix]
-        image = ax.imshow(masked, vmin=0.0, vmax=1.0, cmap=NO_VALUE_GREY, aspect="auto", origin="lower")
+        image = ax.imshow([_nan(row) for row in matrix], vmin=0.0, vmax=1.0, cmap=NO_VALUE_GREY, aspect="auto",
+                          origin="lower")
         for r, row in enumerate(matrix):
             for c, value in enumerate(row):
                 # light text on the dark (low) end of viridis, dark text on the light end
@@ -283,11 +282,6 @@ def _nan(values: Sequence) -> list[float]:
     return [float("nan") if v is None else v for v in values]
 
 
-# What the accuracy panels of the sweep's and the comparison's curves show, said under them.
-CURVES_NOTE = ("accuracy after each stage (band: its 95% interval), the mean over the subsets validated at every "
-               "point of every curve, else each subset in its own panel, broken where a validation left it out")
-
-
 def isolated(values: Sequence) -> list[int]:
     """The points with a value whose neighbours have none: a band cannot be drawn around them.
 
@@ -299,23 +293,13 @@ def isolated(values: Sequence) -> list[int]:
             if here and not (i > 0 and known[i - 1]) and not (i + 1 < len(known) and known[i + 1])]
 
 
-def _bar_isolated(ax, series: Series, color: str) -> None:
-    """A 95% interval bar on each isolated point of `series` (a subset validated there alone)."""
-    points = [i for i in isolated(series.y) if series.low[i] is not None and series.high[i] is not None]
-    if points:
-        ys = [series.y[i] for i in points]
-        ax.errorbar([series.x[i] for i in points], ys, linestyle="none", color=color, capsize=3, alpha=0.6,
-                    yerr=error_bars(ys, [series.low[i] for i in points], [series.high[i] for i in points]))
-
-
 @literal_text
 def plot_sweep_curves(accuracy: Sequence[tuple[str, Sequence[Series]]], length: Sequence[Series], path: Path,
                       title: str = "The sweep's jobs compared", reward: Sequence[Series] = (),
                       best: str | None = None) -> Path:
-    """Jobs (or runs) overlaid: each accuracy panel (title, one curve per job: the mean over shared subsets, or one
-    subset with its gaps; `series.accuracy_panels`) with markers at stage ends and a band for the 95% interval,
-    then training reward and mean length per step; one colour per job in every panel, on the global-step axis;
-    the `best` job's lines (its label) drawn thicker."""
+    """Jobs (or runs) overlaid on the global-step axis, one colour each: the accuracy panels (`series.
+    accuracy_panels`) with a band for the 95% interval, then training reward and mean length; the `best` job's
+    lines (its label) drawn thicker."""
     panels = [(name, lines, True) for name, lines in accuracy if lines]
     panels += [("training reward per step (weighted total)", reward, False)] if reward else []
     panels += [("training mean completion length per step (tokens)", length, False)] if length else []
@@ -333,14 +317,54 @@ def plot_sweep_curves(accuracy: Sequence[tuple[str, Sequence[Series]]], length: 
             if series.low is not None and series.high is not None:
                 ax.fill_between(series.x, _nan(series.low), _nan(series.high), color=style["color"], alpha=0.12,
                                 linewidth=0)
-                _bar_isolated(ax, series, style["color"])
+                # a point validated alone gets no band: its bar instead
+                alone = [i for i in isolated(series.y) if series.low[i] is not None and series.high[i] is not None]
+                if alone:
+                    _bars(ax, [y if i in alone else None for i, y in enumerate(series.y)], series.low,
+                          series.high, 0.0, linestyle="none", color=style["color"], alpha=0.6)
         if is_accuracy:
-            ax.set_ylim(-0.03, 1.03)
-        ax.set_title(panel_title, fontsize=10)
+            _unit_range(ax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        _legend(ax)
+        _finish(ax, panel_title)
         ax.sharex(axes[0])
     axes[-1].set_xlabel(STEP_LABEL)
+    fig.suptitle(title, fontsize=12)
+    return _save(fig, path)
+
+
+def _draw_boxes(ax, panel: StageBoxes) -> None:
+    width = 0.7 / max(1, len(panel.groups))
+    for k, (group, per_stage) in enumerate(panel.groups.items()):
+        shift = width * (k - (len(panel.groups) - 1) / 2)
+        filled = [(i, values) for i, values in enumerate(per_stage) if values]
+        if not filled:
+            continue
+        color = level_style(group)["color"] if group else "C0"
+        ax.boxplot([values for _, values in filled], positions=[i + shift for i, _ in filled], widths=width * 0.85,
+                   patch_artist=True, manage_ticks=False, medianprops={"color": "black"},
+                   boxprops={"facecolor": color, "alpha": 0.55}, flierprops={"markersize": 3})
+        if group:  # a legend entry per subset; boxplot's artists carry no label
+            ax.plot([], [], marker="s", linestyle="none", color=color, label=group)
+    lows = [(i, low) for i, (low, _) in enumerate(panel.extremes) if low is not None]
+    highs = [(i, high) for i, (_, high) in enumerate(panel.extremes) if high is not None]
+    for points, name, marker in ((lows, "shortest", "v"), (highs, "longest", "^")):
+        if points:
+            ax.plot([i for i, _ in points], [v for _, v in points], marker=marker, color="0.3", linestyle="none",
+                    label=f"{name} completion of the stage")
+
+
+@literal_text
+def plot_stage_boxes(panels: Sequence[StageBoxes], title: str, path: Path) -> Path:
+    """Stacked panels, each a box per stage (per group side by side), its n under each stage's name."""
+    fig, axes = _figure(len(panels), height=3.4)
+    for ax, panel in zip(axes, panels, strict=True):
+        _draw_boxes(ax, panel)
+        counts = [sum(len(values[i]) for values in panel.groups.values()) for i in range(len(panel.stages))]
+        ax.set_xticks(range(len(panel.stages)), [f"{name}\nn={n}" for name, n in zip(panel.stages, counts,
+                                                                                      strict=True)],
+                      rotation=30 if len(panel.stages) > 8 else 0, fontsize=8)
+        ax.set_xlim(-0.6, len(panel.stages) - 0.4)
+        ax.set_ylabel(panel.ylabel)
+        _finish(ax, panel.title, grid="y")
     fig.suptitle(title, fontsize=12)
     return _save(fig, path)

@@ -1,12 +1,11 @@
-"""One run's report: its stages, its history, how they ended, validation per subset, length, reward, format, TRL's
-curves, throughput, collapse.
-
-A report is a list of blocks (`eval.report.blocks`); this module only chooses and orders them, from
-the series `eval.report.series` reads and the figures `eval.report.plots` draws.
+"""One run's report (its stages, history, validation per subset, length, reward, format, TRL's curves, throughput,
+collapse), and the report of a `python -m eval` folder (one model validated on every subset): blocks chosen and
+ordered from the series `eval.report.series` reads and the figures `eval.report.plots` draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.rundir.files import ERROR
@@ -14,30 +13,49 @@ from core.rundir.records import Status, stage_records
 from curriculum.tasks.base import Rate
 from eval.report import adaptive as ra
 from eval.report import series as rs
-from eval.report.blocks import Completion, Heading, Image, Table, Text, code, fmt, md_escape
-from eval.report.history import history_blocks
-from eval.report.lengths import length_distribution_blocks
-from eval.report.plots import Panel, plot_stage_grid, plot_step_panels
-from eval.report.rollouts import rollout_blocks
-from eval.report.samples import samples_blocks
-from eval.report.story import story_blocks
-from eval.report.tables import change_note, grid_table, pool_sizes
+from eval.report.blocks import (
+    Completion,
+    Heading,
+    Image,
+    Table,
+    Text,
+    change_note,
+    code,
+    fmt,
+    grid_table,
+    md_escape,
+    pool_sizes,
+)
+from eval.report.plots import Panel, StageBoxes, plot_stage_boxes, plot_stage_grid, plot_step_panels
+from eval.report.samples import (
+    read_subset,
+    rollout_blocks,
+    samples_blocks,
+    samples_intro,
+    stage_folders,
+    subset_blocks,
+    subset_files,
+)
+from eval.report.story import guard_events, history_blocks, promotion_points, stage_end_blocks, story_blocks
 from eval.report.training import curves_blocks, throughput_blocks
 
-# (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch
-# A share is drawn on a fixed 0..1 axis.
+# (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch; a share is drawn on 0..1.
+# The KL, with its reference refreshes: `eval.report.training`.
 COLLAPSE_KEYS = (
     ("entropy", "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
     ("completions/clipped_ratio", "truncated: hit max_completion_length", "share", "not logged"),
     ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
     ("completions/distinct_share", "distinct completions per group: near-identical rollouts", "share",
      "logged by runs since the collapse guard"),
-)  # the KL, with its reference refreshes: `eval.report.training`
+)
+MEAN, SHORTEST, LONGEST = "completions/mean_length", "completions/min_length", "completions/max_length"
+# The end of a traceback says what failed; a run folder is untrusted, so only this much of it is read.
+ERROR_TAIL_BYTES, ERROR_TAIL_LINES = 16384, 40
 
 
 def _stage_table(manifest: dict, steps: list[dict]) -> Table:
-    """One row per planned stage; a running stage's steps are counted from metrics.jsonl, since
-    run.json records `steps_done` only when a stage ends."""
+    """One row per planned stage; a running stage's steps counted from metrics.jsonl (run.json records
+    `steps_done` when a stage ends)."""
     logged: dict = {}
     for row in steps:
         stage_step = int(rs.as_number(row.get("stage_step")) or 0)
@@ -49,10 +67,6 @@ def _stage_table(manifest: dict, steps: list[dict]) -> Table:
                      f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
                      fmt(s.wall_seconds, 1)])
     return Table(["#", "stage", "kind", "level", "status", "steps", "global steps", "wall s"], rows)
-
-
-# The end of a traceback says what failed; a run folder is untrusted, so only this much of it is read.
-ERROR_TAIL_BYTES, ERROR_TAIL_LINES = 16384, 40
 
 
 def failure_blocks(run_dir: Path) -> list:
@@ -71,8 +85,7 @@ def failure_blocks(run_dir: Path) -> list:
 
 
 def _config_facts(config: dict, reward_stack) -> str:
-    """The settings a reader compares runs by: the model, the reward stack as run.json records it, GRPO's key knobs
-    and the validation subsets from config.yaml (escaped: a run folder from elsewhere may hold Markdown)."""
+    """The settings a reader compares runs by: the model, the reward stack, GRPO's key knobs, the eval subsets."""
     def section(name: str) -> dict:
         return config.get(name) if isinstance(config.get(name), dict) else {}
 
@@ -85,13 +98,12 @@ def _config_facts(config: dict, reward_stack) -> str:
 
 
 def reward_stack_text(records) -> str:
-    """run.json's `reward_stack` (every component TRL weighed: name, weight, where the weight came from) in a line;
-    read back untrusted, an entry that is not one is left out.
+    """run.json's `reward_stack` (name, weight, where the weight came from) in a line; an entry that is not one is
+    left out.
 
     >>> reward_stack_text([{"name": "format", "weight": 0.5, "source": "reward.weights"},
-    ...                    {"name": "answer", "weight": 0.0, "source": "logged"},
-    ...                    {"name": "low_tokens", "weight": 1.0, "source": "reward.custom"}, "junk"])
-    'format 0.5 (reward.weights), answer 0 (logged), low_tokens 1 (reward.custom)'
+    ...                    {"name": "answer", "weight": 0.0, "source": "logged"}, "junk"])
+    'format 0.5 (reward.weights), answer 0 (logged)'
     >>> reward_stack_text(None)
     'not recorded (a run without a GRPO stage)'
     """
@@ -119,25 +131,33 @@ def _summary(run: rs.RunData) -> list:
     return blocks
 
 
+def _accuracy_plot(rows: Sequence[dict], grid: rs.StageGrid, report: TaskReport, out_dir: Path, title: str,
+                   caption: str, **axes) -> list:
+    """The validation pools and the accuracy plot, with each subset's chance accuracy (the task's) dotted."""
+    chance = {level: value for level, value in report.chance.items() if level in grid.levels}
+    image = plot_stage_grid(grid, f"accuracy ({report.accuracy})", title, out_dir / "accuracy.png", chance=chance,
+                            **axes)
+    dotted = f"; dotted: {report.chance_note}" if chance and report.chance_note else ""
+    return [*pool_sizes(rows, report), Image(image, f"{caption}{dotted}")]
+
+
 def _validation(run: rs.RunData, out_dir: Path) -> list:
-    """Accuracy per subset (plot and table), then the task's readings of accuracy, format and length, then its
-    other rates: what the run's task shows (`TaskReport`), no more."""
+    """Accuracy per subset (plot and table), then the rates the task's `TaskReport` shows, format and length."""
     blocks: list = [Heading("Validation accuracy per subset")]
     if not run.validation:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
     report, planned = run.task_report, rs.planned_stages(run.manifest)
     plotted = rs.stage_grid(run.validation, "accuracy")
-    chance = {level: value for level, value in report.chance.items() if level in plotted.levels}
-    image = plot_stage_grid(plotted, f"accuracy ({report.accuracy})", "Accuracy per subset across stages",
-                            out_dir / "accuracy.png", unit_range=True, chance=chance)
-    blocks += [b for b in (pool_sizes(run.validation, report),) if b is not None]
-    dotted = f"; dotted: {report.chance_note}" if chance and report.chance_note else ""
-    blocks += [Image(image, f"accuracy per subset after each stage, with 95% Wilson intervals{dotted}"),
+    blocks += [*_accuracy_plot(run.validation, plotted, report, out_dir, "Accuracy per subset across stages",
+                               "accuracy per subset after each stage, with 95% Wilson intervals"),
                grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(change_note(report))]
     shown = [rate for rate in report.rates if rate.title]
     for rate in [r for r in shown if r.beside_accuracy]:
         blocks += _rate_grid(run, rate, planned)
-    blocks += _format_and_length(run, planned)
+    blocks += [Heading("Validation format rate (answers in the required tags)"),
+               grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
+               Heading("Validation mean response length (tokens)"),
+               grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
     for rate in [r for r in shown if not r.beside_accuracy]:
         blocks += _rate_grid(run, rate, planned)
     return blocks
@@ -148,38 +168,81 @@ def _rate_grid(run: rs.RunData, rate: Rate, planned) -> list:
     return [Heading(rate.title), grid_table(grid), *([Text(md_escape(rate.note))] if rate.note else [])]
 
 
-def _format_and_length(run: rs.RunData, planned) -> list:
-    return [Heading("Validation format rate (answers in the required tags)"),
-            grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
-            Heading("Validation mean response length (tokens)"),
-            grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
-
-
-def _stage_ends(run: rs.RunData) -> list:
-    """Why each stage ended (promotion by skill, the collapse guard, or its step budget) and the guard's events."""
-    ends, events = ra.stage_end_rows(run.manifest), ra.guard_rows(run.manifest)
-    blocks: list = []
-    if ends:
-        headers = ["stage", "ended by", "step/budget", "held-out accuracy", "threshold", "weights kept from step"]
-        blocks += [Heading("How each stage ended"), Table(headers, ends)]
-    if events:
-        blocks += [Heading("Collapse guard events"),
-                   Table(["stage", "stage step", "global step", "signal", "value", "threshold", "window", "action"],
-                         events)]
-    return blocks
-
-
-def _length(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
-    mean = rs.step_series(run.steps, "completions/mean_length", "mean length")
+def _length(run: rs.RunData, boundaries, out_dir: Path, events) -> list:
+    mean = rs.step_series(run.steps, MEAN, "mean length")
     markers = rs.validation_points(run.validation, "mean_tokens")
     if mean is None and not markers:
         return [Text("no completion lengths in metrics.jsonl, no validation yet: length plot skipped", True)]
     panel = Panel("training mean length per step (band: min..max), validation mean after each stage",
-                  "tokens", [mean] if mean else [], markers,
-                  rs.step_band(run.steps, "completions/min_length", "completions/max_length"), events=events)
+                  "tokens", [mean] if mean else [], markers, rs.step_band(run.steps, SHORTEST, LONGEST), events=events)
     image = plot_step_panels([panel], boundaries, "Response length", out_dir / "length.png")
     return [Image(image, "response length over training; dashed lines: stage starts; "
                          "triangles: promoted on skill; crosses: collapse guard events")]
+
+
+def training_boxes(manifest: dict, steps: Sequence[dict]) -> StageBoxes | None:
+    """Each stage's per-step mean lengths (TRL logs no completion's own), its shortest and longest; None without any.
+
+    >>> manifest = {"stages": [{"index": 1, "name": "2ppl"}, {"index": 2, "name": "3ppl"}]}
+    >>> rows = [{"stage": 1, MEAN: 30.0, SHORTEST: 5, LONGEST: 60}, {"stage": 1, MEAN: 20.0, SHORTEST: 8, LONGEST: 40}]
+    >>> boxes = training_boxes(manifest, rows)
+    >>> boxes.stages, boxes.groups, boxes.extremes
+    (['2ppl', '3ppl'], {'': [[30.0, 20.0], []]}, [(5.0, 60.0), (None, None)])
+    """
+    stages = [(s.index, str(s.name)) for s in stage_records(manifest) if s.index is not None]
+    known = {index for index, _ in stages}
+    stages += [(index, f"stage {index}") for index in sorted({r.get("stage") for r in steps} - known, key=str)
+               if isinstance(index, int)]
+    values, extremes = [], []
+    for index, _ in stages:
+        rows = [r for r in steps if r.get("stage") == index]
+        values.append([v for r in rows if (v := rs.as_number(r.get(MEAN))) is not None])
+        lows = [v for r in rows if (v := rs.as_number(r.get(SHORTEST))) is not None]
+        highs = [v for r in rows if (v := rs.as_number(r.get(LONGEST))) is not None]
+        extremes.append((min(lows, default=None), max(highs, default=None)))
+    if not any(values):
+        return None
+    return StageBoxes("training: each step's mean completion length (box: the steps' spread)", "tokens",
+                      [name for _, name in stages], {"": values}, extremes)
+
+
+def validation_boxes(run_dir: Path, stage_names: dict[int, str]) -> tuple[StageBoxes | None, list]:
+    """Every validation completion's tokens per stage and subset, notes on files not read; None without any."""
+    folders = stage_folders(run_dir)
+    names = [stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
+             for index, folder in folders]
+    groups: dict[str, list[list[float]]] = {}
+    notes: list = []
+    for k, (_, folder) in enumerate(folders):
+        for level, path in subset_files(folder):
+            rows, unread = read_subset(path)
+            notes += unread
+            tokens = [v for r in rows if (v := rs.as_number(r.get("tokens"))) is not None]
+            groups.setdefault(level, [[] for _ in folders])[k] = tokens
+    if not any(any(per_stage) for per_stage in groups.values()):
+        return None, notes
+    title = "validation: every completion's length, after each stage, by subset (samples files)"
+    return StageBoxes(title, "tokens", names, groups), notes
+
+
+def length_distribution_blocks(run_dir: Path, manifest: dict, steps: Sequence[dict], stage_names: dict[int, str],
+                               out_dir: Path) -> list:
+    """The figure of completion lengths per stage, or a note for each half that has nothing to draw."""
+    training = training_boxes(manifest, steps)
+    validation, notes = validation_boxes(run_dir, stage_names)
+    if training is None:
+        notes.append(Text(f"no numeric `{MEAN}` in metrics.jsonl: the training length distribution is skipped", True))
+    if validation is None:
+        notes.append(Text("no `tokens` in samples/<k>-<name>/<level>.jsonl: the validation length distribution is "
+                          "skipped", True))
+    panels = [p for p in (training, validation) if p is not None]
+    if not panels:
+        return notes
+    image = plot_stage_boxes(panels, "Completion length per stage", out_dir / "length_per_stage.png")
+    caption = ("completion length per stage: box from the first to the third quartile, line at the median, whiskers "
+               "to 1.5 times that range, circles beyond; n under each stage: steps (training), completions "
+               "(validation)")
+    return [Image(image, caption), *notes]
 
 
 def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
@@ -196,8 +259,7 @@ def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
 
 
 def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
-    """The task's format reward per training step (`TaskReport.format_reward`), the validation format rate after
-    each stage."""
+    """The task's format reward per step (`TaskReport.format_reward`), the validation format rate after each stage."""
     reward = run.task_report.format_reward
     key = f"rewards/{reward}/mean"
     train = rs.step_series(run.steps, key, f"{reward} (training)") if reward else None
@@ -212,7 +274,7 @@ def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
     return [*blocks, Image(image, "share of completions in the required format")]
 
 
-def _collapse(run: rs.RunData, boundaries, out_dir: Path, events=()) -> list:
+def _collapse(run: rs.RunData, boundaries, out_dir: Path, events) -> list:
     panels, notes = [], []
     for key, title, ylabel, why in COLLAPSE_KEYS:
         series = rs.step_series(run.steps, key)
@@ -230,12 +292,11 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
     """The title and blocks of one run's report; draws its PNGs into `out_dir`."""
     run = rs.load_run(run_dir)
     boundaries = rs.stage_boundaries(run.manifest, run.steps)
-    events = [*ra.promotion_points(run.manifest), *ra.guard_events(run.manifest)]
-    story = story_blocks(run.manifest, run.steps, run.validation)
+    events = [*promotion_points(run.manifest), *guard_events(run.manifest)]
     names = dict(rs.planned_stages(run.manifest))
     blocks = [*failure_blocks(run_dir), *_summary(run), *history_blocks(run_dir, run.manifest),
-              *([Heading("What each stage did"), *story] if story else []),
-              *_stage_ends(run), *_validation(run, out_dir),
+              *story_blocks(run.manifest, run.steps, run.validation),
+              *stage_end_blocks(run.manifest), *_validation(run, out_dir),
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
               *length_distribution_blocks(run_dir, run.manifest, run.steps, names, out_dir),
               Heading("Reward"), *_rewards(run, boundaries, out_dir), *rollout_blocks(run_dir),
@@ -245,3 +306,54 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
               *samples_blocks(run_dir, names, run.task_report)]
     return f"Run report: {run_dir.name}", blocks
+
+
+# --- a `python -m eval` folder: evaluation.json, config.yaml, validation.jsonl, samples/<level>.jsonl ------------
+
+
+def is_evaluation(path: Path) -> bool:
+    return (path / EVALUATION).is_file()
+
+
+def subsets_table(rows: list[dict], report: TaskReport) -> Table:
+    """A row per subset: every rate the task shows (accuracy first) with its interval and n, then the mean length."""
+    rates = [("accuracy", "accuracy", ()), *((r.key, r.name, r.counted) for r in report.rates if r.beside_accuracy),
+             ("format_rate", "format", ()), ("truncation_rate", "truncated", ()),
+             *((r.key, r.name, r.counted) for r in report.rates if not r.beside_accuracy and r.title)]
+    cells = [[str(row_level(row)), *(rate_text(rs.as_number(row.get(key)), trials(row, key, counted))
+                                     for key, _, counted in rates), fmt(rs.as_number(row.get("mean_tokens")), 1)]
+             for row in rows]
+    return Table(["subset", *(name for _, name, _ in rates), "mean tokens"], cells)
+
+
+def evaluation_report(folder: Path, out_dir: Path) -> tuple[str, list]:
+    """The title and blocks of a `python -m eval` folder's report; draws its accuracy plot into `out_dir`."""
+    record = read_mapping(folder / EVALUATION, inside=folder)
+    report = TaskReport.from_json(record.get("task_report")) or TaskReport()
+    scan = scan_jsonl(folder / VALIDATION, inside=folder)
+    rows = sorted((r for r in scan.rows if row_level(r) is not None), key=lambda r: level_order(row_level(r)))
+    model = record.get("model") or next((r.get("stage_name") for r in rows), None)
+    facts = [f"**model** {code(fmt(model))}", f"**task** {md_escape(fmt(record.get('task')))}",
+             f"**validated** {md_escape(fmt(record.get('created')))}"]
+    blocks: list = [Text(" · ".join(facts))]
+    if scan.damaged:
+        blocks.append(Text(f"{code(VALIDATION)}: skipped {len(scan.damaged)} unreadable line(s)", True))
+    blocks.append(Heading("Validation per subset"))
+    if not rows:
+        return f"Validation report: {folder.name}", [*blocks, Text("no rows in validation.jsonl yet", True)]
+    grid = rs.StageGrid(["the model"], [row_level(r) for r in rows],
+                        {row_level(r): [rs.as_number(r.get("accuracy"))] for r in rows},
+                        {row_level(r): [trials(r, "accuracy")] for r in rows})
+    blocks += [*_accuracy_plot(rows, grid, report, out_dir, "Accuracy per subset",
+                               "accuracy per subset with its 95% Wilson interval", xlabel=""),
+               subsets_table(rows, report),
+               Text("Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct "
+                    f"{md_escape(report.record)}s it counts."), *samples_intro(report, "samples/<level>.jsonl")]
+    root = folder / SAMPLES
+    files = subset_files(root) if root.is_dir() and not root.is_symlink() else []
+    if not files:
+        blocks.append(Text("no graded completions in samples/", True))
+    for level, path in files:
+        rows, notes = read_subset(path)
+        blocks += [Heading(level, level=3), *notes, *subset_blocks(rows, report)]
+    return f"Validation report: {model or folder.name}", blocks

@@ -1,15 +1,14 @@
-"""The report's Samples section: a few graded completions per stage and subset, chosen to teach.
+"""Completions chosen to teach: the Samples section (graded validation completions, `samples/<k>-<name>/<level>.jsonl`)
+and the Training rollouts section (whole GRPO groups, `rollouts.jsonl`: GRPO learns only from a group whose rewards
+differ, so each stage shows the group whose rewards spread widest and one whose rewards were all equal).
 
-From `samples/<k>-<name>/<level>.jsonl` (every validation completion with its grade): the first right
-and the first wrong, the longest and the shortest, and the first of each kind the task names
-(`TaskReport.picks`; K&K: one whose reasoning disagrees with its answer, one naming a person not in the
-puzzle), when such exist. A completion picked for two reasons is shown once, with both. The folders
-are listed, never built from run.json's names, and only those inside the run's `samples/` are read.
+Sample folders are listed, never built from run.json's names; only those inside the run's `samples/` are read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from core.rundir.files import BASELINE, SAMPLES, scan_jsonl
@@ -18,7 +17,7 @@ from curriculum.tasks.base import TaskReport
 from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
 from eval.report.series import as_number
 
-# A samples file larger than this is not read (a validation of 100 puzzles at 4k tokens is ~2 MB).
+# A larger file is not read (a validation of 100 puzzles at 4k tokens is ~2 MB; a long run's rollouts a few MB).
 MAX_SAMPLES_BYTES = 64 * 2**20
 # A completion is shown up to this many characters; the rest is in its samples file.
 SHOWN_CHARS = 6000
@@ -38,14 +37,15 @@ PICKS: tuple[tuple[str, Callable[[list[dict]], dict | None]], ...] = (
 
 
 def pick(rows: list[dict], task_picks: Sequence[tuple[str, str]] = ()) -> list[tuple[list[str], dict]]:
-    """The teaching picks of one subset's rows, in first-chosen order: (labels, row), each row once; the task's
-    picks (label, key) take the first row whose `key` is true.
+    """The picks of one subset's rows as (labels, row), each row once; a task's pick (label, key) takes the first row
+    whose `key` is true.
 
     >>> rows = [{"correct": False, "tokens": 9}, {"correct": True, "tokens": 3, "invented": ["liam"]}]
     >>> [(labels, row["tokens"]) for labels, row in pick(rows, [("names an invented person", "invented")])]
     [(['first right', 'shortest', 'names an invented person'], 3), (['first wrong', 'longest'], 9)]
     """
-    pickers = [*PICKS, *((label, _first_with(key)) for label, key in task_picks)]
+    pickers = [*PICKS, *((label, lambda rows, key=key: next((r for r in rows if r.get(key)), None))
+                         for label, key in task_picks)]
     chosen: dict[int, tuple[list[str], dict]] = {}
     for label, picker in pickers:
         row = picker(rows)
@@ -54,19 +54,14 @@ def pick(rows: list[dict], task_picks: Sequence[tuple[str, str]] = ()) -> list[t
     return list(chosen.values())
 
 
-def _first_with(key: str) -> Callable[[list[dict]], dict | None]:
-    return lambda rows: next((r for r in rows if r.get(key)), None)
-
-
 def _roles(names, roles) -> str:
-    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None): a K&K sample written
-    before samples said their reference and answer in words."""
+    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None)."""
     words = {True: "knight", False: "knave", None: "?"}
     return ", ".join(f"{name} {words.get(role, '?')}" for name, role in zip(names, roles, strict=False))
 
 
 def reference_and_answer(row: dict) -> tuple[object, object]:
-    """A sample's reference and answer as text (a K&K sample from before they were written: from its roles)."""
+    """A sample's reference and answer as text (a K&K sample that has none: from its roles)."""
     names = row.get("names") if isinstance(row.get("names"), list) else []
     if "reference" in row or not names:
         return row.get("reference"), row.get("answer")
@@ -75,13 +70,8 @@ def reference_and_answer(row: dict) -> tuple[object, object]:
     return _roles(names, solution), _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else None
 
 
-def _fact(value) -> str:
-    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
 def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
-    """One Markdown line: why it was picked, its grade, tokens, reference, answer, the task's facts and the
-    reasons (all escaped)."""
+    """One Markdown line: why it was picked, its grade, tokens, reference, answer, the task's facts, the reasons."""
     grade = "right" if row.get("correct") is True else "wrong"
     facts = [f"**{md_escape(' · '.join(labels))}**",  # a task's pick labels come from run.json
              f"{md_escape(report.record)} {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
@@ -89,8 +79,8 @@ def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
              f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else "")]
     reference, answer = reference_and_answer(row)
     facts += [f"reference: {md_escape(reference)}", f"answer: {md_escape(answer if row.get('answered') else 'none')}"]
-    facts += [f"{md_escape(label)}: {md_escape(_fact(row[key]))}" for label, key in report.facts
-              if row.get(key) not in (None, "", [])]
+    facts += [f"{md_escape(label)}: {md_escape(', '.join(map(str, v)) if isinstance(v := row[key], list) else v)}"
+              for label, key in report.facts if row.get(key) not in (None, "", [])]
     reasons = row.get("reasons") if isinstance(row.get("reasons"), list) else []
     if reasons:
         facts.append(f"reasons: {md_escape('; '.join(map(str, reasons)))}")
@@ -106,9 +96,13 @@ def _shown(text) -> str:
     text = str(text or "")
     if not text.strip():
         return f"(only whitespace: {text!r})"
+    return _cut(text, " in the samples file")
+
+
+def _cut(text: str, where: str = "") -> str:
     if len(text) <= SHOWN_CHARS:
         return text
-    return f"{text[:SHOWN_CHARS]}\n… ({len(text) - SHOWN_CHARS} more characters in the samples file)"
+    return f"{text[:SHOWN_CHARS]}\n… ({len(text) - SHOWN_CHARS} more characters{where})"
 
 
 def stage_folders(run_dir: Path) -> list[tuple[int, Path]]:
@@ -142,8 +136,8 @@ def samples_intro(report: TaskReport, files: str = "samples/<k>-<name>/<level>.j
 
 
 def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskReport) -> list:
-    """The Samples section of a run: per stage (baseline first) and subset, the picks with their grades; a subset
-    whose completions are those of the stage before, row for row (a stage that learned nothing), says so once."""
+    """The Samples section of a run: per stage and subset, the picks; a subset whose completions are the stage
+    before's, row for row (a stage that learned nothing), says so once."""
     blocks = samples_intro(report)
     folders = stage_folders(run_dir)
     if not folders:
@@ -158,7 +152,7 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskRepor
             blocks.append(Heading(f"after {name}: {level}" if index else f"{name}: {level}", level=3))
             rows, notes = read_subset(path)
             earlier = shown.get(level)
-            if rows and earlier is not None and _texts(earlier[1]) == _texts(rows):
+            if rows and earlier is not None and _same_texts(earlier[1], rows):
                 blocks += [*notes, Text(f"the same {len(rows)} completions as after {md_escape(earlier[0])}, row "
                                         "for row: not shown again")]
                 continue
@@ -167,16 +161,19 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskRepor
     return blocks
 
 
-def _texts(rows: list[dict]) -> list:
-    """What makes two validations' samples the same: each record's completions, in order."""
-    return [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
+def _same_texts(rows: list[dict], others: list[dict]) -> bool:
+    """Whether two validations' samples are the same: each record's completions, in order."""
+    def texts(rows: list[dict]) -> list:
+        return [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
+
+    return texts(rows) == texts(others)
 
 
-def read_subset(path: Path) -> tuple[list[dict], list]:
-    """One subset's graded completions, and notes on what could not be read."""
+def read_subset(path: Path, inside: Path | None = None) -> tuple[list[dict], list]:
+    """The rows of a jsonl file of completions, and notes on what could not be read."""
     if path.stat().st_size > MAX_SAMPLES_BYTES:
         return [], [Text(f"{code(path.name)} is over {MAX_SAMPLES_BYTES >> 20} MB: not read", True)]
-    scan = scan_jsonl(path)
+    scan = scan_jsonl(path, inside=inside)
     notes = [Text(f"{code(path.name)}: skipped {len(scan.damaged)} unreadable line(s)", True)] if scan.damaged else []
     return scan.rows, notes
 
@@ -191,4 +188,127 @@ def subset_blocks(rows: list[dict], report: TaskReport) -> list:
         if row.get("question"):
             blocks.append(Folded(f"the {report.record}", _shown(row["question"])))
         blocks.append(Completion(_shown(row.get("completion"))))
+    return blocks
+
+
+# --- Training rollouts ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """One prompt's completions at one step of a stage, in their order."""
+
+    stage: int
+    stage_name: str
+    stage_step: int
+    prompt: str
+    rows: list[dict]
+
+    @property
+    def rewards(self) -> list[float | None]:
+        return [as_number(row.get("reward")) for row in self.rows]
+
+    @property
+    def spread(self) -> float:
+        """The best reward less the worst: 0 for a group without signal."""
+        known = [r for r in self.rewards if r is not None]
+        return max(known) - min(known) if known else 0.0
+
+
+def groups_of(rows: Sequence[dict]) -> list[Group]:
+    """The sampled rows as groups: consecutive rows of one stage, step and prompt (TRL repeats each prompt in a row).
+
+    >>> rows = [{"stage": 2, "stage_step": 1, "prompt": p, "reward": r} for p, r in [("a", 1), ("a", 0), ("b", 0)]]
+    >>> [(g.prompt, g.rewards, g.spread) for g in groups_of(rows)]
+    [('a', [1.0, 0.0], 1.0), ('b', [0.0], 0.0)]
+    """
+    found: list[Group] = []
+    for row in rows:
+        stage, step = as_number(row.get("stage")), as_number(row.get("stage_step"))
+        if stage is None or step is None:
+            continue
+        key = (int(stage), int(step), str(row.get("prompt")))
+        if found and (found[-1].stage, found[-1].stage_step, found[-1].prompt) == key:
+            found[-1].rows.append(row)
+        else:
+            found.append(Group(key[0], str(row.get("stage_name") or key[0]), key[1], key[2], [row]))
+    return found
+
+
+def teaching_groups(groups: Sequence[Group]) -> list[tuple[str, Group]]:
+    """Per stage: the group with signal whose rewards spread widest (the latest of equals), and the last group
+    without signal, each with what it is.
+
+    >>> g = lambda stage, step, *rewards: Group(stage, f"s{stage}", step, "p", [{"reward": r} for r in rewards])
+    >>> [(why[:11], x.stage, x.stage_step) for why, x in teaching_groups([g(1, 1, 0, 1), g(1, 2, 0, 0), g(1, 3, 1, 0)])]
+    [('with signal', 1, 3), ('without sig', 1, 2)]
+    """
+    chosen = []
+    for stage in dict.fromkeys(g.stage for g in groups):
+        here = [g for g in groups if g.stage == stage and len(g.rows) > 1]
+        signal = [g for g in here if g.spread > 0]
+        if signal:
+            chosen.append(("with signal: the widest spread of rewards", max(reversed(signal), key=lambda g: g.spread)))
+        silent = [g for g in here if g.spread == 0]
+        if silent:
+            chosen.append(("without signal: every reward equal, every advantage 0", silent[-1]))
+    return chosen
+
+
+def group_table(group: Group) -> Table:
+    """Each completion's reward per component, its weighted reward and its advantage."""
+    names = list(dict.fromkeys(k for row in group.rows if isinstance(row.get("rewards"), dict) for k in row["rewards"]))
+    rows = []
+    for k, row in enumerate(group.rows):
+        parts = row.get("rewards") if isinstance(row.get("rewards"), dict) else {}
+        rows.append([str(k + 1), *(fmt(as_number(parts.get(name)), 2) for name in names),
+                     fmt(as_number(row.get("reward")), 3), _signed(as_number(row.get("advantage")))])
+    return Table(["completion", *names, "reward (weighted)", "advantage"], rows)
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.2f}"
+
+
+def group_blocks(why: str, group: Group) -> list:
+    """One group: what it is, its prompt (folded), its table, its best and worst completion (without signal: its
+    first)."""
+    rewards = [r for r in group.rewards if r is not None]
+    blocks: list = [Heading(f"{group.stage_name}, step {group.stage_step}: a group {why}", level=3),
+                    Folded("the prompt", group.prompt), group_table(group)]
+    if group.spread > 0:
+        best = max(range(len(group.rows)), key=lambda i: group.rewards[i] if group.rewards[i] is not None else -1e9)
+        worst = min(range(len(group.rows)), key=lambda i: group.rewards[i] if group.rewards[i] is not None else 1e9)
+        for label, i in (("best", best), ("worst", worst)):
+            row = group.rows[i]
+            blocks += [Text(f"**{label}**: completion {i + 1}, reward {fmt(group.rewards[i], 3)}, advantage "
+                            f"{_signed(as_number(row.get('advantage')))}"),
+                       Completion(_cut(str(row.get("completion") or "")))]
+    else:
+        reward = fmt(rewards[0], 3) if rewards else "-"
+        blocks += [Text(f"all {len(group.rows)} completions scored {reward}: GRPO's advantage is each reward less the "
+                        "group's mean, so every one is 0 and this group moved nothing. The first:"),
+                   Completion(_cut(str(group.rows[0].get("completion") or "")))]
+    return blocks
+
+
+def rollout_blocks(run_dir: Path) -> list:
+    """The Training rollouts section of a run's report (none for a run without GRPO rollouts sampled)."""
+    path = run_dir / ROLLOUTS
+    if not path.is_file():
+        return []
+    blocks: list = [Heading("Training rollouts"),
+                    Text(f"Whole groups sampled from training ({code(ROLLOUTS)}: every completion of one prompt at "
+                         "one step, each with its reward per component and the advantage GRPO trained on). Per GRPO "
+                         "stage: the group whose rewards spread widest, its best and worst completion in full, and a "
+                         "group without signal.")]
+    rows, notes = read_subset(path, inside=run_dir)
+    blocks += notes
+    if path.stat().st_size > MAX_SAMPLES_BYTES:
+        return blocks
+    chosen = teaching_groups(groups_of(rows))
+    if not chosen:
+        return [*blocks, Text("no whole group of two or more completions sampled yet", True)]
+    for why, group in chosen:
+        blocks += group_blocks(why, group)
     return blocks

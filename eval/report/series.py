@@ -1,10 +1,7 @@
-"""A run directory -> plain series and tables for the report (no matplotlib here; a sweep's jobs:
-`eval.report.jobs`).
+"""A run directory -> plain series and tables for the report (no matplotlib here).
 
-Everything here tolerates a run that is still being written: a missing file is an empty list, a
-torn jsonl line is skipped and counted, a missing key is a missing series. The plots
-(`eval.report.plots`) and the documents (`eval.report.run`, `eval.report.sweep`) only draw and format
-what these return.
+A run may still be being written: a missing file is an empty list, a torn jsonl line is skipped and counted, a
+missing key is a missing series.
 """
 
 from __future__ import annotations
@@ -35,11 +32,8 @@ class Series:
 
 @dataclass(frozen=True)
 class Boundary:
-    """Where a stage starts on the global-step axis (half a step before its first: the line falls between
-    two stages' steps, never on one), and its level label ("2ppl", "2-6ppl", "3steps")."""
-
-    step: float
-    label: str
+    step: float  # half a step before the stage's first: the line falls between two stages' steps
+    label: str  # its level ("2ppl", "2-6ppl", "3steps")
 
 
 @dataclass(frozen=True)
@@ -65,21 +59,13 @@ class RunData:
 
     @property
     def task_report(self) -> TaskReport:
-        """How the run's task is shown: what run.json recorded (`task_report`); a record that does not read
-        (run.json damaged or written by someone else) shows the run as every task is."""
+        """How run.json says the run's task is shown; a record that does not read: as every task is."""
         return TaskReport.from_json(self.manifest.get("task_report")) or TaskReport()
 
 
-# --- reading --------------------------------------------------------------------------------------
-
-
 def load_run(run_dir: Path) -> RunData:
-    """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`.
-
-    The run may be writing right now: a torn line (anywhere) is skipped and counted, never repaired. A run folder
-    may come from elsewhere: a file reached through a link out of it is not read (config.yaml linked to a file
-    of secrets would be shown in a comparison's "what differs").
-    """
+    """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`; a file reached through
+    a link out of it is not read (a config.yaml linked to secrets would show in a comparison's "what differs")."""
     metrics, validation = (scan_jsonl(run_dir / name, inside=run_dir) for name in (METRICS, VALIDATION))
     # per-step rows only: a stage's end-of-training summary line (kind "summary") has no step metrics
     steps = [r for r in metrics.rows if r.get("kind", "summary" if "train_runtime" in r else "step") == "step"]
@@ -91,9 +77,6 @@ def load_run(run_dir: Path) -> RunData:
     if not run.manifest:
         run.notes.append("run.json is missing or unreadable: stage boundaries come from metrics.jsonl")
     return run
-
-
-# --- run series -----------------------------------------------------------------------------------
 
 
 # A trainer's metric is a float32 tensor's: a value beyond float32's range is no measurement, and matplotlib's
@@ -117,8 +100,8 @@ def as_number(value) -> float | None:
 
 
 def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Series | None:
-    """`key` per global step over the step rows that have it as a number (NaN where it is not finite: a gap);
-    None when no row has a finite one.
+    """`key` per global step over the rows that have it as a number (NaN where no measurement: a gap); None when
+    no row has a finite one.
 
     >>> rows = [{"global_step": 2, "kl": 0.5}, {"global_step": 1, "kl": 0.1}, {"global_step": 3}]
     >>> step_series(rows, "kl")
@@ -130,17 +113,12 @@ def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Ser
     for row in rows:
         step, value = as_number(row.get("global_step")), row.get(key)
         if step is not None and is_number(value):
-            points[int(step)] = _gap(as_number(value))
+            number = as_number(value)
+            points[int(step)] = float("nan") if number is None else number
     points = dict(sorted(points.items()))
     if all(math.isnan(value) for value in points.values()):
         return None
     return Series(label or key, list(points), list(points.values()))
-
-
-def _gap(value: float | None) -> float:
-    """A logged number that is no measurement (NaN, inf, beyond float32) as NaN: matplotlib breaks the line there,
-    so it shows as a gap, never as a line joined across it nor as an axis stretched to infinity."""
-    return float("nan") if value is None else value
 
 
 def step_band(rows: Sequence[dict], low: str, high: str) -> tuple[Series, Series] | None:
@@ -173,11 +151,8 @@ def reward_series(rows: Sequence[dict]) -> list[Series]:
 
 
 def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
-    """Each stage's start (its first global step - 0.5), labelled by its level: from run.json, else from
-    metrics rows.
-
-    A metrics row's stage starts after `global_step - stage_step`, which covers a run.json that is
-    missing; stages that have not started (no start anywhere) get no boundary.
+    """Each started stage's start, labelled by its level: from run.json, else from a metrics row (`global_step -
+    stage_step`).
 
     >>> manifest = {"stages": [{"index": 1, "level_label": "2ppl", "global_step_start": 0},
     ...                        {"index": 2, "level_label": "3steps", "global_step_start": 10}, {"index": 3}]}
@@ -199,8 +174,7 @@ def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
 
 
 def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
-    """`key` of each validation at its global step (a stage's `global_step_end`), one series per level;
-    a rate (`eval.metrics.RATES`) with its 95% interval.
+    """`key` of each validation at its global step, one series per level; a rate with its 95% interval.
 
     >>> rows = [{"stage": 0, "global_step": 0, "level": "3ppl", "mean_tokens": 40.0},
     ...         {"stage": 0, "global_step": 0, "level": "2ppl", "mean_tokens": 30.0},
@@ -236,11 +210,8 @@ def intervals(values: Sequence[float | None], ns: Sequence[int | None]) -> tuple
 
 def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = (),
                counted: Sequence[str] = ()) -> StageGrid:
-    """`key` after each stage for each level: baseline first, then stages by index.
-
-    `planned` ((index, name) of every stage in run.json) adds columns for stages not validated
-    yet, so a table of a run in progress shows what is still to come (as None); `counted`: a task's rate
-    over only some completions counts its trials by these columns (`eval.metrics.trials`).
+    """`key` after each stage for each level, baseline first; `planned` ((index, name)) adds stages not validated yet
+    (as None); `counted`: the columns a rate over some completions counts its trials by (`eval.metrics.trials`).
 
     >>> rows = [{"stage": 1, "stage_name": "2ppl", "level": "2ppl", "accuracy": 0.5},
     ...         {"stage": 0, "stage_name": "baseline", "level": "2ppl", "accuracy": 0.1},
@@ -281,8 +252,7 @@ def _accuracies(rows: Sequence[dict]) -> dict[int, dict[str, tuple[float, int | 
 
 
 def common_levels(runs: Sequence[Sequence[dict]]) -> list[str]:
-    """The subsets validated at every validation of every run (their validation rows): a mean over these alone
-    compares like with like; a mean over whatever each validation had would move with the plan
+    """The subsets validated at every validation of every run: a mean over others would move with the plan
     (`eval.subsets_after_stage: near` validates 2 subsets between stages and 6 at the ends).
 
     >>> near = [{"global_step": 0, "level": l, "accuracy": 0.0} for l in ("2ppl", "3ppl", "4ppl")]
@@ -297,9 +267,8 @@ def common_levels(runs: Sequence[Sequence[dict]]) -> list[str]:
 
 
 def accuracy_curve(rows: Sequence[dict], label: str, levels: Sequence[str]) -> Series | None:
-    """Mean accuracy over `levels` at each validation's global step (0 = baseline) that has them all, with the
-    95% interval of all their puzzles together (exact when the subsets are of one size); None without levels
-    or such a validation.
+    """Mean accuracy over `levels` at each validation that has them all, with the 95% interval of all their puzzles
+    together (exact when the subsets are of one size); None without such a validation.
 
     >>> rows = [{"stage": 0, "global_step": 0, "level": "2ppl", "accuracy": 0.1, "n": 100},
     ...         {"stage": 0, "global_step": 0, "level": "3ppl", "accuracy": 0.0, "n": 100},
@@ -320,8 +289,8 @@ def accuracy_curve(rows: Sequence[dict], label: str, levels: Sequence[str]) -> S
 
 
 def subset_curve(rows: Sequence[dict], level: str, label: str) -> Series | None:
-    """One subset's accuracy at every validation of a run, None where that validation left the subset out (a gap
-    the plot shows, not a point it draws); None when the subset was never validated.
+    """One subset's accuracy at every validation of a run (None where it was left out: a gap); None when never
+    validated.
 
     >>> rows = [{"global_step": s, "level": l, "accuracy": a, "n": 4}
     ...         for s, l, a in [(0, "2ppl", 0.0), (0, "4ppl", 0.0), (5, "2ppl", 0.5), (9, "4ppl", 0.25)]]
@@ -338,9 +307,8 @@ def subset_curve(rows: Sequence[dict], level: str, label: str) -> Series | None:
 
 
 def accuracy_panels(runs: Sequence[tuple[str, Sequence[dict]]]) -> list[tuple[str, list[Series]]]:
-    """(title, one curve per run) of the accuracy after each validation of several runs (label, validation rows),
-    like with like: the mean over the subsets every validation of every run has, or, where they share none, one
-    panel per subset with a gap where a run did not validate it."""
+    """(title, one curve per run) of several runs' (label, validation rows) accuracy, like with like: the mean over
+    `common_levels`, or, where there are none, a panel per subset."""
     levels = common_levels([rows for _, rows in runs])
     if levels:
         everything = {row_level(r) for _, rows in runs for r in rows if row_level(r) is not None}

@@ -1,27 +1,37 @@
-"""What each stage did, in words: what it trained (steps; reward at its start, peak and end, read step by
-step; the steps without signal) and what changed in validation after it, with the interval of each
-change, so a reader does not take a fall hidden in a mean, or noise, for learning.
+"""A run's story: what each stage did, in words (reward read step by step, steps without signal, collapses, each
+validation change with its interval), how it ended (promotion, guard, budget), and the run's history.
 
-A GRPO step without signal is one where every group's rewards were equal (`frac_reward_zero_std` 1):
-every advantage is 0 and the policy gradient is empty. GRPO's loss is no test of this: with one update
-per batch it is about 0 by construction, signal or not.
+A GRPO step without signal: every group's rewards equal (`frac_reward_zero_std` 1), so every advantage is 0.
+GRPO's loss is no test of this: with one update per batch it is about 0 by construction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 from core.rundir.records import StageRecord, level_order, row_level, stage_records
 from core.stats import difference_interval
 from eval.metrics import trials
-from eval.report.blocks import Text, md_escape
+from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
 from eval.report.series import as_number
 
 NO_SIGNAL_KEY = "frac_reward_zero_std"
-# A GRPO stage's entropy or mean completion length under this share of the run's first logged value, from some step
-# to its last, is called a collapse in its paragraph (a dip it recovers from is not).
+# Entropy or mean length under this share of the run's first value, from some step to a stage's last, is a collapse
 COLLAPSE_SHARE = 0.5
 COLLAPSE_SIGNALS = (("entropy", "entropy"), ("completions/mean_length", "mean completion length"))
+PROMOTION, GUARD, REFRESH = "promotion", "guard", "refresh"
+RESUME_RECORD = "resume-"  # `.hydra/resume-<time>/`: one per resume that went on (conf/claim.py)
+
+
+@dataclass(frozen=True)
+class Event:
+    """A point in training to mark on the per-step plots."""
+
+    step: float  # global step
+    label: str
+    kind: str  # promotion | guard | refresh (a stage whose KL reference is the previous stage's final)
 
 
 def stage_steps(steps: Sequence[dict], index: int) -> list[dict]:
@@ -39,12 +49,10 @@ def curve_words(rows: Sequence[dict], key: str, label: str) -> str | None:
     >>> rows = [{"stage_step": s, "reward": r} for s, r in enumerate([0.58, 1.1, 1.5, 1.22, 0.625], start=1)]
     >>> curve_words(rows, "reward", "reward")
     'reward 0.580 at step 1, peak 1.500 at step 3, 0.625 at its last step (5)'
-    >>> curve_words(rows[2:], "reward", "reward")
-    'reward 1.500 at step 3 (its peak), 0.625 at its last step (5)'
+    >>> curve_words(rows[2:], "reward", "reward"), curve_words(rows[:1], "reward", "reward")
+    ('reward 1.500 at step 3 (its peak), 0.625 at its last step (5)', 'reward 0.580 (one step)')
     >>> curve_words(rows[:3], "reward", "reward")
     'reward 0.580 at step 1, peak 1.500 at its last step (3)'
-    >>> curve_words(rows[:1], "reward", "reward")
-    'reward 0.580 (one step)'
     """
     points = [(int(r["stage_step"]), as_number(r.get(key))) for r in rows if as_number(r.get(key)) is not None]
     if not points:
@@ -85,8 +93,7 @@ def no_signal_words(rows: Sequence[dict]) -> str | None:
 
 
 def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[str, tuple[int, float]]:
-    """(global step, value) of each collapse signal's first logged value over the stages that learn from rewards
-    (an SFT stage's entropy is over the reference responses, another quantity).
+    """(global step, value) of each collapse signal's first value over the stages that learn from rewards.
 
     >>> rows = [{"stage": 1, "global_step": 2, "entropy": 0.8}, {"stage": 1, "global_step": 1, "entropy": 0.9}]
     >>> first_values(rows, [StageRecord(index=1, kind="grpo")])
@@ -104,8 +111,8 @@ def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[s
 
 
 def collapse_words(rows: Sequence[dict], key: str, label: str, first: tuple[int, float] | None) -> str | None:
-    """A collapse of `key` in a stage (its rows): under COLLAPSE_SHARE of the run's `first` (global step, value) from
-    some step to the stage's last; None when it ends above that, or nothing is known.
+    """A collapse of `key` in a stage: under COLLAPSE_SHARE of the run's `first` (global step, value) from some
+    step to the stage's last; else None.
 
     >>> rows = [{"stage_step": s, "entropy": e} for s, e in enumerate([0.8, 0.5, 0.3, 0.1], start=1)]
     >>> collapse_words(rows, "entropy", "entropy", (1, 0.8))
@@ -144,9 +151,13 @@ def change_words(before: dict, after: dict) -> str:
     return f"{a:.2f} → {b:.2f} ({b - a:+.2f}, 95% interval {low:+.2f} to {high:+.2f}, {n}: {verdict})"
 
 
+def _validated(validation: Sequence[dict], index: int) -> dict[str, dict]:
+    return {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
+
+
 def validation_words(validation: Sequence[dict], index: int) -> str | None:
     """What changed in validation after stage `index`, per subset, from that subset's last validation before."""
-    after = {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
+    after = _validated(validation, index)
     if not after:
         return None
     changes, unchanged = [], []
@@ -183,7 +194,7 @@ def stage_words(stage: StageRecord, steps: Sequence[dict], validation: Sequence[
 
 
 def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dict]) -> list:
-    """One paragraph per stage that trained or is training (a plan's later stages are still to come)."""
+    """"What each stage did": a paragraph per stage that trained or is training, then what they changed together."""
     stages = [s for s in stage_records(manifest)
               if s.index is not None and (s.steps_done or stage_steps(steps, s.index))]
     if not stages:
@@ -193,16 +204,13 @@ def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dic
             f"under {COLLAPSE_SHARE:.0%} of the run's first value, to a stage's last step, is called a collapse.")
     overall = [Text(words) for words in overall_words(steps, validation)]
     firsts = first_values(steps, stage_records(manifest))
-    return [Text(note, note=True), *(Text(stage_words(s, steps, validation, firsts)) for s in stages), *overall]
-
-
-def _validated(validation: Sequence[dict], index: int) -> dict[str, dict]:
-    return {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
+    return [Heading("What each stage did"), Text(note, note=True),
+            *(Text(stage_words(s, steps, validation, firsts)) for s in stages), *overall]
 
 
 def span_words(validation: Sequence[dict], first: int, last: int, what: str) -> str | None:
-    """Each subset's accuracy from validation `first` to validation `last` (stage indexes), with Newcombe's 95%
-    interval for the change; None when no subset was validated at both."""
+    """Each subset's accuracy from validation `first` to `last` (stage indexes), with the interval of the change;
+    None when no subset was validated at both."""
     before, after = _validated(validation, first), _validated(validation, last)
     shared = sorted(set(before) & set(after), key=level_order)
     if first >= last or not shared:
@@ -214,9 +222,8 @@ def span_words(validation: Sequence[dict], first: int, last: int, what: str) -> 
 
 
 def overall_words(steps: Sequence[dict], validation: Sequence[dict]) -> list[str]:
-    """What the stages changed together: from where reinforcement learning began (the last validation before the
-    first step with a reward: after a cold start, else the baseline) to the last validation, and from the baseline
-    when that is another; a sum of stage-by-stage changes each within noise may not be.
+    """What the stages changed together, from where reinforcement learning began and from the baseline: changes
+    each within noise may add up to one that is not.
 
     >>> rows = [{"stage": k, "stage_name": n, "level": "2ppl", "accuracy": a, "n": 63}
     ...         for k, n, a in [(0, "baseline", 0.0), (1, "sft", 0.25), (2, "2ppl", 0.3), (3, "3ppl", 0.5)]]
@@ -236,3 +243,135 @@ def overall_words(steps: Sequence[dict], validation: Sequence[dict]) -> list[str
     spans = [(start, "reinforcement learning")] if start is not None else []
     spans += [(validated[0], "the whole run")] if start != validated[0] else []
     return [words for first, what in spans if (words := span_words(validation, first, last, what))]
+
+
+# --- how each stage ended: run.json's `end` and `guard_events` ----------------------------------------------------
+
+
+def _accuracy_text(end: dict) -> str:
+    """The deciding accuracy with its 95% interval and n (the completions of the stage's own subsets)."""
+    n = end.get("n")
+    return rate_text(as_number(end.get("accuracy")), n if is_int(n) else None)
+
+
+def promotion_points(manifest: dict) -> list[Event]:
+    """Stages that ended on skill, at their last global step.
+
+    >>> stages = [{"name": "2ppl", "global_step_end": 6, "end": {"reason": "threshold", "accuracy": 0.8,
+    ...            "n": 100, "threshold": 0.75}}, {"name": "3ppl", "end": {"reason": "budget"}}]
+    >>> promotion_points({"stages": stages})
+    [Event(step=6, label='2ppl promoted: 0.800 [0.71, 0.87] n=100 >= 0.75', kind='promotion')]
+    """
+    return [Event(s.global_step_end, f"{s.name} promoted: {_accuracy_text(s.end)} >= {s.end.get('threshold')}",
+                  PROMOTION)
+            for s in stage_records(manifest)
+            if (s.end or {}).get("reason") == "threshold" and as_number(s.global_step_end) is not None]
+
+
+def guard_events(manifest: dict) -> list[Event]:
+    """Every collapse-guard event recorded in run.json, at its global step.
+
+    >>> stage = {"guard_events": [{"global_step": 12, "signal": "length_drop", "value": 0.6, "action": "stop"}]}
+    >>> guard_events({"stages": [stage]})
+    [Event(step=12, label='length_drop 0.6 (stop)', kind='guard')]
+    """
+    return [Event(e["global_step"], f"{e.get('signal')} {e.get('value')} ({e.get('action')})", GUARD)
+            for s in stage_records(manifest) for e in s.guard_events
+            if as_number(e.get("global_step")) is not None]
+
+
+def stage_end_rows(manifest: dict) -> list[list[str]]:
+    """Per stage that recorded its end: name, why, stage step/budget, the deciding accuracy, threshold, kept step.
+
+    >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
+    ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
+    [['2ppl', 'threshold', '5/10', '0.900 [0.83, 0.94] n=100', '0.8', '-']]
+    """
+    rows = []
+    for stage in stage_records(manifest):
+        end = stage.end
+        if not isinstance(end, dict):
+            continue
+        reason = end.get("reason", "-") + (f" ({end['signal']})" if end.get("signal") else "")
+        budget = "-" if stage.steps_budget is None else stage.steps_budget
+        rows.append([str(stage.name), reason, f"{end.get('stage_step')}/{budget}",
+                     _accuracy_text(end), "-" if end.get("threshold") is None else str(end["threshold"]),
+                     str(end.get("kept_step", "-"))])
+    return rows
+
+
+def stage_end_blocks(manifest: dict) -> list:
+    """How each stage ended, and the collapse guard's events."""
+    ends = stage_end_rows(manifest)
+    events = [[str(s.name), *(str(e.get(k)) for k in ("stage_step", "global_step", "signal", "value", "threshold",
+                                                     "window", "action"))]
+              for s in stage_records(manifest) for e in s.guard_events]
+    blocks: list = []
+    if ends:
+        headers = ["stage", "ended by", "step/budget", "held-out accuracy", "threshold", "weights kept from step"]
+        blocks += [Heading("How each stage ended"), Table(headers, ends)]
+    if events:
+        blocks += [Heading("Collapse guard events"),
+                   Table(["stage", "stage step", "global step", "signal", "value", "threshold", "window", "action"],
+                         events)]
+    return blocks
+
+
+# --- the history: attempts, resumes, skipped checkpoints, failures, refused finals, warnings -----------------------
+
+
+def resumes(run_dir: Path) -> list[str]:
+    """The times of the resumes recorded in `.hydra/` (each `resume-<time>/`), in order."""
+    hydra = run_dir / ".hydra"
+    if not hydra.is_dir() or hydra.is_symlink():
+        return []
+    return sorted(p.name.removeprefix(RESUME_RECORD) for p in hydra.iterdir()
+                  if p.name.startswith(RESUME_RECORD) and p.is_dir() and not p.is_symlink())
+
+
+def retrained(run_dir: Path, index, name) -> bool:
+    """Whether the stage's final was refused once (set aside as `final.refused`) and the stage trained again; its
+    folder is never followed out of the run."""
+    if not isinstance(index, int) or not isinstance(name, str) or "/" in name or name in (".", ".."):
+        return False
+    folder = run_dir / STAGES / stage_dirname(index, name)
+    return not folder.is_symlink() and (folder / REFUSED_FINAL).is_dir() and not (folder / REFUSED_FINAL).is_symlink()
+
+
+def _warning_text(warning) -> str:
+    if not isinstance(warning, dict):
+        return str(warning)
+    return " ".join(str(warning[k]) for k in ("reward", "warning") if warning.get(k) is not None) or str(warning)
+
+
+def history_rows(run_dir: Path, manifest: dict) -> list[list[str]]:
+    """One row per event of a stage's history: (stage, what happened, detail)."""
+    rows = []
+    for stage in stage_records(manifest):
+        name = fmt(stage.name)
+        if retrained(run_dir, stage.index, stage.name):
+            rows.append([name, "retrained", f"its final was refused and set aside as {REFUSED_FINAL}; trained again "
+                                            "from the previous stage's final"])
+        if stage.resumed_from:
+            rows.append([name, "interrupted, resumed", f"continued from {stage.resumed_from}"])
+        for skipped in stage.skipped_checkpoints:
+            detail = f"{skipped.get('checkpoint')}: {skipped.get('problem')}" if isinstance(skipped, dict) else skipped
+            rows.append([name, "checkpoint skipped", str(detail)])
+        if stage.status == Status.FAILED or stage.error:
+            rows.append([name, "failed", fmt(stage.error)])
+        rows += [[name, "warning", _warning_text(w)] for w in stage.warnings]
+    return rows
+
+
+def history_blocks(run_dir: Path, manifest: dict) -> list:
+    """The History section: the attempts, then a row per event, or a line saying the run went straight through."""
+    times = resumes(run_dir)
+    created = manifest.get("created")
+    attempts = (f"{len(times) + 1} attempts: started {md_escape(fmt(created))}, resumed "
+                f"{', '.join(md_escape(t) for t in times)} (each resume's record: {code('.hydra/resume-<time>/')})"
+                if times else f"one attempt, started {md_escape(fmt(created))}: never resumed")
+    error = [Text(md_escape(f"the last attempt failed: {manifest['error']}"))] if manifest.get("error") else []
+    rows = history_rows(run_dir, manifest)
+    events = [Table(["stage", "what happened", "detail"], rows, left=3)] if rows else [
+        Text("no stage was interrupted, retrained, failed or warned; no checkpoint was skipped")]
+    return [Heading("History"), Text(attempts), *error, *events]

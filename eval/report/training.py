@@ -1,9 +1,5 @@
-"""TRL's own training curves, read from metrics.jsonl: loss, grad_norm, learning rate, reward std, the PPO ratio's
-clip shares and the KL to the reference, each stage's boundary marked; a table of them per stage; throughput and
-memory where the rows hold them.
-
-The KL is a sawtooth where the reference is refreshed: a stage whose reference is the previous stage's final
-starts with the policy and the reference the same weights, so its KL starts at ~0 and grows as the stage trains.
+"""TRL's own training curves from metrics.jsonl (loss, grad_norm, learning rate, reward std, clip shares, the KL to
+the reference), a table of them per stage, and throughput and memory where the rows hold them.
 """
 
 from __future__ import annotations
@@ -15,11 +11,10 @@ from pathlib import Path
 from core.rundir.files import STAGES, stage_dirname
 from core.rundir.records import StageRecord, stage_records
 from core.stage_kinds import recorded_kind
-from eval.report.adaptive import REFRESH, Event
 from eval.report.blocks import Image, Table, Text, fmt
 from eval.report.plots import Panel, plot_step_panels
 from eval.report.series import Boundary, Series, as_number, step_series
-from eval.report.story import stage_steps
+from eval.report.story import REFRESH, Event, stage_steps
 
 # (metrics.jsonl keys: one line each, panel title, y label, why they may be absent) of the curves panel
 CURVES = (
@@ -45,10 +40,9 @@ THROUGHPUT = "tokens per second"
 def is_final_of(reference, stage: StageRecord) -> bool:
     """Whether `reference` (a path run.json records) is `stage`'s final (`<run>/stages/<k>-<name>/final`).
 
-    >>> is_final_of("/o/runs/r/stages/1-2ppl/final", StageRecord(index=1, name="2ppl"))
-    True
-    >>> is_final_of("/models/base", StageRecord(index=1, name="2ppl")), is_final_of(None, StageRecord(index=1))
-    (False, False)
+    >>> stage = StageRecord(index=1, name="2ppl")
+    >>> is_final_of("/o/runs/r/stages/1-2ppl/final", stage), is_final_of("/models/base", stage)
+    (True, False)
     """
     if not isinstance(reference, str) or stage.index is None or stage.name is None:
         return False
@@ -56,7 +50,8 @@ def is_final_of(reference, stage: StageRecord) -> bool:
 
 
 def reference_refreshes(manifest: dict) -> list[Event]:
-    """A refresh at the start of each stage whose reference is the stage before's final (run.json's `reference`).
+    """A refresh at the start of each stage whose reference is the stage before's final: the policy and the
+    reference start it as the same weights, so its KL starts at ~0 (a sawtooth).
 
     >>> stages = [{"index": 1, "name": "2ppl", "reference": "/base", "global_step_start": 0},
     ...           {"index": 2, "name": "3ppl", "reference": "/r/stages/1-2ppl/final", "global_step_start": 4}]
@@ -70,8 +65,7 @@ def reference_refreshes(manifest: dict) -> list[Event]:
 
 
 def loss_series(manifest: dict, steps: Sequence[dict]) -> list[Series]:
-    """The loss, one line per stage kind where the run has several: an SFT loss (cross-entropy on the reference
-    responses) and a GRPO loss are different quantities."""
+    """The loss, one line per stage kind where the run has several: an SFT and a GRPO loss are different quantities."""
     kinds = {s.index: s.kind_facts.label for s in stage_records(manifest)}
     unknown = recorded_kind(None).label  # a row of a stage run.json does not list: as an entry without a kind
 
@@ -99,7 +93,7 @@ def curve_panels(manifest: dict, steps: Sequence[dict]) -> tuple[list[Panel], li
 
 
 def kl_blocks(manifest: dict, steps: Sequence[dict]) -> tuple[Panel | None, list]:
-    """The KL panel with each refresh marked, and the sentence that reads it (or the note that it was not logged)."""
+    """The KL panel with each refresh marked, and the sentence that reads it (or a note that it was not logged)."""
     kl = step_series(steps, KL)
     if kl is None:
         return None, [Text(f"no numeric `{KL}` in metrics.jsonl (logged only when grpo.beta > 0): panel 'KL to the "
@@ -112,7 +106,7 @@ def kl_blocks(manifest: dict, steps: Sequence[dict]) -> tuple[Panel | None, list
 
 
 def curves_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Boundary], out_dir: Path) -> list:
-    """TRL's curves per step with the stage boundaries (and the KL's refreshes) marked, then the per-stage table."""
+    """TRL's curves per step, the KL's refreshes marked, then the per-stage table."""
     panels, notes = curve_panels(manifest, steps)
     kl, kl_notes = kl_blocks(manifest, steps)
     panels += [kl] if kl is not None else []
@@ -154,8 +148,8 @@ def _median(values: Sequence[float]) -> str:
 
 
 def stage_curves_table(manifest: dict, steps: Sequence[dict]) -> Table | None:
-    """Per stage that logged steps: loss, grad_norm, learning rate and KL from its first to its last step, the
-    median reward std and clip share; None without a stage."""
+    """Per stage that logged steps: loss, grad_norm, learning rate and KL first to last, the median reward std and
+    clip share; None without a stage."""
     rows = []
     for stage in stage_records(manifest):
         logged = stage_steps(steps, stage.index) if stage.index is not None else []
@@ -172,8 +166,8 @@ def stage_curves_table(manifest: dict, steps: Sequence[dict]) -> Table | None:
 
 
 def tokens_per_second(steps: Sequence[dict]) -> Series | None:
-    """Tokens per second of each logged step: TRL's `num_tokens` (prompt and completion tokens, counted from the
-    stage's start) since the stage's previous logged row, over `step_time` times the steps between them.
+    """Tokens per second of each logged step: TRL's `num_tokens` (counted from the stage's start) since the stage's
+    previous logged row, over `step_time` times the steps between them.
 
     >>> rows = [{"stage": 1, "stage_step": 1, "global_step": 1, "num_tokens": 100, "step_time": 2.0},
     ...         {"stage": 1, "stage_step": 2, "global_step": 2, "num_tokens": 400, "step_time": 1.5},
@@ -198,14 +192,13 @@ def tokens_per_second(steps: Sequence[dict]) -> Series | None:
 
 
 def memory_keys(steps: Sequence[dict]) -> list[str]:
-    """The numeric keys of the step rows that name memory (`memory` in the name: the trainer's or a callback's)."""
+    """The numeric keys of the step rows with `memory` in the name (the trainer's or a callback's)."""
     return [k for k in dict.fromkeys(k for r in steps for k in r)
             if "memory" in k.lower() and any(as_number(r.get(k)) is not None for r in steps)]
 
 
 def memory_unit(keys: Sequence[str]) -> str:
-    """The memory panel's axis label: GiB when every key says so by its name (ours end in `_gib`), else the
-    values as logged (a callback's own key names no unit).
+    """The memory panel's axis label: GiB when every key's name says so (ours end in `_gib`), else as logged.
 
     >>> memory_unit(["memory/peak_rss_gib", "memory/cuda_peak_allocated_gib"]), memory_unit(["memory/peak_gb"])
     ('GiB', 'as logged')
@@ -235,8 +228,7 @@ def throughput_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequenc
 
 
 def throughput_table(manifest: dict, steps: Sequence[dict], speed: Series | None, memory: list[str]) -> Table | None:
-    """Per stage: median tokens per second and step time, its validation's tokens per second (run.json), and the
-    peak of each memory key."""
+    """Per stage: median tokens per second and step time, its validation's tokens per second, each memory peak."""
     rate = dict(zip(speed.x, speed.y, strict=True)) if speed else {}
     rows = []
     for stage in stage_records(manifest):

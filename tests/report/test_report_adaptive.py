@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.report import adaptive as ra
 from eval.report import series as rs
+from eval.report import story as ra
 from eval.report import write_report
 from tests.report.test_report import KK_REPORT, make_job, stage_entry, step_row, write_jsonl
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from core.rundir.records import StageRecord
-from eval.report import history as rh
-from eval.report import lengths as rl
+from eval.report import run as rl
+from eval.report import story as rh
 from eval.report import training as rt
 from eval.report.blocks import Table
 from eval.report.cli import write_report
