@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from omegaconf import DictConfig, OmegaConf
 
 from conf.choices import ValidationPlan
-from conf.schema import with_defaults
 from conf.ranges import check_field_ranges
-from conf.schema import GuardConfig, PromoteConfig
+from conf.schema import GuardConfig, PromoteConfig, with_defaults
 from core.checks import ConfigError, is_number, plain, whole_number
 from core.rundir.files import stage_dirname
 from core.rundir.records import StageRecord, Status

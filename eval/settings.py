@@ -26,7 +26,6 @@ from core.models import HUB_ID
 from core.parse_limits import parse_json
 from curriculum.tasks import check_records
 from curriculum.tasks.base import ALL, Task, TaskRecord
-from curriculum.tasks import check_records
 from eval.vllm_engine import import_vllm
 
 log = logging.getLogger(__name__)

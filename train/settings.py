@@ -28,9 +28,8 @@ from core.distributed import FSDP_ON_CPU, SINGLE, Processes, optimizer_sharding,
 from core.models import uses_bitsandbytes
 from core.rundir.records import objective
 from curriculum.plan import Stage, build_plan, ladder_stages
-from curriculum.tasks import build_task
+from curriculum.tasks import build_task, check_records
 from curriculum.tasks.base import ALL, Task
-from curriculum.tasks import check_records
 from eval.settings import (
     ValidationSettings,
     check_context_length,
@@ -39,8 +38,7 @@ from eval.settings import (
     subset_levels,
     validation_settings,
 )
-from train.rewards.reward_group import low_token_share
-from train.rewards.reward_group import RewardComponent, reward_stack, stack_record
+from train.rewards.reward_group import RewardComponent, low_token_share, reward_stack, stack_record
 from train.stages.base import StageKind
 from train.stages.fields import check_trainer_fields
 from train.stages.grpo import check_grpo_fields

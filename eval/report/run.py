@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir.files import ERROR
-from core.rundir.records import Status, stage_records
-from curriculum.tasks.base import Rate
-from eval.report import adaptive as ra
+from core.rundir.files import BASELINE, ERROR, EVALUATION, SAMPLES, VALIDATION, read_mapping, scan_jsonl
+from core.rundir.records import Status, level_order, row_level, stage_records
+from core.stats import rate_text
+from curriculum.tasks.base import Rate, TaskReport
+from eval.metrics import trials
 from eval.report import series as rs
 from eval.report.blocks import (
     Completion,

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.rundir.files import BASELINE, SAMPLES, scan_jsonl
+from core.rundir.files import BASELINE, ROLLOUTS, SAMPLES, scan_jsonl
 from core.rundir.records import level_order
 from curriculum.tasks.base import TaskReport
-from eval.report.blocks import Completion, Folded, Heading, Text, code, md_escape
+from eval.report.blocks import Completion, Folded, Heading, Table, Text, code, fmt, md_escape
 from eval.report.series import as_number
 
 # A larger file is not read (a validation of 100 puzzles at 4k tokens is ~2 MB; a long run's rollouts a few MB).

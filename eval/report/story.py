@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.rundir.records import StageRecord, level_order, row_level, stage_records
-from core.stats import difference_interval
+from core.checks import is_int
+from core.rundir.files import REFUSED_FINAL, STAGES, stage_dirname
+from core.rundir.records import StageRecord, Status, level_order, row_level, stage_records
+from core.stats import difference_interval, rate_text
 from eval.metrics import trials
 from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
 from eval.report.series import as_number

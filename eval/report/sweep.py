@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from core.rundir.records import level_order
+from core.rundir.files import BASELINE
+from core.rundir.records import level_order, row_level
 from core.stats import rate_text, wilson_interval
 from eval.report import jobs as js
 from eval.report import series as rs

@@ -27,8 +27,14 @@ from trl.generation.vllm_generation import VLLMGeneration
 from core.checks import ConfigError
 from core.models import resolve_model
 from core.rundir.files import read_jsonl
-from eval.vllm_engine import process_kept, sampling_params
-from eval.vllm_engine import ProcessEngine, engine_arguments, rollout_arguments, validation_arguments
+from eval.vllm_engine import (
+    ProcessEngine,
+    engine_arguments,
+    process_kept,
+    rollout_arguments,
+    sampling_params,
+    validation_arguments,
+)
 from tests import engine_guard
 from tests.conftest import ROOT, compose_cfg
 from tests.engine_guard import engine_starts

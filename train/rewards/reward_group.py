@@ -24,8 +24,8 @@ from conf import CONF_DIR
 from core.checks import ConfigError, is_number, plain
 from curriculum.tasks import check_reward_functions
 from curriculum.tasks.base import RewardSettings, Task
-from train.rewards.checks import Reward, task_reward
-from train.rewards.reward_group import load_custom_reward
+from train.rewards.checks import Reward, reward, task_reward
+
 #: The reward group's keys every task's run reads; the others are the task's own blocks (K&K: overlong, tiered).
 REWARD_KEYS = ("task", "weights", "allow_negative_weights", "custom", "timeout_s")
 F = TypeVar("F", bound=Callable)

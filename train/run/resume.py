@@ -34,6 +34,7 @@ from core.rundir.records import (
     recorded_final_problem,
     stage_final,
 )
+from core.weights import zero3_init_paused
 from curriculum.plan import Stage
 from train.failures import failure_line
 from train.stages.training import checkpoint_step, publish_final, scan_checkpoints

@@ -29,7 +29,6 @@ from core.models import resolve_model
 from core.rundir.files import BASELINE, METRICS, RUN_JSON, run_of_final, samples_dir, scan_jsonl, stage_dirname
 from core.rundir.manifest import Manifest
 from core.rundir.records import (
-    StageResult,
     Status,
     final_accuracy,
     objective,
@@ -47,18 +46,13 @@ from train.console import RunConsole
 from train.eta import planned_completions
 from train.failures import failure_line
 from train.identity import RunIdentity
-from train.run.resume import compact_finals
-from train.run.start import RunSize, cpu_warning, run_size
 from train.run.replay import replay_history
 from train.run.resume import StageAction, StageStart, compact_finals, plan_stages
 from train.run.stage_end import CollapseGuard, DivergenceStop, SkillCheck, StageEnd
 from train.run.start import cpu_warning, process_engine, run_lock, run_size, run_threads
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind
-from train.stages.training import CheckpointDigests
-from train.stages.training import ExactStart
-from train.stages.training import run_stage
-from train.stages.training import WeightSyncGroup
+from train.stages.training import CheckpointDigests, ExactStart, WeightSyncGroup, run_stage
 from train.tracking import MetricsCallback, RolloutSampler, RunLogs, make_tracker, tracker_config
 
 log = logging.getLogger(__name__)

@@ -19,12 +19,11 @@ from transformers import TrainerCallback
 
 from core.checks import is_number
 from core.distributed import SINGLE, Processes, gather
-from core.rundir.manifest import Manifest
 from core.rundir.records import row_level
 from core.weights import held_weights_finite
 from curriculum.plan import GUARD_SIGNALS, Guard, Stage
-from eval.validation import InStageValidation
 from eval.settings import ValidationSettings
+from eval.validation import InStageValidation
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from core.rundir.files import ERROR, RunLock, RunLockedError
 from core.rundir.manifest import check_process_count, check_same_config
 from curriculum.plan import Stage, grpo_batch, validation_completions
 from eval.generation import CPU_TOKENS_PER_SECOND, CPU_WARN_HOURS
-from eval.settings import ValidationSettings
-from eval.settings import validation_backend
+from eval.settings import ValidationSettings, validation_backend
 from eval.vllm_engine import ProcessEngine, engine_arguments, validation_arguments
 from train.console import duration
 from train.settings import RunSettings

@@ -30,8 +30,16 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from core.distributed import SINGLE, Processes, barrier, broadcast, gather
 from core.models import merged_lora
-from core.rundir.files import final_checkpoint, stage_path
-from core.rundir.records import FINAL_MARKER, StageResult, final_digests, marker_digest
+from core.rundir.files import final_checkpoint, load_file, stage_path, write_json_atomic
+from core.rundir.records import (
+    DIGESTS,
+    FINAL_MARKER,
+    StageResult,
+    final_digests,
+    folder_digests,
+    marker_digest,
+    weights_problem,
+)
 from core.trl_internals import load_checkpoint_weights
 from core.weights import (
     checkpoint_weights,

@@ -13,12 +13,12 @@ from typing import Any
 
 from core.checks import ConfigError, is_int
 from core.stats import rounded_mean
-from curriculum.tasks.base import Task, TaskRecord, check_split
+from curriculum.tasks.base import Rate, Task, TaskRecord, TaskReport, check_split
 from curriculum.tasks.kk.grading.grader import FORMATS, Grade, check_reasoning, grade, lenient_grade
 from curriculum.tasks.kk.rewards import reward_components
 from curriculum.tasks.kk.sources import HUB_ID, KNOWN_PPL, SOURCES, iter_records, load_records, split_disjoint
 from curriculum.tasks.kk.statements import canonical_key
-from curriculum.tasks.base import Rate, TaskReport
+
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
 LENIENT_NOTE = ("Strict accuracy above is the reward's verdict and the headline. The lenient one reads an answer given "
                 "without tags by its last lines (after any reasoning block), with the same refusals of hedges, both "
