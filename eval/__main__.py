@@ -26,7 +26,14 @@ from conf.errors import run_app
 from conf.ranges import check_ranges
 from conf.schema import DataConfig, EvalConfig, ModelConfig, PromptConfig
 from core.checks import ConfigError
-from core.models import ModelUnavailableError, configure_cpu_threads, defer_deepspeed, quiet_libraries, resolve_model
+from core.models import (
+    ModelUnavailableError,
+    configure_cpu_threads,
+    defer_bitsandbytes,
+    defer_deepspeed,
+    quiet_libraries,
+    resolve_model,
+)
 from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir.files import (
     CONFIG,
@@ -56,7 +63,6 @@ from eval.settings import (
     validation_pools,
     validation_settings,
 )
-from eval.validation import validate
 
 
 def split_checkpoint_arg(argv: list[str]) -> list[str]:
@@ -154,7 +160,7 @@ def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, ou
 
 def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
     """Without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo` measured (as a run
-    warns: train/run/preflight.py), with how to make it CPU-sized; else None."""
+    warns: train/run/start.py), with how to make it CPU-sized; else None."""
     tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
     seconds = tokens / CPU_TOKENS_PER_SECOND
     if torch.cuda.is_available() or seconds < CPU_WARN_HOURS * 3600:
@@ -194,6 +200,7 @@ def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
 def main(cfg: DictConfig) -> float:
     quiet_libraries()
     defer_deepspeed()  # one process validating: DeepSpeed's import only adds its start-up warning
+    defer_bitsandbytes(set())  # before eval.validation imports transformers' TrainerCallback (-> peft -> it)
     overrides = list(HydraConfig.get().overrides.task)
     try:
         check_ranges(cfg)
@@ -227,6 +234,8 @@ def main(cfg: DictConfig) -> float:
                                              "created": time.strftime("%Y-%m-%dT%H:%M:%S")})
     writer = JsonlWriter(out_dir / VALIDATION, key=("stage", "level"))
     tracker = eval_tracker(cfg, out_dir, model, checkpoint)
+    from eval.validation import validate  # after defer_bitsandbytes: it imports transformers' trainer utilities
+
     try:
         model_path = checkpoint or resolve_model(cfg.model, Path(cfg.paths.cache_dir))
         tag = {"stage": "eval", "stage_name": model_path, "global_step": 0}

@@ -198,7 +198,7 @@ class RunConsole:
         self.timer.completions = dict(completions)
 
     def validation_ended(self, index: int, cost: Mapping | None) -> None:
-        """The validation after stage `index` is done; `cost`: what it cost (`eval.cost.validation_cost`)."""
+        """The validation after stage `index` is done; `cost`: what it cost (`eval.generation.validation_cost`)."""
         cost = cost or {}
         generating = float(cost.get("seconds") or 0.0) - float(cost.get("setup_seconds") or 0.0)
         self.timer.validation_ended(index, generating, int(cost.get("completions") or 0))

@@ -3,7 +3,7 @@
 The id holds the time the run first started, its job number and its config hash (a sweep's jobs are numbered 0, 1,
 ... in every sweep, so an id from the folder name collided across sweeps), and run.json keeps it, so a resume
 continues the same tracker run. A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and
-grouped by its sweep folder; a single run is grouped by its own folder (`core.rundir.layout.tracker_group`).
+grouped by its sweep folder; a single run is grouped by its own folder (`core.rundir.files.tracker_group`).
 Imported by `python -m train` before the config is checked: nothing heavy here.
 """
 

@@ -80,7 +80,7 @@ class StageRecord:
     error: str | None = None
     # the validation after it
     final_metrics: dict = field(default_factory=dict)  # level -> {accuracy, mean_tokens}
-    validation_cost: dict = field(default_factory=dict)  # what validating the final took (eval.cost)
+    validation_cost: dict = field(default_factory=dict)  # what validating the final took (eval.generation)
 
     @classmethod
     def from_json(cls, entry: Mapping) -> StageRecord:

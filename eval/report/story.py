@@ -24,7 +24,7 @@ NO_SIGNAL_KEY = "frac_reward_zero_std"
 COLLAPSE_SHARE = 0.5
 COLLAPSE_SIGNALS = (("entropy", "entropy"), ("completions/mean_length", "mean completion length"))
 PROMOTION, GUARD, REFRESH = "promotion", "guard", "refresh"
-RESUME_RECORD = "resume-"  # `.hydra/resume-<time>/`: one per resume that went on (conf/claim.py)
+RESUME_RECORD = "resume-"  # `.hydra/resume-<time>/`: one per resume that went on (conf/__init__.py)
 
 
 @dataclass(frozen=True)

@@ -162,7 +162,7 @@ def test_a_killed_rank_stops_the_job_and_a_resume_finishes_it_bit_identical(two_
     launcher = subprocess.Popen([*TORCHRUN, "-m", "train", *args, f"hydra.run.dir={run_dir}"], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        # checkpoint-1 complete: its digests are written last, after every rank's files (train/stages/checkpoints.py)
+        # checkpoint-1 complete: its digests are written last, after every rank's files (train/stages/training.py)
         _wait_for(run_dir / "stages" / "2-3ppl" / "trainer" / "checkpoint-1" / "checksums.json", launcher)
         ranks = _ranks(launcher)
         for process in ranks.values():  # freeze both: the kill lands mid-stage, whatever the machine's speed

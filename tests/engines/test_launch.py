@@ -198,7 +198,7 @@ def test_a_launch_file_that_does_not_exist_is_refused_by_name():
 
 
 def test_every_stage_syncs_weights_to_a_vllm_server_through_the_configured_port(make_cfg, tmp_path):
-    """Each stage closes its weight-sync group as it ends (train/stages/weight_sync.py), so the next stage's
+    """Each stage closes its weight-sync group as it ends (train/stages/training.py), so the next stage's
     trainer opens its own on the same port: no stage is given another."""
     from train.stages.grpo import grpo_config
 

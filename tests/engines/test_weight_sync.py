@@ -1,4 +1,4 @@
-"""The weight-sync group of a trainer that rolls out through a vLLM server (train/stages/weight_sync.py): closed
+"""The weight-sync group of a trainer that rolls out through a vLLM server (train/stages/training.py): closed
 as its stage ends, on success and on failure, so the next stage's trainer reopens it on the same port.
 
 TRL's real `VLLMClient` talks to a tiny HTTP server on 127.0.0.1 (its constructor checks the server); its

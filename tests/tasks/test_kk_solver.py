@@ -1,4 +1,4 @@
-"""curriculum.tasks.kk grammar and solver: the published records, a brute-force reference, bad input."""
+"""curriculum.tasks.kk.statements (grammar and solver): the published records, a brute-force reference, bad input."""
 
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ def _recorded(run_dir: Path, starts: Mapping[int, StageStart]) -> Iterator[tuple
 def _send(tracker, run_dir: Path, source: str, step: int, rows: list[dict], starts: Mapping[int, StageStart],
           task: Task) -> int:
     """One source's rows at one global step to the tracker, as they were logged live."""
-    if source == "rollouts":  # one table a step, as train/rollouts.py `RolloutSampler` logs it
+    if source == "rollouts":  # one table a step, as train/tracking.py `RolloutSampler` logs it
         tracker.table("rollouts/samples", [table_row(row) for row in rows], step=step)
         return len(rows)
     for row in rows:

@@ -1,6 +1,6 @@
 """Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`, `budget`).
 
-Promotion (`promote: {accuracy, every, min_steps}`) reuses the in-stage validation (`eval.in_stage`) on the stage's
+Promotion (`promote: {accuracy, every, min_steps}`) reuses the in-stage validation (`eval.validation`) on the stage's
 own levels. The collapse guard watches per-step signals of collapse (TRL's `completions/mean_length` and
 `frac_reward_zero_std`, and `completions/distinct_share`) over a window, and warns or stops; when it may stop a
 stage that validates inside itself, the best-validated weights are put back before the final is published, so a

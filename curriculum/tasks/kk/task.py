@@ -203,7 +203,7 @@ class KKTask(Task):
     def level_columns(self, level: str) -> dict[str, Any]:
         return {"ppl": ppl_of_level(level)}
 
-    def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:
+    def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:  # type: ignore[override]  # a task is handed its own grades
         """One graded completion's K&K fields: the people it got right, its reasoning's verdict (agreement only
         where the reasoning settles someone: else it is no evidence either way), the people it invents, the
         lenient reading, and the answer and solution in words.
