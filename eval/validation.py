@@ -28,7 +28,7 @@ from transformers import AutoTokenizer, TrainerCallback
 from core.checks import call_user_code
 from core.distributed import SINGLE, Processes
 from core.models import load_for_inference
-from core.rundir.files import samples_file
+from core.rundir.files import samples_file, write_text_atomic
 from core.rundir.records import row_level
 from core.stats import percent_text, wilson_interval
 from curriculum.tasks.base import Task, TaskRecord, TaskReport
@@ -112,7 +112,8 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
             rows.append({**tag, **subset_row(s.task, level, samples), "cost": asdict(cost)})
             if not record:
                 continue
-            _write_samples(samples_file(out_dir, level), samples)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(samples_file(out_dir, level), "".join(json.dumps(x) + "\n" for x in samples))
             if writer is not None:
                 writer.write(rows[-1:])
             if tracker is not None:
@@ -175,13 +176,6 @@ def validation_engine(settings: ValidationSettings, model_path: str, processes: 
     model, tokenizer = load_for_inference(model_path, processes.device())
     yield HfEngine(model, tokenizer, batch_size=settings.eval.batch_size, setup_seconds=time.perf_counter() - began,
                    processes=processes)
-
-
-def _write_samples(path: Path, samples: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(s) + "\n" for s in samples))
-    tmp.replace(path)
 
 
 def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:

@@ -161,14 +161,20 @@ def write_text_regular(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON so that readers (and a resumed run after a kill) never see a partial file."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file so that readers (and a resumed run after a kill) never see a partial one: a temporary file
+    beside it, opened as `open_regular` opens (a link planted at its name is refused), then renamed over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
-        json.dump(payload, fh, indent=2, default=str)
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, payload) -> None:
+    """`write_text_atomic` of `payload` as indented JSON."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
 def inside_run(run_dir: Path, path: Path | str) -> bool:

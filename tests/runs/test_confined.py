@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from core.rundir.files import OutsideRunError, check_links, open_regular, read_inside
+from core.rundir.files import OutsideRunError, check_links, open_regular, read_inside, write_text_atomic
 
 
 def outside_file(tmp_path: Path) -> Path:
@@ -89,6 +89,20 @@ def test_open_regular_truncates_the_runs_own_file(tmp_path):
     with os.fdopen(open_regular(own, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
         fh.write("new\n")
     assert own.read_text() == "new\n"
+
+
+def test_an_atomic_write_refuses_a_link_planted_at_its_temporary_and_leaves_its_target_alone(tmp_path):
+    # a validation's samples file and run.json are written through a temporary beside them: a symbolic link
+    # planted at that name would otherwise have the run overwrite a file outside it
+    outside = outside_file(tmp_path)
+    samples = tmp_path / "2ppl.jsonl"
+    (tmp_path / f".2ppl.jsonl.{os.getpid()}.tmp").symlink_to(outside)
+    with pytest.raises(OutsideRunError):
+        write_text_atomic(samples, '{"id": "1"}\n')
+    assert outside.read_text() == "not the run's\n" and not samples.exists()
+    (tmp_path / f".2ppl.jsonl.{os.getpid()}.tmp").unlink()
+    write_text_atomic(samples, '{"id": "1"}\n')  # the run's own file: written whole
+    assert samples.read_text() == '{"id": "1"}\n'
 
 
 @pytest.mark.parametrize("make, expected", [
