@@ -364,6 +364,12 @@ class RootConfig:
     offline: bool = key(False, "tasks read their offline data")
 
 
+# The keys a resume may change without changing what is trained, left out of run.json's config hash: the fields
+# marked `resume_free`, and Hydra's own node (no field: Hydra adds it). How many processes train is checked apart
+# (`core.rundir.manifest.check_process_count`).
+RESUME_FREE_KEYS = ("hydra", *(dotted for dotted, item, _ in schema_fields(RootConfig) if item.metadata["resume_free"]))
+
+
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
     """(key, data, record): `config` (plain data) in the parts `conf.errors.check_schema` merges onto their records
     one by one: the root with its stages set aside, each stage (so that an error names it: OmegaConf names a key

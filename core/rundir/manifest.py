@@ -24,21 +24,15 @@ from core.parse_limits import ParseLimitError, parse_yaml
 from core.rundir.files import CONFIG, RUN_JSON, STAGES, read_mapping, write_json_atomic, write_text_regular
 from core.rundir.records import StageRecord, StageResult, Status, entry_problem, stage_records
 
-# Keys that may differ between a run and its resume without changing what is trained: Hydra's node and the fields
-# conf/schema.py marks `resume_free` (named here because core/ is below conf/; tests/config/test_keys.py holds the
-# two equal). How many processes train is checked on its own (`check_process_count`).
-RESUME_FREE_KEYS = (
-    "resume", "run_name", "logger", "paths", "hydra", "cpu_threads", "launch", "rollouts", "finals",
-    "on_damaged_checkpoint", "keep_trainer_checkpoints", "eval.batch_size", "eval.backend", "reward.timeout_s",
-)
 # run.json's record of config.yaml's bytes as the run wrote them
 CONFIG_FILE_HASH = "config_file_sha256"
 
 
-def config_hash(resolved: Mapping) -> str:
-    """Hash of the training-relevant part of a resolved config (RESUME_FREE_KEYS left out)."""
+def config_hash(resolved: Mapping, free_keys: Sequence[str]) -> str:
+    """Hash of the training-relevant part of a resolved config: `free_keys` (dotted, at most two deep: the keys a
+    resume may change, `conf.schema.RESUME_FREE_KEYS`) left out."""
     plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
-    for key in RESUME_FREE_KEYS:
+    for key in free_keys:
         head, _, tail = key.partition(".")
         if tail and isinstance(plain.get(head), dict):
             plain[head].pop(tail, None)
@@ -52,7 +46,7 @@ def config_file_hash(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
-def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) -> None:
+def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None, free_keys: Sequence[str]) -> None:
     """Refuse (ConfigError) a run whose config.yaml is not the file the run wrote (`recorded`: its hash in
     run.json), naming the first key whose value differs from the config the run trains on (`resolved`).
 
@@ -71,7 +65,7 @@ def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) ->
     except (yaml.YAMLError, ValueError):  # not YAML any more: named all the same
         pass
     else:
-        changed = _differing(old, new)
+        changed = _differing(old, new, free_keys)
         if changed:
             what = (f"first changed key {changed[0]}: {old.get(changed[0])!r} in the file, the run's "
                     f"{new.get(changed[0])!r}")
@@ -80,12 +74,12 @@ def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None) ->
                       "with the edited config")
 
 
-def changed_keys(config_file: Path, resolved: Mapping) -> list[str]:
-    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (RESUME_FREE_KEYS
-    left out)."""
+def changed_keys(config_file: Path, resolved: Mapping, free_keys: Sequence[str]) -> list[str]:
+    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (`free_keys` left
+    out)."""
     if not config_file.exists():
         return []
-    return _differing(file_values(config_file), _flatten(dict(resolved)))
+    return _differing(file_values(config_file), _flatten(dict(resolved)), free_keys)
 
 
 def file_values(config_file: Path) -> dict:
@@ -97,10 +91,10 @@ def file_values(config_file: Path) -> dict:
     return _flatten(data)
 
 
-def _differing(old: Mapping, new: Mapping) -> list[str]:
-    """The dotted keys whose values differ between two flattened configs, RESUME_FREE_KEYS left out."""
+def _differing(old: Mapping, new: Mapping, free_keys: Sequence[str]) -> list[str]:
+    """The dotted keys whose values differ between two flattened configs, `free_keys` left out."""
     return sorted(k for k in old.keys() | new.keys()
-                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in RESUME_FREE_KEYS))
+                  if old.get(k) != new.get(k) and not any(k == f or k.startswith(f"{f}.") for f in free_keys))
 
 
 def _flatten(tree, prefix: str = "") -> dict:
@@ -143,22 +137,22 @@ def check_process_count(run_dir: Path, world_size: int) -> None:
         )
 
 
-def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> None:
+def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str], free_keys: Sequence[str]) -> None:
     """Refuse (ConfigError) to continue the run in `run_dir` with a config (`resolved`) other than the one it was
     started with, naming the keys that differ; run.json damaged, or not following the plan's stage names
-    (`planned`), is a RuntimeError. Called before anything in the run is removed, so a refused resume leaves it as
-    it was. Nothing to check for a new run.
+    (`planned`), is a RuntimeError; `free_keys` may differ. Called before anything in the run is removed, so a
+    refused resume leaves it as it was. Nothing to check for a new run.
 
-    >>> check_same_config(Path("/nonexistent"), {}, [])
+    >>> check_same_config(Path("/nonexistent"), {}, [], [])
     """
     path = run_dir / RUN_JSON
     if not path.exists():
         return
     manifest = read_manifest(path, planned)
-    recorded, digest = manifest["config_hash"], config_hash(resolved)
+    recorded, digest = manifest["config_hash"], config_hash(resolved, free_keys)
     if recorded != digest:
         try:
-            changed = ", ".join(changed_keys(run_dir / CONFIG, resolved)) or "keys not recorded"
+            changed = ", ".join(changed_keys(run_dir / CONFIG, resolved, free_keys)) or "keys not recorded"
         except ParseLimitError as err:  # a run folder someone sent: its keys are not read, the file is named
             changed = f"keys not read ({err})"
         except (yaml.YAMLError, ValueError):
@@ -167,7 +161,7 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str]) -> N
             f"resume={run_dir}: the config differs from the one this run was started with (hash {recorded} vs "
             f"{digest}) in {changed}; resume with the values in {run_dir / CONFIG}, or start a new run"
         )
-    check_config_file(run_dir, resolved, manifest.get(CONFIG_FILE_HASH))
+    check_config_file(run_dir, resolved, manifest.get(CONFIG_FILE_HASH), free_keys)
 
 
 class Manifest:
@@ -180,15 +174,17 @@ class Manifest:
         self.stages = stage_records(data)
 
     @classmethod
-    def open(cls, run_dir: Path, resolved: dict, planned: Sequence[StageRecord], world_size: int = 1) -> Manifest:
+    def open(cls, run_dir: Path, resolved: dict, planned: Sequence[StageRecord], world_size: int = 1, *,
+             free_keys: Sequence[str]) -> Manifest:
         """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the resolved
-        config `resolved`, its stages `planned` (each `Stage.planned_record()`). `config.yaml` (the resolved
-        config) is written beside it once; a resume keeps the original."""
+        config `resolved` (`free_keys`: what a resume may change), its stages `planned` (each
+        `Stage.planned_record()`). `config.yaml` (the resolved config) is written beside it once; a resume keeps
+        the original."""
         path = run_dir / RUN_JSON
-        digest = config_hash(resolved)
+        digest = config_hash(resolved, free_keys)
         if path.exists():
             names = [str(record.name) for record in planned]
-            check_same_config(run_dir, resolved, names)
+            check_same_config(run_dir, resolved, names, free_keys)
             manifest = cls(path, read_manifest(path, names))
         else:
             manifest = cls(path, {

@@ -7,9 +7,9 @@ import pytest
 
 from conf.keys import groups, key_lines, main
 from conf.ranges import check_field_ranges
-from conf.schema import RootConfig, schema_fields
+from conf.schema import RESUME_FREE_KEYS, schema_fields
 from core.checks import ConfigError
-from core.rundir.manifest import RESUME_FREE_KEYS, config_hash
+from core.rundir.manifest import config_hash
 
 
 @pytest.mark.parametrize("group", sorted(groups()))
@@ -49,9 +49,10 @@ def test_values_in_range_and_nulls_pass():
 
 
 def test_the_resume_hash_leaves_out_the_keys_marked_on_their_fields():
-    assert set(RESUME_FREE_KEYS) == {"hydra", *(dotted for dotted, item, _ in schema_fields(RootConfig)
-                                                  if item.metadata.get("resume_free"))}
-    assert {"eval.batch_size", "reward.timeout_s", "logger", "finals"} <= set(RESUME_FREE_KEYS)
+    # the marked keys, the batch size among them (it changes no result), and none that changes training
+    assert {"hydra", "eval.batch_size", "reward.timeout_s", "logger", "finals"} <= set(RESUME_FREE_KEYS)
+    assert not {"seed", "eval.n", "grpo", "reward", "reward.weights", "curriculum"} & set(RESUME_FREE_KEYS)
     base = {"seed": 1, "eval": {"n": 4, "batch_size": 8}, "logger": {"backend": "none"}}
-    assert config_hash(base) == config_hash({**base, "eval": {"n": 4, "batch_size": 2}, "logger": {}})
-    assert config_hash(base) != config_hash({**base, "eval": {"n": 5, "batch_size": 8}})
+    same = config_hash(base, RESUME_FREE_KEYS)
+    assert same == config_hash({**base, "eval": {"n": 4, "batch_size": 2}, "logger": {}}, RESUME_FREE_KEYS)
+    assert same != config_hash({**base, "eval": {"n": 5, "batch_size": 8}}, RESUME_FREE_KEYS)

@@ -7,6 +7,7 @@ import re
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import RESUME_FREE_KEYS
 from core.checks import ConfigError
 from core.rundir.manifest import Manifest
 from curriculum.plan import Guard, Promote, build_plan
@@ -80,7 +81,8 @@ def test_bad_adaptive_keys_are_named(make_cfg, stages, key):
 def test_run_json_records_the_pool_mix_with_replay(make_cfg, tmp_path):
     cfg = make_cfg("+curriculum=kk_adaptive")
     stages = Manifest.open(tmp_path, OmegaConf.to_container(cfg, resolve=True),
-                           [stage.planned_record() for stage in build_plan(cfg)]).data["stages"]
+                           [stage.planned_record() for stage in build_plan(cfg)],
+                           free_keys=RESUME_FREE_KEYS).data["stages"]
     assert (stages[1]["levels"], stages[1]["pool_levels"]) == ({"3ppl": 1.0}, {"2ppl": 0.2, "3ppl": 0.8})
 
 

@@ -9,6 +9,7 @@ import time
 import pytest
 from omegaconf import OmegaConf
 
+from conf.schema import RESUME_FREE_KEYS
 from core.checks import ConfigError
 from core.parse_limits import MAX_ALIASES, MAX_YAML_NODES
 from core.rundir.manifest import CONFIG_FILE_HASH, Manifest, check_same_config, config_file_hash
@@ -20,7 +21,7 @@ from tests.runs.test_received_folders import alias_bomb
 def _opened(make_cfg, run_dir):
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
     resolved, plan = OmegaConf.to_container(cfg, resolve=True), build_plan(cfg)
-    Manifest.open(run_dir, resolved, [stage.planned_record() for stage in plan])
+    Manifest.open(run_dir, resolved, [stage.planned_record() for stage in plan], free_keys=RESUME_FREE_KEYS)
     return resolved, [stage.name for stage in plan]
 
 
@@ -66,7 +67,7 @@ def test_a_resume_refuses_an_edited_config_file_naming_it(make_cfg, tmp_path, ed
     assert edited != config_file.read_text(), "the edit applies to this config"
     config_file.write_text(edited)
     with pytest.raises(ConfigError) as refused:
-        check_same_config(tmp_path, resolved, planned)
+        check_same_config(tmp_path, resolved, planned, RESUME_FREE_KEYS)
     line = str(refused.value)
     assert "\n" not in line and str(config_file) in line and named.format(file=config_file) in line, line
     assert config_file.read_text() == edited, "the edit is kept"
@@ -79,7 +80,7 @@ def test_a_resume_with_another_config_names_a_config_file_beyond_a_limit_in_a_se
     config_file.write_text(config_file.read_text() + alias_bomb(9, 9))
     started = time.monotonic()
     with pytest.raises(ConfigError) as refused:
-        check_same_config(tmp_path, {**resolved, "seed": resolved["seed"] + 1}, planned)
+        check_same_config(tmp_path, {**resolved, "seed": resolved["seed"] + 1}, planned, RESUME_FREE_KEYS)
     assert time.monotonic() - started < 10, "refused as the file is read, not after expanding it"
     assert str(refused.value).startswith(
         f"resume={tmp_path}: the config differs from the one this run was started with (hash ")
@@ -89,12 +90,13 @@ def test_a_resume_with_another_config_names_a_config_file_beyond_a_limit_in_a_se
 
 def test_an_untouched_config_file_resumes_and_a_deleted_one_is_written_again(make_cfg, tmp_path):
     resolved, planned = _opened(make_cfg, tmp_path)
-    check_same_config(tmp_path, resolved, planned)  # as written: no refusal
+    check_same_config(tmp_path, resolved, planned, RESUME_FREE_KEYS)  # as written: no refusal
     (tmp_path / "config.yaml").unlink()
     cfg = make_cfg("+curriculum=kk_ladder", "experiment=smoke")
-    Manifest.open(tmp_path, resolved, [stage.planned_record() for stage in build_plan(cfg)])
+    Manifest.open(tmp_path, resolved, [stage.planned_record() for stage in build_plan(cfg)],
+                  free_keys=RESUME_FREE_KEYS)
     assert (tmp_path / "config.yaml").is_file()
-    check_same_config(tmp_path, resolved, planned)  # its new hash is the one recorded
+    check_same_config(tmp_path, resolved, planned, RESUME_FREE_KEYS)  # its new hash is the one recorded
 
 
 def test_a_run_json_without_the_hash_is_not_refused(make_cfg, tmp_path):
@@ -103,7 +105,7 @@ def test_a_run_json_without_the_hash_is_not_refused(make_cfg, tmp_path):
     del manifest[CONFIG_FILE_HASH]  # a run written before run.json recorded the file
     (tmp_path / "run.json").write_text(json.dumps(manifest))
     (tmp_path / "config.yaml").write_text("# edited\n" + (tmp_path / "config.yaml").read_text())
-    check_same_config(tmp_path, resolved, planned)
+    check_same_config(tmp_path, resolved, planned, RESUME_FREE_KEYS)
 
 
 @pytest.mark.run

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from conf.schema import RESUME_FREE_KEYS
 from core.distributed import SINGLE, Processes, on_main
 from core.models import resolve_model
 from core.rundir.files import BASELINE, METRICS, RUN_JSON, run_of_final, samples_dir, scan_jsonl, stage_dirname
@@ -92,7 +93,8 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
             kind.check_lengths(stage, rows[stage.name], tokenizer)
         # run.json opened (or started) by the main process; the others get its contents and save nothing
         planned = [stage.planned_record() for stage in plan]
-        opened = on_main(lambda: Manifest.open(run_dir, settings.config, planned, processes.world_size).data, processes)
+        opened = on_main(lambda: Manifest.open(run_dir, settings.config, planned, processes.world_size,
+                                               free_keys=RESUME_FREE_KEYS).data, processes)
         accepted()
         manifest = Manifest(run_dir / RUN_JSON, opened, writes=processes.is_main)
         manifest.pools_drawn(pools.removed)

@@ -14,6 +14,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from conf.schema import RESUME_FREE_KEYS
 from core.checks import ConfigError
 from core.distributed import Processes, broadcast, on_main
 from core.models import configure_cpu_threads
@@ -58,7 +59,7 @@ def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[
             try:
                 held.enter_context(RunLock(run_dir))
                 check_process_count(run_dir, processes.world_size)
-                check_same_config(run_dir, resolved, planned)
+                check_same_config(run_dir, resolved, planned, RESUME_FREE_KEYS)
                 (run_dir / ERROR).unlink(missing_ok=True)
             except (RunLockedError, ConfigError, RuntimeError) as err:
                 refusal = err
