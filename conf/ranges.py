@@ -48,8 +48,11 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
         for name in NON_NEGATIVE:
             if is_number(fields.get(name)) and fields[name] < 0:
                 raise ConfigError(f"{group}.{name}: {fields[name]} is negative; give a value >= 0")
-    for name in stage_names:
-        check_stage_name(name)
+    for name in stage_names:  # a stage's name is a folder's (`stages/<k>-<name>`)
+        if not STAGE_NAME.fullmatch(str(name)):
+            shown = repr(name) if len(str(name)) <= 70 else f"{str(name)[:40]!r}... ({len(str(name))} characters)"
+            raise ConfigError(f"curriculum.stages: stage name {shown} is not a folder name: use up to 64 letters, "
+                              "digits, '.', '_', '+' or '-', starting with a letter or digit")
 
 
 def check_field_ranges(config: dict) -> None:
@@ -80,14 +83,6 @@ def check_cpu_threads(setting, cores: int | None = None) -> None:
     if setting > THREADS_PER_CORE * cores:
         raise ConfigError(f"cpu_threads: {setting} threads on a machine of {cores} cores; use auto, or at most "
                           f"{THREADS_PER_CORE * cores} (threads beyond the cores only wait on each other)")
-
-
-def check_stage_name(name: str) -> None:
-    """A stage's name is a folder's (`stages/<k>-<name>`): up to 64 letters, digits, `.`, `_`, `+` or `-`."""
-    if not STAGE_NAME.fullmatch(str(name)):
-        shown = repr(name) if len(str(name)) <= 70 else f"{str(name)[:40]!r}... ({len(str(name))} characters)"
-        raise ConfigError(f"curriculum.stages: stage name {shown} is not a folder name: use up to 64 letters, digits, "
-                          "'.', '_', '+' or '-', starting with a letter or digit")
 
 
 def check_output_dir(run_dir: Path) -> None:

@@ -48,12 +48,6 @@ class Processes:
         """
         return f"rank {self.rank} of {self.world_size}" if self.many else ""
 
-    def device(self) -> str:
-        """Where this process generates outside the trainer: its own GPU (`cuda:<local rank>`), or the CPU."""
-        import torch
-
-        return f"cuda:{self.local_rank}" if torch.cuda.is_available() else "cpu"
-
 
 SINGLE = Processes()
 

@@ -313,14 +313,21 @@ def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
     return [p for p in every if p in near] or every
 
 
-def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage], n: int) -> int:
-    """Greedy completions a whole run's validations generate: the baseline and every stage, `n` per subset.
+def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
+                           sizes: Mapping[str, int]) -> dict[int, int]:
+    """The completions each validation of a run generates, by stage index (0: the baseline): its subsets under
+    `eval.subsets_after_stage` (`mode`), `sizes[level]` for each (its records times the samples of each).
 
     >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
-    >>> [validation_completions(mode, [f"{p}ppl" for p in range(2, 8)], ladder, 100) for mode in ("all", "near")]
+    >>> every = [f"{p}ppl" for p in range(2, 8)]
+    >>> [sum(validation_completions(mode, every, ladder, dict.fromkeys(every, 100)).values()) for mode in ("all",
+    ...                                                                                                "near")]
     [3600, 2000]
+    >>> validation_completions("near", ["2ppl", "3ppl", "4ppl"], ladder[:2], {"2ppl": 63, "3ppl": 4, "4ppl": 1})
+    {0: 68, 1: 67, 2: 68}
     """
-    return n * sum(len(validation_subsets(mode, subsets, plan, i)) for i in range(len(plan) + 1))
+    return {index: sum(sizes[level] for level in validation_subsets(mode, subsets, plan, index))
+            for index in range(len(plan) + 1)}
 
 
 def prompts_per_step(grpo: Mapping, overrides: Mapping | None = None, world_size: int = 1) -> float:

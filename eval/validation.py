@@ -173,7 +173,8 @@ def validation_engine(settings: ValidationSettings, model_path: str, processes: 
                 shared.close()
         return
     began = time.perf_counter()
-    model, tokenizer = load_for_inference(model_path, processes.device())
+    device = f"cuda:{processes.local_rank}" if torch.cuda.is_available() else "cpu"  # this process's own GPU
+    model, tokenizer = load_for_inference(model_path, device)
     yield HfEngine(model, tokenizer, batch_size=settings.eval.batch_size, setup_seconds=time.perf_counter() - began,
                    processes=processes)
 

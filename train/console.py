@@ -180,28 +180,19 @@ def eta_detail(estimate: Estimate) -> str:
 
 class RunConsole:
     """The run's console: where it writes at the start, its end, and a `StageConsole` per stage. `console` is
-    rich's (a terminal gets the live bar; a log file gets the lines); `clock` times the run for its ETA."""
+    rich's (a terminal gets the live bar; a log file gets the lines); `clock` times the run for its ETA, which counts
+    `completions`: those of each validation to come, by stage index (0: the baseline;
+    `curriculum.plan.validation_completions`)."""
 
     def __init__(self, run_dir: Path, plan: Sequence[Stage], console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, level_word: str = "level",
-                 rewards: Sequence[Mapping] | None = None):
+                 rewards: Sequence[Mapping] | None = None, completions: Mapping[int, int] | None = None):
         self.run_dir, self.plan, self.level_word = run_dir, list(plan), level_word
         self.rewards = rewards  # the reward stack as run.json records it (`reward_stack`)
         self.console = console or Console()
         self.timer = RunTimer({s.index: s.kind_facts.label for s in self.plan}, {s.index: s.steps for s in self.plan},
-                              {}, clock)
+                              dict(completions or {}), clock)
         self.done_steps = 0  # over the whole run, for the live bar
-
-    def expect_validations(self, completions: Mapping[int, int]) -> None:
-        """The completions of each validation to come, by stage index (0: the baseline;
-        `train.eta.planned_completions`)."""
-        self.timer.completions = dict(completions)
-
-    def validation_ended(self, index: int, cost: Mapping | None) -> None:
-        """The validation after stage `index` is done; `cost`: what it cost (`eval.generation.validation_cost`)."""
-        cost = cost or {}
-        generating = float(cost.get("seconds") or 0.0) - float(cost.get("setup_seconds") or 0.0)
-        self.timer.validation_ended(index, generating, int(cost.get("completions") or 0))
 
     def started(self, *, done_steps: int = 0, earlier_rows: Iterable[Mapping] = ()) -> None:
         """The run's folder and the report command; `done_steps`: what a resumed run had trained before, and
@@ -218,9 +209,6 @@ class RunConsole:
         if sync is not None:
             self.console.print(f"wandb (offline), the whole run: {escape(f'wandb sync {sync}')}", soft_wrap=True)
         self.console.print(f"report: {escape(report_command(self.run_dir))}", soft_wrap=True)
-
-    def stage(self, stage: Stage) -> StageConsole:
-        return StageConsole(self, stage, len(self.plan))
 
 
 def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_word: str = "level") -> str:
@@ -255,7 +243,6 @@ class StageConsole(TrainerCallback):
 
     run: RunConsole
     stage: Stage
-    stages: int
     bar: Progress | None = None
     rerouted: list = field(default_factory=list)  # logging handlers sent through the bar's console while it runs
 
@@ -269,7 +256,8 @@ class StageConsole(TrainerCallback):
         timer.training_began(self.stage.index, state.global_step)  # steps a resumed stage had trained before
         if not state.is_world_process_zero:  # with many processes, one console
             return
-        self.run.console.rule(banner(self.stage, self.stages, state.max_steps, state.global_step, self.run.level_word))
+        self.run.console.rule(banner(self.stage, len(self.run.plan), state.max_steps, state.global_step,
+                                     self.run.level_word))
         if self.stage.kind_facts.learns_from_rewards and self.run.rewards:
             self.run.console.print(f"  {escape(reward_formula(self.run.rewards))}", soft_wrap=True, highlight=False)
         self.run.console.print(f"  {escape(eta_detail(timer.estimate()))}", soft_wrap=True, highlight=False)

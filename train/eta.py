@@ -15,28 +15,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-from curriculum.plan import Stage, validation_subsets
 
 # A kind's step time is the mean of its last few steps: enough to smooth one slow step (a checkpoint save, a long
 # group), few enough to follow the policy's completions as they change.
 RECENT_STEPS = 3
-
-
-def planned_completions(plan: Sequence[Stage], mode: str, subsets: Sequence[str], pools: Mapping[str, Sequence],
-                        samples: int) -> dict[int, int]:
-    """The completions each validation will generate, by stage index (0: the baseline): its subsets under
-    `eval.subsets_after_stage` (`mode`), each pool's records `samples` times.
-
-    >>> plan = [Stage(1, "2ppl", "grpo", {"2ppl": 1.0}, steps=8, pool=9), Stage(2, "3ppl", "grpo", {"3ppl": 1.0},
-    ...         steps=1, pool=9)]
-    >>> planned_completions(plan, "near", ["2ppl", "3ppl", "4ppl"], {"2ppl": [0] * 63, "3ppl": [0] * 4, "4ppl": [0]}, 1)
-    {0: 68, 1: 67, 2: 68}
-    """
-    return {index: samples * sum(len(pools[level]) for level in validation_subsets(mode, subsets, plan, index))
-            for index in range(len(plan) + 1)}
 
 
 @dataclass
@@ -130,11 +114,13 @@ class RunTimer:
             self.saves.setdefault(self.kinds[index], []).append(now - self._mark)
         self._mark = now
 
-    def validation_ended(self, index: int, generating: float, completions: int) -> None:
-        """The validation after stage `index` (0: the baseline) is done: `completions` generated in `generating`
-        seconds of its wall time."""
+    def validation_ended(self, index: int, cost: Mapping | None) -> None:
+        """The validation after stage `index` (0: the baseline) is done; `cost`: what it cost
+        (`eval.generation.validation_cost`), its completions generated in its seconds less its setup's."""
+        cost = cost or {}
+        generating = float(cost.get("seconds") or 0.0) - float(cost.get("setup_seconds") or 0.0)
         now = self.clock()
-        self.validations.append(_Validation(now - self._mark, generating, completions))
+        self.validations.append(_Validation(now - self._mark, generating, int(cost.get("completions") or 0)))
         self.validated.add(index)
         self._mark = now
 

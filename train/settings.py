@@ -38,7 +38,7 @@ from eval.settings import (
     subset_levels,
     validation_settings,
 )
-from train.rewards.reward_group import RewardComponent, low_token_share, reward_stack, stack_record
+from train.rewards.reward_group import RewardComponent, low_token_share, reward_stack
 from train.stages.base import StageKind
 from train.stages.fields import check_trainer_fields
 from train.stages.grpo import check_grpo_fields
@@ -72,10 +72,6 @@ class RunSettings:
     # `reward_stack`: `train.rewards.reward_group.reward_stack`); None in a run without a stage that learns from them
     reward_stack: list[dict] | None
 
-    @property
-    def model_name(self) -> str:
-        return str(self.model["name"])
-
 
 def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings:
     """Check `cfg` (ConfigError naming the first bad key) and return what a run of it reads under `processes`."""
@@ -83,6 +79,7 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
     plan = build_plan(cfg, processes.world_size, task=task)
     kinds, stack = check_config(cfg, plan, processes, task=task)
     check_records(task, plan, subset_levels(task, cfg.eval.subsets), cfg.prompt.fmt, seeds=(cfg.seed, cfg.eval.seed))
+    learns = any(stage.kind_facts.learns_from_rewards for stage in plan)  # else the run records no reward stack
     return RunSettings(
         config=OmegaConf.to_container(cfg, resolve=True),
         task=task,
@@ -101,7 +98,7 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
         objective=str(cfg.objective),
         rollouts=as_record(RolloutsConfig, cfg.rollouts),
         finals=as_record(FinalsConfig, cfg.finals),
-        reward_stack=stack_record(stack) if any(stage.kind_facts.learns_from_rewards for stage in plan) else None,
+        reward_stack=[dataclasses.asdict(part) for part in stack] if learns else None,
     )
 
 
@@ -135,7 +132,13 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size,
                         [stage.kind for stage in plan], (funcs, [part.weight for part in stack]))
     _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
-    check_model_id(cfg.model)
+    # a model.id beside a source that never reads it (its model config sets `id: null`, so the user gave it): the
+    # run would train that source's model instead
+    source, model_id = str(cfg.model.get("source")), cfg.model.get("id")
+    if source in SOURCES_WITHOUT_ID and model_id is not None:
+        raise ConfigError(f"model.id: {model_id} is ignored by model.source={source} (it builds its own weights); "
+                          "drop model.id, or load it with model.source=hub (or a hub/local model config such as "
+                          "model=qwen2.5-0.5b-instruct)")
     check_promotions(plan)
     surprising = smoke_on_pretrained_warning(cfg.model, cfg.reward, cfg.grpo)
     if surprising and processes.is_main:
@@ -315,16 +318,6 @@ grpo.optim=adamw_torch (DDP keeps 8-bit AdamW: conf/accelerate/ddp.yaml)
 SOURCES_WITHOUT_ID = ("tiny", "smollm2")
 # Where experiment=smoke's probe reward lives, as a `reward.custom.<name>._target_` names it.
 PROBE_TARGET = f"{low_token_share.__module__}.{low_token_share.__name__}"
-
-
-def check_model_id(model: Mapping) -> None:
-    """Refuse a `model.id` beside a source that never reads it (its model config sets `id: null`, so the user gave
-    it): the run would train that source's model instead."""
-    source, model_id = str(model.get("source")), model.get("id")
-    if source in SOURCES_WITHOUT_ID and model_id is not None:
-        raise ConfigError(f"model.id: {model_id} is ignored by model.source={source} (it builds its own weights); "
-                          "drop model.id, or load it with model.source=hub (or a hub/local model config such as "
-                          "model=qwen2.5-0.5b-instruct)")
 
 
 def smoke_on_pretrained_warning(model: Mapping, reward: Mapping, grpo: Mapping) -> str | None:

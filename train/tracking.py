@@ -28,10 +28,8 @@ from transformers import TrainerCallback
 
 from core.rundir.files import METRICS, ROLLOUTS, VALIDATION, VALIDATION_STEPS, JsonlWriter, NullWriter
 from core.stage_kinds import StageKindFacts
-from core.tracker import open_tracker
 from core.trl_internals import logged_batch
 from curriculum.tasks.base import completion_text
-from train.identity import RunIdentity
 from train.settings import RunSettings
 
 log = logging.getLogger(__name__)
@@ -42,13 +40,6 @@ TRL_PREFIX = "train"
 SUMMARY_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 # metrics.jsonl's own columns beside a trainer's log line (`MetricsCallback`)
 METRICS_TAGS = ("stage", "stage_name", "level", "stage_step", "global_step", "kind")
-
-
-def make_tracker(logger: Mapping, run_dir: Path, identity: RunIdentity, run_id: str, config: dict, *,
-                 writes: bool = True):
-    """The run's tracker (core/tracker.py), named, grouped and typed by its `identity`."""
-    return open_tracker(logger, run_dir, name=identity.name, group=identity.group, job_type=identity.job_type,
-                        run_id=run_id, config=config, writes=writes)
 
 
 def tracker_config(settings: RunSettings) -> dict:

@@ -224,15 +224,6 @@ class Manifest:
         if self.writes:
             write_json_atomic(self.path, self.data)
 
-    @property
-    def config_hash(self) -> str:
-        return self.fields["config_hash"]
-
-    @property
-    def baseline(self) -> dict | None:
-        """The baseline validation's summary (level -> accuracy, mean_tokens), None until it ran."""
-        return self.fields["baseline"]
-
     def update(self, **fields) -> None:
         """Change the run's own fields (not its stages'); a status must be a run's."""
         if "status" in fields:

@@ -251,11 +251,6 @@ class StageResult:
                    distributed=info.get("distributed"), final_marker=final_marker)
 
 
-def final_digests(folder: Path) -> dict:
-    """The digests a final's marker records: every file in it but the marker itself."""
-    return folder_digests(folder, exclude=(FINAL_MARKER,))
-
-
 def weights_problem(folder: Path, recorded) -> str | None:
     """`damage` of a checkpoint against its recorded digests, which must name its weights."""
     if isinstance(recorded, dict) and not any(name in recorded for name in WEIGHT_FILES):

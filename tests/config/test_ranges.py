@@ -7,8 +7,9 @@ import os
 import re
 
 import pytest
+from omegaconf import OmegaConf
 
-from conf.ranges import check_cpu_threads, check_stage_name
+from conf.ranges import check_cpu_threads, check_ranges
 from core.checks import ConfigError
 from curriculum.plan import build_plan
 from tests.conftest import run_cli
@@ -155,7 +156,7 @@ def test_cpu_threads_are_capped_by_the_machines_cores(threads, cores, passes):
 @pytest.mark.parametrize("name", [".hidden", "-a", "a/b", "a b", "x" * 65, "é"])
 def test_a_stage_name_that_is_no_folder_name_is_refused(name):
     with pytest.raises(ConfigError, match="^curriculum.stages: stage name "):
-        check_stage_name(name)
+        check_ranges(OmegaConf.create({}), [name])
 
 
 # (override, the one line): OmegaConf's error named no key ("config error: None: ...")

@@ -211,13 +211,12 @@ def test_every_stage_syncs_weights_to_a_vllm_server_through_the_configured_port(
 
 def test_only_the_main_process_opens_a_wandb_run(tmp_path):
     """One wandb run per curriculum run: a rank other than the main one gets a tracker that sends nothing."""
-    from core.tracker import NullTracker
-    from train.identity import RunIdentity
-    from train.tracking import make_tracker
+    from core.tracker import NullTracker, open_tracker
 
     logger = {"backend": "wandb", "project": "kk", "mode": "offline"}
-    identity = RunIdentity(tmp_path.name, None, None)
-    assert isinstance(make_tracker(logger, tmp_path, identity, "run-1", {}, writes=False), NullTracker)
+    tracker = open_tracker(logger, tmp_path, name=tmp_path.name, group=None, job_type="train", run_id="run-1",
+                           config={}, writes=False)
+    assert isinstance(tracker, NullTracker)
     assert not (tmp_path / "wandb").exists(), "nothing written by the other rank"
 
 

@@ -83,18 +83,18 @@ def test_the_stand_ins_use_trls_own_names():
 
 
 @pytest.mark.run
-def test_the_port_is_free_for_the_next_stage_once_training_ends(server_url):
+def test_the_port_is_free_for_the_next_stage_once_the_stage_is_torn_down(server_url):
     port = free_port()
     client = connected_client(server_url, port)
     with pytest.raises(Exception, match="(?i)address already in use"):
         open_group(port)  # what the next stage's init_communicator met while the group stayed open
     sync = WeightSyncGroup()
     sync.bind(server_mode_trainer(client))
-    sync.on_train_end(None, None, None)
+    sync.release()  # run_stage's teardown
     assert client.communicator is None
     reopened = open_group(port)  # the next stage's group, on the same port
     assert reopened.store is not None
-    sync.release()  # the teardown after a normal end: nothing left to close
+    sync.release()  # a second release: nothing left to close
 
 
 class FailingTrainer:
@@ -136,7 +136,6 @@ def test_a_trainer_without_a_server_client_is_left_alone(generation):
     sync = WeightSyncGroup()
     sync.bind(SimpleNamespace(vllm_generation=generation) if generation is not None else SimpleNamespace())
     assert sync.client is None
-    sync.on_train_end(None, None, None)
     sync.release()
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from curriculum.plan import Stage
-from train.console import RunConsole
+from train.console import RunConsole, StageConsole
 from train.eta import RunTimer
 
 PLAN = [Stage(1, "sft", "sft", {"2ppl": 0.5, "3ppl": 0.5}, steps=4, pool=8),
@@ -33,13 +33,13 @@ def validate(run: RunConsole, clock: Clock, index: int) -> None:
     """A validation as the runner times it: its wall time is the engine's start plus its generation."""
     run.timer.validation_began(index)
     clock.now += ENGINE + PER_COMPLETION * COMPLETIONS
-    run.validation_ended(index, {"seconds": ENGINE + PER_COMPLETION * COMPLETIONS, "setup_seconds": ENGINE,
-                                 "completions": COMPLETIONS})
+    run.timer.validation_ended(index, {"seconds": ENGINE + PER_COMPLETION * COMPLETIONS, "setup_seconds": ENGINE,
+                                       "completions": COMPLETIONS})
 
 
 def train(run: RunConsole, clock: Clock, stage: Stage, step_seconds: float, etas: list[tuple[float, str]]) -> None:
     """One stage through its StageConsole's callbacks; the ETA after each step, at the time it was given."""
-    callback, state = run.stage(stage), TrainerState(max_steps=stage.steps)
+    callback, state = StageConsole(run, stage), TrainerState(max_steps=stage.steps)
     args, control = TrainingArguments(output_dir="unused", report_to=[]), TrainerControl()
     clock.now += START
     callback.on_train_begin(args, state, control)
@@ -55,8 +55,8 @@ def train(run: RunConsole, clock: Clock, stage: Stage, step_seconds: float, etas
 
 def test_the_eta_counts_each_kinds_steps_the_stage_starts_and_saves_and_the_validations_to_come(tmp_path):
     clock, out = Clock(), io.StringIO()
-    run = RunConsole(tmp_path, PLAN, Console(file=out, width=200), clock=clock)
-    run.expect_validations(dict.fromkeys(range(4), COMPLETIONS))
+    run = RunConsole(tmp_path, PLAN, Console(file=out, width=200), clock=clock,
+                     completions=dict.fromkeys(range(4), COMPLETIONS))
     etas: list = []
     validate(run, clock, 0)
     for stage, step in zip(PLAN, (SFT_STEP, GRPO_STEP, GRPO_STEP), strict=True):
@@ -87,7 +87,7 @@ def test_the_eta_follows_a_policy_whose_completions_shorten_as_it_learns():
     timer = RunTimer({1: "GRPO", 2: "GRPO"}, {1: 6, 2: 2}, {0: COMPLETIONS, 1: COMPLETIONS, 2: COMPLETIONS}, clock)
     timer.validation_began(0)
     clock.now += ENGINE + 4.0 * COMPLETIONS  # the baseline: 4 s a completion
-    timer.validation_ended(0, 4.0 * COMPLETIONS, COMPLETIONS)
+    timer.validation_ended(0, {"seconds": 4.0 * COMPLETIONS, "completions": COMPLETIONS})
     timer.training_began(1)
     for seconds in (50.0, 40.0, 30.0, 20.0):
         clock.now += seconds
@@ -100,7 +100,7 @@ def test_the_eta_follows_a_policy_whose_completions_shorten_as_it_learns():
     clock.now += SAVE
     timer.validation_began(1)
     clock.now += ENGINE + 1.0 * COMPLETIONS  # the trained policy answers 4x faster than the baseline did
-    timer.validation_ended(1, 1.0 * COMPLETIONS, COMPLETIONS)
+    timer.validation_ended(1, {"seconds": 1.0 * COMPLETIONS, "completions": COMPLETIONS})
     parts = {p.what: (p.count, p.each) for p in timer.estimate().parts}
     assert parts["GRPO step"] == (2, 20.0) and parts["stage save"] == (1, SAVE)
     assert parts["validation"] == (1, ENGINE + 1.0 * COMPLETIONS)  # at the latest rate: 12 s, where the mean says 24
@@ -128,7 +128,7 @@ def test_a_library_warning_prints_above_the_live_bar_not_inside_it(tmp_path):
     library.addHandler(handler)
     try:
         run = RunConsole(tmp_path, PLAN[:1], console, clock=Clock())
-        callback, state = run.stage(PLAN[0]), TrainerState(max_steps=4)
+        callback, state = StageConsole(run, PLAN[0]), TrainerState(max_steps=4)
         args, control = TrainingArguments(output_dir="unused", report_to=[]), TrainerControl()
         callback.on_train_begin(args, state, control)
         callback.on_step_end(args, state, control)

@@ -13,7 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from core.checks import ConfigError
-from core.rundir.records import FINAL_MARKER, final_digests, marker_digest
+from core.rundir.records import FINAL_MARKER, folder_digests, marker_digest
 from eval.__main__ import run_config
 from eval.checkpoint import check_final, check_task, check_tokenizer_files, checkpoint_source, run_cpu_threads
 from tests.conftest import compose_cfg, run_cli
@@ -25,7 +25,8 @@ def publish(final: Path, stage: str, task: str = "kk") -> str:
     (final / "config.json").write_text("{}")
     (final / "tokenizer_config.json").write_text('{"chat_template": "{{ messages }}"}')
     (final / "model.safetensors").write_bytes(f"the weights of stage {stage}".encode())
-    marker = {"stage": stage, "config_hash": "c0ffee", "task": task, "files": final_digests(final)}
+    files = folder_digests(final, exclude=(FINAL_MARKER,))  # every file but the marker itself
+    marker = {"stage": stage, "config_hash": "c0ffee", "task": task, "files": files}
     (final / FINAL_MARKER).write_text(json.dumps(marker))
     return marker_digest(final)
 

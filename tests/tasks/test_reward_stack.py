@@ -4,6 +4,7 @@ show it; and the report's header reads that record, not config.yaml."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 
@@ -14,7 +15,7 @@ from core.checks import ConfigError
 from curriculum.tasks.gsm8k import GSM8KTask
 from curriculum.tasks.kk import KKTask
 from eval.report import cli as report
-from train.rewards.reward_group import reward_stack, stack_record
+from train.rewards.reward_group import reward_stack
 from train.settings import read_settings
 
 W, D, C, L = "reward.weights", "task default", "reward.custom", "logged"
@@ -90,9 +91,9 @@ def test_a_built_in_tasks_reward_file_and_an_override_name_its_keys(make_cfg):
     funcs, stack = reward_stack(cfg.reward, GSM8KTask(source="sample"), fmt=str(cfg.prompt.fmt),
                                 max_completion_length=200)
     # integer at weight 0 is left out (GSM8K runs none at weight 0); the rest are reward=gsm8k_stack's
-    assert stack_record(stack) == [{"name": n, "weight": w, "source": W}
-                                   for n, w in (("correctness", 2.0), ("strict_format", 0.5), ("soft_format", 0.5),
-                                                ("xml_count", 0.5))]
+    assert [dataclasses.asdict(part) for part in stack] == [
+        {"name": n, "weight": w, "source": W}
+        for n, w in (("correctness", 2.0), ("strict_format", 0.5), ("soft_format", 0.5), ("xml_count", 0.5))]
     assert [f([" <answer>\n7\n</answer>"], answer=["7"])[0] for f in funcs[:1]] == [1.0]  # still the function
 
 

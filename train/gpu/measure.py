@@ -156,7 +156,8 @@ def validation_projection(after_stage: dict | None, plan) -> dict | None:
     per_completion = (after_stage["seconds"] - after_stage["setup_seconds"]) / after_stage["completions"]
     out = {"seconds_per_completion": round(per_completion, 4), "setup_seconds": after_stage["setup_seconds"]}
     for mode in ("all", "near"):
-        completions = validation_completions(mode, PLAN_SUBSETS, plan, PLAN_N)
+        sizes = dict.fromkeys(PLAN_SUBSETS, PLAN_N)
+        completions = sum(validation_completions(mode, PLAN_SUBSETS, plan, sizes).values())
         seconds = completions * per_completion + (len(plan) + 1) * after_stage["setup_seconds"]
         out[mode] = {"completions": completions, "minutes": round(seconds / 60, 1)}
     return out

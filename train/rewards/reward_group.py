@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import TypeVar
 
 from hydra.errors import InstantiationException
@@ -97,11 +97,6 @@ def task_reward_funcs(reward_cfg, task: Task, *, fmt: str,
     """
     funcs, stack = reward_stack(reward_cfg, task, fmt=fmt, max_completion_length=max_completion_length)
     return funcs, [component.weight for component in stack]
-
-
-def stack_record(stack: list[RewardComponent]) -> list[dict]:
-    """The components as run.json records them (`reward_stack`): one {name, weight, source} each, in TRL's order."""
-    return [asdict(component) for component in stack]
 
 
 def _rewards_of(task: Task) -> str:

@@ -81,7 +81,7 @@ def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_rea
             starts[stage.index] = StageStart(StageAction.SKIP, stage)
             continue
         try:
-            adopted = adopted_final(run_dir, stage, manifest.config_hash)
+            adopted = adopted_final(run_dir, stage, manifest.fields["config_hash"])
         except RuntimeError as err:  # a final this run did not train: the stage fails, and run.json says why
             manifest.stage_failed(stage.index, failure_line(err, manifest.world_size != 1))
             raise

@@ -37,14 +37,14 @@ from core.rundir.records import (
     stage_final,
     validation_summary,
 )
+from core.tracker import open_tracker
 from curriculum.data import draw_pools
-from curriculum.plan import Stage, validation_subsets
+from curriculum.plan import Stage, validation_completions, validation_subsets
 from curriculum.tasks.base import TaskRecord
 from eval.generation import validation_cost
 from eval.validation import validate
 from eval.vllm_engine import ProcessEngine
-from train.console import RunConsole
-from train.eta import planned_completions
+from train.console import RunConsole, StageConsole
 from train.failures import failure_line
 from train.identity import RunIdentity
 from train.run.replay import replay_history
@@ -54,7 +54,7 @@ from train.run.start import cpu_warning, process_engine, run_lock, run_size, run
 from train.settings import RunSettings
 from train.stages.base import StageContext, StageKind
 from train.stages.training import CheckpointDigests, ExactStart, WeightSyncGroup, run_stage
-from train.tracking import MetricsCallback, RolloutSampler, RunLogs, make_tracker, tracker_config
+from train.tracking import MetricsCallback, RolloutSampler, RunLogs, tracker_config
 
 log = logging.getLogger(__name__)
 
@@ -70,19 +70,20 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
     is called once nothing can refuse the run any more, before it changes anything in a run it continues.
     """
     plan, validation = settings.plan, settings.validation
-    console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word, rewards=settings.reward_stack)
     if processes.is_main:  # what the run will generate, before anything loads
         size = run_size(settings.grpo, plan, validation, processes.world_size)
         log.info(size.describe())
-        warning = None if torch.cuda.is_available() else cpu_warning(size, settings.model_name)
+        warning = None if torch.cuda.is_available() else cpu_warning(size, str(settings.model["name"]))
         if warning:
             log.warning(warning)
     with run_lock(run_dir, processes, settings.config, [stage.name for stage in plan]):
         # Data, prompts and their lengths first: bad input fails before anything is written here.
         pools = draw_pools(settings.task, plan, validation.subsets, n=validation.eval.n, eval_seed=validation.eval.seed,
                            seed=settings.seed)
-        console.expect_validations(planned_completions(plan, validation.eval.subsets_after_stage, validation.subsets,
-                                                       pools.held_out, validation.eval.samples))
+        sizes = {level: len(records) * validation.eval.samples for level, records in pools.held_out.items()}
+        completions = validation_completions(validation.eval.subsets_after_stage, validation.subsets, plan, sizes)
+        console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word, rewards=settings.reward_stack,
+                             completions=completions)
         # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
         # from rank 0 only, so a cache entry another rank built would hold no weights
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
@@ -103,7 +104,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         tracked = manifest.fields.get("status") != Status.DONE  # a done run's resume: no new (empty) tracker run
         manifest.fields.pop("error", None)  # a failed attempt's: this one records its own
         manifest.update(base_model=base, status=Status.RUNNING, cpu_threads=threads, reward_stack=settings.reward_stack,
-                        tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.config_hash),
+                        tracker_id=manifest.fields.get("tracker_id") or identity.new_id(manifest.fields["config_hash"]),
                         task_report=settings.task.report.as_json())  # how the report shows the task (data only)
         if processes.is_main:
             done = manifest.global_step_before(len(plan) + 1)  # a resume's ETA starts from its earlier step times
@@ -125,7 +126,8 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
     tracker = engine = None
     try:
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
-        tracker = make_tracker(settings.logger, run_dir, identity, manifest.fields["tracker_id"],
+        tracker = open_tracker(settings.logger, run_dir, name=identity.name, group=identity.group,
+                               job_type=identity.job_type, run_id=manifest.fields["tracker_id"],
                                config=tracker_config(settings), writes=processes.is_main and tracked)
         if processes.is_main and tracked:
             # the offline wandb folder this attempt writes (relative to the run), which holds the whole run once a
@@ -184,7 +186,7 @@ class CurriculumRun:
         """The baseline, then each stage as `plan_stages` answers for it: train from the previous stage's final and
         publish its own (or publish, or adopt, what a killed attempt left), then validate it; a done stage is
         skipped. Then `finals` applies to the finals nothing still to train reads (run.json says which)."""
-        resumed = self.manifest.baseline is not None  # an earlier attempt logged it, and perhaps stages
+        resumed = self.manifest.fields["baseline"] is not None  # an earlier attempt logged it, and perhaps stages
         if not resumed:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
             self.manifest.update(baseline=summary, baseline_validation_cost=cost)
@@ -246,7 +248,7 @@ class CurriculumRun:
                                                        history=start.history)
                 self.manifest.stage_started(stage.index, policy_init=init)
                 context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
-                                       config_hash=self.manifest.config_hash, task=self.settings.task.name,
+                                       config_hash=self.manifest.fields["config_hash"], task=self.settings.task.name,
                                        keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
                                        processes=self.processes, callbacks=callbacks, resume_from=start.checkpoint,
                                        resume_at_budget=start.action is StageAction.PUBLISH, engine=self.engine,
@@ -284,7 +286,7 @@ class CurriculumRun:
         ends = StageEnd(skill, guard, stage.promote.accuracy if stage.promote else None,
                         record_stop=lambda record: self.manifest.update_stage(stage.index, end=record))
         watch = [c for c in (DivergenceStop(stage.name, self.processes), skill, guard, ends) if c is not None]
-        shown = [self.console.stage(stage)] if self.console is not None else []
+        shown = [StageConsole(self.console, stage)] if self.console is not None else []
         if stage.kind_facts.learns_from_rewards and logs.rollouts is not None and rollouts.every:
             shown.append(RolloutSampler(logs.rollouts, logs.tracker, every=rollouts.every, groups=rollouts.groups,
                                         stage_index=stage.index, stage_name=stage.name, step_offset=step_offset))
@@ -303,9 +305,10 @@ class CurriculumRun:
                         out_dir=samples_dir(self.run_dir, stage_dirname(index, name)),
                         writer=self.logs.validation, tracker=self.logs.tracker, processes=self.processes,
                         engine=self.engine)
+        cost = validation_cost(rows)
         if self.console is not None:
-            self.console.validation_ended(index, validation_cost(rows))
-        return validation_summary(rows), validation_cost(rows)
+            self.console.timer.validation_ended(index, cost)
+        return validation_summary(rows), cost
 
 
 def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:

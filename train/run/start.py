@@ -142,7 +142,8 @@ def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSetting
         tokens += stage.steps * per_step * length
         longest = max(longest, length)
     v = validation
-    validated = validation_completions(v.eval.subsets_after_stage, v.subsets, plan, v.eval.n * v.eval.samples)
+    sizes = dict.fromkeys(v.subsets, v.eval.n * v.eval.samples)
+    validated = sum(validation_completions(v.eval.subsets_after_stage, v.subsets, plan, sizes).values())
     return RunSize(len(plan), grpo_steps, sft_steps, completions, tokens, longest, validated,
                    validated * v.eval.max_new_tokens, v.eval.max_new_tokens, processes)
 

@@ -35,7 +35,6 @@ from core.rundir.records import (
     DIGESTS,
     FINAL_MARKER,
     StageResult,
-    final_digests,
     folder_digests,
     marker_digest,
     weights_problem,
@@ -184,7 +183,8 @@ def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path
 
 def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
     """Mark `tmp_dir` complete (its files' digests in the marker) and move it to `final_dir` in one rename."""
-    (tmp_dir / FINAL_MARKER).write_text(json.dumps({**info, "files": final_digests(tmp_dir)}, indent=2))
+    files = folder_digests(tmp_dir, exclude=(FINAL_MARKER,))  # every file of the final but the marker itself
+    (tmp_dir / FINAL_MARKER).write_text(json.dumps({**info, "files": files}, indent=2))
     if final_dir.exists():  # an earlier final without a marker, or damaged: never handed off
         shutil.rmtree(final_dir)
     os.replace(tmp_dir, final_dir)
@@ -243,8 +243,9 @@ class WeightSyncGroup(TrainerCallback):
     TRL 1.16's `VLLMClient.init_communicator` (main process only) opens a group whose TCP store listens on
     `vllm_group_port` in this process, and closes it only at exit; the next stage's trainer, in the same process,
     opens it again on the same port. `close_communicator` drops the store and the NCCL communicator (the server's
-    side is replaced at its next `/init_weight_transfer_engine`). Closed at the end of training and at the stage's
-    teardown (`release`), since `on_train_end` never runs when training raises or a resume publishes without a step.
+    side is replaced at its next `/init_weight_transfer_engine`). Closed at the stage's teardown (`release`, from
+    `run_stage`'s `finally`): a trainer's `on_train_end` never runs when training raises or a resume publishes
+    without a step, and the next stage's trainer is built only after it.
     """
 
     client: Any = None  # TRL's VLLMClient, once bound to a server-mode trainer on the main process
@@ -253,9 +254,6 @@ class WeightSyncGroup(TrainerCallback):
         generation = getattr(trainer, "vllm_generation", None)
         if getattr(generation, "mode", None) == "server":
             self.client = getattr(generation, "vllm_client", None)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.release()
 
     def release(self) -> None:
         """Close the group, once."""
