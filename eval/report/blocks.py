@@ -1,8 +1,6 @@
-"""The blocks a report is made of, its cells (rates with intervals, changes marked), rendered to Markdown and HTML.
-
-report.html is report.md rendered by markdown-it-py, so the two never disagree. Everything read from a run folder
-is untrusted: headings, cells, captions and completions are plain text, escaped here; a `Text` block is Markdown,
-so its author escapes what it interpolates (`md_escape`, `code`). The page embeds only the report's own images.
+"""The blocks a report is made of, its cells (rates with intervals, changes marked), rendered to Markdown, and
+report.md rendered to HTML. Everything read from a run folder is untrusted: headings, cells, captions and completions
+are plain text, escaped here; a `Text` block is Markdown, its author escapes what it interpolates (`md_escape`, `code`).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from core.rundir.records import level_order, row_level
 from core.stats import change, rate_text
 from curriculum.tasks.base import TaskReport
 from eval.report.series import StageGrid
@@ -98,14 +95,13 @@ def short_number(text) -> str:
 # only where it can open or close emphasis, not in key_names), and what starts a block at a line's start.
 _INLINE = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:]|$)")
 # ... in text something safe follows (a cell's "|", a heading's line end): a final "]" cannot meet a "("
-_INLINE_CLOSED = re.compile(r"[\\`*<>&|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\](?=[(\[:])")
+_INLINE_CLOSED = re.compile(_INLINE.pattern.replace("|$)", ")"))
 _BLOCK_START = re.compile(r"^(?:[#>]|[-+](?=\s))|^\d+([.)])(?=\s|$)")
 
 
 def md_escape(text, *, line_start: bool = True, inline: re.Pattern = _INLINE) -> str:
-    r"""Untrusted text made inert in Markdown: one line; no link, image, emphasis, code, raw HTML or cell break can
-    start from it, nor a heading or list at a line's start (`line_start`). Only a `]` that could open a link is
-    escaped, so an interval "[0.20, 0.90]" stays readable.
+    r"""Untrusted text made inert in Markdown, on one line: no link, image, emphasis, code, raw HTML or cell break,
+    nor a heading or list at a line's start (`line_start`); only a `]` that could open a link is escaped.
 
     >>> md_escape("![x](/etc/passwd) <script>*a* b_c_d</script> | `x`")
     '![x\\](/etc/passwd) \\<script\\>\\*a\\* b_c_d\\</script\\> \\| \\`x\\`'
@@ -269,8 +265,7 @@ def _heading_with_anchor(self, tokens, idx, options, env) -> str:
 
 
 def to_html(title: str, markdown: str, image_dir: Path, images: Sequence[str] = ()) -> str:
-    """One self-contained page: raw HTML escaped, long completions folded, only `images` (names in `image_dir`)
-    embedded."""
+    """One self-contained page: raw HTML escaped, long completions folded, only `images` (in `image_dir`) embedded."""
     renderer = MarkdownIt("commonmark", {"html": False}).enable("table")
     renderer.add_render_rule("image", _embedded_image)
     renderer.add_render_rule("fence", _folded_completion)
@@ -301,27 +296,23 @@ def change_note(report: TaskReport) -> str:
             "test would be sharper: this one marks less rather than more.")
 
 
-def change_marks(values: Sequence[float | None], ns: Sequence[int | None]) -> list[str]:
-    """"▲" / "▼" / "" per stage: a change from the last stage above that has a value, beyond chance.
-
-    >>> change_marks([0.1, None, 0.6, 0.55], [100, None, 100, 100])
-    ['', '', '▲', '']
-    """
-    marks, last = [], None
-    for value, n in zip(values, ns, strict=True):
-        step = change(*last, value, n) if last is not None else 0
-        marks.append({1: UP, -1: DOWN}.get(step, ""))
-        if value is not None:
-            last = (value, n)
-    return marks
+def marked(value: float | None, n: int | None, before: tuple[float | None, int | None] = (None, None)) -> str:
+    """A rate with its interval and n, "▲" / "▼" where it is up / down from `before` (value, n) beyond chance."""
+    return f"{rate_text(value, n)} {({1: UP, -1: DOWN}).get(change(*before, value, n), '')}".rstrip()
 
 
 def rate_cells(grid: StageGrid, level: str) -> list[str]:
-    """One subset's column: each stage's rate with its interval and n, and its change mark."""
-    values = grid.values[level]
-    ns = grid.trials.get(level) or [None] * len(values)
-    return [f"{rate_text(v, n)} {mark}".rstrip() if v is not None else "-"
-            for v, n, mark in zip(values, ns, change_marks(values, ns), strict=True)]
+    """One subset's column: each stage's rate, marked where it changed from the last stage above with one.
+
+    >>> rate_cells(StageGrid(list("abcd"), ["2ppl"], {"2ppl": [0.1, None, 0.6, 0.55]}, {"2ppl": [100, None, 100, 100]}),
+    ...            "2ppl")
+    ['0.100 [0.06, 0.17] n=100', '-', '0.600 [0.50, 0.69] n=100 ▲', '0.550 [0.45, 0.64] n=100']
+    """
+    cells, last = [], (None, None)
+    for value, n in zip(grid.values[level], grid.trials.get(level) or [None] * len(grid.stages), strict=True):
+        cells.append(marked(value, n, last))
+        last = last if value is None else (value, n)
+    return cells
 
 
 def grid_table(grid: StageGrid, *, rate: bool = True) -> Table:
@@ -330,20 +321,3 @@ def grid_table(grid: StageGrid, *, rate: bool = True) -> Table:
                for level in grid.levels}
     rows = [[stage, *(columns[level][i] for level in grid.levels)] for i, stage in enumerate(grid.stages)]
     return Table(["after stage", *grid.levels], rows)
-
-
-def pool_sizes(rows: Sequence[dict], report: TaskReport) -> list[Text]:
-    """What the accuracies count: the distinct records of each subset and the samples per record.
-
-    >>> pool_sizes([{"level": "2steps", "n": 63, "puzzles": 63}, {"level": "3steps", "n": 200, "puzzles": 100}],
-    ...            TaskReport())[0].text
-    '**validation pools** (distinct problems): 2steps 63 · 3steps 100 (2 samples each)'
-    """
-    latest = {row_level(row): row for row in rows if row_level(row) is not None}
-    parts = []
-    for level in sorted(latest, key=level_order):
-        row = latest[level]
-        puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
-        samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
-        parts.append(f"{level} {fmt(puzzles)}{samples}")
-    return [Text(f"**validation pools** ({md_escape(report.distinct)}): " + " · ".join(parts))] if parts else []

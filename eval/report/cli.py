@@ -2,13 +2,11 @@
 
 DIR: a run, a Hydra multirun (sweep) or a `python -m eval` folder (default: the latest under ROOT, the config's
 `paths.output_dir`); its report goes to `DIR/report/`. Several runs are laid side by side in one report, written to
-OUT (default ROOT/compare/<time>/). Data that is missing (a run in progress, a key not logged) becomes a note.
-"""
+OUT (default ROOT/compare/<time>/). Missing data (a run in progress, a key not logged) becomes a note."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,11 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from conf import CONF_DIR
-from core.rundir.files import ERROR, EVALUATION, LOCK_FILE, OWNER_FILE, RUN_JSON
+from core.rundir.files import ERROR, EVALUATION, LOCK_FILE, OWNER_FILE, RUN_JSON, write_text_atomic
 from eval.report.blocks import Image, to_html, to_markdown
-from eval.report.compare import compare_report
 from eval.report.run import evaluation_report, is_evaluation, run_report
-from eval.report.sweep import sweep_report
+from eval.report.sweep import compare_report, sweep_report
 
 REPORT_DIR = "report"
 
@@ -35,9 +32,8 @@ def is_sweep(path: Path) -> bool:
 
 
 def _last_modified(path: Path) -> float:
-    """Newest mtime of what a run or sweep holds, two levels deep (its own misses files rewritten in place), the
-    report folder and the lock's files left out: reporting on an old run, or a refused resume, must not make it
-    the latest."""
+    """Newest mtime of what a run or sweep holds, two levels deep, its report and lock files left out (reporting on
+    an old run, or a refused resume, must not make it the latest)."""
     times = []
     for child in path.iterdir():
         if child.name not in (REPORT_DIR, LOCK_FILE, OWNER_FILE):
@@ -75,25 +71,15 @@ def refuse_non_run(target: Path) -> None:
 
 
 def latest_output(outputs: Path) -> Path | None:
-    """The most recently modified of `outputs`/runs/* (with a run.json: a config error's folder has nothing to
-    report) and `outputs`/multirun/*, or None."""
+    """The most recently modified of `outputs`/runs/* with a run.json and `outputs`/multirun/*, or None."""
     candidates = [p for sub in ("runs", "multirun") if (outputs / sub).is_dir()
                   for p in (outputs / sub).iterdir() if p.is_dir() and (sub == "multirun" or (p / RUN_JSON).exists())]
     return max(candidates, key=_last_modified, default=None)
 
 
-def _replace_text(path: Path, text: str) -> None:
-    """Write through a temporary file and rename over `path`: a symlink there is replaced, never followed."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def write_document(out_dir: Path, report: Callable[..., tuple[str, list]], target) -> Path:
-    """report.md and report.html of `report`'s blocks in `out_dir`, made a real folder (a planted symlink must not
-    send the files elsewhere) and emptied of PNGs (a figure skipped this time must not linger); the page embeds
-    only the PNGs these blocks drew."""
+    """report.md and report.html of `report`'s blocks in `out_dir`, made a real folder (not a planted symlink) and
+    emptied of PNGs (a figure skipped this time must not linger); the page embeds only the PNGs these blocks drew."""
     if out_dir.is_symlink():
         out_dir.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,9 +87,9 @@ def write_document(out_dir: Path, report: Callable[..., tuple[str, list]], targe
         stale.unlink()
     title, blocks = report(target, out_dir)
     markdown = to_markdown(title, blocks)
-    _replace_text(out_dir / "report.md", markdown)
+    write_text_atomic(out_dir / "report.md", markdown)
     images = [block.path.name for block in blocks if isinstance(block, Image)]
-    _replace_text(out_dir / "report.html", to_html(title, markdown, out_dir, images))
+    write_text_atomic(out_dir / "report.html", to_html(title, markdown, out_dir, images))
     return out_dir
 
 
@@ -117,15 +103,6 @@ def configured_output_dir() -> Path:
     """`paths.output_dir` of the composed config: where `python -m train` puts runs and sweeps."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return Path(compose("config").paths.output_dir)
-
-
-def write_comparison(targets: Sequence[Path], out_dir: Path) -> Path:
-    """Write the side-by-side report of `targets` (run folders) into `out_dir`; returns it."""
-    sweeps = [t for t in targets if is_sweep(t)]
-    if sweeps:
-        raise SystemExit(f"{sweeps[0]}: a sweep; compare runs (a sweep's jobs are <sweep>/<n>), or report "
-                         "the sweep alone")
-    return write_document(out_dir, compare_report, targets)
 
 
 def main(argv: Sequence[str] | None = None) -> Path:
@@ -153,10 +130,12 @@ def main(argv: Sequence[str] | None = None) -> Path:
     if len(targets) == 1:
         out_dir, what = write_report(targets[0]), f"report for {escape(str(targets[0]))}"
     else:
+        if sweeps := [t for t in targets if is_sweep(t)]:
+            raise SystemExit(f"{sweeps[0]}: a sweep; compare runs (a sweep's jobs are <sweep>/<n>), or report "
+                             "the sweep alone")
         # by default inside none of the compared runs
         out = args.out or (args.outputs or configured_output_dir()) / "compare" / time.strftime("%Y-%m-%d_%H-%M-%S")
-        out_dir = write_comparison(targets, out)
-        what = f"comparison of {len(targets)} runs"
+        out_dir, what = write_document(out, compare_report, targets), f"comparison of {len(targets)} runs"
     images = sorted(p.name for p in out_dir.glob("*.png"))
     console = Console()
     # soft_wrap: a path must stay on one line to be copied; escape: a path may hold "[...]" (rich markup)

@@ -1,8 +1,6 @@
-"""A Hydra multirun's job folders -> plain records and tables for the sweep report (no matplotlib here).
-
-A job may have failed before writing anything but `error.txt`, or still be running: what it could not read is None
-or empty, never an error. A job folder is read without following a link out of it.
-"""
+"""A Hydra multirun's job folders -> plain records and tables for the sweep report (no matplotlib here). A job may
+have failed before writing anything but `error.txt`, or still be running: what it lacks is None or empty, never an
+error. A job folder is read without following a link out of it."""
 
 from __future__ import annotations
 
@@ -12,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.rundir.files import ERROR, RUN_JSON, VALIDATION, load_file, read_inside, read_mapping, scan_jsonl
-from core.rundir.records import Status, final_accuracy, level_order, row_level, stage_records
+from core.rundir.records import Status, final_accuracy, level_order, stage_records
 from core.stats import wilson_interval
 from eval.metrics import trials
 from eval.report.blocks import short_number
-from eval.report.series import Series, as_number
+from eval.report.series import Series, as_number, rows_at
 
 # error.txt of a run of many processes starts with the failing rank (train/failures.py record_error)
 RANK_HEAD = re.compile(r"rank \d+ of \d+: ")
@@ -39,8 +37,7 @@ class Job:
 
 
 def error_line(text: str) -> str:
-    """The exception line of a traceback (error.txt), or the first non-empty line of other text; a failing rank's
-    head line (a run of many processes) as it is.
+    """The exception line of a traceback (error.txt), else the first non-empty line; a failing rank's head line as is.
 
     >>> error_line("Traceback (most recent call last):\\n  File \\"x.py\\"\\n    f()\\nValueError: bad\\n")
     'ValueError: bad'
@@ -112,13 +109,7 @@ def final_trials(rows: Sequence[dict], last_stage: int | None) -> dict[str, int]
     >>> final_trials([{"stage": 0, "level": "2ppl", "n": 4}, {"stage": 2, "level": "2ppl", "n": 8, "puzzles": 4}], 2)
     {'2ppl': 4}
     """
-    found = {}
-    for row in rows:
-        if row.get("stage") == last_stage and row_level(row) is not None:
-            n = trials(row, "accuracy")
-            if n is not None:
-                found[row_level(row)] = n
-    return found
+    return {level: n for level, row in rows_at(rows, last_stage).items() if (n := trials(row, "accuracy")) is not None}
 
 
 def load_sweep(sweep_dir: Path) -> list[Job]:
@@ -159,33 +150,29 @@ def shared_levels(jobs: Sequence[Job]) -> list[str]:
     return sorted(set.intersection(*finals), key=level_order) if finals else []
 
 
-Measure = tuple[Callable[[Job], float | None], Callable[[Job], int | None]]
+Measure = Callable[[Job], tuple[float | None, int | None]]  # a job's value, and the puzzles behind it
 
 
 def mean_measure(levels: Sequence[str]) -> Measure:
-    """(job -> its mean final accuracy over `levels`, job -> the puzzles behind it, all the subsets' together);
-    None where a job lacks one of them.
+    """job -> (its mean final accuracy over `levels`, the puzzles of all of them together); None where one lacks.
 
-    >>> accuracy, puzzles = mean_measure(["2ppl", "3ppl"])
-    >>> job = Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1, "4ppl": 0.0}, None, None,
-    ...           {"2ppl": 10, "3ppl": 10})
-    >>> accuracy(job), puzzles(job)
+    >>> measure = mean_measure(["2ppl", "3ppl"])
+    >>> measure(Job("0", Path("0"), {}, "done", 1, 1, {"2ppl": 0.5, "3ppl": 0.1, "4ppl": 0.0}, None, None,
+    ...             {"2ppl": 10, "3ppl": 10}))
     (0.3, 20)
     """
-    def value(job: Job) -> float | None:
+    def measure(job: Job) -> tuple[float | None, int | None]:
         found = [job.final_accuracy.get(level) for level in levels]
-        return _mean(found) if levels and None not in found else None
-
-    def puzzles(job: Job) -> int | None:
         counts = [job.final_trials.get(level) for level in levels]
-        return sum(counts) if counts and all(counts) else None
+        return (_mean(found) if levels and None not in found else None,
+                sum(counts) if counts and all(counts) else None)
 
-    return value, puzzles
+    return measure
 
 
 def subset_measure(level: str) -> Measure:
-    """(job -> final accuracy of subset `level`, job -> its puzzles)."""
-    return (lambda job: job.final_accuracy.get(level)), (lambda job: job.final_trials.get(level))
+    """job -> (final accuracy of subset `level`, its puzzles)."""
+    return lambda job: (job.final_accuracy.get(level), job.final_trials.get(level))
 
 
 def value_order(values: Iterable[str | None]) -> list[str | None]:
@@ -203,43 +190,52 @@ def value_order(values: Iterable[str | None]) -> list[str | None]:
     return sorted(set(values), key=key)
 
 
-def param_line(jobs: Sequence[Job], param: str, measure: Callable[[Job], float | None], label: str,
-               n_of: Callable[[Job], int | None] = lambda job: None) -> Series:
+def _measured(jobs: Sequence[Job], measure: Measure, values: dict) -> list[tuple[float, int | None]]:
+    """(value, puzzles) of the jobs with these override `values` that have one."""
+    return [(v, n) for job in jobs if all(job.overrides.get(k) == x for k, x in values.items())
+            for v, n in (measure(job),) if v is not None]
+
+
+def param_line(jobs: Sequence[Job], param: str, measure: Measure, label: str) -> Series:
     """`measure` (mean over the jobs that share a value) against one swept parameter's values, with bars: a lone
-    job's 95% Wilson interval (over `n_of` puzzles), or the min..max of several (seeds: the noise that matters).
+    job's 95% Wilson interval, or the min..max of several (seeds: the noise that matters).
 
     >>> jobs = [Job(str(i), Path("."), {"w": w}, "done", 1, 1, {"2ppl": acc}, None, None, {"2ppl": 100})
     ...         for i, (w, acc) in enumerate([("0", 0.5), ("1", 0.2), ("1", 0.4)])]
-    >>> accuracy, puzzles = subset_measure("2ppl")
-    >>> line = param_line(jobs, "w", accuracy, "2ppl", puzzles)
+    >>> line = param_line(jobs, "w", subset_measure("2ppl"), "2ppl")
     >>> line.x, [round(y, 2) for y in line.y], line.low, line.high  # w=0: one job (Wilson); w=1: two (spread)
     (['0', '1'], [0.5, 0.3], [0.4038, 0.2], [0.5962, 0.4])
     """
     xs = value_order(job.overrides.get(param) for job in jobs)
-    ys, lows, highs = [], [], []
-    for x in xs:
-        points = [(v, n_of(job)) for job in jobs if job.overrides.get(param) == x and (v := measure(job)) is not None]
-        values = [v for v, _ in points]
-        ys.append(_mean(values))
-        if len(points) == 1 and points[0][1]:
-            low, high = (round(b, 4) for b in wilson_interval(*points[0]))
-        else:
-            low, high = (min(values), max(values)) if len(points) > 1 else (None, None)
-        lows.append(low)
-        highs.append(high)
+    cells = [_measured(jobs, measure, {param: x}) for x in xs]
+    bars = [tuple(round(b, 4) for b in wilson_interval(*cell[0])) if len(cell) == 1 and cell[0][1] else
+            (min(v for v, _ in cell), max(v for v, _ in cell)) if len(cell) > 1 else (None, None) for cell in cells]
+    ys = [_mean([v for v, _ in cell]) for cell in cells]
+    lows, highs = [low for low, _ in bars], [high for _, high in bars]
     return Series(label, [short_number(x) for x in xs], ys, lows, highs)
 
 
-def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Callable[[Job], float | None]):
-    """(row values, column values, matrix) of `measure` over two swept parameters; None: no job there.
+def param_grid(jobs: Sequence[Job], rows: str, cols: str, measure: Measure):
+    """(row values, column values (shortened), matrix, notes) of `measure` over two swept parameters (None: no job
+    there); a note: a lone job's 95% Wilson interval, or how many jobs (seeds) the mean is over.
 
-    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {"2ppl": acc}, None, None)
-    ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0)])]
-    >>> param_grid(jobs, "a", "b", mean_measure(["2ppl"])[0])
-    (['0', '1'], ['1', '2'], [[0.5, 1.0], [0.25, None]])
+    >>> jobs = [Job(str(i), Path("."), {"a": a, "b": b}, "done", 1, 1, {"2ppl": acc}, None, None, {"2ppl": 4})
+    ...         for i, (a, b, acc) in enumerate([("0", "1", 0.5), ("1", "1", 0.25), ("0", "2", 1.0), ("0", "2", 0.5)])]
+    >>> param_grid(jobs, "a", "b", mean_measure(["2ppl"]))
+    (['0', '1'], ['1', '2'], [[0.5, 0.75], [0.25, None]], [['[0.15, 0.85]', 'mean of 2'], ['[0.05, 0.70]', '']])
     """
     row_values = value_order(job.overrides.get(rows) for job in jobs)
     col_values = value_order(job.overrides.get(cols) for job in jobs)
-    matrix = [[_mean([v for job in jobs if job.overrides.get(rows) == r and job.overrides.get(cols) == c
-                      and (v := measure(job)) is not None]) for c in col_values] for r in row_values]
-    return [str(v) for v in row_values], [str(v) for v in col_values], matrix
+    cells = [[_measured(jobs, measure, {rows: r, cols: c}) for c in col_values] for r in row_values]
+    matrix = [[_mean([v for v, _ in cell]) for cell in row] for row in cells]
+    return ([short_number(v) for v in row_values], [short_number(v) for v in col_values], matrix,
+            [[_note(cell) for cell in row] for row in cells])
+
+
+def _note(cell: list[tuple[float, int | None]]) -> str:
+    if len(cell) > 1:
+        return f"mean of {len(cell)}"
+    if not cell or not cell[0][1]:
+        return ""
+    low, high = wilson_interval(*cell[0])
+    return f"[{low:.2f}, {high:.2f}]"

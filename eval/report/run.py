@@ -1,52 +1,29 @@
 """One run's report (its stages, history, validation per subset, length, reward, format, TRL's curves, throughput,
-collapse), and the report of a `python -m eval` folder (one model validated on every subset): blocks chosen and
-ordered from the series `eval.report.series` reads and the figures `eval.report.plots` draws.
-"""
+collapse), and the report of a `python -m eval` folder (one model validated on every subset)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.rundir.files import BASELINE, ERROR, EVALUATION, SAMPLES, VALIDATION, read_mapping, scan_jsonl
+from core.rundir.files import ERROR, EVALUATION, SAMPLES, VALIDATION, read_mapping, scan_jsonl
 from core.rundir.records import Status, level_order, row_level, stage_records
 from core.stats import rate_text
 from curriculum.tasks.base import Rate, TaskReport
 from eval.metrics import trials
+from eval.report import samples as sm
 from eval.report import series as rs
-from eval.report.blocks import (
-    Completion,
-    Heading,
-    Image,
-    Table,
-    Text,
-    change_note,
-    code,
-    fmt,
-    grid_table,
-    md_escape,
-    pool_sizes,
-)
-from eval.report.plots import Panel, StageBoxes, plot_stage_boxes, plot_stage_grid, plot_step_panels
-from eval.report.samples import (
-    read_subset,
-    rollout_blocks,
-    samples_blocks,
-    samples_intro,
-    stage_folders,
-    subset_blocks,
-    subset_files,
-)
+from eval.report.blocks import Completion, Heading, Image, Table, Text, change_note, code, fmt, grid_table, md_escape
+from eval.report.plots import Panel, StageBoxes, grid_lines, plot_categories, plot_stage_boxes, plot_step_panels
 from eval.report.story import guard_events, history_blocks, promotion_points, stage_end_blocks, story_blocks
-from eval.report.training import curves_blocks, throughput_blocks
+from eval.report.training import curves_blocks, key_panels, throughput_blocks
 
 # (metrics.jsonl key, panel title, y label, why it may be absent) of the collapse watch; a share is drawn on 0..1.
-# The KL, with its reference refreshes: `eval.report.training`.
 COLLAPSE_KEYS = (
-    ("entropy", "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
-    ("completions/clipped_ratio", "truncated: hit max_completion_length", "share", "not logged"),
-    ("frac_reward_zero_std", "zero-variance groups: no advantage, no signal", "share", "not logged"),
-    ("completions/distinct_share", "distinct completions per group: near-identical rollouts", "share",
+    (("entropy",), "policy entropy: a fast fall is collapse", "nats / token", "not logged by this TRL version"),
+    (("completions/clipped_ratio",), "truncated: hit max_completion_length", "share", "not logged"),
+    (("frac_reward_zero_std",), "zero-variance groups: no advantage, no signal", "share", "not logged"),
+    (("completions/distinct_share",), "distinct completions per group: near-identical rollouts", "share",
      "logged by runs since the collapse guard"),
 )
 MEAN, SHORTEST, LONGEST = "completions/mean_length", "completions/min_length", "completions/max_length"
@@ -55,15 +32,11 @@ ERROR_TAIL_BYTES, ERROR_TAIL_LINES = 16384, 40
 
 
 def _stage_table(manifest: dict, steps: list[dict]) -> Table:
-    """One row per planned stage; a running stage's steps counted from metrics.jsonl (run.json records
-    `steps_done` when a stage ends)."""
-    logged: dict = {}
-    for row in steps:
-        stage_step = int(rs.as_number(row.get("stage_step")) or 0)
-        logged[row.get("stage")] = max(logged.get(row.get("stage"), 0), stage_step)
+    """One row per planned stage; a running stage's steps: its last logged stage step (run.json's come at its end)."""
     rows = []
     for s in stage_records(manifest):
-        done = logged.get(s.index) if s.status == Status.RUNNING else s.steps_done
+        logged = rs.stage_steps(steps, s.index) if s.status == Status.RUNNING else []
+        done = (int(logged[-1]["stage_step"]) if logged else None) if s.status == Status.RUNNING else s.steps_done
         rows.append([fmt(s.index), fmt(s.name), fmt(s.kind), fmt(s.level_label), fmt(s.status),
                      f"{fmt(done)}/{fmt(s.steps_budget)}", f"{fmt(s.global_step_start)}..{fmt(s.global_step_end)}",
                      fmt(s.wall_seconds, 1)])
@@ -99,8 +72,7 @@ def _config_facts(config: dict, reward_stack) -> str:
 
 
 def reward_stack_text(records) -> str:
-    """run.json's `reward_stack` (name, weight, where the weight came from) in a line; an entry that is not one is
-    left out.
+    """run.json's `reward_stack` (name, weight, where the weight came from) in a line, entries that are none left out.
 
     >>> reward_stack_text([{"name": "format", "weight": 0.5, "source": "reward.weights"},
     ...                    {"name": "answer", "weight": 0.0, "source": "logged"}, "junk"])
@@ -118,26 +90,41 @@ def reward_stack_text(records) -> str:
 def _summary(run: rs.RunData) -> list:
     m = run.manifest
     stages = stage_records(m)
-    done = sum(s.done for s in stages)
     facts = [f"**status** {md_escape(fmt(m.get('status')))}", f"**curriculum** {md_escape(fmt(m.get('curriculum')))}",
-             f"**stages done** {done}/{len(stages)}", f"**base model** {code(fmt(m.get('base_model')))}",
-             f"**created** {md_escape(fmt(m.get('created')))}", f"**training steps logged** {len(run.steps)}"]
+             f"**stages done** {sum(s.done for s in stages)}/{len(stages)}",
+             f"**base model** {code(fmt(m.get('base_model')))}", f"**created** {md_escape(fmt(m.get('created')))}",
+             f"**training steps logged** {len(run.steps)}"]
     blocks: list[Heading | Text | Table] = [Text(" · ".join(facts))]
     if run.config:
         blocks.append(Text(_config_facts(run.config, m.get("reward_stack"))))
     blocks += [Text(note, note=True) for note in run.notes]
     blocks += [Text(md_escape(f"stage {s.name} failed: {s.error}"), True) for s in stages if s.error]
-    if stages:
-        blocks += [Heading("Stages"), _stage_table(m, run.steps)]
-    return blocks
+    return [*blocks, Heading("Stages"), _stage_table(m, run.steps)] if stages else blocks
+
+
+def pool_sizes(rows: Sequence[dict], report: TaskReport) -> list[Text]:
+    """What the accuracies count: the distinct records of each subset and the samples per record.
+
+    >>> pool_sizes([{"level": "2steps", "n": 63, "puzzles": 63}, {"level": "3steps", "n": 200, "puzzles": 100}],
+    ...            TaskReport())[0].text
+    '**validation pools** (distinct problems): 2steps 63 · 3steps 100 (2 samples each)'
+    """
+    latest = {row_level(row): row for row in rows if row_level(row) is not None}
+    parts = []
+    for level in sorted(latest, key=level_order):
+        row = latest[level]
+        puzzles, n = row.get("puzzles") or row.get("n"), row.get("n")
+        samples = f" ({n // puzzles} samples each)" if isinstance(n, int) and puzzles and n > puzzles else ""
+        parts.append(f"{level} {fmt(puzzles)}{samples}")
+    return [Text(f"**validation pools** ({md_escape(report.distinct)}): " + " · ".join(parts))] if parts else []
 
 
 def _accuracy_plot(rows: Sequence[dict], grid: rs.StageGrid, report: TaskReport, out_dir: Path, title: str,
-                   caption: str, **axes) -> list:
+                   caption: str, xlabel: str = "validated after stage (baseline = before training)") -> list:
     """The validation pools and the accuracy plot, with each subset's chance accuracy (the task's) dotted."""
     chance = {level: value for level, value in report.chance.items() if level in grid.levels}
-    image = plot_stage_grid(grid, f"accuracy ({report.accuracy})", title, out_dir / "accuracy.png", chance=chance,
-                            **axes)
+    image = plot_categories(grid_lines(grid), out_dir / "accuracy.png", title=title, xlabel=xlabel,
+                            ylabel=f"accuracy ({report.accuracy})", chance=chance, spread=0.3, missing=None)
     dotted = f"; dotted: {report.chance_note}" if chance and report.chance_note else ""
     return [*pool_sizes(rows, report), Image(image, f"{caption}{dotted}")]
 
@@ -148,25 +135,22 @@ def _validation(run: rs.RunData, out_dir: Path) -> list:
     if not run.validation:
         return [*blocks, Text("no rows in validation.jsonl yet (baseline validation not finished)", True)]
     report, planned = run.task_report, rs.planned_stages(run.manifest)
-    plotted = rs.stage_grid(run.validation, "accuracy")
-    blocks += [*_accuracy_plot(run.validation, plotted, report, out_dir, "Accuracy per subset across stages",
+
+    def rate_grid(rate: Rate) -> list:
+        grid = rs.stage_grid(run.validation, rate.key, planned, rate.counted)
+        return [Heading(rate.title), grid_table(grid), *([Text(md_escape(rate.note))] if rate.note else [])]
+
+    blocks += [*_accuracy_plot(run.validation, rs.stage_grid(run.validation, "accuracy"), report, out_dir,
+                               "Accuracy per subset across stages",
                                "accuracy per subset after each stage, with 95% Wilson intervals"),
                grid_table(rs.stage_grid(run.validation, "accuracy", planned)), Text(change_note(report))]
     shown = [rate for rate in report.rates if rate.title]
-    for rate in [r for r in shown if r.beside_accuracy]:
-        blocks += _rate_grid(run, rate, planned)
+    blocks += [block for rate in shown if rate.beside_accuracy for block in rate_grid(rate)]
     blocks += [Heading("Validation format rate (answers in the required tags)"),
                grid_table(rs.stage_grid(run.validation, "format_rate", planned)),
                Heading("Validation mean response length (tokens)"),
                grid_table(rs.stage_grid(run.validation, "mean_tokens", planned), rate=False)]
-    for rate in [r for r in shown if not r.beside_accuracy]:
-        blocks += _rate_grid(run, rate, planned)
-    return blocks
-
-
-def _rate_grid(run: rs.RunData, rate: Rate, planned) -> list:
-    grid = rs.stage_grid(run.validation, rate.key, planned, rate.counted)
-    return [Heading(rate.title), grid_table(grid), *([Text(md_escape(rate.note))] if rate.note else [])]
+    return blocks + [block for rate in shown if not rate.beside_accuracy for block in rate_grid(rate)]
 
 
 def _length(run: rs.RunData, boundaries, out_dir: Path, events) -> list:
@@ -194,36 +178,30 @@ def training_boxes(manifest: dict, steps: Sequence[dict]) -> StageBoxes | None:
     known = {index for index, _ in stages}
     stages += [(index, f"stage {index}") for index in sorted({r.get("stage") for r in steps} - known, key=str)
                if isinstance(index, int)]
-    values, extremes = [], []
-    for index, _ in stages:
-        rows = [r for r in steps if r.get("stage") == index]
-        values.append([v for r in rows if (v := rs.as_number(r.get(MEAN))) is not None])
-        lows = [v for r in rows if (v := rs.as_number(r.get(SHORTEST))) is not None]
-        highs = [v for r in rows if (v := rs.as_number(r.get(LONGEST))) is not None]
-        extremes.append((min(lows, default=None), max(highs, default=None)))
+    per_stage = [[r for r in steps if r.get("stage") == index] for index, _ in stages]
+    values = [rs.numbers(rows, MEAN) for rows in per_stage]
     if not any(values):
         return None
+    extremes = [(min(rs.numbers(rows, SHORTEST), default=None), max(rs.numbers(rows, LONGEST), default=None))
+                for rows in per_stage]
     return StageBoxes("training: each step's mean completion length (box: the steps' spread)", "tokens",
                       [name for _, name in stages], {"": values}, extremes)
 
 
 def validation_boxes(run_dir: Path, stage_names: dict[int, str]) -> tuple[StageBoxes | None, list]:
     """Every validation completion's tokens per stage and subset, notes on files not read; None without any."""
-    folders = stage_folders(run_dir)
-    names = [stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
-             for index, folder in folders]
+    folders = sm.stage_folders(run_dir, stage_names)
     groups: dict[str, list[list[float]]] = {}
     notes: list = []
-    for k, (_, folder) in enumerate(folders):
-        for level, path in subset_files(folder):
-            rows, unread = read_subset(path)
+    for k, (_, _, folder) in enumerate(folders):
+        for level, path in sm.subset_files(folder):
+            rows, unread = sm.read_subset(path)
             notes += unread
-            tokens = [v for r in rows if (v := rs.as_number(r.get("tokens"))) is not None]
-            groups.setdefault(level, [[] for _ in folders])[k] = tokens
+            groups.setdefault(level, [[] for _ in folders])[k] = rs.numbers(rows, "tokens")
     if not any(any(per_stage) for per_stage in groups.values()):
         return None, notes
     title = "validation: every completion's length, after each stage, by subset (samples files)"
-    return StageBoxes(title, "tokens", names, groups), notes
+    return StageBoxes(title, "tokens", [name for _, name, _ in folders], groups), notes
 
 
 def length_distribution_blocks(run_dir: Path, manifest: dict, steps: Sequence[dict], stage_names: dict[int, str],
@@ -251,10 +229,9 @@ def _rewards(run: rs.RunData, boundaries, out_dir: Path) -> list:
     if not series:
         return [Text("no reward columns in metrics.jsonl yet: reward plot skipped", True)]
     total = [s for s in series if s.label == "total"]
-    panels = [Panel("total reward (weighted sum)", "reward", total)] if total else []
     components = [s for s in series if s.label != "total"]
-    if components:
-        panels.append(Panel("each component's mean (unweighted)", "reward", components))
+    panels = [Panel("total reward (weighted sum)", "reward", total)] if total else []
+    panels += [Panel("each component's mean (unweighted)", "reward", components)] if components else []
     image = plot_step_panels(panels, boundaries, "Reward per step", out_dir / "reward.png")
     return [Image(image, "reward total and components per step")]
 
@@ -265,10 +242,10 @@ def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
     key = f"rewards/{reward}/mean"
     train = rs.step_series(run.steps, key, f"{reward} (training)") if reward else None
     markers = rs.validation_points(run.validation, "format_rate")
-    blocks = [] if train or not reward else [Text(f"no {key} in metrics.jsonl (weight 0, or no GRPO step logged): "
-                                                  "only the validation format rate is drawn", True)]
     if not train and not markers:
         return [Text("no format reward and no validation format rate yet: format plot skipped", True)]
+    blocks = [] if train or not reward else [Text(f"no {key} in metrics.jsonl (weight 0, or no GRPO step logged): "
+                                                  "only the validation format rate is drawn", True)]
     panel = Panel(f"{reward or 'format'} per step, validation format rate after each stage (markers)", "rate",
                   [train] if train else [], markers, unit_range=True)
     image = plot_step_panels([panel], boundaries, "Format", out_dir / "format.png")
@@ -276,13 +253,7 @@ def _format(run: rs.RunData, boundaries, out_dir: Path) -> list:
 
 
 def _collapse(run: rs.RunData, boundaries, out_dir: Path, events) -> list:
-    panels, notes = [], []
-    for key, title, ylabel, why in COLLAPSE_KEYS:
-        series = rs.step_series(run.steps, key)
-        if series is None:
-            notes.append(Text(f"no numeric `{key}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
-        else:
-            panels.append(Panel(f"{title}  ({key})", ylabel, [series], unit_range=ylabel == "share", events=events))
+    panels, notes = key_panels(run.steps, COLLAPSE_KEYS, events=events, share_range=True)
     if not panels:
         return notes
     image = plot_step_panels(panels, boundaries, "Collapse watch", out_dir / "collapse.png")
@@ -300,12 +271,12 @@ def run_report(run_dir: Path, out_dir: Path) -> tuple[str, list]:
               *stage_end_blocks(run.manifest), *_validation(run, out_dir),
               Heading("Response length"), *_length(run, boundaries, out_dir, events),
               *length_distribution_blocks(run_dir, run.manifest, run.steps, names, out_dir),
-              Heading("Reward"), *_rewards(run, boundaries, out_dir), *rollout_blocks(run_dir),
+              Heading("Reward"), *_rewards(run, boundaries, out_dir), *sm.rollout_blocks(run_dir),
               Heading("Format"), *_format(run, boundaries, out_dir),
               Heading("TRL's training curves"), *curves_blocks(run.manifest, run.steps, boundaries, out_dir),
               Heading("Throughput and memory"), *throughput_blocks(run.manifest, run.steps, boundaries, out_dir),
               Heading("Collapse watch"), *_collapse(run, boundaries, out_dir, events),
-              *samples_blocks(run_dir, names, run.task_report)]
+              *sm.samples_blocks(run_dir, names, run.task_report)]
     return f"Run report: {run_dir.name}", blocks
 
 
@@ -342,19 +313,17 @@ def evaluation_report(folder: Path, out_dir: Path) -> tuple[str, list]:
     blocks.append(Heading("Validation per subset"))
     if not rows:
         return f"Validation report: {folder.name}", [*blocks, Text("no rows in validation.jsonl yet", True)]
-    grid = rs.StageGrid(["the model"], [row_level(r) for r in rows],
-                        {row_level(r): [rs.as_number(r.get("accuracy"))] for r in rows},
-                        {row_level(r): [trials(r, "accuracy")] for r in rows})
+    grid = rs.stage_grid([{**r, "stage": 0, "stage_name": "the model"} for r in rows], "accuracy")
     blocks += [*_accuracy_plot(rows, grid, report, out_dir, "Accuracy per subset",
                                "accuracy per subset with its 95% Wilson interval", xlabel=""),
                subsets_table(rows, report),
                Text("Each rate: its value, its 95% Wilson interval [low, high] and n, the distinct "
-                    f"{md_escape(report.record)}s it counts."), *samples_intro(report, "samples/<level>.jsonl")]
+                    f"{md_escape(report.record)}s it counts."), *sm.samples_intro(report, "samples/<level>.jsonl")]
     root = folder / SAMPLES
-    files = subset_files(root) if root.is_dir() and not root.is_symlink() else []
+    files = sm.subset_files(root) if root.is_dir() and not root.is_symlink() else []
     if not files:
         blocks.append(Text("no graded completions in samples/", True))
     for level, path in files:
-        rows, notes = read_subset(path)
-        blocks += [Heading(level, level=3), *notes, *subset_blocks(rows, report)]
+        rows, notes = sm.read_subset(path)
+        blocks += [Heading(level, level=3), *notes, *sm.subset_blocks(rows, report)]
     return f"Validation report: {model or folder.name}", blocks

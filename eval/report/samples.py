@@ -1,14 +1,14 @@
-"""Completions chosen to teach: the Samples section (graded validation completions, `samples/<k>-<name>/<level>.jsonl`)
-and the Training rollouts section (whole GRPO groups, `rollouts.jsonl`: GRPO learns only from a group whose rewards
-differ, so each stage shows the group whose rewards spread widest and one whose rewards were all equal).
-
-Sample folders are listed, never built from run.json's names; only those inside the run's `samples/` are read.
+"""Completions chosen to teach: the Samples section (graded validation completions, `samples/<k>-<name>/<level>.jsonl`,
+only folders inside the run's `samples/`, listed, never built from run.json's names) and the Training rollouts
+section (per stage, from `rollouts.jsonl`, the GRPO group whose rewards spread widest and one whose were all equal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 
 from core.rundir.files import BASELINE, ROLLOUTS, SAMPLES, scan_jsonl
@@ -23,51 +23,25 @@ MAX_SAMPLES_BYTES = 64 * 2**20
 SHOWN_CHARS = 6000
 
 
-def _tokens(row: dict) -> float:
-    return as_number(row.get("tokens")) or 0.0
-
-
-# (label, picker over the rows) of every task: each picks one row or None.
-PICKS: tuple[tuple[str, Callable[[list[dict]], dict | None]], ...] = (
-    ("first right", lambda rows: next((r for r in rows if r.get("correct") is True), None)),
-    ("first wrong", lambda rows: next((r for r in rows if r.get("correct") is False), None)),
-    ("longest", lambda rows: max(rows, key=_tokens, default=None)),
-    ("shortest", lambda rows: min(rows, key=_tokens, default=None)),
-)
-
-
 def pick(rows: list[dict], task_picks: Sequence[tuple[str, str]] = ()) -> list[tuple[list[str], dict]]:
-    """The picks of one subset's rows as (labels, row), each row once; a task's pick (label, key) takes the first row
-    whose `key` is true.
+    """The picks of one subset's rows as (labels, row), each row once; a task's pick (label, key): the first `key`.
 
     >>> rows = [{"correct": False, "tokens": 9}, {"correct": True, "tokens": 3, "invented": ["liam"]}]
     >>> [(labels, row["tokens"]) for labels, row in pick(rows, [("names an invented person", "invented")])]
     [(['first right', 'shortest', 'names an invented person'], 3), (['first wrong', 'longest'], 9)]
     """
-    pickers = [*PICKS, *((label, lambda rows, key=key: next((r for r in rows if r.get(key)), None))
-                         for label, key in task_picks)]
+    def tokens(row: dict) -> float:
+        return as_number(row.get("tokens")) or 0.0
+
+    picks = [("first right", next((r for r in rows if r.get("correct") is True), None)),
+             ("first wrong", next((r for r in rows if r.get("correct") is False), None)),
+             ("longest", max(rows, key=tokens, default=None)), ("shortest", min(rows, key=tokens, default=None)),
+             *((label, next((r for r in rows if r.get(key)), None)) for label, key in task_picks)]
     chosen: dict[int, tuple[list[str], dict]] = {}
-    for label, picker in pickers:
-        row = picker(rows)
+    for label, row in picks:
         if row is not None:
             chosen.setdefault(id(row), ([], row))[0].append(label)
     return list(chosen.values())
-
-
-def _roles(names, roles) -> str:
-    """ "Zoey knight, Oliver knave" from parallel names and roles (True / False / None)."""
-    words = {True: "knight", False: "knave", None: "?"}
-    return ", ".join(f"{name} {words.get(role, '?')}" for name, role in zip(names, roles, strict=False))
-
-
-def reference_and_answer(row: dict) -> tuple[object, object]:
-    """A sample's reference and answer as text (a K&K sample that has none: from its roles)."""
-    names = row.get("names") if isinstance(row.get("names"), list) else []
-    if "reference" in row or not names:
-        return row.get("reference"), row.get("answer")
-    solution = row.get("solution") if isinstance(row.get("solution"), list) else []
-    assignment = row.get("assignment") if isinstance(row.get("assignment"), dict) else {}
-    return _roles(names, solution), _roles(names, [assignment.get(n) for n in names]) if row.get("answered") else None
 
 
 def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
@@ -77,8 +51,8 @@ def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
              f"{md_escape(report.record)} {code(row.get('id'))} sample {md_escape(row.get('sample'))}",
              f"**{grade}**", "format ok" if row.get("format_ok") else "format broken",
              f"{md_escape(row.get('tokens'))} tokens" + (" (truncated)" if row.get("truncated") else "")]
-    reference, answer = reference_and_answer(row)
-    facts += [f"reference: {md_escape(reference)}", f"answer: {md_escape(answer if row.get('answered') else 'none')}"]
+    answer = row.get("answer") if row.get("answered") else "none"
+    facts += [f"reference: {md_escape(row.get('reference'))}", f"answer: {md_escape(answer)}"]
     facts += [f"{md_escape(label)}: {md_escape(', '.join(map(str, v)) if isinstance(v := row[key], list) else v)}"
               for label, key in report.facts if row.get(key) not in (None, "", [])]
     reasons = row.get("reasons") if isinstance(row.get("reasons"), list) else []
@@ -87,7 +61,7 @@ def describe(labels: Sequence[str], row: dict, report: TaskReport) -> str:
     return " · ".join(facts)
 
 
-def _shown(text) -> str:
+def _shown(text, where: str = " in the samples file") -> str:
     r"""The completion as shown: cut at SHOWN_CHARS; one of only whitespace spelled out (else it looks empty).
 
     >>> _shown("\n\n"), _shown("x" * (SHOWN_CHARS + 5))[-50:]
@@ -96,27 +70,20 @@ def _shown(text) -> str:
     text = str(text or "")
     if not text.strip():
         return f"(only whitespace: {text!r})"
-    return _cut(text, " in the samples file")
-
-
-def _cut(text: str, where: str = "") -> str:
     if len(text) <= SHOWN_CHARS:
         return text
     return f"{text[:SHOWN_CHARS]}\n… ({len(text) - SHOWN_CHARS} more characters{where})"
 
 
-def stage_folders(run_dir: Path) -> list[tuple[int, Path]]:
-    """(stage index, folder) of every `samples/<k>-<name>/` that really lies inside the run, by index."""
+def stage_folders(run_dir: Path, stage_names: dict[int, str]) -> list[tuple[int, str, Path]]:
+    """(stage index, its name, folder) of every `samples/<k>-<name>/` that really lies inside the run, by index."""
     root = run_dir / SAMPLES
     if not root.is_dir() or root.is_symlink():
         return []
-    inside = root.resolve()
-    found = []
-    for folder in root.iterdir():
-        index = folder.name.partition("-")[0]
-        if index.isdigit() and folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == inside:
-            found.append((int(index), folder))
-    return sorted(found, key=lambda item: (item[0], item[1].name))
+    found = [(int(index), folder) for folder in root.iterdir() if (index := folder.name.partition("-")[0]).isdigit()
+             and folder.is_dir() and not folder.is_symlink() and folder.resolve().parent == root.resolve()]
+    return [(index, stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2]), folder)
+            for index, folder in sorted(found, key=lambda item: (item[0], item[1].name))]
 
 
 def subset_files(folder: Path) -> list[tuple[str, Path]]:
@@ -139,34 +106,26 @@ def samples_blocks(run_dir: Path, stage_names: dict[int, str], report: TaskRepor
     """The Samples section of a run: per stage and subset, the picks; a subset whose completions are the stage
     before's, row for row (a stage that learned nothing), says so once."""
     blocks = samples_intro(report)
-    folders = stage_folders(run_dir)
+    folders = stage_folders(run_dir, stage_names)
     if not folders:
         return [*blocks, Text("no samples/ folder with graded completions in this run", True)]
     shown: dict[str, tuple[str, list]] = {}  # level -> (the stage last shown, its completions)
-    for index, folder in folders:
-        name = stage_names.get(index) or (BASELINE if index == 0 else folder.name.partition("-")[2])
+    for index, name, folder in folders:
         files = subset_files(folder)
         if not files:
             blocks.append(Text(f"{md_escape(name)}: no subset files in {code(folder.name)}", True))
         for level, path in files:
             blocks.append(Heading(f"after {name}: {level}" if index else f"{name}: {level}", level=3))
             rows, notes = read_subset(path)
+            texts = [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
             earlier = shown.get(level)
-            if rows and earlier is not None and _same_texts(earlier[1], rows):
+            if rows and earlier is not None and earlier[1] == texts:
                 blocks += [*notes, Text(f"the same {len(rows)} completions as after {md_escape(earlier[0])}, row "
                                         "for row: not shown again")]
                 continue
-            shown[level] = (name, rows)
+            shown[level] = (name, texts)
             blocks += [*notes, *subset_blocks(rows, report)]
     return blocks
-
-
-def _same_texts(rows: list[dict], others: list[dict]) -> bool:
-    """Whether two validations' samples are the same: each record's completions, in order."""
-    def texts(rows: list[dict]) -> list:
-        return [(row.get("id"), row.get("sample"), row.get("completion")) for row in rows]
-
-    return texts(rows) == texts(others)
 
 
 def read_subset(path: Path, inside: Path | None = None) -> tuple[list[dict], list]:
@@ -222,22 +181,15 @@ def groups_of(rows: Sequence[dict]) -> list[Group]:
     >>> [(g.prompt, g.rewards, g.spread) for g in groups_of(rows)]
     [('a', [1.0, 0.0], 1.0), ('b', [0.0], 0.0)]
     """
-    found: list[Group] = []
-    for row in rows:
-        stage, step = as_number(row.get("stage")), as_number(row.get("stage_step"))
-        if stage is None or step is None:
-            continue
-        key = (int(stage), int(step), str(row.get("prompt")))
-        if found and (found[-1].stage, found[-1].stage_step, found[-1].prompt) == key:
-            found[-1].rows.append(row)
-        else:
-            found.append(Group(key[0], str(row.get("stage_name") or key[0]), key[1], key[2], [row]))
-    return found
+    keyed = [((int(stage), int(step), str(row.get("prompt"))), row) for row in rows
+             if None not in (stage := as_number(row.get("stage")), step := as_number(row.get("stage_step")))]
+    groups = [(key, [row for _, row in members]) for key, members in groupby(keyed, key=itemgetter(0))]
+    return [Group(stage, str(members[0].get("stage_name") or stage), step, prompt, members)
+            for (stage, step, prompt), members in groups]
 
 
 def teaching_groups(groups: Sequence[Group]) -> list[tuple[str, Group]]:
-    """Per stage: the group with signal whose rewards spread widest (the latest of equals), and the last group
-    without signal, each with what it is.
+    """Per stage: the group with signal whose rewards spread widest (the latest of equals), the last without signal.
 
     >>> g = lambda stage, step, *rewards: Group(stage, f"s{stage}", step, "p", [{"reward": r} for r in rewards])
     >>> [(why[:11], x.stage, x.stage_step) for why, x in teaching_groups([g(1, 1, 0, 1), g(1, 2, 0, 0), g(1, 3, 1, 0)])]
@@ -262,33 +214,30 @@ def group_table(group: Group) -> Table:
     for k, row in enumerate(group.rows):
         parts = row.get("rewards") if isinstance(row.get("rewards"), dict) else {}
         rows.append([str(k + 1), *(fmt(as_number(parts.get(name)), 2) for name in names),
-                     fmt(as_number(row.get("reward")), 3), _signed(as_number(row.get("advantage")))])
+                     fmt(as_number(row.get("reward")), 3), _signed(row.get("advantage"))])
     return Table(["completion", *names, "reward (weighted)", "advantage"], rows)
 
 
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.2f}"
+def _signed(value) -> str:
+    return "-" if (number := as_number(value)) is None else f"{number:+.2f}"
 
 
 def group_blocks(why: str, group: Group) -> list:
-    """One group: what it is, its prompt (folded), its table, its best and worst completion (without signal: its
-    first)."""
-    rewards = [r for r in group.rewards if r is not None]
+    """One group: what it is, its prompt (folded), its table, its best and worst completion (else its first)."""
+    rewards = group.rewards
+    known = {i: reward for i, reward in enumerate(rewards) if reward is not None}
     blocks: list = [Heading(f"{group.stage_name}, step {group.stage_step}: a group {why}", level=3),
                     Folded("the prompt", group.prompt), group_table(group)]
     if group.spread > 0:
-        best = max(range(len(group.rows)), key=lambda i: group.rewards[i] if group.rewards[i] is not None else -1e9)
-        worst = min(range(len(group.rows)), key=lambda i: group.rewards[i] if group.rewards[i] is not None else 1e9)
-        for label, i in (("best", best), ("worst", worst)):
-            row = group.rows[i]
-            blocks += [Text(f"**{label}**: completion {i + 1}, reward {fmt(group.rewards[i], 3)}, advantage "
-                            f"{_signed(as_number(row.get('advantage')))}"),
-                       Completion(_cut(str(row.get("completion") or "")))]
+        for label, i in (("best", max(known, key=known.__getitem__)), ("worst", min(known, key=known.__getitem__))):
+            blocks += [Text(f"**{label}**: completion {i + 1}, reward {fmt(rewards[i], 3)}, advantage "
+                            f"{_signed(group.rows[i].get('advantage'))}"),
+                       Completion(_shown(group.rows[i].get("completion"), ""))]
     else:
-        reward = fmt(rewards[0], 3) if rewards else "-"
+        reward = fmt(next(iter(known.values())), 3) if known else "-"
         blocks += [Text(f"all {len(group.rows)} completions scored {reward}: GRPO's advantage is each reward less the "
                         "group's mean, so every one is 0 and this group moved nothing. The first:"),
-                   Completion(_cut(str(group.rows[0].get("completion") or "")))]
+                   Completion(_shown(group.rows[0].get("completion"), ""))]
     return blocks
 
 

@@ -1,8 +1,5 @@
-"""A run directory -> plain series and tables for the report (no matplotlib here).
-
-A run may still be being written: a missing file is an empty list, a torn jsonl line is skipped and counted, a
-missing key is a missing series.
-"""
+"""A run directory -> plain series and tables for the report (no matplotlib here). A run may still be being
+written: a missing file is an empty list, a torn jsonl line is skipped and counted, a missing key a missing series."""
 
 from __future__ import annotations
 
@@ -64,8 +61,7 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    """Read run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`; a file reached through
-    a link out of it is not read (a config.yaml linked to secrets would show in a comparison's "what differs")."""
+    """run.json, config.yaml, metrics.jsonl (step rows) and validation.jsonl of `run_dir`, none through a link out."""
     metrics, validation = (scan_jsonl(run_dir / name, inside=run_dir) for name in (METRICS, VALIDATION))
     # per-step rows only: a stage's end-of-training summary line (kind "summary") has no step metrics
     steps = [r for r in metrics.rows if r.get("kind", "summary" if "train_runtime" in r else "step") == "step"]
@@ -99,9 +95,25 @@ def as_number(value) -> float | None:
     return number if abs(number) <= LARGEST_METRIC else None  # NaN compares False: None
 
 
+def numbers(rows: Iterable[dict], key: str) -> list[float]:
+    """The `key` of each row that has it as a number (`as_number`), in order."""
+    return [v for r in rows if (v := as_number(r.get(key))) is not None]
+
+
+def stage_steps(steps: Sequence[dict], index: int | None) -> list[dict]:
+    """The step rows of stage `index`, by stage step, each step once."""
+    rows = {int(row["stage_step"]): row for row in steps
+            if row.get("stage") == index and as_number(row.get("stage_step")) is not None}
+    return [rows[k] for k in sorted(rows)]
+
+
+def rows_at(validation: Sequence[dict], index) -> dict[str, dict]:
+    """The validation rows after stage `index`, by level (the last row of each)."""
+    return {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
+
+
 def step_series(rows: Iterable[dict], key: str, label: str | None = None) -> Series | None:
-    """`key` per global step over the rows that have it as a number (NaN where no measurement: a gap); None when
-    no row has a finite one.
+    """`key` per global step (NaN where it is no measurement: a gap); None when no row has a finite one.
 
     >>> rows = [{"global_step": 2, "kl": 0.5}, {"global_step": 1, "kl": 0.1}, {"global_step": 3}]
     >>> step_series(rows, "kl")
@@ -129,12 +141,9 @@ def step_band(rows: Sequence[dict], low: str, high: str) -> tuple[Series, Series
     >>> step_band([{"global_step": 1, "lo": 1, "hi": 3}, {"global_step": 2, "lo": 1, "hi": float("inf")}], "lo", "hi")
     (Series(label='lo', x=[1, 2], y=[1.0, 1.0]), Series(label='hi', x=[1, 2], y=[3.0, nan]))
     """
-    both = [r for r in rows if as_number(r.get("global_step")) is not None and is_number(r.get(low))
-            and is_number(r.get(high))]
+    both = [r for r in rows if is_number(r.get(low)) and is_number(r.get(high))]
     low_series, high_series = step_series(both, low), step_series(both, high)
-    if low_series is None or high_series is None:
-        return None
-    return low_series, high_series
+    return (low_series, high_series) if low_series and high_series else None
 
 
 def reward_series(rows: Sequence[dict]) -> list[Series]:
@@ -151,8 +160,7 @@ def reward_series(rows: Sequence[dict]) -> list[Series]:
 
 
 def stage_boundaries(manifest: dict, rows: Sequence[dict]) -> list[Boundary]:
-    """Each started stage's start, labelled by its level: from run.json, else from a metrics row (`global_step -
-    stage_step`).
+    """Each started stage's start, labelled by its level: from run.json, else `global_step - stage_step` of a row.
 
     >>> manifest = {"stages": [{"index": 1, "level_label": "2ppl", "global_step_start": 0},
     ...                        {"index": 2, "level_label": "3steps", "global_step_start": 10}, {"index": 3}]}
@@ -182,18 +190,13 @@ def validation_points(rows: Sequence[dict], key: str) -> list[Series]:
     >>> [(s.label, s.x, s.y) for s in validation_points(rows, "mean_tokens")]
     [('2ppl', [0, 10], [30.0, 25.0]), ('3ppl', [0], [40.0])]
     """
-    by_level: dict[str, dict[int, tuple[float, int | None]]] = {}
-    for row in rows:
-        value, step = as_number(row.get(key)), as_number(row.get("global_step"))
-        if value is not None and step is not None and row_level(row) is not None:
-            by_level.setdefault(row_level(row), {})[int(step)] = (value, trials(row, key))
+    validations = sorted(_validations(rows, key).items())
     found = []
-    for level in sorted(by_level, key=level_order):
-        points = by_level[level]
-        steps = sorted(points)
-        values = [points[s][0] for s in steps]
-        low, high = intervals(values, [points[s][1] for s in steps]) if key in RATES else (None, None)
-        found.append(Series(level, steps, values, low, high))
+    for level in sorted({level for _, cells in validations for level in cells}, key=level_order):
+        points = [(step, *cells[level]) for step, cells in validations if level in cells]
+        values = [value for _, value, _ in points]
+        low, high = intervals(values, [n for _, _, n in points]) if key in RATES else (None, None)
+        found.append(Series(level, [step for step, _, _ in points], values, low, high))
     return found
 
 
@@ -210,8 +213,7 @@ def intervals(values: Sequence[float | None], ns: Sequence[int | None]) -> tuple
 
 def stage_grid(rows: Sequence[dict], key: str, planned: Sequence[tuple[int, str]] = (),
                counted: Sequence[str] = ()) -> StageGrid:
-    """`key` after each stage for each level, baseline first; `planned` ((index, name)) adds stages not validated yet
-    (as None); `counted`: the columns a rate over some completions counts its trials by (`eval.metrics.trials`).
+    """`key` after each stage for each level, baseline first; `planned` ((index, name)): stages to come, as None.
 
     >>> rows = [{"stage": 1, "stage_name": "2ppl", "level": "2ppl", "accuracy": 0.5},
     ...         {"stage": 0, "stage_name": "baseline", "level": "2ppl", "accuracy": 0.1},
@@ -241,34 +243,33 @@ def planned_stages(manifest: dict) -> list[tuple[int, str]]:
     return [(0, BASELINE), *((int(s.index), str(s.index if s.name is None else s.name)) for s in stages)]
 
 
-def _accuracies(rows: Sequence[dict]) -> dict[int, dict[str, tuple[float, int | None]]]:
-    """Each validation's accuracies by global step, then level: (value, its records)."""
+def _validations(rows: Sequence[dict], key: str = "accuracy") -> dict[int, dict[str, tuple[float, int | None]]]:
+    """Each validation's `key` by global step, then level: (value, its trials)."""
     found: dict[int, dict[str, tuple[float, int | None]]] = {}
     for row in rows:
-        step, value = as_number(row.get("global_step")), as_number(row.get("accuracy"))
+        step, value = as_number(row.get("global_step")), as_number(row.get(key))
         if step is not None and value is not None and row_level(row) is not None:
-            found.setdefault(int(step), {})[row_level(row)] = (value, trials(row, "accuracy"))
+            found.setdefault(int(step), {})[row_level(row)] = (value, trials(row, key))
     return found
 
 
 def common_levels(runs: Sequence[Sequence[dict]]) -> list[str]:
-    """The subsets validated at every validation of every run: a mean over others would move with the plan
-    (`eval.subsets_after_stage: near` validates 2 subsets between stages and 6 at the ends).
+    """The subsets validated at every validation of every run (a mean over others would move with the plan).
 
     >>> near = [{"global_step": 0, "level": l, "accuracy": 0.0} for l in ("2ppl", "3ppl", "4ppl")]
     >>> near += [{"global_step": 5, "level": l, "accuracy": 0.5} for l in ("2ppl", "3ppl")]
     >>> common_levels([near]), common_levels([near, [{"global_step": 0, "level": "4ppl", "accuracy": 0.2}]])
     (['2ppl', '3ppl'], [])
     """
-    validations = [levels.keys() for rows in runs for levels in _accuracies(rows).values()]
+    validations = [levels.keys() for rows in runs for levels in _validations(rows).values()]
     if not validations:
         return []
     return sorted(set.intersection(*map(set, validations)), key=level_order)
 
 
 def accuracy_curve(rows: Sequence[dict], label: str, levels: Sequence[str]) -> Series | None:
-    """Mean accuracy over `levels` at each validation that has them all, with the 95% interval of all their puzzles
-    together (exact when the subsets are of one size); None without such a validation.
+    """Mean accuracy over `levels` at every validation (None where one was left out: a gap), with the 95% interval
+    of their puzzles together; None when no validation has them all.
 
     >>> rows = [{"stage": 0, "global_step": 0, "level": "2ppl", "accuracy": 0.1, "n": 100},
     ...         {"stage": 0, "global_step": 0, "level": "3ppl", "accuracy": 0.0, "n": 100},
@@ -277,38 +278,24 @@ def accuracy_curve(rows: Sequence[dict], label: str, levels: Sequence[str]) -> S
     >>> curve = accuracy_curve(rows, "kk_ladder", ["2ppl", "3ppl"])
     >>> curve, curve.low, curve.high
     (Series(label='kk_ladder', x=[0, 10], y=[0.05, 0.4]), [0.0274, 0.3346], [0.0896, 0.4692])
-    """
-    points = {step: [found[level] for level in levels] for step, found in sorted(_accuracies(rows).items())
-              if levels and all(level in found for level in levels)}
-    if not points:
-        return None
-    means = [round(sum(v for v, _ in cell) / len(cell), 4) for cell in points.values()]
-    totals = [sum(n for _, n in cell) if all(n for _, n in cell) else None for cell in points.values()]
-    low, high = intervals(means, totals)
-    return Series(label, list(points), means, low, high)
-
-
-def subset_curve(rows: Sequence[dict], level: str, label: str) -> Series | None:
-    """One subset's accuracy at every validation of a run (None where it was left out: a gap); None when never
-    validated.
-
     >>> rows = [{"global_step": s, "level": l, "accuracy": a, "n": 4}
     ...         for s, l, a in [(0, "2ppl", 0.0), (0, "4ppl", 0.0), (5, "2ppl", 0.5), (9, "4ppl", 0.25)]]
-    >>> curve = subset_curve(rows, "4ppl", "run")
+    >>> curve = accuracy_curve(rows, "run", ["4ppl"])
     >>> curve, curve.low
     (Series(label='run', x=[0, 5, 9], y=[0.0, None, 0.25]), [0.0, None, 0.0456])
     """
-    validations = sorted(_accuracies(rows).items())
-    if not any(level in found for _, found in validations):
+    validations = sorted(_validations(rows).items())
+    cells = [[found[level] for level in levels] if levels and all(level in found for level in levels) else None
+             for _, found in validations]
+    if not any(cells):
         return None
-    cells = [found.get(level, (None, None)) for _, found in validations]
-    low, high = intervals([v for v, _ in cells], [n for _, n in cells])
-    return Series(label, [step for step, _ in validations], [v for v, _ in cells], low, high)
+    means = [None if cell is None else sum(v for v, _ in cell) / len(cell) for cell in cells]
+    totals = [sum(n for _, n in cell) if cell and all(n for _, n in cell) else None for cell in cells]
+    return Series(label, [step for step, _ in validations], means, *intervals(means, totals))
 
 
 def accuracy_panels(runs: Sequence[tuple[str, Sequence[dict]]]) -> list[tuple[str, list[Series]]]:
-    """(title, one curve per run) of several runs' (label, validation rows) accuracy, like with like: the mean over
-    `common_levels`, or, where there are none, a panel per subset."""
+    """(title, one curve per run) of (label, validation rows): the mean over `common_levels`, else one per subset."""
     levels = common_levels([rows for _, rows in runs])
     if levels:
         everything = {row_level(r) for _, rows in runs for r in rows if row_level(r) is not None}
@@ -316,7 +303,7 @@ def accuracy_panels(runs: Sequence[tuple[str, Sequence[dict]]]) -> list[tuple[st
         out = f"; left out, not validated at every point: {', '.join(left)}" if left else ""
         curves = [accuracy_curve(rows, label, levels) for label, rows in runs]
         return [(f"mean validation accuracy over {', '.join(levels)}{out}", [c for c in curves if c is not None])]
-    every = sorted({level for _, rows in runs for found in _accuracies(rows).values() for level in found},
+    every = sorted({level for _, rows in runs for found in _validations(rows).values() for level in found},
                    key=level_order)
     return [(f"{level} validation accuracy (a gap: not validated there)",
-             [c for label, rows in runs if (c := subset_curve(rows, level, label)) is not None]) for level in every]
+             [c for label, rows in runs if (c := accuracy_curve(rows, label, [level])) is not None]) for level in every]

@@ -1,8 +1,5 @@
-"""A run's story: what each stage did, in words (reward read step by step, steps without signal, collapses, each
-validation change with its interval), how it ended (promotion, guard, budget), and the run's history.
-
-A GRPO step without signal: every group's rewards equal (`frac_reward_zero_std` 1), so every advantage is 0.
-GRPO's loss is no test of this: with one update per batch it is about 0 by construction.
+"""A run's story: what each stage did, in words (reward step by step, steps without signal (every group's rewards
+equal: `frac_reward_zero_std` 1), collapses, each validation change with its interval), how it ended, its history.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from core.rundir.records import StageRecord, Status, level_order, row_level, sta
 from core.stats import difference_interval, rate_text
 from eval.metrics import trials
 from eval.report.blocks import Heading, Table, Text, code, fmt, md_escape
-from eval.report.series import as_number
+from eval.report.series import as_number, rows_at, stage_steps
 
 NO_SIGNAL_KEY = "frac_reward_zero_std"
 # Entropy or mean length under this share of the run's first value, from some step to a stage's last, is a collapse
@@ -34,15 +31,6 @@ class Event:
     step: float  # global step
     label: str
     kind: str  # promotion | guard | refresh (a stage whose KL reference is the previous stage's final)
-
-
-def stage_steps(steps: Sequence[dict], index: int) -> list[dict]:
-    """The step rows of stage `index`, by stage step, each step once."""
-    rows = {}
-    for row in steps:
-        if row.get("stage") == index and as_number(row.get("stage_step")) is not None:
-            rows[int(row["stage_step"])] = row
-    return [rows[k] for k in sorted(rows)]
 
 
 def curve_words(rows: Sequence[dict], key: str, label: str) -> str | None:
@@ -113,8 +101,7 @@ def first_values(steps: Sequence[dict], stages: Sequence[StageRecord]) -> dict[s
 
 
 def collapse_words(rows: Sequence[dict], key: str, label: str, first: tuple[int, float] | None) -> str | None:
-    """A collapse of `key` in a stage: under COLLAPSE_SHARE of the run's `first` (global step, value) from some
-    step to the stage's last; else None.
+    """A collapse of `key`: under COLLAPSE_SHARE of the run's `first` (global step, value) to the stage's last step.
 
     >>> rows = [{"stage_step": s, "entropy": e} for s, e in enumerate([0.8, 0.5, 0.3, 0.1], start=1)]
     >>> collapse_words(rows, "entropy", "entropy", (1, 0.8))
@@ -153,21 +140,16 @@ def change_words(before: dict, after: dict) -> str:
     return f"{a:.2f} → {b:.2f} ({b - a:+.2f}, 95% interval {low:+.2f} to {high:+.2f}, {n}: {verdict})"
 
 
-def _validated(validation: Sequence[dict], index: int) -> dict[str, dict]:
-    return {row_level(r): r for r in validation if r.get("stage") == index and row_level(r) is not None}
-
-
 def validation_words(validation: Sequence[dict], index: int) -> str | None:
     """What changed in validation after stage `index`, per subset, from that subset's last validation before."""
-    after = _validated(validation, index)
+    after = rows_at(validation, index)
     if not after:
         return None
     changes, unchanged = [], []
     for level in sorted(after, key=level_order):
         row = after[level]
-        earlier = [r for r in validation if row_level(r) == level and isinstance(r.get("stage"), int)
-                   and r["stage"] < index]
-        before = max(earlier, key=lambda r: r["stage"]) if earlier else None
+        before = max((r for r in validation if row_level(r) == level and isinstance(r.get("stage"), int)
+                      and r["stage"] < index), key=lambda r: r["stage"], default=None)
         if before is not None and before.get("accuracy") == row.get("accuracy"):
             unchanged.append(f"{level} {as_number(row.get('accuracy')):.2f} (n={trials(row, 'accuracy')})")
         else:
@@ -211,21 +193,19 @@ def story_blocks(manifest: dict, steps: Sequence[dict], validation: Sequence[dic
 
 
 def span_words(validation: Sequence[dict], first: int, last: int, what: str) -> str | None:
-    """Each subset's accuracy from validation `first` to `last` (stage indexes), with the interval of the change;
-    None when no subset was validated at both."""
-    before, after = _validated(validation, first), _validated(validation, last)
+    """Each subset's accuracy from validation `first` to `last` (stage indexes); None when none has both."""
+    before, after = rows_at(validation, first), rows_at(validation, last)
     shared = sorted(set(before) & set(after), key=level_order)
     if first >= last or not shared:
         return None
-    names = [next(iter(_validated(validation, i).values())).get("stage_name") for i in (first, last)]
+    names = [next(iter(rows.values())).get("stage_name") for rows in (before, after)]
     changes = "; ".join(f"{level} {change_words(before[level], after[level])}" for level in shared)
     return (f"**{md_escape(what)}, from {'after ' if first else ''}{md_escape(names[0])} to after "
             f"{md_escape(names[1])}**: {md_escape(changes, line_start=False)}")
 
 
 def overall_words(steps: Sequence[dict], validation: Sequence[dict]) -> list[str]:
-    """What the stages changed together, from where reinforcement learning began and from the baseline: changes
-    each within noise may add up to one that is not.
+    """What the stages changed together, from where reinforcement learning began and from the baseline.
 
     >>> rows = [{"stage": k, "stage_name": n, "level": "2ppl", "accuracy": a, "n": 63}
     ...         for k, n, a in [(0, "baseline", 0.0), (1, "sft", 0.25), (2, "2ppl", 0.3), (3, "3ppl", 0.5)]]
@@ -282,29 +262,25 @@ def guard_events(manifest: dict) -> list[Event]:
             if as_number(e.get("global_step")) is not None]
 
 
-def stage_end_rows(manifest: dict) -> list[list[str]]:
-    """Per stage that recorded its end: name, why, stage step/budget, the deciding accuracy, threshold, kept step.
+def end_cells(stage: StageRecord) -> list[str] | None:
+    """How a stage ended: why, stage step/budget, the deciding accuracy, threshold, kept step; None: not recorded.
 
-    >>> stage_end_rows({"stages": [{"name": "2ppl", "steps_budget": 10, "end": {"reason": "threshold",
-    ...     "stage_step": 5, "accuracy": 0.9, "n": 100, "threshold": 0.8}}, {"name": "3ppl"}]})
-    [['2ppl', 'threshold', '5/10', '0.900 [0.83, 0.94] n=100', '0.8', '-']]
+    >>> end_cells(StageRecord(name="2ppl", steps_budget=10, end={"reason": "threshold", "stage_step": 5,
+    ...                                                          "accuracy": 0.9, "n": 100, "threshold": 0.8}))
+    ['threshold', '5/10', '0.900 [0.83, 0.94] n=100', '0.8', '-']
     """
-    rows = []
-    for stage in stage_records(manifest):
-        end = stage.end
-        if not isinstance(end, dict):
-            continue
-        reason = end.get("reason", "-") + (f" ({end['signal']})" if end.get("signal") else "")
-        budget = "-" if stage.steps_budget is None else stage.steps_budget
-        rows.append([str(stage.name), reason, f"{end.get('stage_step')}/{budget}",
-                     _accuracy_text(end), "-" if end.get("threshold") is None else str(end["threshold"]),
-                     str(end.get("kept_step", "-"))])
-    return rows
+    end = stage.end
+    if not isinstance(end, dict):
+        return None
+    reason = end.get("reason", "-") + (f" ({end['signal']})" if end.get("signal") else "")
+    budget = "-" if stage.steps_budget is None else stage.steps_budget
+    return [reason, f"{end.get('stage_step')}/{budget}", _accuracy_text(end),
+            "-" if end.get("threshold") is None else str(end["threshold"]), str(end.get("kept_step", "-"))]
 
 
 def stage_end_blocks(manifest: dict) -> list:
     """How each stage ended, and the collapse guard's events."""
-    ends = stage_end_rows(manifest)
+    ends = [[str(stage.name), *cells] for stage in stage_records(manifest) if (cells := end_cells(stage))]
     events = [[str(s.name), *(str(e.get(k)) for k in ("stage_step", "global_step", "signal", "value", "threshold",
                                                      "window", "action"))]
               for s in stage_records(manifest) for e in s.guard_events]
@@ -332,8 +308,7 @@ def resumes(run_dir: Path) -> list[str]:
 
 
 def retrained(run_dir: Path, index, name) -> bool:
-    """Whether the stage's final was refused once (set aside as `final.refused`) and the stage trained again; its
-    folder is never followed out of the run."""
+    """Whether the stage's final was refused once (`final.refused`) and it trained again; no link is followed."""
     if not isinstance(index, int) or not isinstance(name, str) or "/" in name or name in (".", ".."):
         return False
     folder = run_dir / STAGES / stage_dirname(index, name)

@@ -1,6 +1,5 @@
 """TRL's own training curves from metrics.jsonl (loss, grad_norm, learning rate, reward std, clip shares, the KL to
-the reference), a table of them per stage, and throughput and memory where the rows hold them.
-"""
+the reference), a table of them per stage, and throughput and memory where the rows hold them."""
 
 from __future__ import annotations
 
@@ -13,8 +12,8 @@ from core.rundir.records import StageRecord, stage_records
 from core.stage_kinds import recorded_kind
 from eval.report.blocks import Image, Table, Text, fmt
 from eval.report.plots import Panel, plot_step_panels
-from eval.report.series import Boundary, Series, as_number, step_series
-from eval.report.story import REFRESH, Event, stage_steps
+from eval.report.series import Boundary, Series, as_number, numbers, stage_steps, step_series
+from eval.report.story import REFRESH, Event
 
 # (metrics.jsonl keys: one line each, panel title, y label, why they may be absent) of the curves panel
 CURVES = (
@@ -50,8 +49,7 @@ def is_final_of(reference, stage: StageRecord) -> bool:
 
 
 def reference_refreshes(manifest: dict) -> list[Event]:
-    """A refresh at the start of each stage whose reference is the stage before's final: the policy and the
-    reference start it as the same weights, so its KL starts at ~0 (a sawtooth).
+    """A refresh at the start of each stage whose reference is the stage before's final (its KL starts at ~0).
 
     >>> stages = [{"index": 1, "name": "2ppl", "reference": "/base", "global_step_start": 0},
     ...           {"index": 2, "name": "3ppl", "reference": "/r/stages/1-2ppl/final", "global_step_start": 4}]
@@ -68,48 +66,41 @@ def loss_series(manifest: dict, steps: Sequence[dict]) -> list[Series]:
     """The loss, one line per stage kind where the run has several: an SFT and a GRPO loss are different quantities."""
     kinds = {s.index: s.kind_facts.label for s in stage_records(manifest)}
     unknown = recorded_kind(None).label  # a row of a stage run.json does not list: as an entry without a kind
-
-    def kind_of(row: dict) -> str:
-        return kinds.get(row.get("stage"), unknown)
-
-    labels = list(dict.fromkeys(map(kind_of, steps)))
-    if len(labels) < 2:
-        return [s for s in (step_series(steps, "loss"),) if s is not None]
-    split = [step_series([r for r in steps if kind_of(r) == label], "loss", f"loss ({label})") for label in labels]
+    of_kind = {label: [r for r in steps if kinds.get(r.get("stage"), unknown) == label]
+               for label in dict.fromkeys(kinds.get(r.get("stage"), unknown) for r in steps)}
+    split = [step_series(rows, "loss", f"loss ({label})" if len(of_kind) > 1 else None)
+             for label, rows in of_kind.items()]
     return [s for s in split if s is not None]
 
 
-def curve_panels(manifest: dict, steps: Sequence[dict]) -> tuple[list[Panel], list]:
-    """The panels of TRL's curves and a note for each one skipped."""
+def key_panels(steps: Sequence[dict], specs, *, loss: list[Series] | None = None, events: Sequence[Event] = (),
+               share_range: bool = False) -> tuple[list[Panel], list]:
+    """A panel per (keys, title, y label, why absent) of `specs` that has a key logged, else a note; `loss`: the
+    loss panel's lines; `share_range`: a share drawn on 0..1."""
     panels, notes = [], []
-    for keys, title, ylabel, why in CURVES:
-        lines = loss_series(manifest, steps) if keys == ("loss",) else \
+    for keys, title, ylabel, why in specs:
+        lines = loss if keys == ("loss",) and loss is not None else \
             [s for key in keys if (s := step_series(steps, key)) is not None]
         if lines:
-            panels.append(Panel(f"{title}  ({', '.join(keys)})", ylabel, lines))
+            panels.append(Panel(f"{title}  ({', '.join(keys)})", ylabel, lines, events=events,
+                                unit_range=share_range and ylabel == "share"))
         else:
             notes.append(Text(f"no numeric `{keys[0]}` in metrics.jsonl ({why}): panel '{title}' skipped", True))
     return panels, notes
 
 
-def kl_blocks(manifest: dict, steps: Sequence[dict]) -> tuple[Panel | None, list]:
-    """The KL panel with each refresh marked, and the sentence that reads it (or a note that it was not logged)."""
-    kl = step_series(steps, KL)
-    if kl is None:
-        return None, [Text(f"no numeric `{KL}` in metrics.jsonl (logged only when grpo.beta > 0): panel 'KL to the "
-                           "reference' skipped", True)]
-    refreshes = reference_refreshes(manifest)
-    recorded = any(s.reference for s in stage_records(manifest))
-    panel = Panel(f"KL to the reference  ({KL})", "KL", [kl], events=refreshes)
-    sentence = REFRESH_SENTENCE if refreshes else NO_REFRESH_SENTENCE if recorded else UNKNOWN_REFERENCE_SENTENCE
-    return panel, [Text(sentence, note=not recorded)]
-
-
 def curves_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Boundary], out_dir: Path) -> list:
-    """TRL's curves per step, the KL's refreshes marked, then the per-stage table."""
-    panels, notes = curve_panels(manifest, steps)
-    kl, kl_notes = kl_blocks(manifest, steps)
-    panels += [kl] if kl is not None else []
+    """TRL's curves per step, the KL's refreshes marked and read in a sentence, then the per-stage table."""
+    panels, notes = key_panels(steps, CURVES, loss=loss_series(manifest, steps))
+    if (kl := step_series(steps, KL)) is None:
+        kl_notes = [Text(f"no numeric `{KL}` in metrics.jsonl (logged only when grpo.beta > 0): panel 'KL to the "
+                         "reference' skipped", True)]
+    else:
+        refreshes = reference_refreshes(manifest)
+        recorded = any(s.reference for s in stage_records(manifest))
+        panels.append(Panel(f"KL to the reference  ({KL})", "KL", [kl], events=refreshes))
+        sentence = REFRESH_SENTENCE if refreshes else NO_REFRESH_SENTENCE if recorded else UNKNOWN_REFERENCE_SENTENCE
+        kl_notes = [Text(sentence, note=not recorded)]
     if not panels:
         return [*notes, *kl_notes]
     image = plot_step_panels(panels, boundaries, "TRL's training curves", out_dir / "training_curves.png")
@@ -133,33 +124,30 @@ def _number(value) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
-def _values(rows: Sequence[dict], key: str) -> list[float]:
-    return [v for r in rows if (v := as_number(r.get(key))) is not None]
-
-
 def _first_last(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    return _number(values[0]) if len(values) == 1 else f"{_number(values[0])} → {_number(values[-1])}"
+    return "-" if not values else _number(values[0]) + (f" → {_number(values[-1])}" if len(values) > 1 else "")
 
 
 def _median(values: Sequence[float]) -> str:
     return _number(statistics.median(values)) if values else "-"
 
 
+def logged_stages(manifest: dict, steps: Sequence[dict]) -> list[tuple[StageRecord, list[dict]]]:
+    """(stage, its step rows) of every stage in run.json that logged steps."""
+    return [(stage, logged) for stage in stage_records(manifest)
+            if stage.index is not None and (logged := stage_steps(steps, stage.index))]
+
+
 def stage_curves_table(manifest: dict, steps: Sequence[dict]) -> Table | None:
     """Per stage that logged steps: loss, grad_norm, learning rate and KL first to last, the median reward std and
     clip share; None without a stage."""
     rows = []
-    for stage in stage_records(manifest):
-        logged = stage_steps(steps, stage.index) if stage.index is not None else []
-        if not logged:
-            continue
-        grad = _values(logged, "grad_norm")
-        rows.append([fmt(stage.name), str(len(logged)), _first_last(_values(logged, "loss")),
+    for stage, logged in logged_stages(manifest, steps):
+        grad = numbers(logged, "grad_norm")
+        rows.append([fmt(stage.name), str(len(logged)), _first_last(numbers(logged, "loss")),
                      f"{_median(grad)} (max {_number(max(grad))})" if grad else "-",
-                     _first_last(_values(logged, "learning_rate")), _median(_values(logged, "reward_std")),
-                     _median(_values(logged, "clip_ratio/region_mean")), _first_last(_values(logged, KL))])
+                     _first_last(numbers(logged, "learning_rate")), _median(numbers(logged, "reward_std")),
+                     _median(numbers(logged, "clip_ratio/region_mean")), _first_last(numbers(logged, KL))])
     headers = ["stage", "steps", "loss first → last", "grad_norm median", "learning rate first → last",
                "reward std median", "clip share median", "KL first → last"]
     return Table(headers, rows) if rows else None
@@ -167,7 +155,7 @@ def stage_curves_table(manifest: dict, steps: Sequence[dict]) -> Table | None:
 
 def tokens_per_second(steps: Sequence[dict]) -> Series | None:
     """Tokens per second of each logged step: TRL's `num_tokens` (counted from the stage's start) since the stage's
-    previous logged row, over `step_time` times the steps between them.
+    previous row, over `step_time` times the steps between them.
 
     >>> rows = [{"stage": 1, "stage_step": 1, "global_step": 1, "num_tokens": 100, "step_time": 2.0},
     ...         {"stage": 1, "stage_step": 2, "global_step": 2, "num_tokens": 400, "step_time": 1.5},
@@ -186,15 +174,7 @@ def tokens_per_second(steps: Sequence[dict]) -> Series | None:
                 points[int(at)] = (tokens - before_tokens) / (seconds * (step - before_step))
             if tokens is not None:
                 before_tokens, before_step = tokens, step
-    if not points:
-        return None
-    return Series(THROUGHPUT, sorted(points), [points[k] for k in sorted(points)])
-
-
-def memory_keys(steps: Sequence[dict]) -> list[str]:
-    """The numeric keys of the step rows with `memory` in the name (the trainer's or a callback's)."""
-    return [k for k in dict.fromkeys(k for r in steps for k in r)
-            if "memory" in k.lower() and any(as_number(r.get(k)) is not None for r in steps)]
+    return Series(THROUGHPUT, sorted(points), [points[k] for k in sorted(points)]) if points else None
 
 
 def memory_unit(keys: Sequence[str]) -> str:
@@ -208,7 +188,9 @@ def memory_unit(keys: Sequence[str]) -> str:
 
 def throughput_blocks(manifest: dict, steps: Sequence[dict], boundaries: Sequence[Boundary], out_dir: Path) -> list:
     """Tokens per second and memory per step, where the rows hold them; then each stage's medians and peaks."""
-    speed, memory = tokens_per_second(steps), memory_keys(steps)
+    speed = tokens_per_second(steps)
+    memory = [k for k in dict.fromkeys(k for r in steps for k in r)  # a key naming memory: a callback's
+              if "memory" in k.lower() and any(as_number(r.get(k)) is not None for r in steps)]
     notes = [] if speed else [Text("no `num_tokens` and `step_time` in metrics.jsonl: tokens per second skipped",
                                    True)]
     if not memory:
@@ -231,14 +213,11 @@ def throughput_table(manifest: dict, steps: Sequence[dict], speed: Series | None
     """Per stage: median tokens per second and step time, its validation's tokens per second, each memory peak."""
     rate = dict(zip(speed.x, speed.y, strict=True)) if speed else {}
     rows = []
-    for stage in stage_records(manifest):
-        logged = stage_steps(steps, stage.index) if stage.index is not None else []
-        if not logged:
-            continue
+    for stage, logged in logged_stages(manifest, steps):
         at = [rate[int(r["global_step"])] for r in logged if as_number(r.get("global_step")) in rate]
         cost = stage.validation_cost if isinstance(stage.validation_cost, dict) else {}
-        peaks = [_number(max(_values(logged, key), default=None)) for key in memory]
-        rows.append([fmt(stage.name), _median(at), _median(_values(logged, "step_time")),
+        peaks = [_number(max(numbers(logged, key), default=None)) for key in memory]
+        rows.append([fmt(stage.name), _median(at), _median(numbers(logged, "step_time")),
                      _number(as_number(cost.get("tokens_per_second"))), *peaks])
     headers = ["stage", "tokens/s median", "step_time median (s)", "validation tokens/s",
                *(f"peak {key}" for key in memory)]

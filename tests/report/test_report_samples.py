@@ -150,7 +150,7 @@ def crafted_run(tmp_path) -> tuple[Path, Path]:
                                             "puzzles": 2} for k, name in enumerate(["baseline", *names])])
     sample = {"id": HOSTILE, "sample": HOSTILE, "completion": f"{HOSTILE}\n```\n</pre><img src=x>\n" * 20,
               "tokens": 7, "correct": True, "format_ok": True, "answered": True, "n_right": 2, "n_people": 2,
-              "names": [HOSTILE, "Zoey"], "solution": [True, False], "assignment": {HOSTILE: True, "Zoey": False},
+              "reference": f"{HOSTILE} knight, Zoey knave", "answer": f"{HOSTILE} knight, Zoey knave",
               "reasons": [HOSTILE], "invented": [HOSTILE], "has_reasoning": True, "reasoning_agrees": False,
               "question": f"{HOSTILE}\n````\n</pre></details><script>x</script>"}
     short = {**sample, "completion": HOSTILE, "correct": False, "tokens": 2}
