@@ -1,14 +1,7 @@
-"""The Hydra config root (also importable, so tests and other apps compose the same files), and the run directory
-as Hydra is let write into it.
-
-Importing it registers the config's resolvers, wherever the config is composed or resolved: the apps, the tests,
-and a job Hydra's submitit launcher runs on a cluster node (its callbacks import `conf`).
-
-Hydra writes into the run directory before the task function runs (its log, `.hydra/`). `ClaimRunDirectory` (a
-Hydra callback, conf/hydra/default.yaml) takes the run lock of a run being continued first, so that a second process
-on a live run, or a directory that cannot be written, ends in one line having written nothing; `HeldResume` holds
-what Hydra would write into a resumed run until the run accepts the resume; `discard_refused_run` removes what
-Hydra wrote for a fresh run refused by a config error only a check after Hydra's start can see.
+"""The Hydra config root (importable: tests and other apps compose the same files; importing it registers the
+resolvers, also on a submitit cluster node), and the run directory as Hydra is let write into it: Hydra writes there
+before the task function runs, so `ClaimRunDirectory` locks a run being continued first, `HeldResume` holds what
+Hydra would write into a resumed run until it is accepted, and `discard_refused_run` removes a refused fresh run's.
 """
 
 from __future__ import annotations
@@ -33,17 +26,12 @@ from core.gpu_pool import jobs_at_once, visible_gpus
 from core.rundir.files import RUN_JSON, OutsideRunError, RunLock, RunLockedError
 
 CONF_DIR = Path(__file__).resolve().parent
-# The root schema config.yaml's defaults list starts from; stored on import, so that whatever composes
-# these files (the apps, the report, the tests) types them alike.
+# The root schema config.yaml's defaults list starts from, stored on import: whatever composes the files types alike
 ConfigStore.instance().store(name="base_config", node=RootConfig)
 
 
 def run_dir(resume: str | None, fresh: str) -> str:
-    """`resume` when set (it must be a run directory), else `fresh`.
-
-    Checked here, while Hydra resolves its run directory: once the resolver returns, Hydra creates
-    the folder and writes into it, and a mistyped path would start a fresh ladder there.
-    """
+    """`resume` when set, checked to be a run directory before Hydra creates and writes the folder; else `fresh`."""
     if not resume:
         return fresh
     if not (Path(resume) / RUN_JSON).is_file():
@@ -55,8 +43,7 @@ def run_dir(resume: str | None, fresh: str) -> str:
 
 
 def hydra_subdir(resume: str | None) -> str | None:
-    """Where Hydra records this invocation: `.hydra` for a new run. A resume gets none from Hydra, which would write
-    it before the resume can be refused: `HeldResume` writes `.hydra/resume-<time>/` once the run goes on."""
+    """Where Hydra records this invocation: `.hydra` for a new run; for a resume `HeldResume` writes it later."""
     return None if resume else ".hydra"
 
 
@@ -88,12 +75,8 @@ def launch_time(pattern: str, launched: float | None = None) -> str:
 
 
 def register_resolvers(launched: float | None = None) -> None:
-    """Register the resolvers the configs use (`kk_*`).
-
-    `kk_now` stands in for Hydra's `now` (which Hydra registers again inside every run): with many processes every
-    rank is handed the main process's launch time (`launched`), so all of them name the same folder. Cached per
-    config, as Hydra caches `now`: a sweep's jobs (also on a cluster node) resolve the time their sweep was launched at.
-    """
+    """Register the resolvers the configs use (`kk_*`). `kk_now` stands in for Hydra's `now`: every rank is handed
+    the main process's `launched`, so all name the same folder; cached, so a sweep's jobs resolve its launch time."""
     OmegaConf.register_new_resolver("kk_run_dir", run_dir, replace=True)
     OmegaConf.register_new_resolver("kk_hydra_subdir", hydra_subdir, replace=True)
     OmegaConf.register_new_resolver("kk_share", share, replace=True)
@@ -104,10 +87,7 @@ def register_resolvers(launched: float | None = None) -> None:
     OmegaConf.register_new_resolver("kk_jobs_at_once", jobs_at_once, replace=True)
 
 
-
-
-# The folders above a run directory that did not exist before Hydra made it (`paths.output_dir/runs` on a first
-# run): a refused run removes them too, if it left them empty, so that it leaves no folder at all.
+# The folders above a run directory Hydra made: a refused run removes them too where it left them empty
 _MISSING_ABOVE_RUN: list[Path] = []
 
 
@@ -119,8 +99,7 @@ class ClaimRunDirectory(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         directory = Path(config.hydra.run.dir)
         _MISSING_ABOVE_RUN[:] = [folder for folder in directory.absolute().parents if not folder.exists()]
-        # With many processes the main one claims the directory for all (and holds the run's lock later,
-        # train/run/runner.py run_lock); every rank hears its refusal here, at the same point, and leaves.
+        # the main process claims the directory for all ranks; every rank hears its refusal here and leaves
         processes, refusal = start_processes(), None
         if processes.is_main and (config.get("resume") or (directory / RUN_JSON).is_file()):
             try:
@@ -147,11 +126,7 @@ _HYDRA_RECORD = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
 
 def discard_refused_run(run_dir: Path, log_name: str) -> bool:
-    """Remove a run directory that a refusal (a config error, a model that cannot be had) ended before its
-    run began (no run.json): the record and the log (`log_name`) Hydra wrote for this invocation, the lock
-    file, then the folder if that emptied it. False, touching nothing, for a directory holding a run or a
-    `.hydra` of earlier invocations (a resume is left as it was).
-    """
+    """Remove what Hydra wrote for a run refused before it began (no run.json); False, touching nothing, else."""
     hydra = run_dir / ".hydra"
     if (run_dir / RUN_JSON).exists() or hydra.is_symlink():
         return False
@@ -170,13 +145,7 @@ def discard_refused_run(run_dir: Path, log_name: str) -> bool:
 
 
 class HeldResume:
-    """What Hydra would write into a run being continued (`resume=`), held until the run accepts the resume: its
-    log lines (Hydra's job log, `<job>.log`) and its record of this invocation (`.hydra/resume-<time>/`).
-
-    A resume can still be refused after Hydra's start (another config, a model that cannot be had); refused, it
-    leaves the run exactly as it was. `accept` writes them once the run goes on; an explicit
-    `hydra.output_subdir=null` (a job's run started by train/launch/relaunch.py) keeps the record off.
-    """
+    """What Hydra would write into a resumed run, held until `accept`: a refused resume leaves it as it was."""
 
     def __init__(self, run_dir: Path, hydra_cfg: DictConfig, task_cfg: DictConfig) -> None:
         self.run_dir, self.hydra_cfg, self.task_cfg = run_dir, hydra_cfg, task_cfg

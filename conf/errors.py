@@ -1,15 +1,8 @@
 """How a bad config is refused: one `config error:` line that names the key, before a run directory exists.
 
-Hydra refuses unknown keys and wrong types while it composes onto the root schema, except keys added with
-`+key=value`; `check_schema` (run by the `SchemaCheck` callback, conf/hydra/default.yaml) refuses those too.
-`run_app` runs an entry point so that every config error (ours, Hydra's or OmegaConf's) ends the process as one
-line, while any other error shows its whole traceback.
-
-A multirun under `torchrun` or `accelerate launch` runs the sweeper and the launcher on every rank. Hydra's basic
-ones are deterministic and run each job in this process, so the ranks train each job together; any other is one
-sweep per rank (Optuna asking its study on every rank, joblib's workers inheriting the rank's process group,
-submitit submitting every job once per rank), refused by `LaunchCheck` with the way that works: the sweep started
-as one process, each job starting its own ranks (`launch=`).
+`check_schema` refuses what Hydra's schema lets through (`+key=value`); `run_app` ends every config error as one line,
+any other with its traceback. A multirun under torchrun/accelerate runs the sweeper and launcher on every rank: only
+Hydra's basic ones run in step, so `LaunchCheck` refuses others with the way that works (`launch=`).
 """
 
 from __future__ import annotations
@@ -50,11 +43,7 @@ BASIC = {"sweeper": "hydra._internal.core_plugins.basic_sweeper.BasicSweeper",
 
 
 def check_schema(cfg: DictConfig) -> None:
-    """Raise ConfigError for the first key of `cfg` that the schema refuses: unknown (also one added with
-    `+`), of the wrong type, or missing (`???`). The `hydra` node is Hydra's own and left out.
-
-    Merged as plain data: merged as a typed config it would carry its extra keys along.
-    """
+    """Raise ConfigError for the first key the schema refuses (even `+key`); merged untyped (typed, extras ride)."""
     config = OmegaConf.to_container(cfg, resolve=False)
     config.pop("hydra", None)
     for key, data, record in typed_blocks(config):
@@ -68,11 +57,8 @@ def check_schema(cfg: DictConfig) -> None:
 
 
 class SchemaCheck(Callback):
-    """`check_schema`, and for a run the `resume=` check, before Hydra creates (or enters) the run directory.
-
-    `resume=` is checked here too because an explicit `hydra.run.dir=` replaces the resolver that checks it. Hydra
-    turns an exception in a callback into a warning and goes on, so a refusal ends the process here.
-    """
+    """`check_schema` and `resume=` (a `hydra.run.dir=` replaces its resolver) before Hydra enters the run directory;
+    a refusal ends the process here, as Hydra turns a callback's exception into a warning."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         self._check(config)
@@ -104,8 +90,7 @@ def accelerate_file(launch: Mapping) -> Path:
 
 
 def check_launch(launch: Mapping) -> None:
-    """`launch.*` values a job can start processes with (and claim GPUs for): the schema's ranges, then the rules
-    across its keys; ConfigError naming the key.
+    """`launch.*` values a job can start processes with: the schema's ranges, then rules across keys.
 
     >>> check_launch({"launcher": "torchrun", "processes": 0, "accelerate_config": "ddp", "gpus": None})
     Traceback (most recent call last):
@@ -135,8 +120,8 @@ def check_launch(launch: Mapping) -> None:
 
 def launched_sweep_problem(targets: Mapping[str, str], choices: Mapping[str, str | None],
                            world_size: int) -> str | None:
-    """Why a multirun cannot run on each of `world_size` launched processes, or None; `targets`: the `_target_` of
-    hydra.sweeper and hydra.launcher; `choices`: Hydra's runtime choices (named as the user chose them).
+    """Why a multirun cannot run on each of `world_size` launched processes (`targets`: the sweeper's and
+    launcher's `_target_`), or None.
 
     >>> optuna = {"sweeper": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper",
     ...           "launcher": BASIC["launcher"]}
@@ -182,8 +167,7 @@ class LaunchCheck(Callback):
 
 
 def config_error_line(err: BaseException) -> str | None:
-    """The one line (without `config error: `) for a config error (a ConfigError, a resolver's refusal, anything
-    raised while Hydra composes the config), or None for any other error."""
+    """The one line for a config error (ours, a resolver's, anything raised while Hydra composes), else None."""
     if isinstance(err, ConfigError):
         return str(err)
     if isinstance(err, InterpolationResolutionError):  # a resolver refused a value (resume=): its message says it
@@ -210,16 +194,14 @@ def config_error_line(err: BaseException) -> str | None:
 
 
 def exit_on_config_error(err: BaseException) -> None:
-    """End the process with one `config error:` line if `err` is a config error; else return (to re-raise it).
-    Hydra prints "Error executing job with overrides" before any exception a task function raises but SystemExit."""
+    """End the process with one `config error:` line if `err` is a config error; else return."""
     line = config_error_line(err)
     if line is not None:
-        raise SystemExit(f"config error: {line}") from None
+        raise SystemExit(f"config error: {line}") from None  # Hydra adds nothing to a SystemExit
 
 
 def run_app(main: Callable[[], object]) -> None:
-    """Run a `@hydra.main` function; a config error ends the process as one `config error:` line. With
-    HYDRA_FULL_ERROR=1 every error reaches here instead of Hydra's own trimmed traceback."""
+    """Run a `@hydra.main` function, a config error ending it as one line."""
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
@@ -257,8 +239,7 @@ def _omegaconf_line(err: OmegaConfBaseException, prefix: str = "") -> str:
 
 
 def _sweeper_hint(key: str) -> str:
-    """A sweeper's key (n_trials, study_name) on Hydra's basic sweeper: its search, which selects Optuna, is not
-    on the command line (resuming a search takes the command it started with)."""
+    """A hint for a sweeper's key on Hydra's basic sweeper: the search selecting Optuna is not on the command line."""
     if not key.startswith("hydra.sweeper."):
         return ""
     searches = ", ".join(sorted(p.stem for p in (CONF_DIR / "hparams_search").glob("*.yaml")))
@@ -267,13 +248,11 @@ def _sweeper_hint(key: str) -> str:
 
 
 def _closest_in_open_group(name: str, key: str, node) -> str:
-    """'did you mean <key>?' from the keys the open group holds and, for a trainer's group (grpo, sft), its TRL
-    config's fields; then how to add a new key, which an open group takes with `+`."""
+    """'did you mean <key>?' from the open group's keys (and a trainer group's TRL fields), and how to add one."""
     known = list(node.keys()) if isinstance(node, DictConfig) else []
     group = STAGE_KIND_FACTS.get(key.split(".")[0])
     if group is not None and key.count(".") == 1:
-        # imported only once a key is refused (TRL takes seconds); bitsandbytes kept unloaded first, as the apps
-        # keep it, or its load on a CPU machine prints a line beside the one this error is
+        # TRL imported only once a key is refused (seconds); bitsandbytes kept unloaded, as the apps keep it
         from core.models import defer_bitsandbytes
 
         defer_bitsandbytes(set())

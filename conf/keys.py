@@ -47,8 +47,7 @@ def type_name(kind: Any) -> str:
 
 
 def key_lines(group: str) -> list[str]:
-    """One line per key of `group`: `<key>  <type>  default <value>  [range]  <help>`; KeyError for a group
-    that is not one."""
+    """One line per key of `group`: `<key>  <type>  default <value>  [range]  <help>`; KeyError for none."""
     record = groups()[group]
     prefix = "" if group == "root" else f"{group}."
     lines = []

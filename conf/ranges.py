@@ -1,8 +1,5 @@
-"""Ranges a type cannot say, checked before anything is written or loaded: each refusal one line naming the key.
-
-Each would otherwise fail later, after the run folder exists: a seed beyond numpy's 32 bits as a traceback, 100000
-threads as an out-of-memory error, a stage name too long for a folder as an OSError, a NaN learning rate as a run
-that trains on nothing.
+"""Ranges a type cannot say, checked before anything is written or loaded (else a seed beyond 32 bits, a NaN rate or
+a stage name too long for a folder fails later, after the run folder exists): each refusal one line naming the key.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ from core.rundir.records import FINAL_MARKER
 
 THREADS_PER_CORE = 4  # beyond this many threads per core torch only waits; 100000 ran out of memory
 STAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a folder's name on every file system, 64 at most
-# The trainers' fields (grpo, sft) that are counts of steps (> 0: save_steps 0 would keep no checkpoint a resume
-# goes on from) and bounds that may not be negative
+# The trainers' fields that are counts of steps (> 0: save_steps 0 keeps no checkpoint) and bounds that are >= 0
 POSITIVE_STEPS = ("logging_steps", "save_steps")
 NON_NEGATIVE = ("epsilon", "epsilon_high", "beta", "max_grad_norm", "warmup_ratio", "weight_decay")
 TRAINER_GROUPS = ("grpo", "sft")
@@ -56,9 +52,7 @@ def check_ranges(cfg: DictConfig, stage_names: Iterable[str] = ()) -> None:
 
 
 def check_field_ranges(config: dict) -> None:
-    """Raise ConfigError for the first value of `config` (plain data, interpolations unresolved) outside the range
-    its schema field declares. Not checked: a null or absent value (the schema says whether it may be null), an
-    interpolation (checked where it is written). A mapping's range (`limits.stage_steps`) is each of its values'."""
+    """Raise ConfigError for the first plain value outside its schema field's range (interpolations aside)."""
     for block, data, record in typed_blocks(config):
         for dotted, item, _ in schema_fields(record):
             within, value = item.metadata.get("range"), data
@@ -86,8 +80,7 @@ def check_cpu_threads(setting, cores: int | None = None) -> None:
 
 
 def check_output_dir(run_dir: Path) -> None:
-    """Refuse a run's or a validation's folder (`hydra.run.dir`) inside a stage's final: what it writes there would
-    change the published checkpoint, which later stages and `python -m eval` read as the run recorded it."""
+    """Refuse a run's or a validation's folder (`hydra.run.dir`) inside a stage's final, which writing would change."""
     for folder in [run_dir, *run_dir.parents]:
         if (folder / FINAL_MARKER).is_file() or (folder.name == "final" and folder.parent.parent.name == STAGES):
             raise ConfigError(f"hydra.run.dir: {run_dir} is inside the stage final {folder}, which writing there would "
@@ -95,8 +88,7 @@ def check_output_dir(run_dir: Path) -> None:
 
 
 def check_interpolations(cfg: DictConfig, prefix: str = "") -> None:
-    """Raise ConfigError naming the first key of `cfg` (its `hydra` node left out) whose interpolation points at
-    no key or back at itself; OmegaConf's own error names no key (`None: ...`). A resolver's refusal is its own."""
+    """Raise ConfigError naming the first key whose interpolation points at no key or back at itself."""
     for key in cfg.keys() if isinstance(cfg, DictConfig) else range(len(cfg)):
         path = f"{prefix}.{key}" if prefix and isinstance(cfg, DictConfig) else (f"{prefix}[{key}]" if prefix else key)
         if path == "hydra":

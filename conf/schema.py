@@ -1,14 +1,7 @@
-"""The shape of the config: one typed record per group whose keys are fixed, registered as the root schema.
-
-Hydra refuses a key no record names, or a value of the wrong type, while it composes; `+key=value` gets past that,
-so `conf.errors.check_schema` merges the composed config onto a fresh schema once more. The YAML files hold the
-values; a record holds the types, and a default only where a file may leave a key out. Each field declares, beside
-its type, one line of help, its range and whether a resume may change it (`key`); `python -m conf.keys` lists them.
-
-Blocks that may be null (a stage's promote and guard, curriculum.guard, model.tiny, model.lora, gpu) are open in the
-root schema and typed by their records through `typed_blocks` (OmegaConf 2.3 cannot set a key inside a typed block
-that is null). Open by design: `grpo` and `sft` (TRL's fields, checked against TRL's dataclasses), `reward.weights`,
-`reward.custom`, a stage's `overrides` and `level`, `model.chat_template_kwargs` and `cpu_threads`.
+"""The shape of the config: one typed record per group whose keys are fixed, registered as the root schema (values
+live in the YAML files; a default only where a file may leave a key out). Each field declares one line of help, its
+range and whether a resume may change it (`key`; `python -m conf.keys` lists them). Blocks that may be null are open
+in the root schema and typed through `typed_blocks` (OmegaConf 2.3 cannot set a key inside a null typed block).
 """
 
 from __future__ import annotations
@@ -43,8 +36,7 @@ from core.stage_kinds import DEFAULT_KIND
 
 @dataclass(frozen=True)
 class Range:
-    """Numbers from `low` to `high` (None: unbounded), each end open or closed; `whole`: whole numbers only;
-    `what`, where given, says the range in a refusal (`<key>: <value> is not <what>`)."""
+    """Numbers from `low` to `high` (None: unbounded), each end open or closed; `what`: the range in a refusal."""
 
     low: float | None = None
     high: float | None = None
@@ -82,8 +74,7 @@ NON_NEGATIVE = Range(0)
 
 def key(default: Any = MISSING, help: str = "", *, within: Range | None = None, resume_free: bool = False,
         factory: Any = None) -> Any:
-    """A schema field: its default (MISSING: the group's YAML gives it; `factory` for a mutable one), its one line
-    of `help`, its range and whether it is `resume_free`."""
+    """A schema field: its default (MISSING: the YAML gives it), one line of `help`, range, and `resume_free`."""
     metadata = {"help": help, "range": within, "resume_free": resume_free}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
@@ -364,16 +355,13 @@ class RootConfig:
     offline: bool = key(False, "tasks read their offline data")
 
 
-# The keys a resume may change without changing what is trained, left out of run.json's config hash: the fields
-# marked `resume_free`, and Hydra's own node (no field: Hydra adds it). How many processes train is checked apart
-# (`core.rundir.manifest.check_process_count`).
+# The keys a resume may change (left out of run.json's config hash): fields marked `resume_free`, and Hydra's node
 RESUME_FREE_KEYS = ("hydra", *(dotted for dotted, item, _ in schema_fields(RootConfig) if item.metadata["resume_free"]))
 
 
 def typed_blocks(config: dict) -> list[tuple[str, Any, type]]:
-    """(key, data, record): `config` (plain data) in the parts `conf.errors.check_schema` merges onto their records
-    one by one: the root with its stages set aside, each stage (so that an error names it: OmegaConf names a key
-    inside a list of records from the record), and each block that may be null and is not."""
+    """(key, data, record): the parts of `config` `check_schema` merges onto their records one by one: the root
+    without its stages, each stage (so an error names it), and each block that may be null and is not."""
     model, curriculum = config.get("model") or {}, config.get("curriculum") or {}
     stages = curriculum.get("stages") or []
     root = {**config, "curriculum": {**curriculum, "stages": []}} if curriculum else config

@@ -1,9 +1,5 @@
-"""A multirun's last lines: how many of its jobs failed (then exit status 1, for a script or CI job), and the
-command for the sweep's report (every job compared, `eval.report.sweep`).
-
-Under `torchrun` or `accelerate launch` every rank runs this callback, but only the main process writes run.json
-(a rank reading it could count a job failed before the main process recorded `done`): so the main process reads
-the folders and prints, and every rank takes its answer.
+"""A multirun's last lines: how many of its jobs failed (then exit status 1) and the command for the sweep's report.
+Under a launcher only the main process reads the folders (it alone writes run.json) and every rank takes its answer.
 """
 
 from __future__ import annotations
@@ -19,7 +15,14 @@ from core.rundir.records import Status
 
 
 def job_folders(sweep: Path) -> list[Path]:
-    """The sweep's job folders (Hydra's `hydra.sweep.subdir`: the job's number), in job order."""
+    """The sweep's job folders (`<sweep>/<n>/`, Hydra's `hydra.sweep.subdir`), in job order; [] for none.
+
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = [(Path(d) / name).mkdir() for name in ("0", "1", "7", ".hydra")]
+    ...     [p.name for p in job_folders(Path(d))], job_folders(Path(d) / "none")
+    (['0', '1', '7'], [])
+    """
     jobs = [p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit()] if sweep.is_dir() else []
     return sorted(jobs, key=lambda p: int(p.name))
 
@@ -32,8 +35,7 @@ def job_failed(job: Path) -> bool:
 
 
 class SweepReportCommand(Callback):
-    """Prints, once the sweep's jobs are done, where they are, the command for their report, and ends the process
-    with the failed jobs named (exit status 1) if any failed."""
+    """Prints, once the sweep's jobs are done, the command for their report; exit status 1 naming any failed."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep = Path(config.hydra.sweep.dir)

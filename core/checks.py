@@ -1,9 +1,5 @@
-"""The config error every check raises, and the value checks that the config checks and the readers of
-untrusted files share (what a type cannot say: a count > 0, a value read from a file someone sent).
-
-The user's code (a reward, a task's grader) calling `sys.exit` would end the run with its code and no word, its
-run.json left running: raised again as `UserCodeExit` (a RuntimeError naming whose code it was), it fails the
-run as any other error does. Ctrl-C is not a SystemExit and passes as it does.
+"""The config error every check raises, the value checks config checks and readers of untrusted files share, and
+`UserCodeExit`: the user's code calling `sys.exit` would end the run with no word, its run.json left running.
 """
 
 from __future__ import annotations

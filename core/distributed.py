@@ -1,8 +1,5 @@
-"""Many processes, one run: who this process is, and the few collectives the runner needs.
-
-`accelerate launch` and `torchrun` start one process per device, each running `python -m train`; only the main
-process writes the run directory, the others run the same plan and wait at barriers. The collectives are
-accelerate's (TRL's own engine). A single process never starts a process group, nor imports torch here.
+"""Many processes, one run: who this process is, and the few collectives (accelerate's) the runner needs. Only the
+main process writes the run directory; a single process never starts a process group, nor imports torch here.
 """
 
 from __future__ import annotations
@@ -16,16 +13,14 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-# How long a rank waits at a collective before it fails: transformers' default (ddp_timeout), long enough for the
-# main process to publish a final alone. An env variable, since the process group starts before the config is read.
+# How long a rank waits at a collective (an env variable: the group starts before the config is read)
 COLLECTIVE_TIMEOUT_ENV = "KK_COLLECTIVE_TIMEOUT_S"
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
 class Processes:
-    """This process's place in the launch. `sharded_by` names what shards the weights across ranks (DeepSpeed
-    ZeRO-3, FSDP), None when every rank holds the whole model (one process, DDP, ZeRO-1/2)."""
+    """This process's place in the launch; `sharded_by`: what shards the weights (ZeRO-3, FSDP), else None."""
 
     rank: int = 0
     world_size: int = 1
@@ -77,8 +72,7 @@ def weight_sharding(env: Mapping[str, str] = os.environ) -> str | None:
 
 
 def optimizer_sharding(env: Mapping[str, str] = os.environ) -> str | None:
-    """What holds the optimizer's parameters as shards or flat partitions (which bitsandbytes' optimizers do not
-    take), as `accelerate launch` tells its processes: FSDP or DeepSpeed at any ZeRO stage; None otherwise.
+    """What shards the optimizer's parameters (which bitsandbytes does not take): FSDP, DeepSpeed at any stage.
 
     >>> optimizer_sharding({"ACCELERATE_USE_FSDP": "true"}), optimizer_sharding({"ACCELERATE_USE_DEEPSPEED": "true"})
     ('FSDP', 'DeepSpeed')
@@ -93,8 +87,7 @@ def optimizer_sharding(env: Mapping[str, str] = os.environ) -> str | None:
 
 
 def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
-    """Why the trainer would not save a stage's final as one whole checkpoint `from_pretrained` loads under this
-    launch, or None.
+    """Why the trainer would not save a final as one whole checkpoint under this launch, or None.
 
     >>> whole_final_problem({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3",
     ...                      "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL": "false"})[:40]
@@ -112,8 +105,7 @@ def whole_final_problem(env: Mapping[str, str] = os.environ) -> str | None:
     return None
 
 
-# accelerate 1.15 (state.py) makes a launch FSDP only for a multi-accelerator distributed type: on a CPU the launch
-# file's FSDP becomes DDP over gloo (MULTI_CPU). Said once by the config check; run.json records what ran.
+# accelerate 1.15 makes a launch FSDP only on accelerators: on a CPU it becomes DDP over gloo
 FSDP_ON_CPU = ("accelerate launch asked for FSDP, which accelerate runs on GPUs only: on this CPU the ranks train "
                "as DDP, each holding the whole model (run.json: stages[k].distributed)")
 
@@ -128,8 +120,7 @@ def collective_timeout(env: Mapping[str, str] = os.environ) -> timedelta:
 
 
 def start_processes() -> Processes:
-    """Join the launch's process group (accelerate's PartialState, on gloo without CUDA) when there are many
-    processes; the trainer later shares it, keeping this timeout. Called again, it returns the same record."""
+    """Join the launch's process group (accelerate's PartialState, shared by the trainer) when there are many."""
     sharded_by = weight_sharding()
     if sharded_by == "FSDP" and not _cuda():  # FSDP_ON_CPU: the ranks train as DDP, each holding the whole model
         sharded_by = None
@@ -144,8 +135,7 @@ def start_processes() -> Processes:
 
 
 def _leave_process_group() -> None:
-    """At exit, leave the process group: a gloo rank that exits holding it after a peer has gone aborts (SIGABRT),
-    and the launcher fails the whole job."""
+    """Leave the process group at exit: a gloo rank exiting in it after a peer has gone aborts the whole job."""
     import torch.distributed as dist
 
     if dist.is_initialized():
@@ -187,8 +177,7 @@ def gather(value: T, processes: Processes) -> list[T]:
 
 
 def on_main(work: Callable[[], T], processes: Processes) -> T:
-    """`work()` done by the main process alone (what touches the run directory); every rank gets its result, or
-    raises its error."""
+    """`work()` done by the main process alone; every rank gets its result, or raises its error."""
     result, error = None, None
     if processes.is_main:
         try:

@@ -1,9 +1,5 @@
-"""The GPUs a sweep's jobs share on one machine (`launch.gpus`), each held by one job at a time.
-
-A job claims its GPUs with a kernel lock (flock) on one file per GPU in the sweep folder's `.gpus/`, held while
-its run (started with CUDA_VISIBLE_DEVICES naming them) trains: two jobs claiming in the same instant never get
-the same GPU, and a job that dies lets its GPUs go with its process. Which GPUs exist is read without CUDA, so a
-job's CUDA_VISIBLE_DEVICES is the only one its run sees.
+"""The GPUs a sweep's jobs share on one machine (`launch.gpus`), each held by one job at a time through a kernel
+lock on one file per GPU in the sweep folder's `.gpus/` (gone with a job that dies); read without CUDA.
 """
 
 from __future__ import annotations
@@ -23,14 +19,13 @@ from filelock import FileLock, Timeout
 log = logging.getLogger(__name__)
 
 POOL_DIR = ".gpus"  # in the sweep folder
-# How often a job that finds no free GPU looks again: only when a sweep runs more jobs at once than it has
-# GPUs for (hydra.launcher.n_jobs set above the pool), as a job's training takes minutes at least.
+# How often a job that finds no free GPU looks again (more jobs at once than GPUs)
 WAIT_S = 2.0
 
 
 def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
-    """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES when set (its ids as written,
-    up to the first negative index, where CUDA stops reading), else the indices `nvidia-smi` lists; else none.
+    """The GPUs this process may use, without initialising CUDA: CUDA_VISIBLE_DEVICES (up to a negative index, where
+    CUDA stops reading), else `nvidia-smi`'s indices.
 
     >>> visible_gpus({"CUDA_VISIBLE_DEVICES": "0, 2,3"}), visible_gpus({"CUDA_VISIBLE_DEVICES": ""})
     (['0', '2', '3'], [])
@@ -50,8 +45,7 @@ def visible_gpus(env: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def jobs_at_once(gpus: Sequence, processes: int) -> int:
-    """How many jobs of `processes` GPUs each the pool runs at once (at least one: a pool too small is refused by
-    name when the job starts).
+    """How many jobs of `processes` GPUs each the pool runs at once (at least one).
 
     >>> jobs_at_once(["0", "1", "2", "3"], 1), jobs_at_once(["0", "1", "2", "3"], 2), jobs_at_once([], 1)
     (4, 2, 1)

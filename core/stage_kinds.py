@@ -1,6 +1,5 @@
-"""The stage kinds, the one list of them (`STAGE_KIND_FACTS`): the plain facts the plan, the console and the
-report need of a kind without importing the trainers. conf/schema.py's `StageKindName` is built from it, and
-train/stages/kinds.py refuses, at import, a kind here without a trainer or a trainer of a kind not here.
+"""The stage kinds, the one list of them (`STAGE_KIND_FACTS`): the facts the plan, console and report need of a kind
+without importing the trainers (train/stages/kinds.py refuses at import a kind on one side only).
 """
 
 from __future__ import annotations
@@ -21,9 +20,7 @@ class StageKindFacts:
     curve: str  # the metrics.jsonl key its training curve follows
     default: bool  # the kind of a stage without `kind:`; the console and the plots name every other kind
     trainer_config: str  # TRL's config class (`trl.<name>`), whose fields its config group holds
-    # the tracker's prefix of its trainer's log keys: GRPO's as TRL logs them through transformers' WandbCallback
-    # (`train/reward`, `train/kl`), so a TRL dashboard reads them; SFT's apart (`sft/loss`), since its loss
-    # (cross-entropy on reference responses) and GRPO's (the policy objective) must never share a panel
+    # the tracker's prefix of its log keys: GRPO's as TRL's (`train/reward`), SFT's apart: never one loss panel
     tracker_prefix: str
 
 
@@ -39,8 +36,7 @@ STAGE_KIND_FACTS: dict[str, StageKindFacts] = {facts.name: facts for facts in (G
 
 
 def recorded_kind(name: str | None) -> StageKindFacts:
-    """The facts of a stage kind as run.json records it; none, or one this version does not know, reads as the
-    default kind.
+    """The facts of a stage kind as run.json records it; none, or an unknown one, reads as the default kind.
 
     >>> recorded_kind("sft").label, recorded_kind(None).label, recorded_kind("ppo").label
     ('SFT', 'GRPO', 'GRPO')

@@ -1,8 +1,6 @@
-"""Sample sizes and 95% intervals for every accuracy and rate a run reports: an accuracy from 4 puzzles is noise.
-
-Each rate is shown with its n and a Wilson score interval (better than the "Wald" interval for small n and rates
-near 0 or 1: Brown, Cai & DasGupta 2001); a change between two rates counts only when Newcombe's interval for their
-difference (1998, method 10) excludes 0.
+"""Sample sizes and 95% intervals for every rate a run reports (an accuracy from 4 puzzles is noise): Wilson score
+intervals (better than Wald's for small n and rates near 0 or 1), and a change counts only when Newcombe's interval
+for the difference (1998, method 10) excludes 0.
 """
 
 from __future__ import annotations

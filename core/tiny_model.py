@@ -1,6 +1,5 @@
-"""The tiny model: a random-init Qwen2-architecture model with a byte-level BPE tokenizer trained here, so the
-whole pipeline runs offline in seconds. The tokenizer's corpus is generated from templates here (independent of
-`curriculum.tasks.kk`); being byte-level, it encodes any text.
+"""The tiny model: a random-init Qwen2 model with a byte-level BPE tokenizer trained here on templated K&K text, so
+the whole pipeline runs offline in seconds.
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ IM_END = "<|im_end|>"
 # Answer-format tags: plain added tokens (not special), so they survive skip_special_tokens decoding.
 TAG_TOKENS = ("<think>", "</think>", "<answer>", "</answer>")
 
-# ChatML as Qwen2.5 writes it, without Qwen's default system prompt. transformers implements
-# continue_final_message by cutting the rendering after the last message's content, which works
-# because each content is emitted verbatim.
+# ChatML as Qwen2.5 writes it, without its default system prompt; contents verbatim (continue_final_message cuts there)
 CHATML_TEMPLATE = (
     "{%- for message in messages -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' -}}"
@@ -120,10 +117,7 @@ def kk_corpus(seed: int, size: int) -> list[str]:
 
 
 def train_tokenizer(corpus: list[str], vocab_size: int, max_length: int) -> PreTrainedTokenizerFast:
-    """A byte-level BPE tokenizer (GPT-2/Qwen style) trained on `corpus`, wrapped for transformers.
-
-    `vocab_size` is a cap: training stops early once every word of the corpus is a single token.
-    """
+    """A byte-level BPE tokenizer trained on `corpus` (`vocab_size` a cap), wrapped for transformers."""
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()

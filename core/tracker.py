@@ -1,8 +1,5 @@
-"""Where numbers go beyond the run folder: wandb when `logger=wandb`, nothing with `logger=none`.
-
-A tracker takes rows of numbers, tables and a summary; its caller (`python -m train`, `python -m eval`) names the
-run. `logger.mode: auto` decides between online and offline before wandb is asked (`wandb_mode`): wandb, told
-`online` on a machine without network, stalls for its init timeout and then raises.
+"""Where numbers go beyond the run folder: wandb when `logger=wandb`, nothing with `logger=none`. `logger.mode: auto`
+decides online or offline before wandb is asked: told `online` without network, wandb stalls, then raises.
 """
 
 from __future__ import annotations
@@ -47,10 +44,8 @@ def host_answers(base_url: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
 
 
 def wandb_mode(mode: str, env: Mapping[str, str], answers: Callable[[str], bool] = host_answers) -> str:
-    """The mode wandb.init is given for `logger.mode` (`mode`) in the environment `env`: `online` and `offline` as
-    they are; `auto` follows WANDB_MODE when it is set (a cluster node often has an API key all the same), else
-    offline without WANDB_API_KEY, else online when the wandb host (WANDB_BASE_URL) answers within 3 s (`answers`),
-    else offline with one log line saying why."""
+    """The mode wandb.init is given for `logger.mode` `mode`: `auto` follows WANDB_MODE where set, else offline
+    without WANDB_API_KEY, else online when the wandb host answers (`answers`), else offline, saying why."""
     mode = str(mode)  # the schema's WandbMode is a str enum: wandb is given its plain name
     if mode != "auto":
         return mode
@@ -82,9 +77,7 @@ class NullTracker:
 
 
 class WandbTracker:
-    """A wandb run in the mode `wandb_mode` decides. An offline one writes a folder of its own, `offline_folder`
-    (`<dir>/wandb/offline-run-<time>-<id>`: what `wandb sync` uploads), even when an earlier one holds its id;
-    online, `offline_folder` is None and a run id wandb knows is continued (`resume="allow"`)."""
+    """A wandb run in `wandb_mode`'s mode; offline, `offline_folder` is its own folder (what `wandb sync` uploads)."""
 
     def __init__(self, logger: Mapping, run_dir: Path, *, name: str, group: str | None, job_type: str, run_id: str,
                  config: dict):
@@ -108,8 +101,7 @@ class WandbTracker:
             # no ~30-line history panel at the end of every run; where the run is and how to sync it still show
             settings=wandb.Settings(quiet=True),
         )
-        # training panels over the global step, validation panels over the stage (one point per stage); the stage's
-        # kind beside every training row, as text
+        # training panels over the global step, validation panels over the stage; the stage's kind as text
         for metric in ("global_step", "stage", "stage_kind"):
             self.run.define_metric(metric, hidden=True)
         for prefix in ("train", "sft", "guard", "val_step", "rollouts"):
@@ -138,8 +130,7 @@ class WandbTracker:
 
 
 def _start_run(wandb, **init):
-    """wandb.init(**init), its failure (no network, a key the server refuses, an entity that is not there) as
-    one line naming the mode and how to run without the server."""
+    """wandb.init(**init), its failure as one line naming the mode and how to run without the server."""
     try:
         return wandb.init(**init)
     except Exception as err:
@@ -157,8 +148,7 @@ def _cell(value):
 
 def open_tracker(logger: Mapping, run_dir: Path, *, name: str, group: str | None, job_type: str, run_id: str,
                  config: dict, writes: bool = True):
-    """The tracker the logger group `logger` names, writing into `run_dir`, with the resolved config `config`. A
-    process that does not write the run directory (`writes` false) gets a NullTracker: one wandb run per run."""
+    """The tracker the logger group `logger` names, writing into `run_dir`; a NullTracker where not `writes`."""
     backend = logger.get("backend", "none")
     if backend == "wandb" and writes:
         return WandbTracker(logger, run_dir, name=name, group=group, job_type=job_type, run_id=run_id, config=config)

@@ -1,10 +1,6 @@
-"""Whether a checkpoint folder's weights are those of the architecture its config.json names, read before it loads.
-
-A config of another architecture builds a model none of whose weights are in the files: transformers and vLLM
-initialise it at random and it is validated as if trained. So the safetensors headers' names and shapes are
-compared with the model's, built on the meta device: a weight the model needs that the files lack, or hold in
-another shape, refuses the folder; extra weights pass (an older checkpoint's rotary buffers). A folder without
-safetensors files is left to the loader.
+"""Whether a checkpoint folder's weights are those of the architecture its config.json names, read before it loads
+(else it loads at random and is validated as if trained): the safetensors headers against the model built on the
+meta device; extra weights pass, a folder without safetensors files is the loader's.
 """
 
 from __future__ import annotations
@@ -18,8 +14,7 @@ SINGLE_FILE, INDEX = "model.safetensors", "model.safetensors.index.json"
 
 
 def file_weights(folder: Path) -> dict[str, tuple[int, ...]] | None:
-    """Each weight's name and shape in the folder's safetensors files (one, or the shards its index names), read
-    from their headers; None where it holds none."""
+    """Each weight's name and shape from the folder's safetensors headers; None where it holds none."""
     from safetensors import safe_open
 
     if (folder / INDEX).is_file():
@@ -37,8 +32,7 @@ def file_weights(folder: Path) -> dict[str, tuple[int, ...]] | None:
 
 
 def model_weights(folder: Path) -> tuple[dict[str, tuple[int, ...]], set[str], str]:
-    """The weights (name: shape) of the model transformers builds from the folder's config.json, the names of those
-    tied to another (not saved), and its class name; ConfigError when transformers builds no causal LM from it."""
+    """The weights (name: shape), tied names and class of the model config.json builds; ConfigError if none."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -54,8 +48,7 @@ def model_weights(folder: Path) -> tuple[dict[str, tuple[int, ...]], set[str], s
 
 
 def check_weights_match(folder: str | Path) -> None:
-    """Refuse (ConfigError, one line naming the folder and the counts) a checkpoint folder whose weight files lack
-    weights of the model its config.json builds, or hold them in other shapes: it would load at random."""
+    """Refuse (ConfigError) a folder whose files lack weights its config.json's model needs, or misshape them."""
     folder = Path(folder)
     held = file_weights(folder)
     if held is None:

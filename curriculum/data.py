@@ -1,6 +1,5 @@
 """Training and validation pools, and the rows TRL trains on, for any task. The validation pools are fixed by
-`eval.seed` (the same across runs, sweeps and `python -m eval`); no training pool holds a validation record, up
-to the task's `content_key`."""
+`eval.seed` (the same across runs, sweeps and `python -m eval`); no training pool holds a validation record."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ log = logging.getLogger(__name__)
 
 def training_pool(task: Task, stage: Stage, held_out: Mapping[str, list[TaskRecord]], *, seed: int,
                   spare: int) -> tuple[list[TaskRecord], int]:
-    """A stage's training records, split over its level mix, disjoint from `held_out`, and how many were removed;
-    `spare` (`eval.n`) more a level are asked for so that the drops still leave the share."""
+    """A stage's training records over its level mix, disjoint from `held_out`, and how many were removed."""
     records, removed = [], 0
     for level, share in stage.pool_weights.items():  # its own mix plus any replay of earlier levels
         want = max(1, round(stage.pool * share))
@@ -51,8 +49,7 @@ class Pools:
 
 def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int, eval_seed: int,
                seed: int) -> Pools:
-    """The held-out pools (`subsets` plus every level trained on; `n` asked each, drawn with `eval_seed`), then each
-    stage's training pool (drawn with `seed`), disjoint from them."""
+    """The held-out pools (`subsets` and every level trained on), then each stage's training pool, disjoint."""
     trained = [level for stage in plan for level in stage.level_weights if level != ALL]
     levels = [level for level in task.levels if level in {*subsets, *trained}]
     held_out = {level: task.validation_records(level, n, eval_seed) for level in levels}
@@ -69,19 +66,13 @@ def draw_pools(task: Task, plan: list[Stage], subsets: Sequence[str], *, n: int,
 
 def to_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
             chat_kwargs: Mapping | None = None) -> Dataset:
-    """TRL rows (`task_row`): the prompt as text (the task renders it, the tokenizer's chat template makes it
-    text: GRPO, SFT and validation all feed this), id, level and the task's columns."""
-    return Dataset.from_list([
-        task_row(r, prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs)) for r in records
-    ])
+    """TRL rows (`task_row`), the prompt as the text GRPO, SFT and validation all feed the model."""
+    return Dataset.from_list([task_row(r, prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs))
+                              for r in records])
 
 
 def to_sft_rows(task: Task, records: list[TaskRecord], prompt_cfg: Mapping, tokenizer, *, chat: bool,
                 chat_kwargs: Mapping | None = None) -> Dataset:
-    """Prompt-completion rows as plain text: the prompt exactly as GRPO sees it, the task's reference response in
-    the prompt's answer format. An assistant prefill (logic_rl's <think>) stays in the prompt, out of the loss."""
-    return Dataset.from_list([
-        {"prompt": prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs),
-         "completion": task.sft_target(r, prompt_cfg["fmt"])}
-        for r in records
-    ])
+    """Prompt-completion rows: the prompt as GRPO sees it (a prefill stays there, out of the loss), the reference."""
+    return Dataset.from_list([{"prompt": prompt_text(task.render(r, prompt_cfg, chat=chat), tokenizer, chat_kwargs),
+                               "completion": task.sft_target(r, prompt_cfg["fmt"])} for r in records])

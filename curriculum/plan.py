@@ -1,6 +1,6 @@
 """The stage plan: a curriculum config turned into checked `Stage` records, with the adaptive rules a stage may
-carry (promotion, replay, the collapse guard). Every check runs before any model or data loads and names the config
-key; keys, types and ranges are the schema's (conf/schema.py, checked first), the rules across keys are here."""
+carry (promotion, replay, the collapse guard), checked before any model or data loads; the schema (conf/schema.py)
+checks keys, types and ranges first, the rules across keys are here."""
 
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from curriculum.tasks.base import ALL, Task
 
 # `eval.subsets_after_stage`'s names, the schema's (a caller from Python may pass any string)
 VALIDATION_PLANS = tuple(str(plan) for plan in ValidationPlan)
-#: A stage's `level: each`: that stage once per level of the task, easiest first, each named by its level.
-EACH = "each"
+EACH = "each"  # a stage's `level: each`: that stage once per level of the task, each named by its level
 # The guard's signals: (config key, metrics.jsonl key it watches).
 GUARD_SIGNALS = (("length_drop", "completions/mean_length"), ("zero_std", "frac_reward_zero_std"),
                  ("distinct_below", "completions/distinct_share"))
@@ -108,30 +107,23 @@ class Stage:
     def level_label(self) -> str:
         """The level, or a mix's easiest and hardest ("2-6ppl" when both end alike), for plots and tables.
 
-        >>> one, mix = Stage(1, "a", "grpo", {"3ppl": 1.0}, 1, 1), Stage(1, "a", "grpo", {"2ppl": .5, "6ppl": .5}, 1, 1)
-        >>> one.level_label, mix.level_label
-        ('3ppl', '2-6ppl')
+        >>> mix = lambda *levels: Stage(1, "a", "grpo", dict.fromkeys(levels, 1 / len(levels)), 1, 1).level_label
+        >>> mix("3ppl"), mix("2ppl", "6ppl"), mix("2steps", "6+steps"), mix("level0", "level2")
+        ('3ppl', '2-6ppl', '2steps-6+steps', 'level0-level2')
         """
         levels = list(self.level_weights)
-        return levels[0] if len(levels) == 1 else span_label(levels[0], levels[-1])
+        if len(levels) == 1:
+            return levels[0]
+        head, tail = re.fullmatch(r"(\d+)(\D*)", levels[0]), re.fullmatch(r"(\d+)(\D*)", levels[-1])
+        if head and tail and head.group(2) == tail.group(2):
+            return f"{head.group(1)}-{tail.group(1)}{head.group(2)}"
+        return f"{levels[0]}-{levels[-1]}"
 
     def planned_record(self) -> StageRecord:
         """Its entry in a new run.json: planned, not started."""
         return StageRecord(index=self.index, name=self.name, kind=self.kind, levels=dict(self.level_weights),
                            pool_levels=dict(self.pool_weights), level_label=self.level_label, steps_budget=self.steps,
                            pool=self.pool, status=Status.PENDING, steps_done=0)
-
-
-def span_label(first: str, last: str) -> str:
-    """"2-6ppl" for 2ppl..6ppl (a shared ending written once), "level0-level3" otherwise.
-
-    >>> span_label("2ppl", "6ppl"), span_label("2steps", "6+steps"), span_label("level0", "level2")
-    ('2-6ppl', '2steps-6+steps', 'level0-level2')
-    """
-    head, tail = re.fullmatch(r"(\d+)(\D*)", first), re.fullmatch(r"(\d+)(\D*)", last)
-    if head and tail and head.group(2) == tail.group(2):
-        return f"{head.group(1)}-{tail.group(1)}{head.group(2)}"
-    return f"{first}-{last}"
 
 
 @dataclass(frozen=True)
@@ -147,9 +139,8 @@ class PlanSections:
 
 
 def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -> list[Stage]:
-    """Check `cfg.curriculum` and return its stages, with `cfg.limits` applied; `world_size` processes train each
-    step (fewer steps for a stage given in `epochs`). A stage's levels are `task`'s (None: the one `cfg.task` names).
-    `stage_overrides` is keyed by stage name, given whole: Hydra refuses a key that starts with a digit.
+    """The checked stages of `cfg.curriculum`, `cfg.limits` applied, on `world_size` processes, of `task` (None: the
+    one `cfg.task` names). `stage_overrides` is given whole: Hydra refuses a key that starts with a digit.
 
     >>> from conf.schema import StageConfig
     >>> from curriculum.tasks.kk import KKTask
@@ -194,8 +185,7 @@ def build_plan(cfg: DictConfig, world_size: int = 1, task: Task | None = None) -
 
 
 def ladder_stages(stages_cfg, task: Task) -> list:
-    """`curriculum.stages` with a `level: each` stage (the only stage, unnamed) written out: one stage per level of
-    `task`, easiest first, each named by its level (+curriculum=ladder).
+    """`curriculum.stages` with a `level: each` stage written out: one stage per level, each named by its level.
 
     >>> from curriculum.tasks.gsm8k import GSM8KTask
     >>> [(s["name"], s["level"], s["steps"]) for s in ladder_stages([{"level": "each", "steps": 3}], GSM8KTask())][:2]
@@ -258,8 +248,7 @@ def _build_stage(index: int, block: dict, sections: PlanSections, earlier: list[
 
 
 def parse_levels(written: tuple[object, str], task: Task) -> dict[str, float]:
-    """A stage's levels (one, a list: uniform, or {level: weight}; a number as the task reads it) as normalised
-    weights in the task's order.
+    """A stage's levels (one, a list: uniform, or {level: weight}) as normalised weights in the task's order.
 
     >>> from curriculum.tasks.kk import KKTask
     >>> parse_levels(({2: 1, 3: 3}, "level"), KKTask())
@@ -315,8 +304,7 @@ def validation_subsets(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
 
 def validation_completions(mode: str, subsets: Sequence[str], plan: Sequence[Stage],
                            sizes: Mapping[str, int]) -> dict[int, int]:
-    """The completions each validation of a run generates, by stage index (0: the baseline): its subsets under
-    `eval.subsets_after_stage` (`mode`), `sizes[level]` for each (its records times the samples of each).
+    """The completions each validation generates, by stage index (0: the baseline), `sizes[level]` per subset.
 
     >>> ladder = [Stage(i, f"{p}ppl", "grpo", {f"{p}ppl": 1.0}, steps=10, pool=9) for i, p in enumerate(range(2, 7), 1)]
     >>> every = [f"{p}ppl" for p in range(2, 8)]
@@ -362,8 +350,7 @@ class GrpoBatch:
 
 
 def grpo_batch(grpo: Mapping, key: str, world_size: int = 1) -> GrpoBatch:
-    """The batch arithmetic of GRPOConfig fields on `world_size` processes; ConfigError (naming
-    `key`.<field>) when TRL would refuse them.
+    """The batch arithmetic of GRPOConfig fields on `world_size` processes; ConfigError where TRL would refuse them.
 
     >>> b = grpo_batch({"per_device_train_batch_size": 8, "gradient_accumulation_steps": 8,
     ...                 "num_generations": 8, "num_iterations": 2}, "grpo")

@@ -1,9 +1,6 @@
-"""Prompt templates (conf/prompt/*.yaml), rendered once to the exact text every consumer tokenizes.
-
-GRPO, SFT, validation and the length check must see the same prompt, token for token. TRL 1.16 never continues
-a final assistant message, so a pre-filled `<think>` (prompt=logic_rl) would become a closed turn: the prompt is
-rendered here to text, the prefill continued, and TRL tokenizes that text as `prompt_ids` does.
-"""
+"""Prompt templates (conf/prompt/*.yaml), rendered once to the exact text GRPO, SFT, validation and the length
+check all tokenize. TRL 1.16 never continues a final assistant message, so a pre-filled `<think>` would become a
+closed turn: the prompt is rendered here to text, the prefill continued, and TRL tokenizes that text."""
 
 from __future__ import annotations
 
@@ -31,27 +28,17 @@ def render_prompt(quiz: str, prompt_cfg: Mapping, *, chat: bool) -> list[dict[st
 
 
 def prompt_text(prompt, tokenizer, chat_kwargs: Mapping | None = None) -> str:
-    """The text a model is fed for `prompt`: chat template applied, an assistant prefill continued.
-
-    A tokenizer that adds BOS itself would get it twice from a template that also writes it, so a
-    leading BOS is left to the tokenizer (`prompt_ids` then holds exactly one).
-    """
+    """The text a model is fed for `prompt`: chat template applied, an assistant prefill continued, a leading BOS
+    left to a tokenizer that adds it itself (else `prompt_ids` would hold two)."""
     if isinstance(prompt, str):
         return prompt
     continue_final = prompt[-1]["role"] == "assistant"
-    text = tokenizer.apply_chat_template(
-        prompt, tokenize=False, add_generation_prompt=not continue_final,
-        continue_final_message=continue_final, **dict(chat_kwargs or {}),
-    )
+    text = tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=not continue_final,
+                                         continue_final_message=continue_final, **dict(chat_kwargs or {}))
     bos = tokenizer.bos_token
-    if bos and text.startswith(bos) and _adds_bos(tokenizer):
+    if bos and text.startswith(bos) and tokenizer("x")["input_ids"][:1] == [tokenizer.bos_token_id]:
         text = text[len(bos):]
     return text
-
-
-def _adds_bos(tokenizer) -> bool:
-    ids = tokenizer("x")["input_ids"]
-    return bool(ids) and ids[0] == tokenizer.bos_token_id
 
 
 def prompt_ids(text: str, tokenizer) -> list[int]:

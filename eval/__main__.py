@@ -1,8 +1,5 @@
-"""`python -m eval model=<checkpoint dir or hub id> [overrides]`: validate any model like a run does (docs/eval.md).
-
-The same config root as `python -m train`, so the pools, the prompt and the grader are a run's: the base model,
-every stage and a model from elsewhere are compared on identical puzzles. A stage's final inside a run directory
-takes that run's settings from its `config.yaml`. The config, the pools and the checkpoint (eval/checkpoint.py) are
+"""`python -m eval model=<checkpoint dir or hub id> [overrides]`: validate any model like a run does (docs/eval.md),
+on a run's pools, prompt and grader; a stage's final takes its run's settings from its `config.yaml`. Everything is
 checked before any model loads; a path that does not exist is named as such, never looked up on the hub.
 """
 
@@ -88,9 +85,7 @@ RUN_GROUPS = {"model": ModelConfig, "eval": EvalConfig, "prompt": PromptConfig, 
 
 def run_settings(checkpoint: Path, composed: Mapping[str, DictConfig | None],
                  overrides: list[str]) -> dict[str, DictConfig]:
-    """The groups of the run a stage's final belongs to, typed by the schema (a run folder is untrusted), with the
-    keys the command line's `overrides` set taken from this command's `composed` groups; a group chosen on the
-    command line (`prompt=answer_only`) is the composed one. Empty for any other model."""
+    """The groups of a final's run, typed (untrusted), with what `overrides` set taken from `composed`; else {}."""
     run_dir = run_of_final(checkpoint.resolve())
     if run_dir is None:
         return {}
@@ -119,14 +114,12 @@ def overrides_keys(overrides: list[str]) -> set[str]:
     return {o.split("=", 1)[0].lstrip("+~") for o in overrides}
 
 
-# The groups every run's config.yaml holds, without which a final would be validated with this command's (GPU-sized)
-# defaults instead of the run's settings
+# The groups every run's config.yaml holds (without them this command's GPU-sized defaults would apply)
 RUN_REQUIRED = ("model", "eval", "prompt")
 
 
 def run_config(run_dir: Path) -> DictConfig:
-    """A run's config.yaml, read without following a link out of the run folder; ConfigError naming it when it is
-    missing, unreadable or lacks a group validation takes from it (a fallback would use settings the run never had)."""
+    """A run's config.yaml, read without following a link out of the run; ConfigError where it cannot serve."""
     path = run_dir / CONFIG
     raw = read_inside(run_dir, path)
     if raw is None:
@@ -159,8 +152,7 @@ def size_line(pools: dict[str, list], ev: DictConfig, model: str, task: Task, ou
 
 
 def cpu_size_warning(pools: dict[str, list], ev: DictConfig, model: str) -> str | None:
-    """Without CUDA, a validation of more generated tokens than an hour at the CPU rate `make demo` measured (as a run
-    warns: train/run/start.py), with how to make it CPU-sized; else None."""
+    """Without CUDA, a warning for a validation longer than CPU_WARN_HOURS at the CPU rate, else None."""
     tokens = sum(len(p) for p in pools.values()) * int(ev.samples) * int(ev.max_new_tokens)
     seconds = tokens / CPU_TOKENS_PER_SECOND
     if torch.cuda.is_available() or seconds < CPU_WARN_HOURS * 3600:
@@ -181,8 +173,7 @@ def interrupted_line(out_dir: Path) -> str:
 
 
 def checked_checkpoint(cfg: DictConfig, overrides: list[str]) -> str | None:
-    """The checkpoint `model=` names (None: a model config), checked (eval/checkpoint.py); a run's final puts its
-    run's groups into `cfg` (`run_settings`) first, so its chat setting is the run's."""
+    """The checkpoint `model=` names (None: a model config), checked, a run's final taking its run's groups."""
     if not cfg.checkpoint:
         return None
     checkpoint = checkpoint_source(str(cfg.checkpoint))
@@ -256,8 +247,7 @@ def main(cfg: DictConfig) -> float:
 
 
 def eval_tracker(cfg: DictConfig, out_dir: Path, model: str, checkpoint: str | None):
-    """The tracker of one validation (wandb: job type eval, in the group of the run whose final it validates, else
-    "eval"); its id holds the folder's time and this process, unique per validation."""
+    """The tracker of one validation (in the group of the run whose final it validates, else "eval")."""
     run_dir = run_of_final(Path(checkpoint).resolve()) if checkpoint else None
     group = "eval" if run_dir is None else tracker_group(run_dir, in_sweep=(run_dir.parent / "multirun.yaml").exists())
     try:

@@ -1,8 +1,6 @@
-"""What `python -m eval model=<path or hub id>` is handed, checked before any model loads, each refusal a ConfigError
-naming it: a path must be a checkpoint folder with the tokenizer files a validation loads; a stage's final must hold
-the files its marker recorded and, inside its run folder, be the final run.json recorded for its stage (a swapped
-final would be validated as the stage it is not); a final is validated as the task it was trained on. A hub id is
-the hub's to check.
+"""What `python -m eval model=<path or hub id>` is handed, checked before any model loads (each refusal a ConfigError
+naming it): a checkpoint folder with its tokenizer files; a stage's final intact, the one its run recorded, validated
+as the task it was trained on. A hub id is the hub's to check.
 """
 
 from __future__ import annotations
@@ -65,8 +63,7 @@ def _has_chat_template(folder: Path) -> bool:
 
 
 def check_final(value: str) -> None:
-    """A stage's final: its files are those its marker recorded, and inside its run folder it is the final run.json
-    recorded for the stage its folder names. Any other folder or a hub id passes."""
+    """A stage's final: intact and, inside its run folder, the one run.json recorded; anything else passes."""
     path = Path(value)
     run_dir = run_of_final(path.resolve())
     if run_dir is None:
@@ -88,8 +85,7 @@ def _run_manifest(run_dir: Path) -> dict | None:
 
 
 def run_cpu_threads(value: str) -> int | None:
-    """The CPU threads (run.json's `cpu_threads`) the run of a final inside its run folder used: another count could
-    sum floats otherwise than the run did. None elsewhere."""
+    """The CPU threads the run of a final inside its run folder used (another count sums floats otherwise), or None."""
     run_dir = run_of_final(Path(value).resolve())
     threads = (_run_manifest(run_dir) or {}).get("cpu_threads") if run_dir is not None else None
     return threads if is_int(threads) and threads > 0 else None
@@ -108,8 +104,7 @@ def _recorded_stage(value: str, run_dir: Path, dirname: str):
 
 
 def check_task(value: str, task_name: str) -> None:
-    """Refuse to validate a final as another task than the one its intact marker names (a GSM8K final graded as
-    K&K); any other model, or a marker naming none, passes."""
+    """Refuse to validate a final as another task than the one its intact marker names; anything else passes."""
     info = final_info(Path(value)) if (Path(value) / FINAL_MARKER).exists() else None
     trained = info.get("task") if info else None
     if isinstance(trained, str) and trained != task_name:

@@ -1,8 +1,6 @@
-"""Batched HF generation for validation, batches bucketed by prompt length, and what generating cost.
-
-Greedy at temperature 0, no repetition penalty whatever the model's generation config says (TRL's rollouts and vLLM
-validation use none). With many processes each rank generates every world_size-th batch, each seeded by its number,
-so the gathered completions equal one process's. A backend's setup is counted once, on the subset that paid it.
+"""Batched HF generation for validation, batches bucketed by prompt length, and what generating cost. No repetition
+penalty whatever the model's generation config says (TRL and vLLM use none); with many processes each rank generates
+every world_size-th batch, seeded by its number, so the gathered completions equal one process's.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ from core.distributed import SINGLE, Processes, gather
 from core.rundir.records import row_level
 from curriculum.prompts import prompt_ids, prompt_text
 
-# Generated tokens per second of a whole GRPO step with SmolLM2-135M on the project's 2-core CPU (`make demo`'s 2ppl
-# stage); a larger model is slower in proportion. Above CPU_WARN_HOURS at that rate a CPU start is warned about.
+# Generated tokens per second of a GRPO step, SmolLM2-135M on 2 CPU cores (`make demo`), and when to warn of a CPU run
 CPU_TOKENS_PER_SECOND = 30.0
 CPU_WARN_HOURS = 1.0
 
@@ -139,8 +136,7 @@ def _generate_batch(model, tokenizer, texts, max_new_tokens, temperature, sample
     sampling: dict[str, Any] = (
         {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if temperature > 0
         else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None})
-    # synced_gpus off: the model is whole on this process (transformers would otherwise sync every step with the
-    # other ranks once a trainer registered ZeRO-3, while each rank generates its own batches)
+    # synced_gpus off: the model is whole here (else, once a ZeRO-3 trainer exists, every step syncs with the ranks)
     out = model.generate(
         **enc, max_new_tokens=max_new_tokens, num_return_sequences=samples, repetition_penalty=1.0,
         pad_token_id=tokenizer.pad_token_id, eos_token_id=sorted(eos_ids), synced_gpus=False, **sampling,

@@ -1,6 +1,4 @@
-"""Per-subset validation metrics from graded samples: plain arithmetic, no model, so the report can read them.
-
-Every task's rows hold `METRIC_COLUMNS`; a task adds its own from the same samples (`Task.subset_metrics`).
+"""Per-subset validation metrics from graded samples (every task's `METRIC_COLUMNS`): plain arithmetic, no model.
 """
 
 from __future__ import annotations
@@ -52,10 +50,8 @@ def subset_metrics(samples: Sequence[Mapping[str, Any]]) -> dict:
 
 
 def trials(row: Mapping, key: str, counted: Sequence[str] = ()) -> int | None:
-    """The independent trials behind rate `key` of a validation row, the n of its interval: records, not
-    completions (several samples of one record are not independent). A rate over only some completions counts
-    those (`counted`: the row columns that count them, the first present; a task's `Rate.counted`), in records.
-    None: a row without the counts.
+    """The independent trials behind rate `key` of a validation row: records, not completions; a rate over only
+    some completions counts those (`counted`: the first present column), in records. None without the counts.
 
     >>> row = {"n": 8, "puzzles": 4, "with_reasoning": 6, "with_settling_reasoning": 2}
     >>> trials(row, "accuracy"), trials(row, "agrees", ("with_settling_reasoning", "with_reasoning"))

@@ -1,6 +1,5 @@
-"""What validation reads from the config, one frozen record built once (`validation_settings`); the checks of the
-`eval` group and of the model validation will load, shared by `python -m train` and `python -m eval` (each error
-names the key, before any model or data loads); and which backend generates (`validation_backend`).
+"""What validation reads from the config (`validation_settings`), the checks of `eval` and of the model it will load
+(shared by `python -m train` and `python -m eval`), and which backend generates (`validation_backend`).
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ log = logging.getLogger(__name__)
 PROMPT_KEYS = ("system", "user", "prefill", "plain")
 # What to use instead of vLLM on a CPU for a model whose heads its CPU attention refuses
 CPU_HEAD_SIZE_ALTERNATIVE = "or a model with heads of 64 such as model=tiny_vllm"
-# The head sizes vLLM 0.31's CPU attention takes (`CPUAttentionBackend.get_supported_head_sizes()`; a test
-# holds this copy to it), here so that `auto` can turn down a model without loading vLLM (~2 s, and its noise).
+# The head sizes vLLM 0.31's CPU attention takes (a test holds this copy to it): `auto` decides without loading vLLM
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 
@@ -57,8 +55,7 @@ class ValidationSettings:
 
 
 def subset_levels(task: Task, subsets) -> tuple[str, ...]:
-    """`eval.subsets` as the task's level keys, in its order: levels, numbers (2: the level that starts with it),
-    `all` or null (the task's `validation_levels`); ConfigError naming eval.subsets for any other.
+    """`eval.subsets` as the task's level keys, in its order (levels, numbers, `all`, or null: `validation_levels`).
 
     >>> from curriculum.tasks import build_task
     >>> kk = build_task({"name": "kk"})
@@ -94,17 +91,14 @@ def validation_settings(ev: DictConfig, prompt: DictConfig, model: DictConfig, t
 
 
 def validation_pools(settings: ValidationSettings, seed: int) -> dict[str, list[TaskRecord]]:
-    """The held-out pool of every subset `settings` validates, read as a run reads them: the task first held to its
-    contract (ConfigError naming the member), each pool screened as the task reads it (RecordError naming the file
-    and line). `seed` is the run's `seed`, which validation's test split never reads."""
+    """The held-out pool of every subset `settings` validates, checked as a run checks them."""
     task = settings.task
     check_records(task, [], settings.subsets, settings.fmt, seeds=(seed, settings.eval.seed))
     return {level: task.validation_records(level, settings.eval.n, settings.eval.seed) for level in settings.subsets}
 
 
 def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
-    """Raise ConfigError for the first bad `eval.*` value (ranges: conf/schema.py); `eval.subsets` must name levels
-    of `task`."""
+    """Raise ConfigError for the first bad `eval.*` value; `eval.subsets` must name levels of `task`."""
     if eval_cfg.subsets is not None and not list(eval_cfg.subsets):
         raise ConfigError("eval.subsets: must list at least one level (or be null: the task's own)")
     subset_levels(task, eval_cfg.subsets)
@@ -117,8 +111,7 @@ def check_eval_config(eval_cfg: DictConfig, task: Task) -> None:
 
 
 def planned_model_fields(model_cfg: Mapping, checkpoint: str | None = None) -> dict | None:
-    """The config fields of the model that will load, before it loads or is built: `checkpoint`'s or `model`'s (the
-    tiny model's `model.tiny` sizes, a config.json in a local directory or the hub cache); None where not known yet."""
+    """The config fields of the model that will load, read before it loads; None where not known yet."""
     if checkpoint is None and model_cfg["source"] == "tiny":
         return plain(model_cfg["tiny"])
     source = checkpoint or (str(model_cfg.get("id")) if model_cfg["source"] == "hub" and model_cfg.get("id") else None)
@@ -145,8 +138,7 @@ def planned_head_size(model_cfg: Mapping, checkpoint: str | None = None) -> int 
 
 
 def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse `model.context_length` beyond the positions the model has (max_position_embeddings), which it never
-    learnt."""
+    """Refuse `model.context_length` beyond the positions the model has, which it never learnt."""
     positions = (planned_model_fields(model_cfg, checkpoint) or {}).get("max_position_embeddings")
     length = model_cfg.get("context_length")
     if isinstance(positions, int) and isinstance(length, int) and length > positions:
@@ -155,9 +147,7 @@ def check_context_length(model_cfg: Mapping, checkpoint: str | None = None) -> N
 
 
 def check_cpu_head_size(eval_cfg: DictConfig, grpo: Mapping, model_cfg: Mapping, checkpoint: str | None = None) -> None:
-    """Refuse, without CUDA, vLLM set to run a model whose head size its CPU attention refuses (else it fails after
-    the model loaded): validation (`eval.backend=vllm`; `auto` turns to HF by itself) and colocated GRPO rollouts. A
-    server's engine (`grpo.vllm_mode=server`) runs wherever the server does."""
+    """Refuse, without CUDA, vLLM on a model whose head size its CPU attention refuses (it fails after loading)."""
     if torch.cuda.is_available():
         return
     validates = eval_cfg.backend == "vllm"
@@ -199,8 +189,7 @@ def why_not_vllm(model_path: str, processes: Processes = SINGLE) -> str | None:
 
 
 def validation_backend(setting: str, model_path: str, processes: Processes = SINGLE) -> str:
-    """`eval.backend` as set, or for `auto` vLLM wherever it can validate this model here (else HF, saying why once
-    per process)."""
+    """`eval.backend` as set, or for `auto` vLLM where it can validate this model here, else HF (said once)."""
     if setting != "auto":
         return setting
     reason = why_not_vllm(model_path, processes)

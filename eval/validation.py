@@ -1,12 +1,8 @@
-"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use), and inside a
-stage on the live model (`InStageValidation`: `eval.every`, `promote`).
-
-A row per subset goes to `validation.jsonl`, every graded completion to `samples/<stage>/<level>.jsonl`, and a table
-to the console; what they hold beyond every task's is the task's (`Task.level_columns`, `sample_fields`,
-`subset_metrics`, `report`). With many processes every rank grades all the gathered completions (every rank decides
-alike); the main process alone writes. Inside a stage: the stage's subsets, greedy, rows to
-`validation_steps.jsonl`, through the trainer's colocated vLLM engine where it lends one, else HF on the live model
-(a second engine would compete with training for the card).
+"""Validation of one checkpoint on every subset, graded by the task (the grader its rewards use), and inside a stage
+on the live model (`InStageValidation`). A row per subset goes to `validation.jsonl`, every graded completion to
+`samples/<stage>/<level>.jsonl`, a table to the console; every rank grades all gathered completions (each decides
+alike), the main one alone writes. Inside a stage it borrows the trainer's colocated vLLM engine where it lends one,
+else HF on the live model (a second engine would compete with training for the card).
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ CONSOLE_RATES = (("format_rate", "format %"), ("truncation_rate", "truncated %")
 
 
 def grade_subset(records: list[TaskRecord], completions, task: Task) -> list[dict]:
-    """Every completion of a subset graded by `task`: the sample rows to save (every task's fields, the record's
-    question among them, then the task's own `sample_fields`)."""
+    """Every completion of a subset graded by `task`: the sample rows to save (with the task's `sample_fields`)."""
     samples = []
     for record, outs in zip(records, completions, strict=True):
         for k, out in enumerate(outs):
@@ -65,8 +60,7 @@ def subset_row(task: Task, level: str, samples: list[dict]) -> dict:
 
 
 def tracked_validation(row: dict, task: Task, prefix: str = "val") -> dict:
-    """A row's metrics with a value as the tracker gets them, `<prefix>/<level>/<metric>` (`val` after a stage,
-    `val_step` inside one), each rate's 95% Wilson interval beside it (`<rate>_low`, `<rate>_high`).
+    """A row's metrics as the tracker gets them, `<prefix>/<level>/<metric>`, each rate's 95% Wilson interval beside.
 
     >>> from curriculum.tasks.kk import KKTask
     >>> row = {"level": "2ppl", "accuracy": 0.5, "n": 4, "mean_tokens": 9.0, "lenient_accuracy": 0.5}
@@ -89,10 +83,7 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
              out_dir: Path, writer=None, tracker=None, console: Console | None = None,
              processes: Processes = SINGLE, engine: ProcessEngine | None = None) -> list[dict]:
     """Generate, grade and record every subset in `pools` for the checkpoint at `model_path`; the rows, on every rank.
-
-    `tag` (stage, stage_name, global_step) prefixes every row; each row goes to `writer` (a JsonlWriter) as soon as
-    it is graded, so an interrupt keeps the subsets done; `engine`: the process's vLLM engine, where it has one.
-    """
+    `tag` prefixes every row; each goes to `writer` once graded, so an interrupt keeps the subsets done."""
     s, rows = settings, []
     generation = {"max_new_tokens": s.eval.max_new_tokens, "temperature": s.eval.temperature,
                   "samples": s.eval.samples, "chat_kwargs": dict(s.chat_kwargs), "seed": s.eval.seed}
@@ -130,8 +121,7 @@ def validate(settings: ValidationSettings, model_path: str, pools: Mapping[str, 
 
 
 def progress_line(rows: list[dict], left: list[int]) -> str:
-    """A subset done: its completions and seconds, and the time left at the rate so far (a floor: a subset of more
-    people writes longer completions).
+    """A subset done: its completions and seconds, and the time left at the rate so far (a floor).
 
     >>> rows = [{"level": "2ppl", "cost": {"seconds": 30.0, "setup_seconds": 5.0, "completions": 60}}]
     >>> progress_line(rows, [100, 100])
@@ -160,8 +150,7 @@ def sample_cells(tag: Mapping, level: str, sample: Mapping, task_columns: tuple[
 @contextmanager
 def validation_engine(settings: ValidationSettings, model_path: str, processes: Processes = SINGLE,
                       engine: ProcessEngine | None = None) -> Iterator:
-    """What generates one validation: where `eval.backend` takes vLLM, the process's `engine` (else one that only
-    validates, closed after) holding the checkpoint's weights; else the model loaded for HF on this process's device."""
+    """What generates one validation: vLLM (the process's `engine`, else one closed after) or HF on this device."""
     if validation_backend(settings.eval.backend, model_path, processes) == "vllm":  # vLLM loads the weights itself
         arguments = validation_arguments(settings.eval.vllm_gpu_memory_utilization, settings.eval.seed)
         shared = engine or ProcessEngine(engine_arguments(arguments, rollouts=False), rollouts=False)
@@ -180,9 +169,8 @@ def validation_engine(settings: ValidationSettings, model_path: str, processes: 
 
 
 def results_table(rows: list[dict], title: str, report: TaskReport) -> Table:
-    """A subset x metric table for the terminal, a row a line at 100 columns, every rate in % with its 95% Wilson
-    interval: accuracy, the task's readings of it that differ from it somewhere (`Rate.beside_accuracy`; the caption
-    names one left out), format, truncation, the task's other rates with a console header."""
+    """A subset x metric table for the terminal, every rate in % with its 95% Wilson interval (a reading of accuracy
+    equal to it everywhere left out, the caption naming it)."""
     variants = [r for r in report.rates if r.beside_accuracy and r.header]
     shown = [r for r in variants if any(row.get(r.key) != row.get("accuracy") for row in rows)]
     columns = [("accuracy", "accuracy %", ()), *((r.key, r.header, r.counted) for r in shown),

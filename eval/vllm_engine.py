@@ -1,7 +1,5 @@
-"""The one vLLM engine of a process, shared by every validation and every stage's rollouts; validation through it,
-or inside a GRPO stage through the trainer's own (`ColocatedEngine`); what vLLM's CPU build needs that CUDA does
-not. docs/gpu.md says why one engine (CUDA's sleep-mode allocator serves one a process; tests/engine_guard.py holds
-a CPU run to the rule), its life in a run, and what differs on a CPU (each CPU part asks vLLM's platform first).
+"""The one vLLM engine of a process (CUDA's sleep-mode allocator serves one: docs/gpu.md), shared by every validation
+and every stage's rollouts; in-stage validation through the trainer's own (`ColocatedEngine`); vLLM's CPU build's needs.
 """
 
 from __future__ import annotations
@@ -32,28 +30,23 @@ from eval.generation import Completion, GenerationCost, timed_generation
 
 log = logging.getLogger(__name__)
 
-# What TRL 1.16 asks of its colocated engine (`VLLMGeneration._init_vllm`) beyond the GRPOConfig fields
-# `rollout_arguments` reads.
+# What TRL 1.16 asks of its colocated engine beyond the GRPOConfig fields `rollout_arguments` reads
 TRL_FIXED = {"distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096,
              "logprobs_mode": "processed_logprobs", "quantization": None}
-# TRL's arguments the process's engine may differ in: the checkpoint it starts from (the policy is pushed before
-# every rollout), the seed (reseeded, `for_trainer`) and how many sequences it schedules at once (not what it computes).
+# TRL's arguments the process's engine may differ in: its start checkpoint (pushed over), seed (reseeded), batching
 TRL_FREE = ("model", "seed", "max_num_seqs")
-# GiB of RAM for a CPU engine's KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise (left to vLLM, a share of *all*
-# RAM less the process, which a training process can exceed). 1 GiB holds 23K tokens of SmolLM2-135M in float32.
+# GiB of RAM for a CPU engine's KV cache (vLLM's default share of all RAM can exceed a training process's room)
 KV_CACHE_GIB = 1
 KV_CACHE_VARIABLE = "VLLM_CPU_KVCACHE_SPACE"
 
 
 def vllm_log_level() -> str:
-    """What vLLM logs in this process: VLLM_LOGGING_LEVEL where the user set it, else errors only (its start-up
-    notes, ~40 lines an engine, would fill the run's console between validation tables)."""
+    """VLLM_LOGGING_LEVEL where set, else errors only (~40 start-up lines an engine would fill the console)."""
     return os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper()
 
 
 def import_vllm():
-    """The vllm package, loaded even where `core.models.defer_vllm` kept it unloaded, quiet to `vllm_log_level`
-    (vLLM 0.31 sets its loggers' levels only as an engine starts)."""
+    """The vllm package, loaded even where `core.models.defer_vllm` kept it unloaded, quiet to `vllm_log_level`."""
     if "vllm" in sys.modules and sys.modules["vllm"] is None:
         del sys.modules["vllm"]
     logging.getLogger("vllm").setLevel(vllm_log_level())
@@ -63,8 +56,8 @@ def import_vllm():
 
 
 def to_completions(outputs: Sequence, tokenizer) -> list[list[Completion]]:
-    """vLLM's request outputs (in prompt order) as Completions, counted and decoded as HF validation does (vLLM's
-    own detokenizer holds back an unfinished character where `decode` writes U+FFFD: equal tokens, unequal texts)."""
+    """vLLM's request outputs as Completions, decoded as HF validation does (not by vLLM's detokenizer, which holds
+    back an unfinished character where `decode` writes U+FFFD)."""
     return [[Completion(text=tokenizer.decode(o.token_ids[:-1] if o.finish_reason == "stop" else o.token_ids,
                                               skip_special_tokens=True),
                         tokens=len(o.token_ids), truncated=o.finish_reason == "length")
@@ -104,10 +97,8 @@ class VllmEngine:
 
 
 class ColocatedEngine:
-    """The GRPO trainer's colocated vLLM engine (TRL 1.16: `trainer.vllm_generation.llm`), lent to in-stage
-    validation between optimizer steps. Which step's weights it holds, and that they sleep again, are recorded as
-    TRL records them around a rollout (`core.trl_internals`), so the next rollout re-syncs exactly when it would have.
-    """
+    """The GRPO trainer's colocated vLLM engine, lent to in-stage validation between optimizer steps; its weights'
+    state is recorded as TRL records it (`core.trl_internals`), so the next rollout re-syncs when it would have."""
 
     def __init__(self, trainer):
         self.trainer = trainer
@@ -136,8 +127,7 @@ class ColocatedEngine:
 
 
 def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
-    """The arguments TRL 1.16 starts its colocated engine with (`VLLMGeneration._init_vllm`, `GRPOTrainer`'s
-    `max_num_seqs`), from a stage's GRPOConfig `fields` on process `rank`; a test holds this copy to TRL's."""
+    """The arguments TRL 1.16 starts its colocated engine with from GRPOConfig `fields` (a test holds it to TRL's)."""
     tp = int(fields["vllm_tensor_parallel_size"])
     return {"tensor_parallel_size": tp, "gpu_memory_utilization": float(fields["vllm_gpu_memory_utilization"]),
             "max_model_len": fields["vllm_max_model_length"],
@@ -147,18 +137,14 @@ def rollout_arguments(fields: Mapping, rank: int = 0) -> dict:
 
 
 def validation_arguments(gpu_memory_utilization: float, seed: int) -> dict:
-    """The arguments of an engine that only validates: TRL's colocate settings for one process, its card share
-    `eval.vllm_gpu_memory_utilization`."""
+    """The arguments of an engine that only validates: TRL's colocate settings for one process."""
     return {"tensor_parallel_size": 1, "gpu_memory_utilization": gpu_memory_utilization, "seed": seed,
             "distributed_executor_backend": "external_launcher", "max_num_batched_tokens": 4096}
 
 
 def engine_arguments(base: Mapping, *, rollouts: bool) -> dict:
-    """`base` (`rollout_arguments`, with `rollouts`, or `validation_arguments`) with sleep mode where the rollouts
-    do not decide it (an engine that only validates sleeps while the stages train), vLLM's log level, and the
-    inference dtype for an engine that only validates (as HF validation; one that rolls out keeps TRL's). On a CPU:
-    no sleep mode (vLLM refuses it), the KV cache in RAM, and eager execution (starts in 3 s, not 60: docs/gpu.md).
-    """
+    """`base` with sleep mode where rollouts do not decide it, vLLM's log level, and a validating engine's inference
+    dtype; on a CPU no sleep mode, the KV cache in RAM, eager execution (starts in 3 s, not 60: docs/gpu.md)."""
     dtype = {} if rollouts else {"dtype": str(device_settings()["inference_dtype"]).removeprefix("torch.")}
     platform = {}
     if cpu_build():
@@ -182,9 +168,8 @@ def _keep_weight(self, layer: torch.nn.Module) -> None:
 
 @contextmanager
 def reloadable_weights() -> Iterator[None]:
-    """Engines built inside the block keep their linear and LM-head weights reloadable by TRL's push (on CPU only):
-    vLLM 0.31's CPU build repacks each linear weight and drops the parameter (the first push fails), and packs the
-    tied LM head apart from the weight a push writes (tests/engines/test_vllm_colocate.py)."""
+    """Engines built inside the block keep their weights reloadable by TRL's push (CPU only: vLLM 0.31's CPU build
+    repacks each linear weight and drops the parameter, and packs the tied LM head apart)."""
     if not cpu_build():
         yield
         return
@@ -204,9 +189,8 @@ def reloadable_weights() -> Iterator[None]:
 
 @contextmanager
 def process_kept(*, rng: bool) -> Iterator[None]:
-    """os.environ, `torch.set_num_threads` and (`rng`) the random states of random, numpy and torch as they were
-    before the block, whatever a vLLM engine started inside did: it reseeds, adds TRL's launcher variables (a later
-    trainer would run distributed), and on CPU replaces `torch.set_num_threads` for good."""
+    """os.environ, `torch.set_num_threads` and (`rng`) the random states as before the block, whatever a vLLM engine
+    started inside did (it reseeds, adds launcher variables, and on CPU replaces `torch.set_num_threads`)."""
     environ = dict(os.environ)
     states = (random.getstate(), np.random.get_state()) if rng else None
     devices = [torch.cuda.current_device()] if rng and torch.cuda.is_available() else []
@@ -224,9 +208,8 @@ def process_kept(*, rng: bool) -> Iterator[None]:
 
 
 def single_process_env() -> None:
-    """The launcher variables TRL 1.16 sets before starting its colocated engine (rank 0 of 1), where unset; outside
-    a launcher a port the OS hands out (TRL takes 29500 when it looks free: two engines starting at once on one
-    machine both took it)."""
+    """TRL's launcher variables for its colocated engine (rank 0 of 1) where unset; outside a launcher a port the OS
+    hands out (TRL's 29500 was taken by two engines starting at once)."""
     from trl.trainer.utils import ensure_master_addr_port
 
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
@@ -244,11 +227,8 @@ def free_port() -> int:
 
 
 class ProcessEngine:
-    """This process's vLLM engine for a whole run (or a `python -m eval`), started by whichever needs it first.
-
-    `rollouts`: the stages' trainers roll out through it; `shutdown_at_close`: False under a launcher (vLLM's
-    shutdown takes the launcher's process group with it). `starts` and `start_seconds` say what starting it cost.
-    """
+    """This process's vLLM engine for a whole run, started by whichever needs it first; `rollouts`: the trainers
+    roll out through it; `shutdown_at_close`: False under a launcher (vLLM's shutdown takes its process group)."""
 
     def __init__(self, arguments: Mapping, *, rollouts: bool, shutdown_at_close: bool = True):
         self.arguments, self.rollouts = dict(arguments), rollouts
@@ -263,8 +243,7 @@ class ProcessEngine:
         if torch.cuda.is_available():
             torch.cuda.empty_cache()  # a trainer released just before leaves its blocks to the engine
         single_process_env()
-        # TRL's push writes the weights vLLM's CPU build would repack; vLLM 0.31's kernel dispatcher reads a name
-        # torch 2.13 deprecates
+        # vLLM 0.31's kernel dispatcher reads a name torch 2.13 deprecates
         with reloadable_weights() if self.rollouts else nullcontext(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="`torch.distributed.reduce_op` is deprecated",
                                     category=FutureWarning)
@@ -279,8 +258,7 @@ class ProcessEngine:
 
     @contextmanager
     def validating(self, model_path: str, tokenizer) -> Iterator[VllmEngine]:
-        """The engine holding the weights at `model_path` (started from them if not started) for one validation,
-        asleep after where it sleeps, the process as it was (`process_kept`)."""
+        """The engine holding the weights at `model_path` for one validation, asleep after where it sleeps."""
         began = time.perf_counter()
         with process_kept(rng=True):
             if self.llm is None:
@@ -297,8 +275,7 @@ class ProcessEngine:
                     self.llm.sleep(level=2)  # its weights are loaded again before the next use
 
     def for_trainer(self, **requested):
-        """TRL's `LLM(...)` as a trainer builds its colocated engine (train/stages/grpo.py): the process's engine,
-        awake, seeded as a start seeds it. Arguments TRL asks for that it was not started with are refused by name."""
+        """TRL's `LLM(...)` for a colocated trainer: the process's engine, awake, reseeded; other arguments refused."""
         differ = {k: (v, self.arguments.get(k)) for k, v in requested.items()
                   if k not in TRL_FREE and self.arguments.get(k) != v}
         if differ:
@@ -348,9 +325,8 @@ def checkpoint_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 
 
 def load_checkpoint(llm, path: Path, *, pushed: bool) -> None:
-    """The weights of the checkpoint at `path` into the running engine, its prefix cache emptied. Into an engine TRL
-    pushes into (`pushed`) as TRL's `sync_weights` does (`load_weights`); else vLLM's own reload from the folder,
-    which processes the weights as a start does (on CPU: packed, ~1.4x faster to generate)."""
+    """The checkpoint at `path` into the running engine, prefix cache emptied: as TRL pushes (`pushed`), else
+    vLLM's own reload, which processes the weights as a start does (on CPU packed, ~1.4x faster)."""
     if pushed:
         model = llm.llm_engine.model_executor.driver_worker.model_runner.model
         model.load_weights(checkpoint_tensors(path))

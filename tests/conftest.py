@@ -94,3 +94,54 @@ def smoke_ladder(tmp_path_factory, cache_dir):
     cfg = compose_cfg(cache_dir, "+curriculum=kk_ladder", "experiment=smoke")
     objective = run_curriculum(read_settings(cfg), run_dir)
     return run_dir, objective
+
+
+# `make test` shares the modules out over its workers (pytest-xdist, `--dist loadfile`): a worker takes the next
+# module in the queue when it is nearly done with its own, and the pass ends when the last worker does. xdist's
+# default queue puts the modules with the most tests first, which left the few-test modules that train for minutes
+# (DeepSpeed, FSDP, gpu-check) to the end, each on one worker while the other ran out of work. The queue is taken in
+# collection order instead (`pytest_configure`), and the collection starts with the slowest modules, longest first
+# (their `--durations` on 2 cores near idle, rounded; a module not listed comes after, those running the app or vLLM
+# first), so the many quick modules fill in at the end.
+SLOWEST_FIRST = (
+    "tests/engines/test_deepspeed.py",
+    "tests/engines/test_distributed.py",
+    "tests/runs/test_run_lock.py",
+    "tests/engines/test_vllm_colocate.py",
+    "tests/runs/test_console.py",
+    "tests/tasks/test_task_runs.py",
+    "tests/engines/test_gpu_check.py",
+    "tests/runs/test_sweep.py",
+    "tests/engines/test_fsdp.py",
+    "tests/config/test_config_errors.py",
+    "tests/runs/test_damage.py",
+    "tests/runs/test_resume.py",
+    "tests/runs/test_drills.py",
+    "tests/engines/test_gpu_sweep.py",
+    "tests/runs/test_learning.py",
+    "tests/config/test_install.py",
+    "tests/config/test_ranges.py",
+    "tests/engines/test_vllm_validation.py",
+    "tests/runs/test_kill_windows.py",
+    "tests/runs/test_finals.py",
+    "tests/tasks/test_own_task.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # xdist's controller: its queue in collection order
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slowest modules first (SLOWEST_FIRST), then the rest that run the app or vLLM, then the others; each
+    module's tests stay together and in their order (a stable sort by module)."""
+    rank = {path: n for n, path in enumerate(SLOWEST_FIRST)}
+    heavy = {item.nodeid.split("::")[0] for item in items
+             if item.get_closest_marker("run") or item.get_closest_marker("vllm")}
+
+    def order(item):
+        path = item.nodeid.split("::")[0]
+        return rank.get(path, len(rank) + (path not in heavy))
+
+    items.sort(key=order)

@@ -1,16 +1,7 @@
-"""`python -m train +curriculum=kk_ladder [overrides]`: the Hydra entry point.
-
-Thin on purpose: compose the config, find the run directory, read the config into checked, typed settings
-(train/settings.py) and hand them to `run_curriculum`. A config error ends it as one `config error:` line; a run
-refused so before it wrote anything leaves no folder, a resume refused later changes nothing (conf/__init__.py);
-a Ctrl-C ends with one line saying what was kept (train/failures.py). The return value is the sweep objective
-(Optuna reads it); in a multirun a failed job records its error in its own `error.txt`, returns NaN, and the sweep
-goes on.
-
-Under `accelerate launch` or `torchrun` every rank runs this from the top. Before Hydra composes, the ranks join
-their process group and take the main process's launch time, so that every time-named folder is the same on all of
-them; the other ranks keep Hydra's record and log out of the run directory and their console quiet. With
-`launch.launcher` set, the job starts its run's processes itself (train/launch/relaunch.py) and never loads torch.
+"""`python -m train +curriculum=kk_ladder [overrides]`: the Hydra entry point, thin on purpose: read the config into
+checked settings and hand them to `run_curriculum`. A config error ends it as one line; a Ctrl-C with what was kept.
+It returns the sweep objective (a failed multirun job: NaN, its error in its `error.txt`). Under a launcher every rank
+runs it from the top, joining the process group before Hydra composes so all name the same time-named folder.
 """
 
 from __future__ import annotations
@@ -37,8 +28,7 @@ from train.identity import RunIdentity, run_identity
 
 log = logging.getLogger("train")
 
-# What a rank other than the main one adds to its command line: no Hydra record in the run directory
-# (`.hydra/`, its job log), and a console that shows warnings and errors only.
+# What a rank other than the main one adds to its command line: no Hydra record in the run directory, a quiet console
 QUIET_RANK = ["hydra.output_subdir=null", "hydra/job_logging=stdout", "hydra.job_logging.root.level=WARNING",
               "hydra/hydra_logging=disabled"]
 
@@ -83,9 +73,7 @@ def main(cfg: DictConfig) -> float:
 
 
 def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
-    """What a run refused by a config error (or a model that cannot be had) leaves: the folder Hydra made for it
-    goes, a run given to resume= is left as it was. A run a sweep's job started (`hydra.output_subdir=null`) leaves
-    the job's folder to the job, with the refusal in error.txt for the sweep's report."""
+    """A refused run's folder goes (a resumed one stays as it was); a sweep job's keeps error.txt."""
     if record_asked_off(hydra_cfg):
         record_refusal(run_dir / ERROR, refusal)
     else:
@@ -95,8 +83,7 @@ def _leave_refused(run_dir: Path, refusal: str, hydra_cfg) -> None:
 def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunIdentity,
            accepted: Callable[[], None]) -> float:
     """This process trains (alone, or as one rank of a launch): the config checked, then the curriculum run."""
-    # imported here, not above: a config error is refused in a second, before torch and TRL load, and a job
-    # that starts its run (launch=) never loads them
+    # imported here: a config error is refused before torch and TRL load, and a launch= job never loads them
     from core.models import defer_bitsandbytes, defer_deepspeed, defer_vllm, quiet_libraries
 
     # every `optim` the config names: the kinds' groups, each stage's overrides and `stage_overrides`
@@ -117,8 +104,7 @@ def _train(cfg: DictConfig, run_dir: Path, processes: Processes, identity: RunId
 
 
 def _relaunch(launch: DictConfig, overrides: list[str], run_dir: Path, sweep_dir: Path, processes: Processes) -> float:
-    """The job starts its run's processes (`launch.launcher`); refused inside a launch, whose ranks would each
-    start more. This process imports no torch: it never initialises CUDA (train/launch/relaunch.py)."""
+    """The job starts its run's processes (`launch.launcher`), importing no torch; refused inside a launch."""
     from train.launch.relaunch import relaunch
 
     if processes.many:

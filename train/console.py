@@ -1,9 +1,5 @@
-"""What a run prints: its size and folder at the start, a banner per stage, one line per step, its end.
-
-transformers prints a ~40-key dict at every log step and a tqdm bar per stage; here the trainer's console is the
-run's (`StageConsole` takes its place): a whole-run progress bar with an ETA while a stage trains (in a terminal),
-and per step one compact line of the signals a person watches (reward, each reward component's mean by its key,
-length, KL, zero-std share). The full dict goes only to metrics.jsonl (`train.tracking.MetricsCallback`).
+"""What a run prints: its size and folder at the start, a banner per stage, one compact line per step (in place of
+transformers' ~40-key dict, which goes to metrics.jsonl only), a whole-run bar with an ETA in a terminal, its end.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ from core.rundir.files import report_command
 from curriculum.plan import Stage
 from train.eta import Estimate, RunTimer
 
-# (metrics key, label, short label, format) of the compact step line, in the order a person reads them, the reward
-# components' means after the total (`component_fields`); the short labels for a line that would not fit WIDTH.
+# (metrics key, label, short label, format) of the step line, in reading order (reward components after the total)
 TOTAL_FIELD = ("reward", "reward", "rew", "{:.3f}")
 STEP_FIELDS = (
     ("completions/mean_length", "len", "len", "{:.0f}"),
@@ -42,8 +37,7 @@ WIDTH = 80
 
 
 def component_fields(rewards: Sequence[Mapping] | None) -> tuple:
-    """The step line's fields of the reward stack's components (run.json's `reward_stack`), in TRL's order; the
-    short label: the first 4 letters, or for a key of parts the first part's first three and the next's first.
+    """The step line's fields of the reward stack's components, in TRL's order, with short labels.
 
     >>> component_fields([{"name": "format", "weight": 0.5, "source": "reward.weights"}])
     (('rewards/format/mean', 'format', 'form', '{:.2f}'),)
@@ -92,10 +86,8 @@ def step_metrics(row: Mapping, fields: Sequence[tuple], short: bool = False) -> 
 
 
 def step_line(row: Mapping, stage: str, step: str, eta: Estimate | None = None, components: tuple = ()) -> str:
-    """The line of one logged step (indented), at most WIDTH columns where that can be: the long labels with room
-    between them, else the short ones and a shorter ETA, else without the stage's name (the banner above says it);
-    where a reward stack's components (`component_fields`) fit none of these, they take a second line of their own
-    under the first.
+    """The line of one logged step, within WIDTH where it can be (long labels, else short ones, else without the
+    stage's name); reward components that fit none of these take a second line.
 
     >>> from train.eta import Part
     >>> eta = Estimate([Part("GRPO step", 1, 3 * 3600 + 420.0)])
@@ -158,8 +150,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def eta_short(estimate: Estimate, *, compact: bool = False) -> str:
-    """The time left in a few characters: "14 min", or "≥ 4 min" while work of some kind has not been timed yet (the
-    GRPO steps while the SFT stage trains; `eta_detail` names it); `compact`: "≥4m", for a step line short of room.
+    """The time left in a few characters: "14 min", or "≥ 4 min" while some work is untimed; `compact`: "≥4m".
 
     >>> from train.eta import Part
     >>> [eta_short(Estimate([Part("step", 1, s)]), compact=True) for s in (42, 125, 3 * 3600 + 60 * 7)]
@@ -179,10 +170,7 @@ def eta_detail(estimate: Estimate) -> str:
 
 
 class RunConsole:
-    """The run's console: where it writes at the start, its end, and a `StageConsole` per stage. `console` is
-    rich's (a terminal gets the live bar; a log file gets the lines); `clock` times the run for its ETA, which counts
-    `completions`: those of each validation to come, by stage index (0: the baseline;
-    `curriculum.plan.validation_completions`)."""
+    """The run's console: its start, its end, and a `StageConsole` per stage; its ETA counts `completions`."""
 
     def __init__(self, run_dir: Path, plan: Sequence[Stage], console: Console | None = None,
                  clock: Callable[[], float] = time.monotonic, level_word: str = "level",
@@ -195,8 +183,7 @@ class RunConsole:
         self.done_steps = 0  # over the whole run, for the live bar
 
     def started(self, *, done_steps: int = 0, earlier_rows: Iterable[Mapping] = ()) -> None:
-        """The run's folder and the report command; `done_steps`: what a resumed run had trained before, and
-        `earlier_rows` its step rows (metrics.jsonl), whose step times its ETA starts from."""
+        """The run's folder and the report command; a resumed run's `done_steps` and step rows seed the ETA."""
         self.done_steps = done_steps
         self.timer.remember_steps(earlier_rows)
         self.console.print(f"[bold]run directory[/] {escape(str(self.run_dir))}", soft_wrap=True)
@@ -212,8 +199,7 @@ class RunConsole:
 
 
 def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_word: str = "level") -> str:
-    """The stage's rule: its place, name, levels (after the task's `level_word`, said once where the name is the
-    level), kind where not the default, and its steps.
+    """The stage's rule: its place, name, levels, kind where not the default, and its steps.
 
     >>> from curriculum.plan import Stage
     >>> banner(Stage(3, "4ppl", "grpo", {"4ppl": 1.0}, steps=10, pool=9), 5, 10, level_word="")
@@ -238,8 +224,7 @@ def banner(stage: Stage, stages: int, steps: int, resumed_at: int = 0, level_wor
 
 @dataclass(eq=False)  # compared as itself, as the trainer's list of callbacks holds it
 class StageConsole(TrainerCallback):
-    """One stage's banner, its step lines and the whole-run bar while it trains; in place of transformers'
-    progress bar and log printer (`bind` removes those from the trainer)."""
+    """One stage's banner, step lines and the whole-run bar, in place of transformers' bar and printer."""
 
     run: RunConsole
     stage: Stage
@@ -297,9 +282,8 @@ class StageConsole(TrainerCallback):
 
 
 def route_logs(console: Console) -> list[tuple[logging.StreamHandler, object]]:
-    """Send every logging handler that writes to this process's stdout or stderr through `console` while its live
-    bar runs, so a library's warning prints above the bar (rich redirects `sys.stdout` for the bar, but a handler
-    keeps the stream it was made with); returns (handler, its stream) to put back (`restore_logs`)."""
+    """Send every logging handler writing to stdout or stderr through `console` while its bar runs (a handler keeps
+    the stream it was made with, which rich's redirect misses); returns (handler, stream) to put back."""
     terminal = {id(sys.__stdout__), id(sys.__stderr__), id(console.file)}
     loggers = [logging.getLogger(), *(lg for lg in logging.root.manager.loggerDict.values()
                                       if isinstance(lg, logging.Logger))]

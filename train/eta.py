@@ -1,14 +1,6 @@
-"""How long a run has left, from what this run has measured so far, never from a table of guesses.
-
-What is left is the plan's: each stage's steps by its kind, each stage's start (the trainer and its models loaded)
-and save (the final published), and the validations still to come by their planned completions. Each is timed as
-the run goes: a kind's recent steps; a kind's mean start and save (another kind's where this one has none yet);
-validation as a fixed part per validation plus its generation per completion at the latest validation's rate.
-Work nothing has timed yet is named beside the estimate, never guessed.
-
-Recent, not whole-run, means for what generates: a policy under GRPO changes its completions' length as it learns,
-so its next step and the next validation cost what the last ones did (on the demo the whole-run means
-overestimated by up to 30%).
+"""How long a run has left, from what this run has measured so far (steps, stage starts and saves, validations by
+their planned completions), never from a table of guesses: untimed work is named, not guessed. Recent, not whole-run,
+means for what generates, as a GRPO policy's completions change length (whole-run means overestimated by up to 30%).
 """
 
 from __future__ import annotations
@@ -18,8 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-# A kind's step time is the mean of its last few steps: enough to smooth one slow step (a checkpoint save, a long
-# group), few enough to follow the policy's completions as they change.
+# A kind's step time: the mean of its last few steps (smooths one slow step, follows the completions as they change)
 RECENT_STEPS = 3
 
 
@@ -57,8 +48,7 @@ class _Validation:
 
 @dataclass
 class RunTimer:
-    """The run's work, planned and timed: stage kinds and budgets, the completions of each validation (by stage
-    index, 0 the baseline) and a clock (`time.monotonic`; a test hands in its own)."""
+    """The run's work, planned and timed: stage kinds and budgets, each validation's completions, and a clock."""
 
     kinds: dict[int, str]  # stage index -> its kind's label (core/stage_kinds.py): each kind's steps timed apart
     steps: dict[int, int]  # stage index -> its step budget (an early end lowers it)
@@ -74,8 +64,7 @@ class RunTimer:
     _mark: float | None = None  # when the phase being timed began
 
     def remember_steps(self, rows: Iterable[Mapping]) -> None:
-        """A resumed run's step times from before (metrics.jsonl's rows: TRL's `step_time`), by their stage's kind,
-        so that its ETA starts from what the run measured, not `≥ 0 s`. Rows come from disk: anything else is skipped.
+        """A resumed run's earlier step times (metrics.jsonl rows, untrusted), so its ETA starts from them.
 
         >>> timer = RunTimer({1: "GRPO"}, {1: 4}, {})
         >>> timer.remember_steps([{"stage": 1, "step_time": 20.0}, {"stage": 1, "step_time": "x"}, {"stage": [1]},
@@ -90,8 +79,7 @@ class RunTimer:
                 self.step_times.setdefault(self.kinds[stage], []).append(float(seconds))
 
     def training_began(self, index: int, done_steps: int = 0) -> None:
-        """Stage `index` takes its first step now (`done_steps`: a resumed stage's steps before); its start ran from
-        the end of the last validation."""
+        """Stage `index` takes its first step now; its start ran from the end of the last validation."""
         now = self.clock()
         if self._mark is not None:
             self.starts.setdefault(self.kinds[index], []).append(now - self._mark)
@@ -115,8 +103,7 @@ class RunTimer:
         self._mark = now
 
     def validation_ended(self, index: int, cost: Mapping | None) -> None:
-        """The validation after stage `index` (0: the baseline) is done; `cost`: what it cost
-        (`eval.generation.validation_cost`), its completions generated in its seconds less its setup's."""
+        """The validation after stage `index` (0: the baseline) is done, at `cost` (`validation_cost`)."""
         cost = cost or {}
         generating = float(cost.get("seconds") or 0.0) - float(cost.get("setup_seconds") or 0.0)
         now = self.clock()

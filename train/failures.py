@@ -1,11 +1,7 @@
 """How `python -m train` ends when it does not finish: the one line it ends with, and what a failed run records
-(error.txt, run.json's stage error): the failure that started it, never one that only followed from it.
-
-With many processes one rank's end brings the others down with errors of their own (a peer gone from a collective);
-such a rank records a follow-on naming the ranks whose process is gone, and any rank's record of its own error takes
-its place. A rank killed by a signal records nothing: the launcher names it (torchrun's "Root Cause", or
-train/launch/relaunch.py in error.txt). error.txt is created exclusively: the first record stays, except that a
-cause replaces a follow-on.
+(error.txt, run.json's stage error): the failure that started it, never one that only followed from it. With many
+processes a rank that lost a peer records a follow-on naming the ranks gone, which any rank's own error replaces;
+error.txt is created exclusively, so the first record stays.
 """
 
 from __future__ import annotations
@@ -27,8 +23,7 @@ from core.rundir.files import RUN_JSON, open_regular, read_mapping, write_text_r
 from core.rundir.records import stage_records
 
 FOLLOW_ON = "follow-on:"
-# How a collective reports a peer whose process ended: gloo's, NCCL's (read only with many processes: one process
-# may meet a reset connection of its own, a hub download's)
+# How gloo and NCCL report a peer whose process ended (read only with many processes)
 PEER_LOST = ("Connection closed by peer", "Connection reset by peer",
              "remote process exited or there was a network error", "NCCL communicator was aborted")
 
@@ -62,8 +57,7 @@ def _running(pid: int) -> bool:
 
 
 def failure_line(err: BaseException, many: bool, gone: Sequence[int] = ()) -> str:
-    """One line for `err`: its type and message, or, for one of `many` processes that lost a peer, a follow-on
-    naming the `gone` ranks.
+    """One line for `err`, or for one of `many` processes that lost a peer a follow-on naming the `gone` ranks.
 
     >>> failure_line(KeyError("x"), many=True)
     "KeyError: 'x'"
@@ -81,13 +75,9 @@ def failure_line(err: BaseException, many: bool, gone: Sequence[int] = ()) -> st
 
 
 def record_error(path: Path, err: BaseException, processes: Processes, peers: Sequence[tuple[str, int]] = ()) -> None:
-    """Write a failure's traceback to error.txt (called in its `except`), unless an earlier record holds it.
-
-    With many processes the first line names the rank ("rank 1 of 2: ...") and what it met (`peers`: every rank's
-    host and pid, to name the ranks gone); a rank's own error replaces a follow-on. The failing rank writes it
-    itself: the main process may not outlive it.
-    """
-    line = failure_line(err, processes.many, gone_ranks(peers, _host()) if processes.many else ())
+    """Write a failure's traceback to error.txt, unless an earlier record holds it; with many processes headed by
+    the rank (`peers`: each rank's host and pid). The failing rank writes it: the main one may not outlive it."""
+    line = failure_line(err, processes.many, gone_ranks(peers, os.uname().nodename) if processes.many else ())
     head = f"{processes.label()}: {line}\n\n" if processes.many else ""
     text = head + "".join(traceback.format_exception(err))
     if processes.many and not line.startswith(FOLLOW_ON):
@@ -136,13 +126,11 @@ out-of-memory killer, or kill -9)\\n"
     return f"{who}: killed by {name} (signal {signum}); a killed process records nothing itself{why}\n"
 
 
-def _host() -> str:
-    return os.uname().nodename
+
 
 
 def refusal_line(err: BaseException) -> str | None:
-    """The one line a run refused before it starts ends with (a config error, a model that cannot be had here), or
-    None for an error whose traceback is worth reading.
+    """The one line a run refused before it starts ends with (a config error, a model unavailable), else None.
 
     >>> refusal_line(ModelUnavailableError("model.id='x': the Hugging Face hub is unreachable"))
     "model unavailable: model.id='x': the Hugging Face hub is unreachable"

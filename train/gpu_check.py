@@ -1,12 +1,8 @@
 """`make gpu-check` (`python -m train.gpu_check [--device cpu] [overrides]`): the first command on a new GPU machine.
 
-In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs: the machine
-(CUDA, bf16, vLLM, an 8-bit AdamW step); the runner on kk_ladder's first two stages cut to 2 GRPO steps each,
-validating through vLLM before, inside and after each stage; bare TRL on the same stages (train/gpu/bare.py) for the
-overhead ratio; peak GPU memory, step time, tokens per second and each validation's cost, all in
-`<paths.output_dir>/gpu_check.json` (docs/gpu.md). Without CUDA it stops at once with one line naming the cause
-where it is known (train/gpu/driver.py), exit status 2. `--cuda-only` does just that check, and that the torch the
-`vllm` extra would install runs on this driver. `--device cpu` runs every phase on this CPU (the test suite's way).
+In under ten minutes it says whether `experiment=single_gpu` works on this card and what it costs (the runner and
+bare TRL on kk_ladder's first two stages, cut short; `<paths.output_dir>/gpu_check.json`, docs/gpu.md). Without CUDA
+it stops at once naming the cause (exit 2); `--cuda-only` does just that check and the `vllm` extra's torch's.
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ from train.gpu.driver import driver_problem, driver_version, vllm_torch_problem
 
 
 def main(argv: list[str] | None = None) -> int:
-    """0 when every phase ran; 2 without CUDA or with a bad `--device` (before anything heavy is imported);
-    1 on any other failure."""
+    """0 when every phase ran; 2 without CUDA or with a bad `--device`; 1 on any other failure."""
     try:
         device, overrides = split_device(list(sys.argv[1:] if argv is None else argv))
         if device == "cuda":
@@ -59,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def require_vllm_torch() -> None:
-    """Before the Makefile installs the `vllm` extra: refuse where the torch it would put in place of this one
-    does not run on this machine's driver (vLLM itself installed: nothing to replace)."""
+    """Refuse, before the `vllm` extra is installed, a torch it would install that this driver does not run."""
     if importlib.util.find_spec("vllm") is None:
         problem = vllm_torch_problem(torch.__version__, driver_version())
         if problem:

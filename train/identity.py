@@ -1,10 +1,5 @@
-"""Who a run is to the outside: its tracker name, group and id, from Hydra's record of how it was started.
-
-The id holds the time the run first started, its job number and its config hash (a sweep's jobs are numbered 0, 1,
-... in every sweep, so an id from the folder name collided across sweeps), and run.json keeps it, so a resume
-continues the same tracker run. A job is named by what its sweep varies (`0: reward.weights.format=0.5`) and
-grouped by its sweep folder; a single run is grouped by its own folder (`core.rundir.files.tracker_group`).
-Imported by `python -m train` before the config is checked: nothing heavy here.
+"""Who a run is to the outside: its tracker name, group and id, from Hydra's record of how it was started (a job
+named by what its sweep varies, grouped by its sweep folder). Imported before the config is checked: nothing heavy.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ class RunIdentity:
     job_type: str = "curriculum"
 
     def new_id(self, config_hash: str, started: float | None = None) -> str:
-        """A tracker id for a run starting now: unique across sweeps (the start time), jobs (the job number)
-        and configs (the hash); run.json keeps it for a resume.
+        """A tracker id for a run starting now, unique across sweeps, jobs and configs; run.json keeps it.
 
         >>> RunIdentity("x", "multirun/a", "3").new_id("38b5bc2345f497e0", started=0.0)
         '19700101-000000-3-38b5bc23'
@@ -52,8 +46,7 @@ def run_identity(hydra_cfg, run_dir: Path) -> RunIdentity:
 
 
 def swept_keys(multirun_yaml: Path) -> set[str] | None:
-    """The keys a sweep varies: its sweep overrides (`a=1,2`, `range(...)`, ...) and its sweeper's `params`
-    (Optuna); None when Hydra's record of the sweep cannot be read (then every override names the job)."""
+    """The keys a sweep varies (sweep overrides, the sweeper's `params`); None when its record cannot be read."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:

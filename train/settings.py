@@ -1,10 +1,6 @@
 """The config, read once: `read_settings` checks a composed config and returns a `RunSettings`, the typed record of
-everything a curriculum run reads (a leaf reads what it is handed, never the config).
-
-Checked in an order that fails first where the bad value is written: Hydra's schemas (while composing), the task,
-the plan, then the rules a type cannot say (`check_config`: ranges, rules across keys, names that must exist, what
-this machine and the launch's processes allow, and settings that would otherwise be taken without a word), all
-before any model or data loads; each refusal is one line naming its key.
+everything a curriculum run reads. Checked before any model or data loads, failing first where the bad value is
+written (Hydra's schemas, the task, the plan, then `check_config`); each refusal is one line naming its key.
 """
 
 from __future__ import annotations
@@ -68,8 +64,7 @@ class RunSettings:
     objective: str  # `objective`: what a sweeper optimises
     rollouts: RolloutsConfig  # `rollouts`
     finals: FinalsConfig  # `finals`
-    # `reward` resolved: each component TRL weighs, with its weight and where the weight came from (run.json's
-    # `reward_stack`: `train.rewards.reward_group.reward_stack`); None in a run without a stage that learns from them
+    # `reward` resolved (run.json's `reward_stack`); None in a run without a stage that learns from rewards
     reward_stack: list[dict] | None
 
 
@@ -104,22 +99,20 @@ def read_settings(cfg: DictConfig, processes: Processes = SINGLE) -> RunSettings
 
 def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SINGLE,
                  task: Task | None = None) -> tuple[dict[str, StageKind], list[RewardComponent]]:
-    """Raise ConfigError for the first bad value found, naming its key; `task` is the run's (None: the one
-    `cfg.task` names). Returns what checking built, for the run to use: the plan's stage kinds and the reward
-    stack's components. A GPU setting on a machine without CUDA is named before anything it would also change.
-    """
+    """Raise ConfigError for the first bad value, naming its key; returns the plan's stage kinds and reward stack."""
     check_ranges(cfg, [stage.name for stage in plan])
     task = task if task is not None else build_task(cfg.task, fmt=str(cfg.prompt.fmt))
-    _check_device(str(cfg.device), OmegaConf.to_container(cfg.grpo, resolve=True))
+    grpo = OmegaConf.to_container(cfg.grpo, resolve=True)
+    _check_device(str(cfg.device), grpo)
     check_one_gpu_per_process(os.environ, torch.cuda.device_count())
     check_launch_precision(os.environ, cfg.model.lora)
     check_launch_optimizer(os.environ, optimizers_set(cfg, plan))
     _check_processes(cfg.eval, cfg.model.lora, plan, processes)
-    check_grpo_fields(OmegaConf.to_container(cfg.grpo, resolve=True), "grpo", processes.world_size)
+    check_grpo_fields(grpo, "grpo", processes.world_size)
     # also without an sft stage in the plan: a misspelt field would otherwise pass without a word
     check_trainer_fields(OmegaConf.to_container(cfg.sft, resolve=True), SFTConfig, "sft")
     check_eval_config(cfg.eval, task)
-    check_cpu_head_size(cfg.eval, OmegaConf.to_container(cfg.grpo, resolve=True), cfg.model)
+    check_cpu_head_size(cfg.eval, grpo, cfg.model)
     check_context_length(cfg.model)
     _check_task(task, str(cfg.prompt.fmt), plan)
     subsets = list(subset_levels(task, cfg.eval.subsets))
@@ -132,8 +125,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
     kinds = stage_kinds({name: cfg[name] for name in GROUPS}, int(cfg.seed), task, processes.world_size,
                         [stage.kind for stage in plan], (funcs, [part.weight for part in stack]))
     _check_stage_overrides(kinds, ladder_stages(cfg.curriculum.stages, task), cfg.get("stage_overrides") or {}, plan)
-    # a model.id beside a source that never reads it (its model config sets `id: null`, so the user gave it): the
-    # run would train that source's model instead
+    # a model.id beside a source that never reads it: the run would train that source's model instead
     source, model_id = str(cfg.model.get("source")), cfg.model.get("id")
     if source in SOURCES_WITHOUT_ID and model_id is not None:
         raise ConfigError(f"model.id: {model_id} is ignored by model.source={source} (it builds its own weights); "
@@ -147,8 +139,7 @@ def check_config(cfg: DictConfig, plan: list[Stage], processes: Processes = SING
 
 
 def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
-    """The task's grader reads the prompt's format; a supervised stage needs the task's reference responses; a
-    promotion checks a stage's own levels, which `level: all` is not."""
+    """The grader reads the prompt's format; sft needs reference responses; a promotion needs named levels."""
     task.check_format(fmt)
     for stage in plan:
         key = f"curriculum.stages[{stage.index - 1}]"
@@ -161,9 +152,7 @@ def _check_task(task: Task, fmt: str, plan: list[Stage]) -> None:
 
 
 def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan: list[Stage]) -> None:
-    """A stage's own `overrides` (of `curriculum.stages`) first, under its curriculum key; then with
-    `stage_overrides.<name>` (`named`) merged over them (the plan holds the merge), under that key: a bad
-    value is named where it was written."""
+    """A stage's own `overrides`, then merged with `stage_overrides.<name>`: a bad value named where written."""
     for stage in plan:
         kind = kinds[stage.kind]
         own = plain(stages_cfg[stage.index - 1].get("overrides")) or {}
@@ -173,8 +162,8 @@ def _check_stage_overrides(kinds: dict[str, StageKind], stages_cfg, named, plan:
 
 
 def _check_lora(lora, reference: str) -> None:
-    """`model.lora`'s `target_modules` is what PEFT takes (one type cannot say it), PEFT is installed, and the
-    reference is the stage's start: LoRA can only measure KL to its own starting weights."""
+    """`model.lora`'s `target_modules` as PEFT takes them, PEFT installed, and the reference the stage's start
+    (LoRA measures KL only to its own starting weights)."""
     lora = plain(lora)
     if not lora:
         return
@@ -205,12 +194,8 @@ def _check_device(device: str, grpo: dict) -> None:
 
 
 def check_one_gpu_per_process(env: Mapping[str, str], visible_gpus: int) -> None:
-    """Refuse several GPUs visible to a process that no launcher started; `env` is its environment
-    (CUDA_VISIBLE_DEVICES, LOCAL_RANK), `visible_gpus` what torch counts under it.
-
-    Without a launcher, transformers wraps the policy in nn.DataParallel over every visible GPU, which TRL refuses
-    only once its trainer is built, after the baseline validation. Refused rather than pinned: the GPU to leave free
-    is the user's to say (docs/many-gpus.md's vLLM server holds GPU 0).
+    """Refuse several GPUs visible to a process no launcher started: transformers would wrap the policy in
+    DataParallel, which TRL refuses only after the baseline. Not pinned: which GPU to leave free is the user's call.
 
     >>> check_one_gpu_per_process({"LOCAL_RANK": "0", "WORLD_SIZE": "4"}, 4)  # one rank of torchrun's four
     >>> check_one_gpu_per_process({}, 2)
@@ -231,9 +216,7 @@ one job per GPU: launch=per_gpu
 
 
 def _check_processes(eval_cfg: DictConfig, lora, plan: list[Stage], processes: Processes) -> None:
-    """What many processes cannot do: validate through one vLLM engine, and with weights sharded across
-    ranks (ZeRO-3, FSDP) validate the live model inside a stage, merge LoRA adapters, or save a final that
-    is not whole."""
+    """What many processes cannot do: validate on one vLLM engine, or with sharded weights (ZeRO-3, FSDP)."""
     if processes.many and eval_cfg.backend == "vllm":
         raise ConfigError(f"eval.backend: vllm validates on one GPU; with {processes.world_size} processes "
                           "validation is sharded over every rank's GPU through HF generate: use eval.backend=hf")
@@ -282,8 +265,7 @@ SHARDED_OPTIMIZER_PROBLEMS = {
 
 
 def optimizers_set(cfg: DictConfig, plan: list[Stage]) -> dict[str, str]:
-    """Every `optim` the config sets, by the key that sets it: the kinds' groups, then each stage's overrides
-    (named where written: the stage's own, or `stage_overrides.<name>`, which wins)."""
+    """Every `optim` the config sets, by the key that sets it (a stage override named where written)."""
     found = {f"{kind}.optim": str(cfg[kind].optim) for kind in STAGE_KINDS if cfg[kind].get("optim")}
     named = cfg.get("stage_overrides") or {}
     for stage in plan:
@@ -295,8 +277,7 @@ def optimizers_set(cfg: DictConfig, plan: list[Stage]) -> dict[str, str]:
 
 
 def check_launch_optimizer(env: Mapping[str, str], optimizers: Mapping[str, str]) -> None:
-    """Refuse a bitsandbytes optimizer (`optimizers`: key -> name) under a launch (`env`) that shards the
-    optimizer's parameters; without one set, such a launch trains with AdamW (core.models.device_settings).
+    """Refuse a bitsandbytes optimizer (`optimizers`: key -> name) under a launch that shards the optimizer.
 
     >>> check_launch_optimizer({"ACCELERATE_USE_FSDP": "true"}, {"grpo.optim": "adamw_torch"})
     >>> check_launch_optimizer({"ACCELERATE_USE_DEEPSPEED": "true"}, {"grpo.optim": "adamw_8bit"})
@@ -321,9 +302,7 @@ PROBE_TARGET = f"{low_token_share.__module__}.{low_token_share.__name__}"
 
 
 def smoke_on_pretrained_warning(model: Mapping, reward: Mapping, grpo: Mapping) -> str | None:
-    """The one warning line for the probe reward (experiment=smoke's `low_tokens`) on a model that is not the
-    random-init tiny one, else None: legal, but it rewards low token ids over the task, at a rate sized for a
-    60k-parameter model."""
+    """The warning for the probe reward (experiment=smoke's) on a model other than the random-init tiny one."""
     probes = [str(name) for name, spec in (reward.get("custom") or {}).items()
               if isinstance(spec, Mapping) and spec.get("_target_") == PROBE_TARGET]
     if not probes or str(model.get("source")) == "tiny":
@@ -336,8 +315,7 @@ def smoke_on_pretrained_warning(model: Mapping, reward: Mapping, grpo: Mapping) 
 
 
 def check_promotions(plan: Sequence[Stage]) -> None:
-    """Refuse a stage whose promotion can never be checked within its steps (after `limits`): the check runs at
-    a step >= `min_steps` that is a multiple of `every` and below the stage's last step (train/run/stage_end.py)."""
+    """Refuse a promotion never checked within its stage: at a multiple of `every` >= `min_steps`, before the last."""
     for stage in plan:
         promote = stage.promote
         if promote is None:

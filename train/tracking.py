@@ -1,16 +1,10 @@
 """Where a run's numbers go: the JSONL logs always, wandb when `logger=wandb`.
 
-One wandb run per curriculum run: TRL's own wandb integration would open one per stage, so the trainers report to
-"none" and `MetricsCallback` forwards every log line with a global step that continues across stages, under the keys
-TRL's integration gives a GRPO stage (`train/<key>`, with `train/global_step`) or the stage kind's own prefix
-(`sft/loss`), with the stage, its kind and its level beside each row.
-
-Training rollouts are sampled (`RolloutSampler`) every `rollouts.every` steps of a GRPO stage (and its first and
-last): a few whole groups of the batch the step trained on, with each completion's reward per component, its
-weighted reward and its advantage, into `rollouts.jsonl` and the tracker's table. A callback never sees
-completions: `bind` takes a reference to the batch TRL's GRPOTrainer keeps for its own `log_completions` table
-(`core.trl_internals.logged_batch`); a layout it does not know turns sampling off with one warning. Completions of
-one prompt are consecutive (TRL repeats each prompt `num_generations` times), so the first rows are whole groups.
+One wandb run per curriculum run (TRL's integration would open one per stage): the trainers report to "none" and
+`MetricsCallback` forwards each log line at a global step continuing across stages, under TRL's keys (`train/<key>`)
+or the stage kind's prefix (`sft/loss`). `RolloutSampler` samples a few whole groups of a GRPO step's batch every
+`rollouts.every` steps; a callback never sees completions, so `bind` takes the batch TRL keeps for its own table
+(`core.trl_internals.logged_batch`).
 """
 
 from __future__ import annotations
@@ -34,8 +28,7 @@ from train.settings import RunSettings
 
 log = logging.getLogger(__name__)
 
-# The prefix transformers' WandbCallback gives a trainer's log keys (`rewrite_logs`), and the keys of a trainer's
-# end-of-training line it keeps in the run's summary instead of its history (`WandbCallback.on_log`).
+# WandbCallback's prefix of a trainer's log keys, and the end-of-training keys it keeps in the summary, not history
 TRL_PREFIX = "train"
 SUMMARY_SCALARS = ("train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos")
 # metrics.jsonl's own columns beside a trainer's log line (`MetricsCallback`)
@@ -43,8 +36,7 @@ METRICS_TAGS = ("stage", "stage_name", "level", "stage_step", "global_step", "ki
 
 
 def tracker_config(settings: RunSettings) -> dict:
-    """The wandb run's config: the resolved config, the reward stack as run.json records it and each stage's index,
-    name, kind and levels.
+    """The wandb run's config: the resolved config, the reward stack and each stage's index, name, kind, levels.
 
     >>> from types import SimpleNamespace
     >>> from curriculum.plan import Stage
@@ -58,9 +50,7 @@ def tracker_config(settings: RunSettings) -> dict:
 
 @dataclass(frozen=True)
 class RunLogs:
-    """Where a run's numbers go, each file through one writer (its keys keep each row once: a resumed run redoes
-    the steps after its last checkpoint), and the tracker; a process that does not write the run directory
-    (`writes` false) drops every row."""
+    """Where a run's numbers go: one keyed writer per file, and the tracker; all dropped where not `writes`."""
 
     metrics: JsonlWriter | NullWriter
     validation: JsonlWriter | NullWriter
@@ -106,12 +96,9 @@ class MetricsCallback(TrainerCallback):
 
 
 def send_trainer_line(tracker, row: Mapping, kind: StageKindFacts) -> None:
-    """One metrics.jsonl row (a trainer's log line and our `METRICS_TAGS`) to the tracker, as it is logged live and
-    as a resumed offline run replays it (train/run/replay.py): the end-of-training scalars into the summary, as
-    transformers' WandbCallback keeps them (bare for TRL's `train` prefix); the rest at the row's global step, each
-    key under the kind's prefix (GRPO's `train/<key>`, as WandbCallback's `rewrite_logs` writes TRL's), with the
-    global step as `train/global_step` (the step TRL's dashboards plot against) and the stage, its kind and its
-    level as metadata (a number for per-stage panels: a mix "2-6ppl" by its mean; else the stage index).
+    """One metrics.jsonl row to the tracker, live or replayed (train/run/replay.py): end-of-training scalars into the
+    summary as WandbCallback keeps them; the rest at its global step under the kind's prefix, with the stage, kind and
+    level (a number for per-stage panels: a mix "2-6ppl" by its mean) beside.
 
     >>> from core.stage_kinds import STAGE_KIND_FACTS
     >>> class Shown:
@@ -133,8 +120,7 @@ def send_trainer_line(tracker, row: Mapping, kind: StageKindFacts) -> None:
 
 
 def peak_memory_gib() -> dict[str, float]:
-    """This process's peak memory so far, in GiB: its resident set and, with CUDA, torch's peak allocated on the
-    current device (never reset: the peak of the whole run up to this step).
+    """This process's peak memory so far in GiB: resident set and, with CUDA, torch's peak allocated (never reset).
 
     >>> sorted(peak_memory_gib())[-1], peak_memory_gib()["memory/peak_rss_gib"] > 0
     ('memory/peak_rss_gib', True)
@@ -160,8 +146,7 @@ def due(step: int, max_steps: int, every: int) -> bool:
 
 
 def rollout_rows(batch: Mapping, weights: Mapping[str, float], count: int) -> list[dict]:
-    """The first `count` completions of TRL's logged batch as rows: prompt, completion, each reward
-    component, the weighted reward and the advantage.
+    """The first `count` completions of TRL's logged batch: prompt, completion, rewards, weighted reward, advantage.
 
     >>> batch = {"prompt": ["p", "p"], "completion": ["a", "b"], "advantages": [0.7, -0.7],
     ...          "rewards": {"format_reward": [1.0, 0.0], "answer_reward": [1.0, 0.0]}}
@@ -219,8 +204,7 @@ class RolloutSampler(TrainerCallback):
 
 
 def table_row(row: Mapping) -> dict:
-    """A sampled rollout as the tracker's table shows it: one column per reward component, as TRL's own table has
-    (a component named like a row key keeps its `rewards/` prefix).
+    """A sampled rollout as a tracker table row: a column per reward component (`rewards/` kept where names clash).
 
     >>> table_row({"prompt": "p", "completion": "c", "rewards": {"format_reward": 1.0, "reward": 0.2}, "reward": 0.7})
     {'prompt': 'p', 'completion': 'c', 'format_reward': 1.0, 'rewards/reward': 0.2, 'reward': 0.7}

@@ -1,12 +1,9 @@
-"""The run directory on disk: its file names and stage folders, files kept inside it, the run lock, JSONL
-appended so a kill leaves no half record, and lenient readers of a run that may be writing.
+"""The run directory on disk: file names, files kept inside it, the run lock, JSONL appended so a kill leaves no
+half record, and lenient readers of a run that may be writing (plain Python: neither torch nor the trainer).
 
-A run folder may be someone else's (sent, shared, crafted): `metrics.jsonl` replaced by a link to a file
-elsewhere would be truncated and appended to by a resume that followed it, a hard link is the same file under
-a name outside the run, and a linked folder sends every file written under it elsewhere. So the lock's holder
-refuses a directory holding a symbolic link out of it or a file with more than one name (`check_links`), the
-run opens its files without following a link (`open_regular`), and a report reads a received folder through
-`read_inside`. Plain Python: reading a run needs neither torch nor the trainer.
+A run folder may be someone else's (sent, crafted): a resume following a link would write outside it. So the lock's
+holder refuses a symbolic link out of it or a file with more than one name (`check_links`), the run opens its files
+without following a link (`open_regular`), and a report reads a received folder through `read_inside`.
 """
 
 from __future__ import annotations
@@ -89,8 +86,7 @@ def samples_file(samples: Path, level: str) -> Path:
 
 
 def tracker_group(run_dir: Path, *, in_sweep: bool) -> str:
-    """The tracker group a run's training and every `python -m eval` of its finals share: its sweep's folder for
-    a sweep's job, else its own, each named by its parent and itself.
+    """The tracker group a run and every `python -m eval` of its finals share: its sweep's folder, else its own.
 
     >>> tracker_group(Path("outputs/multirun/2026-12-01_10-00-00/3"), in_sweep=True)
     'multirun/2026-12-01_10-00-00'
@@ -102,16 +98,12 @@ def tracker_group(run_dir: Path, *, in_sweep: bool) -> str:
 
 
 def report_command(folder: Path | str) -> str:
-    """The shell command for `folder`'s report: `python -m eval.report`, which needs only the installed package
-    (make's `report` target first checks the whole `make install`).
+    """The shell command for `folder`'s report.
 
     >>> report_command(Path("outputs/runs/x")), report_command("my runs/x")
     ('python -m eval.report outputs/runs/x', "python -m eval.report 'my runs/x'")
     """
     return f"python -m eval.report {shlex.quote(str(folder))}"
-
-
-# --- files kept inside the run ------------------------------------------------------------------------------
 
 
 class OutsideRunError(RuntimeError):
@@ -138,8 +130,7 @@ def _refuse_other_names(path: Path, found: os.stat_result) -> None:
 
 
 def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
-    """`os.open` that never follows a symbolic link at `path` nor writes a file with another name (`refuse_link`'s
-    error). O_TRUNC is applied only once the file is known to be the run's own."""
+    """`os.open` that follows no symbolic link and refuses a hard link; O_TRUNC only once the file is the run's."""
     try:
         fd = os.open(path, (flags & ~os.O_TRUNC) | os.O_NOFOLLOW, mode)
     except OSError:
@@ -162,8 +153,7 @@ def write_text_regular(path: Path, text: str) -> None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file so that readers (and a resumed run after a kill) never see a partial one: a temporary file
-    beside it, opened as `open_regular` opens (a link planted at its name is refused), then renamed over it."""
+    """Write a file no reader sees partial: a temporary beside it (through `open_regular`), renamed over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as fh:
         fh.write(text)
@@ -189,8 +179,7 @@ def inside_run(run_dir: Path, path: Path | str) -> bool:
 
 
 def read_inside(folder: Path, path: Path) -> bytes | None:
-    """The bytes of the regular file `path` inside `folder`; None when it is missing, not a file, or reached
-    through a link that leads out of `folder`."""
+    """The bytes of the regular file `path` inside `folder`; None when missing, not a file, or linked out."""
     if not inside_run(folder, path):
         return None
     try:
@@ -205,11 +194,8 @@ def read_inside(folder: Path, path: Path) -> bytes | None:
 
 
 def check_links(run_dir: Path) -> None:
-    """Refuse a run directory holding a symbolic link that leads out of it, or a file with another name.
-
-    Links under `wandb/` are left alone (the wandb library links its debug logs to its cache, and the run
-    writes nothing there itself); `wandb/` itself a link out is refused.
-    """
+    """Refuse a run directory holding a symbolic link out of it, or a file with another name. Links under `wandb/`
+    are left alone (wandb links its debug logs to its cache; the run writes nothing there), not `wandb/` itself."""
     run_dir = Path(run_dir)
     tracker = run_dir / TRACKER_DIR
     for folder, dirs, files in os.walk(run_dir):  # never into a linked folder: each link is checked as an entry
@@ -222,19 +208,13 @@ def check_links(run_dir: Path) -> None:
             _refuse_other_names(path, os.lstat(path))
 
 
-# --- the run lock -------------------------------------------------------------------------------------------
-
-
 class RunLockedError(RuntimeError):
     """Another live process is running in this run directory."""
 
 
 class RunLock:
-    """Context manager: hold `<run_dir>/run.lock` (a kernel flock, released when its holder exits or is killed)
-    for the life of the run; refuse at once if another process holds it. Two writers would interleave metrics
-    and fight over checkpoints. The holding process may take it again (the app before Hydra writes, then the
-    run); the holder checks the directory has no link out of it (`check_links`). `run.owner` names the holder's
-    pid, for the refusal message only."""
+    """Context manager: hold `<run_dir>/run.lock` (a kernel flock, gone with its holder) for the run's life, refusing
+    at once a second writer; the holding process may take it again. `run.owner` names the holder for the refusal."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_FILE
@@ -272,13 +252,9 @@ class RunLock:
         self._lock.release()
 
 
-# --- JSONL --------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class JsonlScan:
-    """The rows (JSON objects) of a jsonl text, the 1-based numbers of the lines that are not JSON
-    objects, the number of the last non-blank line, and how many bytes precede the first damaged line."""
+    """A jsonl text's rows, damaged (1-based) line numbers, last non-blank line, and bytes before the first damage."""
 
     rows: list[dict]
     damaged: list[int]
@@ -287,8 +263,7 @@ class JsonlScan:
 
 
 def parse_jsonl(raw: bytes) -> JsonlScan:
-    """Scan jsonl bytes; blank lines are skipped, anything that is not a JSON object (or nests deeper than
-    `core.parse_limits.MAX_DEPTH`) is damage.
+    """Scan jsonl bytes; blank lines are skipped, anything not a JSON object (or nested too deep) is damage.
 
     >>> scan = parse_jsonl(b'{"a": 1}\\n\\n[2]\\n{"a": 3}\\n{"a":')
     >>> scan.rows, scan.damaged, scan.last_line, scan.intact_bytes
@@ -312,16 +287,14 @@ def parse_jsonl(raw: bytes) -> JsonlScan:
 
 
 def scan_jsonl(path: Path, *, inside: Path | None = None) -> JsonlScan:
-    """`parse_jsonl` of a file (lenient: a report of a run still writing); a missing file is empty. `inside`: a
-    received folder, which `path` is read from without following a link out of it (`read_inside`)."""
+    """`parse_jsonl` of a file, a missing one empty; `inside`: a received folder, read through `read_inside`."""
     if inside is not None:
         return parse_jsonl(read_inside(inside, path) or b"")
     return parse_jsonl(path.read_bytes()) if path.exists() else JsonlScan([], [], 0, 0)
 
 
 def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
-    """Rows of a jsonl file. A torn last line (a kill mid-write) is dropped, and cut off when `repair`;
-    damage on any other line is real damage and raises, naming the line."""
+    """Rows of a jsonl file: a torn last line dropped (cut off when `repair`); damage on another line raises."""
     scan = scan_jsonl(path)
     if scan.damaged and scan.damaged[0] != scan.last_line:
         raise ValueError(f"{path}:{scan.damaged[0]}: not valid JSON")
@@ -332,8 +305,7 @@ def read_jsonl(path: Path, *, repair: bool = False) -> list[dict]:
 
 
 class JsonlWriter:
-    """Append rows to a jsonl file, each flushed and fsynced, skipping rows already recorded: a resumed run
-    re-logs the steps it redoes after the last checkpoint. `key` names the fields that identify a row."""
+    """Append rows to a jsonl file, fsynced, skipping rows whose `key` is recorded (a resume redoes steps)."""
 
     def __init__(self, path: Path, key: tuple[str, ...]):
         self.path, self.key = path, key
@@ -360,8 +332,7 @@ class JsonlWriter:
 
 
 class NullWriter:
-    """A JsonlWriter's stand-in where a process must not write the run directory (a rank other than the main
-    one): the rows are dropped, and the file is neither read nor repaired."""
+    """A JsonlWriter's stand-in on a rank other than the main one: rows dropped, the file never read."""
 
     def write(self, rows: Iterable[dict]) -> None:
         pass
@@ -371,12 +342,8 @@ def _json_default(value):
     return value.item() if hasattr(value, "item") else str(value)
 
 
-# --- lenient readers (a run may be writing while it is read) -----------------------------------------------
-
-
 def load_file(path: Path, *, inside: Path | None = None):
-    """A JSON (.json) or YAML file's data; None when it is missing or unreadable (a job not started), or beyond
-    core.parse_limits' limits (logged, naming the file). `inside`: a received folder, read as `read_inside` does."""
+    """A JSON or YAML file's data; None when missing, unreadable or beyond limits (logged); `inside`: received."""
     try:
         raw = path.read_bytes() if inside is None else read_inside(inside, path)
         if raw is None:

@@ -1,10 +1,6 @@
-"""run.json (the manifest): its one writer (`Manifest`), its reader, the state machine its stage and run statuses
-follow, and config.yaml checked against a resume's config.
-
-`run.json` is rewritten whole on every change, atomically, so a kill leaves either the old or the new manifest. A
-stage's entry (`StageRecord`) changes only through the steps of a stage's life named here, each checked against
-`STAGE_TRANSITIONS`. With many processes every rank keeps the same manifest and takes the same steps; only the
-main process's `writes` (saves run.json).
+"""run.json (the manifest): its one writer (`Manifest`), its reader, its status transitions, and config.yaml checked
+against a resume's config. It is rewritten whole and atomically on every change; with many processes every rank keeps
+the same manifest and only the main process `writes` it.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ CONFIG_FILE_HASH = "config_file_sha256"
 
 
 def config_hash(resolved: Mapping, free_keys: Sequence[str]) -> str:
-    """Hash of the training-relevant part of a resolved config: `free_keys` (dotted, at most two deep: the keys a
-    resume may change, `conf.schema.RESUME_FREE_KEYS`) left out."""
+    """Hash of the training-relevant part of a resolved config: `free_keys` (at most two deep) left out."""
     plain = {k: dict(v) if isinstance(v, dict) else v for k, v in resolved.items()}  # the pops below stay here
     for key in free_keys:
         head, _, tail = key.partition(".")
@@ -47,11 +42,8 @@ def config_file_hash(text: str | bytes) -> str:
 
 
 def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None, free_keys: Sequence[str]) -> None:
-    """Refuse (ConfigError) a run whose config.yaml is not the file the run wrote (`recorded`: its hash in
-    run.json), naming the first key whose value differs from the config the run trains on (`resolved`).
-
-    Refused rather than rewritten: the edited file is someone's work, and one kept would say what the run never
-    trained on. No hash recorded, or a missing file (Manifest.open writes it again), is not refused."""
+    """Refuse (ConfigError) a config.yaml other than the one the run wrote (`recorded`: its hash), naming the first
+    changed key. Refused rather than rewritten: the edit is someone's work. A missing file is written again."""
     path = run_dir / CONFIG
     if recorded is None or not path.is_file():
         return
@@ -75,8 +67,7 @@ def check_config_file(run_dir: Path, resolved: Mapping, recorded: str | None, fr
 
 
 def changed_keys(config_file: Path, resolved: Mapping, free_keys: Sequence[str]) -> list[str]:
-    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (`free_keys` left
-    out)."""
+    """Dotted keys whose value differs between a run's `config.yaml` and a resolved config (`free_keys` left out)."""
     if not config_file.exists():
         return []
     return _differing(file_values(config_file), _flatten(dict(resolved)), free_keys)
@@ -107,9 +98,8 @@ def _flatten(tree, prefix: str = "") -> dict:
     return flat
 
 
-# The statuses a stage may move to from each. A resume re-enters a running, trained or failed stage: it trains
-# again (running) or adopts a final already published (trained); a done stage whose final is damaged goes back to
-# pending to be retrained.
+# The statuses a stage may move to from each: a resume trains a running, trained or failed stage again or adopts its
+# published final; a done stage whose final is damaged goes back to pending
 STAGE_TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
     Status.RUNNING: frozenset({Status.RUNNING, Status.TRAINED, Status.FAILED}),
@@ -138,10 +128,8 @@ def check_process_count(run_dir: Path, world_size: int) -> None:
 
 
 def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str], free_keys: Sequence[str]) -> None:
-    """Refuse (ConfigError) to continue the run in `run_dir` with a config (`resolved`) other than the one it was
-    started with, naming the keys that differ; run.json damaged, or not following the plan's stage names
-    (`planned`), is a RuntimeError; `free_keys` may differ. Called before anything in the run is removed, so a
-    refused resume leaves it as it was. Nothing to check for a new run.
+    """Refuse (ConfigError) to resume `run_dir` with another config than it started with, naming the keys that
+    differ (`free_keys` may); a damaged run.json is a RuntimeError. Runs before anything in the run is removed.
 
     >>> check_same_config(Path("/nonexistent"), {}, [], [])
     """
@@ -165,8 +153,7 @@ def check_same_config(run_dir: Path, resolved: Mapping, planned: list[str], free
 
 
 class Manifest:
-    """run.json: the run's identity and status, and per stage a `StageRecord`, changed only through the named
-    steps of a stage's life below."""
+    """run.json: the run's fields, and per stage a `StageRecord` changed only through the steps of its life below."""
 
     def __init__(self, path: Path, data: Mapping, *, writes: bool = True):
         self.path, self.writes = path, writes
@@ -176,10 +163,7 @@ class Manifest:
     @classmethod
     def open(cls, run_dir: Path, resolved: dict, planned: Sequence[StageRecord], world_size: int = 1, *,
              free_keys: Sequence[str]) -> Manifest:
-        """Load run.json from `run_dir` (resume) or start a new one on `world_size` processes for the resolved
-        config `resolved` (`free_keys`: what a resume may change), its stages `planned` (each
-        `Stage.planned_record()`). `config.yaml` (the resolved config) is written beside it once; a resume keeps
-        the original."""
+        """Load run.json from `run_dir` (resume) or start one; config.yaml written beside it where missing."""
         path = run_dir / RUN_JSON
         digest = config_hash(resolved, free_keys)
         if path.exists():
@@ -199,8 +183,7 @@ class Manifest:
                 "baseline": None,
                 "stages": [dataclasses.asdict(record) for record in planned],
             })
-        # config.yaml: written where it is missing (a new run; one deleted since) and its hash recorded, so that a
-        # resume can tell an edited file; an existing one is kept as it is
+        # config.yaml written where missing, its hash recorded so a resume can tell an edited file; one there is kept
         config_file = run_dir / CONFIG
         if not config_file.exists():
             write_text_regular(config_file, OmegaConf.to_yaml(OmegaConf.create(dict(resolved))))
@@ -242,8 +225,7 @@ class Manifest:
         return sum(s.steps_done or 0 for s in self.stages[: index - 1])
 
     def update_stage(self, index: int, **fields) -> None:
-        """Change stage `index`'s fields (StageRecord's names): the one writer the steps below go through. A
-        status change `STAGE_TRANSITIONS` does not allow raises ValueError, leaving run.json as it was."""
+        """Change stage `index`'s fields; a status change `STAGE_TRANSITIONS` refuses raises ValueError."""
         record = self.record(index)
         if "status" in fields:
             before, after = Status(record.status), Status(fields["status"])
@@ -255,17 +237,15 @@ class Manifest:
         self.stages[index - 1] = dataclasses.replace(record, **fields)
         self.save()
 
-    # A stage's life, in order: pools drawn, (checkpoints skipped), started, (guard events), ended (`end`), trained,
-    # validated (done, with `final_metrics` and `validation_cost`); or failed, or reset.
+    # A stage's life, in order: pools drawn, (checkpoints skipped), started (running), (guard events), ended (`end`),
+    # trained, validated (done, with `final_metrics` and `validation_cost`); or failed, or reset.
 
     def pools_drawn(self, removed_overlap: Mapping[str, int]) -> None:
         """How many held-out puzzles each stage's training pool dropped, by stage name."""
         self.stages = [dataclasses.replace(s, removed_overlap=removed_overlap[s.name]) for s in self.stages]
         self.save()
 
-    def stage_started(self, index: int, *, policy_init: str) -> None:
-        self.update_stage(index, status=Status.RUNNING, policy_init=policy_init,
-                          global_step_start=self.global_step_before(index))
+
 
     def guard_event(self, index: int, event: dict) -> None:
         """Add a collapse-guard event, once: a resumed stage may log the same step again."""
@@ -281,8 +261,7 @@ class Manifest:
             self.update_stage(index, skipped_checkpoints=[*known, *fresh])
 
     def stage_warning(self, index: int, event: dict) -> None:
-        """Add a warning about the stage (a reward that scored a whole batch with nothing), once per reward and
-        kind: a resumed stage may see it again."""
+        """Add a warning (a reward that scored a whole batch with nothing), once per reward and kind."""
         warnings = self.record(index).warnings
         if all((w.get("reward"), w.get("warning")) != (event.get("reward"), event.get("warning")) for w in warnings):
             self.update_stage(index, warnings=[*warnings, event])
@@ -314,8 +293,7 @@ class Manifest:
 
 
 def read_manifest(path: Path, planned: list[str]) -> dict:
-    """run.json, or an error naming it (and the stage): it is replaced atomically, so damage came from outside
-    the run. `planned`: the plan's stage names, which its entries must follow."""
+    """run.json, or an error naming it (it is replaced atomically: damage came from outside the run)."""
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as err:

@@ -1,12 +1,7 @@
-"""What a run's files record, read back untrusted: run.json's statuses and stage entries (`StageRecord`), a stage's
-published final and what vouches for it, checkpoint digests, and the validation summaries and final accuracies.
-A path read from run.json is used only where the layout puts it (`stage_final`, `entry_problem`).
-
-A final is published with its marker, `stage.json`, written last (its stage, run config, task, and every file's
-size and sha256), and run.json records the marker's sha256 (`final_marker`). A final is handed on only when its
-files are the ones its marker recorded (`final_problem`) and its marker names the stage and is the one run.json
-recorded (`recorded_final_problem`: two finals swapped are each intact). A final rewritten in bfloat16 gets a new
-marker naming the one it replaces (`compacted_from`).
+"""What a run's files record, read back untrusted: run.json's stage entries (`StageRecord`), a stage's final and
+what vouches for it, checkpoint digests, validation summaries. A path read from run.json is used only where the layout
+puts it. A final's marker, `stage.json`, is written last (every file's size and sha256) and run.json records the
+marker's sha256 (`final_marker`): two finals swapped are each intact, so both are checked.
 """
 
 from __future__ import annotations
@@ -44,8 +39,7 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class StageRecord:
-    """One stage's entry in run.json. Read back, an entry is untrusted and may be partial (a run still writing,
-    an older run): a field it lacks is None (or empty)."""
+    """One stage's entry in run.json; read back, a field it lacks is None (or empty)."""
 
     # the plan
     index: int | None = None
@@ -102,8 +96,7 @@ class StageRecord:
 
 
 def entry_problem(record: StageRecord, planned: str) -> str | None:
-    """What is wrong with a stage entry read back from run.json for the planned stage `planned`, or None: a
-    resume trusts only entries the run could have written.
+    """What is wrong with a run.json stage entry for the planned stage `planned`, or None.
 
     >>> entry_problem(StageRecord(index=1, name="2ppl", status="finished"), "2ppl")
     "status 'finished' is not one of pending, running, trained, done, failed"
@@ -128,8 +121,7 @@ def entry_problem(record: StageRecord, planned: str) -> str | None:
 
 
 def stage_final(run_dir: Path, record: StageRecord) -> Path:
-    """`<run>/stages/<k>-<name>/final`, the one place a run publishes a stage's final; a checkpoint run.json
-    records elsewhere is an error naming it (a path read from run.json is never followed)."""
+    """`<run>/stages/<k>-<name>/final`; a checkpoint run.json records elsewhere is an error (never followed)."""
     expected = final_checkpoint(stage_dirname(record.index, record.name))
     if record.checkpoint != expected.as_posix() or not inside_run(run_dir, expected):
         raise OutsideRunError(f"{Path(run_dir) / RUN_JSON}: stage {record.name}: checkpoint {record.checkpoint!r} "
@@ -142,11 +134,7 @@ def stage_records(manifest: Mapping) -> list[StageRecord]:
     return [StageRecord.from_json(s) for s in manifest.get("stages") or [] if isinstance(s, Mapping)]
 
 
-# --- checkpoint digests ------------------------------------------------------------------------------------
-# Each saved file's size and sha256, not the weights' fingerprint: they check a file without loading it, cover what
-# a fingerprint cannot (optimizer, scheduler and RNG state, tokenizer, config) and name the damaged file.
-
-
+# Checkpoint digests (size, sha256): a file checked unloaded, what a fingerprint cannot cover, the damage named
 def file_digest(path: Path) -> str:
     """The sha256 of a file's bytes, read in chunks (a checkpoint's weights may be larger than memory)."""
     digest = hashlib.sha256()
@@ -173,9 +161,8 @@ def folder_digests(folder: Path, *, exclude: tuple[str, ...] = (DIGESTS,)) -> di
 
 
 def damage(folder: Path, recorded) -> str | None:
-    """What is wrong with `folder` against the digests `recorded` when it was saved, None when nothing is:
-    sizes first (a truncated file is named without hashing anything), then hashes; files added since are
-    ignored.
+    """What is wrong with `folder` against its `recorded` digests, or None: sizes first (naming a truncated file
+    without hashing), then hashes; files added since are ignored.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp()); _ = (folder / "w.bin").write_bytes(b"abc")
@@ -215,9 +202,6 @@ def _well_formed(recorded) -> bool:
                 and isinstance(entry.get("sha256"), str)):
             return False
     return True
-
-
-# --- a stage's final -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -286,9 +270,8 @@ def marker_digest(final_dir: Path) -> str:
 
 
 def recorded_final_problem(final_dir: Path, record: StageRecord) -> str | None:
-    """Why the final at `final_dir` is not the one run.json's `record` of its stage vouches for (damaged,
-    another stage's, another run's), None when it is. A record without `final_marker` (a final published before
-    run.json knew of it) is checked by its marker's stage name alone."""
+    """Why the final at `final_dir` is not the one `record` vouches for (damaged, another stage's or run's), or
+    None; a record without `final_marker` (a kill before run.json recorded it) is checked by stage name alone."""
     problem = final_problem(final_dir)
     if problem is not None:
         return problem
@@ -306,8 +289,7 @@ def recorded_final_problem(final_dir: Path, record: StageRecord) -> str | None:
 
 
 def _marker(final_dir: Path):
-    """A final's marker as JSON (any JSON: it is read from disk), or None when it is missing or not JSON;
-    ParseLimitError when it nests beyond core.parse_limits' limit."""
+    """A final's marker as JSON (any JSON), None when missing or not JSON; ParseLimitError when nested too deep."""
     try:
         text = (final_dir / FINAL_MARKER).read_text()
     except (OSError, ValueError):  # missing, or not UTF-8
@@ -318,9 +300,6 @@ def _marker(final_dir: Path):
         raise
     except ValueError:
         return None
-
-
-# --- validation read back ---------------------------------------------------------------------------------
 
 
 def row_level(row: Mapping) -> str | None:
@@ -334,8 +313,7 @@ def row_level(row: Mapping) -> str | None:
 
 
 def level_order(key: str) -> tuple:
-    """A sort key that puts levels in their natural order: by the first number in them, then by text
-    ("2ppl" < "10ppl", "5steps" < "6+steps", "level2" < "level10").
+    """A sort key for levels in natural order: by the first number in them, then by text.
 
     >>> sorted(["10ppl", "2ppl", "6+steps", "5steps", "level10", "level2", "default"], key=level_order)
     ['2ppl', '5steps', '6+steps', '10ppl', 'default', 'level2', 'level10']
@@ -371,8 +349,7 @@ def final_accuracy(manifest: Mapping) -> dict[str, float]:
 
 
 def objective(name: str, accuracy: Mapping[str, float]) -> float | None:
-    """The sweep objective `name` (mean_final_accuracy | final_accuracy_<level>) of the final accuracies;
-    None when they do not hold it (nothing validated, or not that subset).
+    """The sweep objective `name` (mean_final_accuracy | final_accuracy_<level>), None when not held.
 
     >>> objective("mean_final_accuracy", {"2ppl": 0.5, "3ppl": 0.25})
     0.375

@@ -1,33 +1,29 @@
 """Tasks behind one interface (`curriculum.tasks.base`): K&K, GSM8K, reasoning-gym datasets and a user's own, built
-from a task config (`build_task`: ``_target_`` a class's import path, or a built-in's ``name``; a task's module is
-imported only when built) and held to their contract before any model loads.
-
-Each breach is one ConfigError naming the member and what it returned, checked where what it needs is first
-known. A reward that changes its inputs is found at its first call in training instead: finding it here would
-mean calling it with made-up inputs.
+from a task config (`build_task`: ``_target_`` an import path, or a built-in's ``name``; imported only when built)
+and held to their contract before any model loads, each breach one ConfigError naming the member (a reward that
+changes its inputs is found at its first call instead); the built-in tasks' files are read by `jsonl_rows`.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from core.checks import ConfigError
-from curriculum.tasks.base import ALL, LEVEL_KEY, Task, TaskRecord
+from curriculum.tasks.base import ALL, RecordError, Task, TaskRecord, check_level_key
 
 if TYPE_CHECKING:  # the plan imports the tasks, so only its type is named here
     from curriculum.plan import Stage
 
 #: The built-in tasks by their short name: a task config may name one by `name` instead of its `_target_`.
-BUILT_IN = {
-    "kk": "curriculum.tasks.kk.KKTask",
-    "gsm8k": "curriculum.tasks.gsm8k.GSM8KTask",
-    "reasoning_gym": "curriculum.tasks.rgym.ReasoningGymTask",
-}
+BUILT_IN = {"kk": "curriculum.tasks.kk.KKTask", "gsm8k": "curriculum.tasks.gsm8k.GSM8KTask",
+            "reasoning_gym": "curriculum.tasks.rgym.ReasoningGymTask"}
 
 
 def task_class(path: str, key: str = "task._target_") -> type[Task]:
@@ -52,8 +48,7 @@ def task_class(path: str, key: str = "task._target_") -> type[Task]:
 
 
 def build_task(task_cfg: Mapping, *, fmt: str | None = None) -> Task:
-    """The task a task config describes, held to its contract (`check_task`). Every key but ``_target_`` (or
-    ``name``) must be a parameter of its class; `fmt` (the prompt's answer format) goes to a class that takes it.
+    """The task a task config describes, held to its contract; `fmt` goes to a class that takes it.
 
     >>> build_task({"_target_": "curriculum.tasks.gsm8k.GSM8KTask", "source": "sample"}).levels
     ('2steps', '3steps', '4steps', '5steps', '6+steps')
@@ -87,8 +82,7 @@ def _member(task: Task, member: str) -> str:
 
 
 def check_task(task: Task) -> Task:
-    """`task` when its levels are a non-empty sequence of distinct level keys, and its `validation_levels`
-    are among them; ConfigError naming the member otherwise."""
+    """`task` when its levels are distinct level keys and hold its `validation_levels`; ConfigError otherwise."""
     levels = task.levels
     where = _member(task, "levels")
     if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or not levels:
@@ -98,9 +92,7 @@ def check_task(task: Task) -> Task:
         if not isinstance(level, str):
             raise ConfigError(f"{where} returned {levels!r}: {level!r} is of type {type(level).__name__}, not a "
                               "level key (a str such as '2digits')")
-        if not LEVEL_KEY.fullmatch(level):
-            raise ConfigError(f"{where} returned {levels!r}: {level!r} is not a level key (letters, digits and "
-                              "_ . + -, no '/' or spaces: it names a stage, a folder and a config key)")
+        check_level_key(level, f"{where} returned {levels!r}")
     repeated = [level for i, level in enumerate(levels) if level in levels[:i]]
     if repeated:
         raise ConfigError(f"{where} returned {levels!r}: {repeated[0]!r} twice")
@@ -112,8 +104,7 @@ def check_task(task: Task) -> Task:
 
 
 def check_reward_functions(task: Task, functions) -> dict:
-    """`functions` (what `task.reward_functions(settings)` returned) when it maps component names to
-    callables; ConfigError naming the member and the component otherwise."""
+    """`functions` (from `task.reward_functions`) when it maps names to callables; ConfigError otherwise."""
     where = _member(task, "reward_functions()")
     if not isinstance(functions, Mapping):
         raise ConfigError(f"{where} returned a {type(functions).__name__}; it returns {{component name: reward "
@@ -126,10 +117,7 @@ def check_reward_functions(task: Task, functions) -> dict:
 
 
 def check_records(task: Task, plan: Sequence[Stage], subsets: Iterable[str], fmt, *, seeds: tuple) -> None:
-    """One record of each level and split the run reads is a TaskRecord of that level with a question, and
-    `grade` of an empty completion returns a Grade (correct and format_ok bools); where a supervised stage trains
-    on them, the task's reference response grades right. Training reads every stage's levels from "train" with
-    `seeds[0]`; validation holds out `subsets` and every level trained on, from "test" with `seeds[1]`."""
+    """A record of each level and split the run reads is a TaskRecord that grades (a reference response: right)."""
     trained = list(dict.fromkeys(level for stage in plan for level in stage.pool_weights))
     held_out = [level for level in task.levels if level in {*subsets, *trained}]
     seed, eval_seed = (int(value) for value in seeds)
@@ -184,4 +172,22 @@ def _first_record(task: Task, level: str, split: str, seed: int) -> TaskRecord:
     return record
 
 
-__all__ = ["BUILT_IN", "Task", "build_task", "check_records", "check_reward_functions", "check_task", "task_class"]
+def jsonl_rows(path: Path, holds: str) -> Iterator[tuple[str, Any]]:
+    """("<path>:<line>", its JSON) per non-empty line, decoded a line at a time: RecordError names a bad line."""
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
+                                  f"{holds} holds one UTF-8 JSON record a line") from None
+            if line.strip():
+                try:
+                    yield where, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RecordError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
+
+
+__all__ = ["BUILT_IN", "Task", "build_task", "check_records", "check_reward_functions", "check_task", "jsonl_rows",
+           "task_class"]

@@ -1,10 +1,6 @@
 """The task interface (`Task`): what the runner, validation and report need from a task, its records, and how its
-validation is shown (`TaskReport`). Nothing outside a task branches on its name.
-
-A record's columns are the reference its grader reads and TRL hands every reward function as dataset columns, so
-none may hold a dict (`datasets` would union its keys across rows). A `TaskReport` is recorded in run.json, so
-the report of a run folder reads plain data, never the task's code.
-"""
+validation is shown (`TaskReport`, recorded in run.json: a run folder's report reads plain data, never the task's
+code). Nothing outside a task branches on its name."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ ALL = "all"
 LEVEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 #: Row keys every task's rows carry besides its columns; a column must not take one of these names.
 ROW_KEYS = ("prompt", "completion", "id", "level")
-#: A reward function in TRL's form; a task binds its settings with `functools.partial` of a module-level
-#: function (it pickles, unlike a closure).
+#: A reward function in TRL's form; settings bound by `functools.partial` of a module-level function (it pickles)
 RewardFunc = Callable[..., list[float]]
 
 
@@ -41,16 +36,14 @@ class Rate:
     title: str | None = None  # the report's section heading (None: not in the report)
     header: str | None = None  # the console's column header, a line break allowed (None: not in the console)
     caption: str = ""  # what the console's caption says of it ("of those with reasoning")
-    # the row columns counting the completions it is a share of, the first present one (none: every completion)
-    counted: tuple[str, ...] = ()
+    counted: tuple[str, ...] = ()  # the row columns counting its whole, the first present one (none: every completion)
     beside_accuracy: bool = False  # another reading of accuracy: shown next to it, left out where equal to it
     note: str = ""  # what the report says under its table
 
 
 @dataclass(frozen=True)
 class TaskReport:
-    """What the report, the console and the tracker's tables say of one task's validation; what a task leaves
-    out is absent from its report, not shown empty."""
+    """What the report, console and tracker say of a task's validation (what it leaves out is absent, not empty)."""
 
     record: str = "problem"  # what one record is called ("puzzle")
     distinct: str = "distinct problems"  # what a validation pool's n counts
@@ -58,16 +51,14 @@ class TaskReport:
     accuracy: str = "answer right"  # what a right completion is, on the accuracy axis
     level_column: str = "level"  # the row column the console names a subset by (K&K: its people count)
     rates: tuple[Rate, ...] = ()
-    # (label, sample key): the first graded sample whose key is true is shown, beside the first right and
-    # wrong, the longest and the shortest
+    # (label, sample key): the first sample whose key is true, shown beside the first right and wrong, the longest...
     picks: tuple[tuple[str, str], ...] = ()
     facts: tuple[tuple[str, str], ...] = ()  # (label, sample key): shown with each sample where present
     sample_columns: tuple[str, ...] = ()  # the tracker's sample table, beside every task's columns
     format_reward: str | None = None  # the reward component that is the format rate (its key: `rewards/<key>/mean`)
     chance: Mapping[str, float] = field(default_factory=dict)  # level -> accuracy of a blind guess
     chance_note: str = ""  # how chance is reckoned, under the accuracy plot
-    # the console's word before a level's label in a stage banner ("level 2steps"); empty where the label says
-    # what it is (K&K's "2ppl")
+    # the console's word before a level's label in a stage banner ("level 2steps"; K&K's "2ppl" needs none)
     level_word: str = "level"
 
     def as_json(self) -> dict:
@@ -80,8 +71,7 @@ class TaskReport:
 
     @classmethod
     def from_json(cls, data) -> TaskReport | None:
-        """The record run.json holds, or None when it holds none that reads (written by anyone: a field of
-        another type is left at its default).
+        """The record run.json holds, or None (written by anyone: a field of another type is left at its default).
 
         >>> TaskReport.from_json({"record": "puzzle", "chance": {"2ppl": 0.25, "x": "?"}, "rates": "?"})
         TaskReport(record='puzzle', distinct='distinct problems', pool_note='', accuracy='answer right', \
@@ -133,14 +123,13 @@ class RecordError(ValueError):
 
 @dataclass(frozen=True)
 class TaskRecord:
-    """One problem of a task. id: unique and stable within a split ("2ppl-17"); question: the text a prompt puts
-    where it says ``{quiz}``; columns: the reference the grader and rewards read; source: the source's own record."""
+    """One problem of a task."""
 
-    id: str
+    id: str  # unique and stable within a split ("2ppl-17")
     level: str
-    question: str
-    columns: dict[str, Any]
-    source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    question: str  # the text a prompt puts where it says ``{quiz}``
+    columns: dict[str, Any]  # the reference the grader and rewards read
+    source: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)  # the source's own record
 
     def __post_init__(self):
         for name, value in self.columns.items():
@@ -157,21 +146,17 @@ class Grade(Protocol):
 
     @property
     def correct(self) -> bool: ...  # the answer is right (format not required)
-
     @property
     def format_ok(self) -> bool: ...  # the prompt's output format was followed
-
     @property
     def answered(self) -> bool: ...  # an answer block was found
-
     @property
     def reasons(self) -> tuple[str, ...]: ...  # why anything is not right or not formatted
 
 
 @dataclass(frozen=True)
 class AnswerGrade:
-    """A :class:`Grade` for a task whose answer is one value. answer: what was read (normalised by the task), None
-    if nothing; score: in [0, 1], 1.0 when right, partial credit where the task gives it."""
+    """A :class:`Grade` of a one-value answer: `answer` as read (None: nothing), `score` in [0, 1] (1.0 when right)."""
 
     correct: bool
     format_ok: bool
@@ -243,18 +228,30 @@ def normalized_question(text: str) -> str:
     return " ".join("".join(ch if ch.isalnum() else " " for ch in folded).split())
 
 
-def disjoint(train: Sequence[TaskRecord], held_out: Sequence[TaskRecord],
-             key: Callable[[TaskRecord], Hashable]) -> tuple[list[TaskRecord], int]:
-    """The training records whose `key` no held-out record shares, in order, and how many were dropped.
+def disjoint(train: Iterable[TaskRecord], held_out: Iterable[TaskRecord], key: Callable[[TaskRecord], Hashable],
+             limit: int | None = None) -> tuple[list[TaskRecord], int]:
+    """The training records whose `key` no held-out record shares, in order, and how many were dropped; `train`
+    is read no further than `limit` kept.
 
     >>> rec, by_question = lambda i, q: TaskRecord(f"r{i}", "x", q, {}), lambda r: normalized_question(r.question)
     >>> kept, dropped = disjoint([rec(1, "A b?"), rec(2, "c")], [rec(3, "a B")], by_question)
     >>> [r.id for r in kept], dropped
     (['r2'], 1)
+    >>> rest = iter([rec(1, "a b"), rec(2, "c"), rec(3, "d"), rec(4, "a b")])
+    >>> [r.id for r in disjoint(rest, [rec(5, "A B")], by_question, limit=1)[0]], [r.id for r in rest]
+    (['r2'], ['r4'])
     """
     seen = {key(record) for record in held_out}
-    kept = [record for record in train if key(record) not in seen]
-    return kept, len(train) - len(kept)
+    kept: list[TaskRecord] = []
+    dropped = 0
+    for record in train:
+        if limit is not None and len(kept) >= limit:
+            break
+        if key(record) in seen:
+            dropped += 1
+        else:
+            kept.append(record)
+    return kept, dropped
 
 
 def distinct(records: Iterable[TaskRecord], key: Callable[[TaskRecord], Hashable]) -> list[TaskRecord]:
@@ -263,45 +260,37 @@ def distinct(records: Iterable[TaskRecord], key: Callable[[TaskRecord], Hashable
     >>> [r.id for r in distinct([TaskRecord(f"r{i}", "x", q, {}) for i, q in enumerate("aba")], lambda r: r.question)]
     ['r0', 'r1']
     """
-    seen: set[Hashable] = set()
-    kept = []
+    first: dict[Hashable, TaskRecord] = {}
     for record in records:
-        if key(record) not in seen:
-            seen.add(key(record))
-            kept.append(record)
-    return kept
+        first.setdefault(key(record), record)
+    return list(first.values())
 
 
 def check_level_key(level, key: str) -> str:
     """`level` when it is a usable level key; ConfigError naming `key` otherwise."""
     if not isinstance(level, str) or not LEVEL_KEY.fullmatch(level):
-        raise ConfigError(f"{key}: {level!r} is not a level key (letters, digits and _ . + -, no '/' or spaces)")
+        raise ConfigError(f"{key}: {level!r} is not a level key (letters, digits and _ . + -, no '/' or spaces: "
+                          "it names a stage, a folder and a config key)")
     return level
 
 
 class Task(ABC):
-    """A task: levels, records per level and split, prompts, grades and reward functions. Subclasses set `name` and
-    implement the abstract members; the defaults fit a task whose record is a question with one answer. A task
-    whose grading depends on the prompt's answer format takes `fmt` in its constructor (`build_task` passes it)."""
+    """A task: levels, records, prompts, grades, rewards (defaults: one answer a question; `fmt` if it grades by it)."""
 
     name: str = ""
     #: how the report, the console and the tracker show its validation (run.json records it)
     report: TaskReport = TaskReport()
     #: reward components that run even at weight 0, so their mean is logged (K&K's answer: accuracy)
     always_rewarded: tuple[str, ...] = ()
-    #: the answer formats (`prompt.fmt`) its grader reads; empty: it reads any
-    formats: tuple[str, ...] = ()
-    #: whether `sft_target` gives a reference response for every record (`kind: sft` needs it)
-    supervised: bool = False
+    formats: tuple[str, ...] = ()  # the answer formats (`prompt.fmt`) its grader reads; empty: it reads any
+    supervised: bool = False  # whether `sft_target` gives a reference response for every record (`kind: sft` needs it)
     #: the validation row columns it adds (`subset_metrics`' keys), beside every task's
     metric_columns: tuple[str, ...] = ()
     #: the reference columns of its records (`TaskRecord.columns`): TRL hands them to every reward function
     columns: tuple[str, ...] = ("answer",)
-    #: weight per component under `reward.weights` (whose entries win), for a task brought by import path
-    #: (conf/task/custom.yaml picks reward=task); the built-in tasks' conf/reward/ files name every weight.
+    #: weight per component under `reward.weights` (whose entries win) for a task brought by import path (reward=task)
     default_weights: Mapping[str, float] = MappingProxyType({})
-    #: whether `records` takes `ALL` (the whole split) as a training stage's level
-    has_all: bool = False
+    has_all: bool = False  # whether `records` takes `ALL` (the whole split) as a training stage's level
 
     @classmethod
     def check_installed(cls) -> None:
@@ -323,8 +312,7 @@ class Task(ABC):
 
     @abstractmethod
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """Component name -> reward function, built with the run's `settings`. Settings bound with
-        `functools.partial` win over same-named dataset columns in a run."""
+        """Component name -> reward function, built with the run's `settings` (bound ones win over dataset columns)."""
 
     @property
     def validation_levels(self) -> tuple[str, ...]:
@@ -346,8 +334,7 @@ class Task(ABC):
         return {}
 
     def sample_fields(self, record: TaskRecord, text: str, grade: Grade) -> dict[str, Any]:
-        """What a graded sample (`samples/<stage>/<level>.jsonl`) holds beside every task's fields: by default the
-        answer read and the reference, as text."""
+        """What a graded sample holds beside every task's fields: by default the answer read and the reference."""
         answer = getattr(grade, "answer", None)
         return {"answer": None if answer is None else str(answer), "reference": record.columns.get("answer")}
 
@@ -364,8 +351,7 @@ class Task(ABC):
         return normalized_question(record.question)
 
     def render(self, record: TaskRecord, prompt_cfg: Mapping, *, chat: bool) -> list[dict[str, str]] | str:
-        """The prompt of `record` (chat messages, or plain text for a base model): by default the prompt config's
-        template around the question. GRPO's, SFT's and validation's prompts are all this."""
+        """The prompt of `record` (chat messages, or plain text for a base model) for GRPO, SFT and validation alike."""
         return render_prompt(record.question, prompt_cfg, chat=chat)
 
     def check_level(self, level, key: str = "level") -> str:
@@ -375,8 +361,7 @@ class Task(ABC):
         return level
 
     def level_of(self, value, key: str) -> str:
-        """The level key a config names with `value`: the key itself, or a whole number for the one level that starts
-        with it (2: "2steps", "2ppl"); ConfigError naming `key` otherwise."""
+        """The level a config names by `value`: its key, or a number for the one level starting with it (2: "2ppl")."""
         if is_int(value):
             found = [level for level in self.levels if re.match(rf"{value}(?!\d)", level)]
             if len(found) == 1:
@@ -388,14 +373,13 @@ class Task(ABC):
         the first `n` test records (a repeat would count one problem twice in the accuracy)."""
         records = self.records(level, "test", n=n, seed=seed)
         if len(records) < n:
-            raise ConfigError(f"eval.n: {n} validation records asked at {level}, but task {self.name} has only "
-                              f"{len(records)} there{self.left_out('test')}; lower eval.n")
+            raise ConfigError(f"eval.n: {n} validation {self.report.record}s asked at {level}, but task {self.name} "
+                              f"has only {len(records)} there{self.left_out('test')}; lower eval.n")
         return distinct(records, self.content_key)
 
     def training_records(self, level: str, want: int, held_out: Sequence[TaskRecord], *, seed: int,
                          spare: int) -> tuple[list[TaskRecord], int]:
-        """Up to `want` training records of `level` that no `held_out` record shares (`content_key`), and how many
-        overlaps were dropped; `spare` more are asked for so the drops still leave `want`."""
+        """Up to `want` training records of `level` not `held_out`, and how many were dropped (`spare` more asked)."""
         pool = self.records(level, "train", n=want + (spare if held_out else 0), seed=seed)
         kept, dropped = disjoint(pool, held_out, self.content_key)
         return kept[:want], dropped

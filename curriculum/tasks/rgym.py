@@ -1,13 +1,9 @@
-"""reasoning-gym datasets as tasks (``task=reasoning_gym task.dataset=<name>``, the ``rgym`` extra), generated
-offline.
+"""reasoning-gym datasets as tasks (``task=reasoning_gym task.dataset=<name>``, the ``rgym`` extra), offline.
 
-Levels are the dataset's difficulty settings: ``levels: {key: settings}`` names them; without it, one level per
-reasoning-gym global curriculum level ("level0".., "default" for a dataset without a curriculum). ``settings``
-apply to every level, a level's own winning. Train draws from ``seed``, test from ``seed + 2**31``
-(reasoning-gym seeds entry ``i`` with ``seed + i``, so nearby seeds would share entries).
-
-The last closed ``<answer>`` block is scored by the dataset's own scorer (correct at 1). The entry travels as a
-JSON string column; a dataset whose scorer judges the JSON copy otherwise (arc_agi compares tuples) is refused.
+Levels are the dataset's settings, named by ``levels: {key: settings}``, else one per reasoning-gym global
+curriculum level ("level0".., "default" without one); ``settings`` apply to every level, a level's own winning.
+Test draws from ``seed + 2**31`` (reasoning-gym seeds entry ``i`` with ``seed + i``). The dataset's scorer scores
+the last closed ``<answer>`` block; the entry travels as JSON, so a scorer that judges that copy otherwise is refused.
 """
 
 from __future__ import annotations
@@ -89,8 +85,7 @@ FIRST_RECORD_SECONDS = 30
 
 @contextmanager
 def first_record_limit(message: str, seconds: float) -> Iterator[None]:
-    """End what runs inside with ConfigError(`message`) after `seconds` (a real-time alarm: the main thread only;
-    elsewhere unlimited)."""
+    """End what runs inside with ConfigError(`message`) after `seconds` (an alarm: unlimited off the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -227,8 +222,7 @@ class ReasoningGymTask(Task):
         return AnswerGrade(score >= 1.0, formatted, True, answer, score, tuple(reasons))
 
     def reward_functions(self, settings: RewardSettings) -> dict[str, RewardFunc]:
-        """answer: reasoning-gym's score of the final answer block (partial credit where it gives it);
-        format: 1 for one answer block, last."""
+        """answer: reasoning-gym's score of the final answer block; format: 1 for one answer block, last."""
         return {"answer": self.answer_reward, "format": self.format_reward}
 
     def answer_reward(self, completions, entry, **kwargs) -> list[float]:

@@ -1,6 +1,5 @@
-"""The stored study behind `stored_optuna.StoredOptunaSweeper`. Its name starts with "_" so that Hydra's plugin
-scan, which imports every other module under hydra_plugins on each app start, leaves it (and optuna, ~3 s to
-import) alone until a sweep builds its sweeper.
+"""The stored study behind `stored_optuna.StoredOptunaSweeper`; named "_" so Hydra's plugin scan, which imports
+every other module under hydra_plugins on each app start, leaves it (and optuna, ~3 s) alone until a sweep runs.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from optuna.distributions import CategoricalDistribution, distribution_to_json, 
 from optuna.trial import TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
+from conf.sweep_end import job_folders
 from core.checks import ConfigError
 from core.rundir.files import RUN_JSON, OutsideRunError, RunLock, RunLockedError
 
@@ -26,22 +26,8 @@ SEARCH_SPACE = "search_space"  # the study's user attribute: the space it was st
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 
 
-def job_folders(sweep_dir: Path) -> list[int]:
-    """The numbers of a sweep folder's job folders (`<sweep>/<n>/`), in order; [] for none.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     _ = [(Path(d) / name).mkdir() for name in ("0", "1", "7", ".hydra")]
-    ...     job_folders(Path(d)), job_folders(Path(d) / "none")
-    ([0, 1, 7], [])
-    """
-    return sorted(int(p.name) for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit()) \
-        if sweep_dir.is_dir() else []
-
-
 def check_study_file(storage: str) -> None:
-    """Refuse a SQLite study file that is empty or not SQLite (SQLite would start an empty database in an empty
-    file, and SQLAlchemy's error for the other never names the file); any other storage is optuna's."""
+    """Refuse a SQLite study file that is empty (SQLite would start afresh in it) or not SQLite."""
     if not storage.startswith(SQLITE):
         return
     path = Path(storage.removeprefix(SQLITE))
@@ -71,8 +57,7 @@ def live_job(folder: Path) -> bool:
 
 
 def check_trial_count(n_trials) -> None:
-    """`hydra.sweeper.n_trials`: the trials the study holds in all, at least 1 (0 ended in optuna's "Record does
-    not exist", asking the best of no trial)."""
+    """`hydra.sweeper.n_trials`: the trials the study holds in all, at least 1 (0 fails in optuna)."""
     if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"hydra.sweeper.n_trials: {n_trials!r} is not a number of trials >= 1 (the trials the "
                           "study holds in all, those finished counted)")
@@ -84,9 +69,8 @@ def space_json(space: dict) -> dict[str, str]:
 
 
 def check_search_space(study: optuna.Study, space: dict, sweep_dir: Path) -> None:
-    """Refuse (ConfigError) to go on with a stored study over another search space than `space`: optuna's own
-    check is a ValueError mid-sweep that leaves a trial running. The study's recorded space is compared, or,
-    for a study stored before it recorded one, the space its trials were suggested from."""
+    """Refuse (ConfigError) to go on with a stored study over another search space than `space` (optuna's own check
+    fails mid-sweep, leaving a trial running); without a recorded space, its trials' is compared."""
     recorded = study.user_attrs.get(SEARCH_SPACE)
     if recorded is None:
         seen = {}
@@ -146,8 +130,7 @@ class StoredSweeperImpl(OptunaSweeperImpl):
         super().sweep(arguments)
 
     def search_space_of(self, arguments: list[str]) -> tuple[dict, dict]:
-        """The distributions this sweep suggests from (hydra.sweeper.params and the command line's ranges), by
-        name, and the command line's fixed values: as the parent's `sweep` finds them."""
+        """This sweep's distributions by name and the command line's fixed values, as the parent finds them."""
         self._process_searchspace_config()
         params = [*self._parse_sweeper_params_config(), *arguments]
         ranges, fixed = create_params_from_overrides(params)
@@ -155,13 +138,12 @@ class StoredSweeperImpl(OptunaSweeperImpl):
         return {name: d for name, d in space.items() if name not in fixed}, fixed
 
     def open_study(self, sweep_dir: Path, space: dict | None = None) -> optuna.Study:
-        """The stored study (created when new), its file checked first; refused when the sweep folder holds job
-        folders but the storage no study of this name (they would be numbered over), or when the stored study
-        searches another space than `space` (checked before the study is touched: `check_search_space`)."""
+        """The stored study (created when new); refused when the sweep folder holds job folders but no study of
+        this name (they would be numbered over), or the study searches another space than `space`."""
         check_study_file(str(self.storage))
         try:
             known = [s.study_name for s in optuna.get_all_study_summaries(self.storage)]
-            jobs = job_folders(sweep_dir)
+            jobs = [int(folder.name) for folder in job_folders(sweep_dir)]
             if jobs and self.study_name not in known:
                 raise ConfigError(f"{sweep_dir}: holds job folders {jobs[0]}..{jobs[-1]} but its storage "
                                   f"({self.storage}) holds no study {self.study_name!r}: the sweep's study is lost; "
@@ -181,9 +163,8 @@ class StoredSweeperImpl(OptunaSweeperImpl):
 
     def resume_killed(self, study: optuna.Study, trial: optuna.trial.FrozenTrial, folder: Path,
                       fixed: dict | None = None) -> None:
-        """Run a trial a killed sweep left running again in its own folder (continuing its run where it stopped),
-        and tell the study how it ended. `fixed`: this command line's fixed values (its curriculum, its search),
-        under the trial's own: a trial killed before its fixed values were recorded runs with them too."""
+        """Run a trial a killed sweep left running again in its own folder (its run resumed), and tell the study how
+        it ended; `fixed`: this command line's fixed values, under the trial's own."""
         if live_job(folder):
             raise ConfigError(f"{folder}: trial {trial.number} of study {self.study_name!r} is running in another "
                               "process (it holds the run's lock); wait for that sweep to end before resuming")

@@ -1,15 +1,9 @@
 """Optuna's Hydra sweeper with its study kept where the sweep is, so that a sweep can be resumed to `n_trials`.
 
-`+hparams_search=gsm8k_reward_optuna` stores the study in SQLite in the sweep folder; the same command with that
-folder again continues the study to `n_trials` trials in all:
-- every trial runs in the job folder of its number (`<sweep>/<trial>`);
-- finished trials count (complete or failed); one a killed sweep left running is resumed in its own folder (the
-  run's `resume=`) and its result told to the study; one whose folder a live process holds stops the resume;
-- one left running before its job started (no job folder, or not every parameter suggested) is marked failed;
-- a study file that is empty, not SQLite or truncated, job folders with no study, a study over another search
-  space (recorded as its user attribute `search_space`), and `n_trials` below 1 are each refused in one line.
-A resumed sampler is reseeded (seeded as at the start, it would propose the first trials' points again), so its
-new points are not those an uninterrupted sweep would have tried.
+`+hparams_search=gsm8k_reward_optuna` stores the study in SQLite in the sweep folder; the same command again
+continues it to `n_trials` in all: each trial runs in the job folder of its number, finished ones count, one a killed
+sweep left running is resumed in its folder, and a damaged or mismatched study is refused in one line. A resumed
+sampler is reseeded (else it would propose the first trials' points again).
 """
 
 from __future__ import annotations

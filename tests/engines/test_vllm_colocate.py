@@ -198,16 +198,28 @@ def test_an_engine_that_only_validates_loads_a_checkpoint_through_vllms_own_relo
     assert engine.starts == 1 and after_load == started_there != from_base == base_again
 
 
-def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models):
+def test_without_the_workaround_vllms_cpu_build_cannot_reload_weights(two_models, monkeypatch):
     """Why `reloadable_weights` (eval/vllm_engine.py) exists: where vLLM 0.31's CPU build repacks its linear weights
     (oneDNN, sgl-kernel or zentorch: `dispatch_cpu_unquantized_gemm` leaves `weight` empty, its `weight_loader`
     gone), TRL's push fails without the workaround. Where it falls back to torch's linear and keeps them (seen on an
     AVX2-only EPYC), the push works by itself, and must. Should the first case stop failing, vLLM reloads repacked
     weights by itself and the workaround can go."""
+    import vllm.envs as vllm_envs
+
     base, _ = two_models
-    with process_kept(rng=False):
-        generation = VLLMGeneration(AutoModelForCausalLM.from_pretrained(base), Accelerator(cpu=True),
-                                    AutoTokenizer.from_pretrained(base), mode="colocate", gpu_memory_utilization=0.3)
+    # TRL's own engine compiles its model with inductor on a CPU (~30 s of this test); vLLM's CPU CI switch traces it
+    # with dynamo's eager backend instead. The weights are packed (or kept) as they load, before any compile, so what
+    # the push meets is the same either way. vLLM caches its variables once an engine has started in the process:
+    # read afresh here, and again after (the switch goes with this test).
+    monkeypatch.setenv("VLLM_CPU_CI_ENV", "1")
+    vllm_envs.disable_envs_cache()
+    try:
+        with process_kept(rng=False):
+            generation = VLLMGeneration(AutoModelForCausalLM.from_pretrained(base), Accelerator(cpu=True),
+                                        AutoTokenizer.from_pretrained(base), mode="colocate",
+                                        gpu_memory_utilization=0.3)
+    finally:
+        vllm_envs.disable_envs_cache()
     engine = ProcessEngine({}, rollouts=True)
     engine.llm = generation.llm  # TRL's own engine, closed as the process's engine closes
     model = generation.llm.llm_engine.model_executor.driver_worker.model_runner.model

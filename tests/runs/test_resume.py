@@ -19,7 +19,6 @@ from core.rundir.files import read_jsonl
 from core.weights import fingerprint
 from eval.report.jobs import load_job
 from tests.conftest import ROOT, run_cli
-from tests.runs.test_runlock import hold_lock
 
 SMOKE = ["+curriculum=kk_ladder", "experiment=smoke", "limits.max_steps=3"]
 
@@ -68,27 +67,6 @@ def test_sigkill_mid_stage_then_resume(tmp_path, cache_dir):
 
 
 ONE_STAGE = [*SMOKE, "curriculum.stages=[{name: a, ppl: 2, steps: 1, pool: 8}]"]
-
-
-@pytest.mark.run
-def test_second_run_on_a_live_run_directory_is_refused_and_writes_nothing_there(tmp_path, cache_dir):
-    run_dir = tmp_path / "run"
-    first = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"hydra.run.dir={run_dir}")
-    assert first.returncode == 0, first.stderr[-3000:]
-    overrides = (run_dir / ".hydra" / "overrides.yaml").read_bytes()
-    holder = hold_lock(run_dir)  # the run is live again (a resume in progress)
-    try:
-        refused = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
-        assert refused.returncode != 0
-        assert f"already running (pid {holder.pid} holds" in refused.stderr
-    finally:
-        holder.kill()
-        holder.wait()
-    assert not (run_dir / "error.txt").exists(), "the live run is not marked failed"
-    assert (run_dir / ".hydra" / "overrides.yaml").read_bytes() == overrides, "its overrides are its own"
-    # the holder is dead: the kernel released its lock, and a resume goes through
-    taken = run_cli("train", *ONE_STAGE, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
-    assert taken.returncode == 0, taken.stderr[-3000:]
 
 
 # A run that fails after run.json is written (its baseline validation raises), as a sweep job can.

@@ -41,6 +41,7 @@ def _resume_records(run_dir) -> list[str]:
 def test_a_refused_second_process_writes_nothing_into_the_live_run(done_run, tmp_path, cache_dir):
     run_dir = _copy(done_run, tmp_path)
     log = (run_dir / "__main__.log").read_bytes()
+    overrides = (run_dir / ".hydra" / "overrides.yaml").read_bytes()
     holder = hold_lock(run_dir)  # a live run in the directory
     try:
         refused = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
@@ -53,7 +54,11 @@ def test_a_refused_second_process_writes_nothing_into_the_live_run(done_run, tmp
         "before resuming")
     assert _resume_records(run_dir) == [], "no .hydra/resume-<time>/ of its own in the live run"
     assert (run_dir / "__main__.log").read_bytes() == log, "nothing appended to the live run's log"
-    assert not (run_dir / "error.txt").exists()
+    assert not (run_dir / "error.txt").exists(), "the live run is not marked failed"
+    assert (run_dir / ".hydra" / "overrides.yaml").read_bytes() == overrides, "its overrides are its own"
+    # the holder is dead: the kernel released its lock, and a resume goes through
+    taken = run_cli("train", *ONE_STEP, f"paths.cache_dir={cache_dir}", f"resume={run_dir}")
+    assert taken.returncode == 0, taken.stderr[-3000:]
 
 
 def _files(run_dir) -> dict:

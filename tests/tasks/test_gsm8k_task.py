@@ -12,7 +12,7 @@ import pytest
 from core.checks import ConfigError
 from curriculum.tasks.base import ALL, RecordError, normalized_question, task_row
 from curriculum.tasks.gsm8k import LEVELS, GSM8KTask
-from curriculum.tasks.gsm8k.task import SAMPLE_DIR, solution_steps, step_level
+from curriculum.tasks.gsm8k.task import SAMPLE_DIR, solution_level
 
 
 def _write(folder: Path, split: str, rows: list) -> None:
@@ -24,18 +24,18 @@ def _solution(steps: int, answer: str = "5") -> str:
     return "\n".join(f"step {i} = {i}" for i in range(steps)) + f"\n#### {answer}"
 
 
-@pytest.mark.parametrize(("solution", "steps", "level"), [
-    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n#### 72", 2, "2steps"),
-    (_solution(3), 3, "3steps"),
-    (_solution(5), 5, "5steps"),
-    (_solution(6), 6, "6+steps"),  # six and more share the top level
-    (_solution(11), 11, "6+steps"),
-    ("a\n\n  \nb\n#### 1", 2, "2steps"),  # blank lines are not steps
-    ("It is 5.\n#### 5", 1, None),  # one step: below the lowest level
-    ("#### 5", 0, None),
+@pytest.mark.parametrize(("solution", "level"), [
+    ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nIn all 48+24 = <<48+24=72>>72.\n#### 72", "2steps"),
+    (_solution(3), "3steps"),
+    (_solution(5), "5steps"),
+    (_solution(6), "6+steps"),  # six and more share the top level
+    (_solution(11), "6+steps"),
+    ("a\n\n  \nb\n#### 1", "2steps"),  # blank lines are not steps
+    ("It is 5.\n#### 5", None),  # one step: below the lowest level
+    ("#### 5", None),
 ])
-def test_levels_count_the_lines_before_the_answer(solution, steps, level):
-    assert (solution_steps(solution), step_level(steps)) == (steps, level)
+def test_levels_count_the_lines_before_the_answer(solution, level):
+    assert solution_level(solution) == level
 
 
 def test_the_sample_has_every_level_in_both_splits():
@@ -44,7 +44,8 @@ def test_the_sample_has_every_level_in_both_splits():
     counts = {split: [len(task.records(level, split)) for level in LEVELS] for split in ("train", "test")}
     assert counts == {"train": [40] * 5, "test": [12] * 5}
     record = task.records("6+steps", "test", n=1)[0]
-    assert solution_steps(record.source["answer"]) >= 6 and record.columns["answer"].lstrip("-").replace(".", "")
+    assert solution_level(record.source["answer"]) == "6+steps"
+    assert record.columns["answer"].lstrip("-").replace(".", "")
 
 
 def test_records_are_deterministic_by_seed_and_a_prefix_of_larger_asks():
@@ -86,7 +87,7 @@ def test_one_step_solutions_are_left_out_and_counted(tmp_path):
 def test_a_level_short_because_records_were_below_the_first_level_says_so(tmp_path):
     # every test record a one-step solution: "has only 0 there" said nothing of the 3 left out
     _write(tmp_path, "test", [{"question": f"q{i}", "answer": _solution(1)} for i in range(3)])
-    with pytest.raises(ConfigError, match=r"eval.n: 2 validation records asked at 2steps, but task gsm8k has only 0 "
+    with pytest.raises(ConfigError, match=r"eval.n: 2 validation problems asked at 2steps, but task gsm8k has only 0 "
                                           r"there; 3 of the test split left out below the first level, 2steps \(a "
                                           r"one-step solution\); lower eval.n"):
         GSM8KTask(source="local", path=str(tmp_path)).validation_records("2steps", 2, seed=0)

@@ -14,7 +14,8 @@ from curriculum.tasks.base import RewardSettings, disjoint, task_row
 from curriculum.tasks.kk import KKTask
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.rewards import answer_reward, format_reward
-from curriculum.tasks.kk.sources import load_records, split_disjoint
+from curriculum.tasks.kk.sources import load_records
+from curriculum.tasks.kk.statements import canonical_key
 
 THINK = "<think>Zoey lies.</think><answer>{}</answer>"
 
@@ -72,12 +73,12 @@ def test_a_task_built_without_a_format_grades_the_default_one():
     assert KKTask().grade(completion, columns) == grade(completion, ["Zoey"], [True], fmt="think_answer")
 
 
-def test_held_out_split_is_split_disjoints():
+def test_held_out_split_drops_renamed_twins_too():
     task = KKTask()
     train, held = task.records("2ppl", "train", n=50), task.records("2ppl", "train", n=10)
     kept, removed = disjoint(train, held, task.content_key)
-    today_kept, today_removed = split_disjoint([r.source for r in train], [r.source for r in held])
-    assert ([r.source for r in kept], removed) == (today_kept, today_removed) and removed == 12  # renamed twins too
+    keys = {canonical_key(r.source) for r in held}
+    assert kept == [r for r in train if canonical_key(r.source) not in keys] and removed == 12  # renamed twins too
 
 
 def test_levels_are_the_people_counts_the_data_covers():

@@ -12,8 +12,7 @@ import re
 
 import pytest
 
-from curriculum.tasks.kk import KKTask, generate
-from curriculum.tasks.kk.generator import COMMON_NAMES
+from curriculum.tasks.kk import COMMON_NAMES, KKTask, generate
 from curriculum.tasks.kk.grading.grader import grade
 from curriculum.tasks.kk.screen import ROLE_WORD, ungradable
 from curriculum.tasks.kk.sources import RecordError, load_records

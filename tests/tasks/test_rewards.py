@@ -232,6 +232,7 @@ def test_each_completion_is_graded_once_per_batch(monkeypatch):
     calls = []
     real = rewards.grade
     monkeypatch.setattr(rewards, "grade", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    rewards._graded.cache_clear()  # the memo is the process's: earlier tests graded these completions
     funcs, _ = build_reward_funcs({"weights": dict.fromkeys(COMPONENTS, 1.0)}, fmt="think_answer",
                                   max_completion_length=64)
     completions = [think_answer(RIGHT), think_answer("Both are knights."), think_answer(RIGHT)]

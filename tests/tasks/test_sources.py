@@ -11,9 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from curriculum.tasks.kk import RECORD_FIELDS, generate, parse_statements
+from curriculum.tasks.base import disjoint
+from curriculum.tasks.kk import RECORD_FIELDS, KKTask, generate, kk_record, parse_statements
 from curriculum.tasks.kk.grading.grader import grade
-from curriculum.tasks.kk.sources import RecordError, load_records, published_count, split_disjoint
+from curriculum.tasks.kk.sources import RecordError, load_records, published_count
 
 SHARED_DATA = Path(__file__).resolve().parents[3] / "shared/data/kk-logic-rl"
 
@@ -149,7 +150,7 @@ def test_hub_source_reads_the_published_file_name(tmp_path):
     assert load_records("hub", 2, "test", hub_id=str(tmp_path), n=7) == records[:7]
 
 
-def test_split_disjoint_removes_renamed_and_reordered_copies():
+def test_disjoint_removes_renamed_and_reordered_copies():
     val = generate(5, 20, seed=0)
     train = generate(5, 50, seed=9)
     copy = dict(val[3])
@@ -166,8 +167,8 @@ def test_split_disjoint_removes_renamed_and_reordered_copies():
     copy["statements"] = str(tuple(moved(stmt) for stmt in statements[::-1]))
     copy["names"] = copy["names"][::-1]
     mixed = train[:10] + [copy] + train[10:]
-    kept, removed = split_disjoint(mixed, val)
-    assert removed == 1 and kept == train
+    kept, removed = disjoint(map(kk_record, mixed), [kk_record(r) for r in val], KKTask().content_key)
+    assert removed == 1 and [r.source for r in kept] == train
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,7 @@
-"""What a GPU check runs (`gpu_check_cfg`: kk_ladder's first stages, cut short, under `experiment=single_gpu` or
-its CPU twin, the same for our runner and bare TRL), and its yardstick: those stages with TRL's GRPOTrainer alone.
-
-`python -m train.gpu.bare STAGE OUT_DIR [--device cpu] [overrides]` runs stage STAGE of the check's plan with the
-GRPOConfig, reward functions, rows and seed the runner would give it, from the previous stage's saved final
-(`OUT_DIR/<k-1>-<name>/final`, stage 1 from the base model) to its own, nothing of ours around it, and writes
-`OUT_DIR/<k>-<name>.json` (construction and training seconds, TRL's step lines, memory). A process per stage, as
-a TRL user's script per stage would run: in one process TRL 1.16's colocated engine leaves RANK and WORLD_SIZE set,
-and the next trainer would run distributed (what `colocated_engine_setup` undoes for our runner).
+"""What a GPU check runs (`gpu_check_cfg`: kk_ladder's first stages, cut short), and its yardstick: those stages
+with TRL's GRPOTrainer alone. `python -m train.gpu.bare STAGE OUT_DIR [--device cpu] [overrides]` runs one stage as
+the runner would configure it, nothing of ours around it, and writes `OUT_DIR/<k>-<name>.json`; a process per stage,
+as a TRL user's script would (TRL's colocated engine leaves RANK and WORLD_SIZE set for the next trainer).
 """
 
 from __future__ import annotations
@@ -24,15 +19,11 @@ from omegaconf import DictConfig, OmegaConf
 from conf import CONF_DIR
 from curriculum.plan import Stage
 
-# What the check runs: kk_ladder's first two stages (2ppl, 3ppl: the handoff, a second trainer and its second
-# engine), 2 steps each, subsets 2 and 3 (50 puzzles each), validated inside each stage after step 1. Later
-# overrides (the command line's) win.
+# What the check runs: kk_ladder's first two stages (a handoff), 2 steps each, validated inside each after step 1
 CHECK_OVERRIDES = ["+curriculum=kk_ladder", "limits.max_steps=2", "eval.subsets=[2,3]", "eval.n=50",
                    "eval.every=1", "logger=none"]
 CHECK_STAGES = 2
-# The check on a CPU (`--device cpu`): single_gpu's path less what needs CUDA (bf16, 8-bit AdamW, sleep mode):
-# the smoke config on the tiny model whose heads vLLM's CPU attention takes, vLLM rollouts in colocate mode
-# and validation through vLLM.
+# The check on a CPU: single_gpu's path less what needs CUDA, on the tiny model whose heads vLLM's CPU build takes
 DEVICE_OVERRIDES = {
     "cuda": ["experiment=single_gpu"],
     "cpu": ["experiment=smoke", "model=tiny_vllm", "+grpo.use_vllm=true", "+grpo.vllm_mode=colocate",
@@ -84,8 +75,7 @@ def stage_final(out_dir: Path, stage: Stage) -> Path:
 
 
 def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
-    """One stage with GRPOTrainer alone: its GRPOConfig, reward functions and rows, from the previous stage's
-    final (stage 1: the base model); the final saved for the next."""
+    """One stage with GRPOTrainer alone, from the previous stage's final (stage 1: the base model) to its own."""
     from transformers import AutoTokenizer
     from trl import GRPOTrainer
 
@@ -127,9 +117,7 @@ def run_bare_stage(run: BareRun, stage: Stage, out_dir: Path) -> dict:
             "wall_seconds": round(time.perf_counter() - began, 2), "steps": steps}
 
 
-def bare_stage_command(stage: Stage, out_dir: Path, device: str, overrides: list[str]) -> list[str]:
-    """The command line of bare TRL's process for `stage`."""
-    return [sys.executable, "-m", "train.gpu.bare", str(stage.index), str(out_dir), "--device", device, *overrides]
+
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,8 +22,7 @@ class GpuCheckError(RuntimeError):
 
 
 def require_cuda(available: bool, why_not: Callable[[], str | None] = lambda: None) -> None:
-    """Refuse a machine where torch sees no CUDA device, by `why_not`'s reason where it names one (asked only
-    then: a driver too old for torch's CUDA build, torch's CPU build; train/gpu/driver.py)."""
+    """Refuse a machine where torch sees no CUDA device, by `why_not`'s reason where it names one."""
     if available:
         return
     reason = why_not()
@@ -47,8 +46,7 @@ def split_device(argv: list[str]) -> tuple[str, list[str]]:
 
 
 def load_nvml():
-    """The NVML bindings: `pynvml` (PyPI's nvidia-ml-py, in the `vllm` extra), else the copy vLLM ships; None
-    where neither imports."""
+    """The NVML bindings: `pynvml` (nvidia-ml-py), else the copy vLLM ships; None where neither imports."""
     try:
         import pynvml
 
@@ -64,10 +62,8 @@ def load_nvml():
 
 
 def nvml_used_bytes(nvml) -> Callable[[], int] | None:
-    """A reader of the used memory of this process's card through NVML (`nvml`, the bindings): NVML asks the
-    driver, never the CUDA runtime, so it may run beside vLLM's CUDA graph capture; None where NVML is missing
-    or does not start. The card is found by its PCI address, which NVML numbers by whatever CUDA_VISIBLE_DEVICES
-    says; called on the main thread."""
+    """A reader of this process's card's used memory through NVML (the driver, never the CUDA runtime: safe beside
+    vLLM's graph capture), found by PCI address whatever CUDA_VISIBLE_DEVICES says; None where NVML does not start."""
     if nvml is None:
         return None
     try:
@@ -83,10 +79,8 @@ def nvml_used_bytes(nvml) -> Callable[[], int] | None:
 
 
 class MemoryWatch:
-    """Peak GPU memory over a block: the device's used memory (torch, vLLM, the CUDA context; other processes too)
-    and torch's own peak counters; no CUDA: wall time only. The device is sampled from a thread through NVML only:
-    in vLLM's global CUDA graph capture a CUDA runtime call from another thread is illegal and breaks the capture.
-    Without NVML the main thread samples at the block's ends, the peak at least torch's `max_memory_reserved`.
+    """Peak GPU memory over a block (the device's used memory, torch's peaks); no CUDA: wall time only. Sampled from
+    a thread through NVML only (a CUDA runtime call there would break vLLM's graph capture), else at the block's ends.
     """
 
     def __init__(self, cuda: bool, every: float = 0.1):

@@ -9,13 +9,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-# The oldest Linux x86_64 driver that runs each CUDA major's builds: NVIDIA's CUDA Toolkit release notes, "CUDA
-# Toolkit and Minimum Required Driver Version for CUDA Minor Version Compatibility" (11.x: 450.80.02, 12.x:
-# 525.60.13, 13.x: 580, 13.0 GA's own driver 580.65.06). A driver between these and a release's own (CUDA 12.8 GA:
-# 570.26) runs the build through minor version compatibility, without PTX JIT.
+# The oldest Linux x86_64 driver that runs each CUDA major's builds (CUDA Toolkit release notes)
 MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-# The torch the `vllm` extra pins (vLLM 0.31.0: torch==2.13.0) and the CUDA of its build on PyPI, which pip
-# installs unless a torch of that version is there already (docs/gpu.md: a CUDA 12.x build installed first)
+# The torch the `vllm` extra pins and the CUDA of its PyPI build, which pip installs unless that version is there
 VLLM_TORCH, VLLM_TORCH_PYPI_CUDA = "2.13.0", "13.0"
 NVIDIA_SMI = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
 # The loaded kernel module's version line: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar ..."
@@ -33,8 +29,7 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def driver_version() -> str | None:
-    """This machine's NVIDIA driver version: nvidia-smi's, else the kernel module's, else NVML's (pynvml where it
-    is installed: vLLM's copy would load all of vLLM first); None where none answers."""
+    """This machine's NVIDIA driver version: nvidia-smi's, else the kernel module's, else pynvml's; else None."""
     if shutil.which(NVIDIA_SMI[0]):
         try:
             done = subprocess.run(NVIDIA_SMI, capture_output=True, text=True, timeout=30)
@@ -71,8 +66,7 @@ def cuda_major_for(driver: str) -> int | None:
 
 
 def driver_problem(torch_version: str, torch_cuda: str | None, driver: str | None) -> str | None:
-    """Why a torch `torch_version` built for CUDA `torch_cuda` (None: the CPU build) does not run on NVIDIA
-    driver `driver` (None: no driver found), in one line; None where the driver does not explain it."""
+    """Why torch built for CUDA `torch_cuda` (None: the CPU build) does not run on `driver`, in one line, or None."""
     if driver is None:
         return None
     if torch_cuda is None:
@@ -82,8 +76,7 @@ def driver_problem(torch_version: str, torch_cuda: str | None, driver: str | Non
 
 
 def vllm_torch_problem(torch_version: str, driver: str | None) -> str | None:
-    """Why the torch the `vllm` extra would install does not run on `driver`, where it would replace the installed
-    `torch_version` (another version than VLLM_TORCH); None where it would not, or the driver runs it."""
+    """Why the torch the `vllm` extra would install in place of `torch_version` does not run on `driver`, or None."""
     if driver is None or torch_version.split("+")[0] == VLLM_TORCH:
         return None
     what = (f"the vllm extra replaces torch {torch_version} with torch {VLLM_TORCH}, whose PyPI build is for CUDA "

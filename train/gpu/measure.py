@@ -1,6 +1,5 @@
-"""What `make gpu-check` measures (`train/gpu_check.py` is its entry): the machine, our runner's path and bare TRL's
-on the same two stages, peak memory, speed, validation costs, and the report that holds them. Every part runs on a
-CPU too (`--device cpu`: vLLM's CPU build), as the test suite runs it, so every line has run before a GPU day.
+"""What `make gpu-check` measures: the machine, our runner's path and bare TRL's on the same two stages, memory,
+speed, validation costs, and their report; every part runs on a CPU too (`--device cpu`), as the test suite runs it.
 """
 
 from __future__ import annotations
@@ -8,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from core.models import BF16_CAPABILITY, cuda_has_bf16
 from core.rundir.files import METRICS, RUN_JSON, VALIDATION_STEPS, read_jsonl
 from curriculum.plan import build_plan, validation_completions
 from eval.generation import validation_cost
-from train.gpu.bare import BareRun, bare_stage_command, compose_config, size_to_card
+from train.gpu.bare import BareRun, compose_config, size_to_card
 from train.gpu.device import GIB, GpuCheckError, MemoryWatch
 from train.run.runner import run_curriculum
 from train.settings import read_settings
@@ -81,8 +81,7 @@ def cpu_machine() -> dict:
 
 
 def step_summary(rows: list[dict], completions_per_step: int) -> dict:
-    """Step time, completion length and tokens per second from TRL's step log lines. Memory and time grow
-    with the completions' length, so the mean length says what the check's peaks were measured at.
+    """Step time, completion length (what the peaks were measured at) and tokens per second from TRL's step lines.
 
     >>> step_summary([{"step_time": 10.0, "completions/mean_length": 500.0},
     ...               {"step_time": 30.0, "completions/mean_length": 1500.0}], 64)["generated_tokens_per_second"]
@@ -102,8 +101,7 @@ def sampling_mismatch(rows: list[dict]) -> dict:
 
 
 def ours_summary(run_dir: Path) -> dict:
-    """What the runner's path (baseline validation, each stage with one in-stage validation, and a validation
-    after it) left in `run_dir`: per stage its time, TRL's step lines and summary, and each validation's cost."""
+    """What the runner's path left in `run_dir`: per stage its time, TRL's step lines and summary, validation costs."""
     manifest = json.loads((run_dir / RUN_JSON).read_text())
     rows = read_jsonl(run_dir / METRICS)
     inside = read_jsonl(run_dir / VALIDATION_STEPS)
@@ -120,8 +118,7 @@ def ours_summary(run_dir: Path) -> dict:
 
 
 def training_seconds(stage: dict) -> float:
-    """A stage's training time less its in-stage validation (generation and the engine's lending, as its cost
-    counts them): what bare TRL's `train_runtime` measures, which validates nothing.
+    """A stage's training time less its in-stage validation: what bare TRL's `train_runtime` measures.
 
     >>> training_seconds({"train_runtime": 10.0,
     ...                   "validation_cost": {"in_stage": {"seconds": 2.0, "setup_seconds": 0.5}}})
@@ -132,15 +129,15 @@ def training_seconds(stage: dict) -> float:
 
 
 def run_bare_trl(plan, out_dir: Path, device: str, overrides: list[str]) -> list[dict]:
-    """Bare TRL on the check's stages, each in a process of its own (train/gpu/bare.py), after our run and with
-    its overrides; their reports, in stage order."""
+    """Bare TRL on the check's stages, each in a process of its own (train/gpu/bare.py); reports in stage order."""
     out_dir.mkdir(parents=True, exist_ok=True)
     reports = []
     for stage in plan:
         log = out_dir / f"{stage.dirname}.log"
+        command = [sys.executable, "-m", "train.gpu.bare", str(stage.index), str(out_dir), "--device", device,
+                   *overrides]
         with open(log, "w") as sink:
-            done = subprocess.run(bare_stage_command(stage, out_dir, device, overrides), stdout=sink,
-                                  stderr=subprocess.STDOUT)
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT)
         if done.returncode != 0:
             raise GpuCheckError(f"gpu-check: bare TRL's stage {stage.name} exited {done.returncode}; see {log}")
         reports.append(json.loads((out_dir / f"{stage.dirname}.json").read_text()))
@@ -148,9 +145,7 @@ def run_bare_trl(plan, out_dir: Path, device: str, overrides: list[str]) -> list
 
 
 def validation_projection(after_stage: dict | None, plan) -> dict | None:
-    """kk_ladder's whole validation plan (6 subsets x 100, baseline and 5 stages), projected from one measured
-    validation: its seconds per completion and its engine start. 2-3ppl completions are the shortest, so
-    this is a lower bound for the 4-7ppl subsets."""
+    """kk_ladder's validation plan projected from one measured validation (a lower bound: 2-3ppl are short)."""
     if not after_stage or not after_stage.get("completions"):
         return None
     per_completion = (after_stage["seconds"] - after_stage["setup_seconds"]) / after_stage["completions"]
@@ -163,14 +158,11 @@ def validation_projection(after_stage: dict | None, plan) -> dict | None:
     return out
 
 
-def ladder_plan() -> list:
-    """kk_ladder's plan as it is configured (the projection's stages)."""
-    return build_plan(compose_config(["+curriculum=kk_ladder"]))
+
 
 
 def overhead(ours: dict, bare: list[dict]) -> dict:
-    """Our runner's training time against bare TRL's, both without in-stage validation, over the stages and
-    per stage; with each side's whole stage time (ours: handoff, publishing; bare: construction, saving)."""
+    """Our runner's training time against bare TRL's (both without in-stage validation), and whole stage times."""
     ours_s = [training_seconds(stage) for stage in ours["stages"]]
     bare_s = [report["train_runtime"] for report in bare]
     return {"train_runtime_ratio": round(sum(ours_s) / sum(bare_s), 3),
@@ -181,8 +173,7 @@ def overhead(ours: dict, bare: list[dict]) -> dict:
 
 
 def assemble_report(machine: dict | None, run: BareRun, ours: dict, ours_memory: dict, bare: list[dict]) -> dict:
-    """gpu_check.json: the machine, what ran (`run`: both paths ran its stages), memory, speed, the overhead
-    ratio, validation costs and plan."""
+    """gpu_check.json: the machine, what ran, memory, speed, the overhead, validation costs and plan."""
     grpo, model, ev = run.grpo, run.model, run.ev
     per_step = int(grpo.per_device_train_batch_size) * int(grpo.gradient_accumulation_steps)
     card_gb = (machine or {}).get("memory_gb")
@@ -203,7 +194,8 @@ def assemble_report(machine: dict | None, run: BareRun, ours: dict, ours_memory:
         "distributed": [stage["distributed"] for stage in ours["stages"]],
         "validation_cost": {"baseline": ours["baseline_validation_cost"],
                             "stages": [stage["validation_cost"] for stage in ours["stages"]]},
-        "validation_plan_projection": validation_projection(first["after_stage"], ladder_plan()),
+        "validation_plan_projection": validation_projection(first["after_stage"],
+                                                            build_plan(compose_config(["+curriculum=kk_ladder"]))),
         "sampling_mismatch": sampling_mismatch(ours_steps),
         "run_dir": ours["run_dir"],
     }

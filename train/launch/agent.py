@@ -1,9 +1,6 @@
 """`python -m train.launch.agent <error.txt> <processes> torchrun|accelerate <the launcher's arguments>`: torchrun
-or accelerate launch run in this process, so that a rank killed by a signal is named in the run's error.txt.
-
-Only the process that started a rank sees how it ended (the launcher prints it in its summary and exits 1; a
-killed rank records nothing): when the first rank to end was killed by a signal, that goes into error.txt in the
-place of a follow-on another rank recorded (train/failures.py); a rank's record of its own error stays.
+or accelerate launch run in this process, so that a rank killed by a signal (which records nothing itself) is named
+in the run's error.txt in place of another rank's follow-on.
 """
 
 from __future__ import annotations

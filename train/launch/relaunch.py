@@ -1,13 +1,8 @@
 """`launch=`: a Hydra job (a sweep's) that starts its run's processes itself, waits, and returns the objective its
-run.json records: `python -m train <the job's overrides> hydra.run.dir=<the job's directory>`, three ways:
-- `launch=per_gpu` (launcher `python`): one process on one GPU claimed from the sweep's pool (`launch.gpus`) and
-  named in its CUDA_VISIBLE_DEVICES, so joblib runs one job per GPU and no run sees two. The job process never
-  initialises CUDA: a process keeps the one it starts with, and joblib runs many jobs in one worker.
-- `launch=accelerate launch.processes=N` (a SLURM job of N GPUs), or `launch=torchrun` (plain DDP; on a CPU the
-  tests' way to start many processes), both inside train/launch/agent.py, which names a rank a signal killed.
-The ranks write the run directory (told `hydra.output_subdir=null`: the job keeps its own record there). A SLURM
-job requeued by submitit runs the same job again, and the run continues where it stopped; before the job exits
-(also on the signal for a requeue) it stops its ranks, so none of the old attempt holds the run lock.
+run.json records: `launch=per_gpu` (one process on a GPU claimed from the sweep's pool; the job never initialises
+CUDA, as joblib runs many jobs in one worker), or `launch=accelerate|torchrun` (through train/launch/agent.py, which
+names a rank a signal killed). Before the job exits (also on a requeue's signal) it stops its ranks, so none of an
+old attempt holds the run lock.
 """
 
 from __future__ import annotations
@@ -31,14 +26,12 @@ log = logging.getLogger(__name__)
 
 # How long the ranks get to stop on SIGTERM (a trainer checkpoint being written) before SIGKILL.
 STOP_GRACE_S = 60
-# What the job's run is told: it trains (starts nothing), on what its CUDA_VISIBLE_DEVICES shows it, and leaves
-# Hydra's record of the job to the job
+# What the job's run is told: it trains (starts nothing) on what its CUDA_VISIBLE_DEVICES shows it
 RUN_ITSELF = ["launch.launcher=null", "launch.gpus=null"]
 
 
 def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> list[str]:
-    """The command that starts `launch.processes` ranks of `python -m train` in `run_dir` with the job's
-    overrides (through train/launch/agent.py for accelerate and torchrun).
+    """The command that starts `launch.processes` ranks of `python -m train` in `run_dir`.
 
     >>> launch_command({"launcher": "torchrun", "processes": 2}, ["seed=1"], Path("/o/0"))[3:]
     ['/o/0/error.txt', '2', 'torchrun', '--standalone', '--nproc_per_node', '2', '-m', 'train', 'seed=1', \
@@ -48,8 +41,7 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
     if launch["launcher"] == "python":
         return [sys.executable, *run]
     if launch["launcher"] == "accelerate":
-        # port 0: accelerate picks a free one; its default 29500 is checked, then bound, so two jobs starting
-        # at once on one machine (a sweep's jobs on their own GPUs) can both find it free and collide
+        # port 0: accelerate picks a free one (two jobs starting at once both found its default 29500 free)
         head = ["accelerate", "--config_file", str(accelerate_file(launch)),
                 "--num_processes", str(launch["processes"]), "--main_process_port", "0"]
     else:  # torchrun; --standalone finds a free port, so jobs sharing a machine do not collide
@@ -58,9 +50,8 @@ def launch_command(launch: Mapping, overrides: Sequence[str], run_dir: Path) -> 
 
 
 def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir: Path) -> float:
-    """Start the run's processes (with `launch.gpus`, on GPUs claimed in `sweep_dir`), wait, and return the
-    objective their run.json records. A failure of the run raises, naming its error.txt; the processes are stopped
-    whenever this returns or raises, and only then are the GPUs let go."""
+    """Start the run's processes (on GPUs claimed in `sweep_dir`), wait, and return the objective their run.json
+    records; a failure raises, naming error.txt. The processes are stopped before the GPUs are let go."""
     check_launch(launch)
     command = launch_command(launch, overrides, run_dir)
     with ExitStack() as held:
@@ -84,8 +75,7 @@ def relaunch(launch: Mapping, overrides: Sequence[str], run_dir: Path, sweep_dir
 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
-    """Run `command` in a session of its own and wait: its whole group can be stopped at once, and a terminal's
-    Ctrl-C reaches this process, which stops them, rather than each rank separately."""
+    """Run `command` in a session of its own and wait: its whole group is stopped at once, by this process."""
     ranks = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         return ranks.wait()

@@ -1,15 +1,11 @@
 """The one wrapper TRL calls a reward through (`Reward`), and what it checks on every call.
 
-A call goes `Reward` -> the task's (or the user's) function -> its grading. TRL 1.16
-(`GRPOTrainer._calculate_rewards`) turns None into NaN and sums the weighted rewards with `nansum`, in float32.
-Unchecked, a reward that returns no list, or strings, fails there without naming itself; one that returns inf (or
-1e39, inf in float32) makes every advantage NaN and trains on nothing while the run ends "done"; one that hangs hangs
-the run; one that edits its inputs in place (TRL passes the same lists to every reward of the step) changes what the
-rewards after it score. So each of these stops the stage with a `RewardError` naming the reward and the value or the
-input (run.json records it), and a call past `reward.timeout_s` too: the stuck call is left in a daemon thread (a
-Python thread cannot be stopped); an `async def` reward is timed by asyncio, which stops it only at an `await`.
-None or NaN for a completion is "no score" (TRL's contract); a batch a reward scores none of is warned of once per
-stage (console and the stage's run.json `warnings`), and the user's rewards log `rewards/<name>/scored_share`.
+TRL 1.16 turns None into NaN and sums the weighted rewards with `nansum` in float32: unchecked, a reward returning no
+list fails there without naming itself, one returning inf (in float32) makes every advantage NaN while the run ends
+"done", one that hangs hangs the run, one editing its inputs in place changes what the rewards after it score (TRL
+passes the same lists to each). Each stops the stage with a `RewardError` naming the reward, as does a call past
+`reward.timeout_s` (left in a daemon thread: a Python thread cannot be stopped; asyncio stops an async one only at an
+`await`). None or NaN is "no score"; a batch scored none of is warned of once per stage.
 """
 
 from __future__ import annotations
@@ -97,13 +93,10 @@ _COPY_FIRST = ("TRL passes the same inputs to every reward of the step, so the r
 
 
 class Reward:
-    """One reward function as TRL calls it. TRL logs it by its `__name__` (`rewards/<name>/mean`), the component's
-    key; `settings` are the keywords the task bound, which win over same-named dataset columns.
-
-    `warn(event)` records a batch it scored nothing of (once: a wrapper lives for one stage). `log_share`: log
-    `rewards/<name>/scored_share` each call. `group_size` (the stage's first reward only, which sees the whole
-    generation batch): log the collapse guard's `completions/distinct_share`, since TRL shows no callback the
-    completions.
+    """One reward function as TRL calls it, logged by its `__name__`; `settings`: the keywords the task bound, which
+    win over same-named dataset columns. `warn(event)` records a batch it scored nothing of; `log_share` logs
+    `rewards/<name>/scored_share`; `group_size` (the first reward only, which sees the whole batch) logs the collapse
+    guard's `completions/distinct_share`, as TRL shows no callback the completions.
 
     >>> def scaled(completions, scale, **kwargs):
     ...     return [scale * len(c) for c in completions]
@@ -201,8 +194,7 @@ def reward(name: str, func: Callable, settings: Mapping | None = None, *, log_sh
 
 
 def task_reward(name: str, func: Callable) -> Reward:
-    """A task's reward function as a `Reward`, a `functools.partial`'s keywords its bound settings (a task binds
-    them so: a partial of a module-level function pickles, unlike a closure)."""
+    """A task's reward function as a `Reward`, a `functools.partial`'s keywords its settings (a partial pickles)."""
     if isinstance(func, functools.partial) and not func.args:
         return reward(name, func.func, func.keywords)
     return reward(name, func)
@@ -210,8 +202,7 @@ def task_reward(name: str, func: Callable) -> Reward:
 
 def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None, warn: Callable[[dict], None] | None = None,
                     group_size: int | None = None) -> list[Reward]:
-    """Every reward function of a stage as a `Reward` of its own (a wrapper holds one stage's state) with the
-    stage's time limit and warning sink; the first also logs the distinct share of groups of `group_size`."""
+    """A stage's reward functions, each a fresh `Reward` (it holds one stage's state) with the time limit and sink."""
     wrapped = [reward(f.__name__, f.func, f.settings, log_share=f.log_share) if isinstance(f, Reward)
                else reward(f.__name__, f) for f in funcs]
     for func in wrapped:
@@ -225,8 +216,7 @@ def checked_rewards(funcs: Sequence[Callable], *, timeout_s: float | None, warn:
 
 
 def distinct_share(completions: Sequence, group_size: int) -> float:
-    """Mean over groups (consecutive runs of `group_size` completions of one prompt) of distinct/size, whitespace
-    differences aside.
+    """Mean over groups of `group_size` consecutive completions of distinct/size, whitespace aside.
 
     >>> distinct_share(["a", "a ", "b", "c"], 2)  # group 1: one distinct of two; group 2: two of two
     0.75
@@ -268,9 +258,7 @@ def _timeout_message(name: str, timeout_s: float) -> str:
             "reward faster, or raise reward.timeout_s (null: no limit)")
 
 
-# Whether a reward changed its inputs: one hash per item of each input, taken before and after the call (about 10 ms
-# for 64 completions of 16 KB and their 4,096 token ids each). TRL's handles are left out: no data a reward scores
-# (`environments`' per-completion objects a reward may drive).
+# Whether a reward changed its inputs: a hash per item before and after the call (TRL's handles are no data)
 HANDLES = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
 _ATOMS = frozenset({str, bytes, int, float, bool, type(None)})  # hashed by value
 

@@ -1,11 +1,6 @@
-"""A run's rewards: the task's reward functions at `reward.weights`, the user's own beside them (`reward.custom`),
-and the probe reward the smoke runs learn from.
-
-The task offers its components (`Task.reward_functions`) and may declare `default_weights`; the reward group
-(conf/reward/*.yaml) names the task whose components it weighs (`reward.task`) and the weights, which win over the
-defaults. Each component reaches TRL as a `train.rewards.checks.Reward` named by its config key, its one name in
-`reward.weights`, TRL's logs (`rewards/<key>/mean`), wandb, run.json and the report. run.json keeps where each
-weight came from (`reward_stack`); the console, the wandb config and the report read it there.
+"""A run's rewards: the task's reward functions at `reward.weights` (over its `default_weights`), the user's own
+beside them (`reward.custom`), and the probe reward the smoke runs learn from. Each reaches TRL as a
+`train.rewards.checks.Reward` named by its config key, its one name in logs, run.json (`reward_stack`) and the report.
 """
 
 from __future__ import annotations
@@ -33,9 +28,7 @@ F = TypeVar("F", bound=Callable)
 
 @dataclass(frozen=True)
 class RewardComponent:
-    """One reward function as the run weighs it: its config key (TRL's name for it), weight and where the weight
-    came from: `task default`, `reward.weights`, `reward.custom` (a custom reward's default 1), or `logged` (a
-    task's `always_rewarded` at weight 0)."""
+    """One reward function as the run weighs it: key, weight and `source` (`logged`: always_rewarded at 0)."""
 
     name: str
     weight: float
@@ -44,10 +37,8 @@ class RewardComponent:
 
 def reward_stack(reward_cfg, task: Task, *, fmt: str,
                  max_completion_length: int) -> tuple[list[Reward], list[RewardComponent]]:
-    """GRPOTrainer's `reward_funcs` for `task`, each named by its key, and their components (weights, sources).
-
-    Components at weight 0 are left out but for the task's `always_rewarded` (their means are logged); a
-    negative weight needs `reward.allow_negative_weights`. ConfigError names the bad key.
+    """GRPOTrainer's `reward_funcs` for `task`, each named by its key, and their components (weights, sources);
+    ConfigError names a bad key.
 
     >>> from curriculum.tasks import build_task
     >>> gsm8k = build_task({"name": "gsm8k", "source": "sample"})
@@ -120,12 +111,8 @@ def _task_of(reward_file: str) -> str | None:
 
 def weighted_rewards(functions: Mapping[str, F], weights: Mapping, *, always: tuple[str, ...] = (),
                      allow_negative: bool = False, key: str = "reward.weights") -> tuple[list[F], list[float]]:
-    """The functions with a non-zero weight (and those in `always`, at their weight, 0 or not) with their
-    weights, in `functions`' order: TRL's `reward_funcs` and `reward_weights`.
-
-    Every weight must name a component and be a finite number; a missing weight is 0. A negative weight
-    rewards the opposite of its component, so it needs `allow_negative`. At least one weight must be
-    non-zero (else every advantage is 0). ConfigError names the bad key.
+    """TRL's `reward_funcs` and `reward_weights`: the functions of a non-zero weight (and those in `always`), in
+    `functions`' order; a missing weight is 0, a negative one needs `allow_negative`. ConfigError names a bad key.
 
     >>> funcs, w = weighted_rewards({"a": len, "b": abs, "c": min}, {"b": 0.5}, always=("c",))
     >>> [f.__name__ for f in funcs], w
@@ -149,17 +136,14 @@ def weighted_rewards(functions: Mapping[str, F], weights: Mapping, *, always: tu
     return [f for f, _ in kept], [w for _, w in kept]
 
 
-# The keywords GRPOTrainer passes to every reward function (TRL 1.16 `_calculate_rewards`), with the
-# dataset columns every row has (`curriculum.tasks.base.task_row`); the task's own columns come beside them.
+# The keywords GRPOTrainer passes to every reward function, with the columns every row has (the task's come beside)
 TRL_CALL_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
                      "id", "level")
 
 
 def load_custom_reward(name: str, spec, reserved: tuple[str, ...], columns: tuple[str, ...] = ()) -> Reward:
-    """The user's reward function of `reward.custom.<name>` (`{_target_: pkg.module.function, _partial_: true,
-    <keyword>: value}`) under its key; it logs the share it scores (`Reward.log_share`). Checked before any model
-    loads: the import path, that each bound keyword is a named parameter (one only `**kwargs` would swallow is a
-    typo), and that TRL's call (`TRL_CALL_KEYWORDS` and the task's `columns`) binds. ConfigError names the key.
+    """The user's reward function of `reward.custom.<name>`, checked before any model loads: the import, each bound
+    keyword a named parameter (one `**kwargs` would swallow is a typo), TRL's call binding. ConfigError names the key.
 
     >>> load_custom_reward("tokens", {"_target_": "train.rewards.reward_group.low_token_share", "below": 3},
     ...                    ()).__name__
@@ -205,11 +189,8 @@ def _first_line(err: BaseException) -> str:
 
 def low_token_share(completions, completion_ids: Sequence[Sequence[int]], below: int, **kwargs) -> list[float]:
     """The probe reward: the share of each completion's tokens whose id is below `below` (0.0 for an empty one).
-
-    A task's reward gives a random-init model the same score in every group (it never writes an answer), so every
-    advantage is 0 and a broken reward -> advantage path goes unnoticed. This one varies within every group from
-    the first step (such a model samples ids about uniformly), so it must rise if the policy gradient is wired
-    right: `experiment=smoke` adds it, and the learning test relies on it.
+    A random-init model scores the same on a task's reward in every group (all advantages 0); this one varies from
+    the first step, so it must rise if the policy gradient is wired right (`experiment=smoke`, the learning test).
 
     >>> low_token_share(["a", "b", ""], [[1, 700, 2, 900], [4], []], below=600)
     [0.5, 1.0, 0.0]

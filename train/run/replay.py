@@ -1,11 +1,6 @@
-"""A resumed run's offline wandb run made whole: what earlier attempts logged, sent to it again first.
-
-Offline, wandb gives each attempt a folder of its own under the run's id and cannot continue an earlier one, and
-`wandb sync` of several folders of one id does not reliably join them. So before a resumed attempt logs anything,
-its offline run gets, at their original steps, what the run's files record up to where each stage starts now
-(`replay_history`): the baseline's validation, each stage's trainer lines, guard events, in-stage validations and
-rollouts up to the checkpoint it goes on from (all of them for a stage it does not train), and the validation after
-a stage it skips. What the attempt does itself is logged as it happens, so the newest folder, synced, is the run.
+"""A resumed run's offline wandb run made whole: offline, wandb gives each attempt its own folder and `wandb sync`
+does not reliably join them, so before a resumed attempt logs anything it is sent, at their original steps, what
+the run's files record up to where each stage starts now; the newest folder, synced, is then the whole run.
 """
 
 from __future__ import annotations
@@ -37,9 +32,7 @@ ORDER = {"metrics": 0, "val_step": 1, "rollouts": 2, "validation": 3}
 
 
 def replay_history(tracker, run_dir: Path, starts: Mapping[int, StageStart], task: Task) -> int:
-    """Send an offline `tracker` (one with an `offline_folder`; any other is left alone) what earlier attempts at
-    the run in `run_dir` logged before where each stage starts now (`starts`: train/run/resume.py `plan_stages`);
-    returns how many rows it sent. Only for a resume whose baseline was validated before: else nothing was."""
+    """Send an offline `tracker` what earlier attempts logged before where each stage starts now; the rows sent."""
     if tracker.offline_folder is None:
         return 0
     rows = sorted(_recorded(run_dir, starts), key=lambda item: (item[1]["global_step"], ORDER[item[0]]))
@@ -50,9 +43,7 @@ def replay_history(tracker, run_dir: Path, starts: Mapping[int, StageStart], tas
 
 
 def replayed_through(start: StageStart) -> float:
-    """The last stage step of `start`'s stage already trained: every step of one this attempt does not train
-    (skipped, or its final adopted), up to the trainer checkpoint it goes on from (or publishes), none of one
-    trained from its start."""
+    """The last step of `start`'s stage already trained (all of one this attempt does not train)."""
     if start.action in (StageAction.SKIP, StageAction.ADOPT):
         return math.inf
     return checkpoint_step(start.checkpoint) if start.checkpoint is not None else 0
@@ -90,8 +81,7 @@ def _send(tracker, run_dir: Path, source: str, step: int, rows: list[dict], star
 
 
 def _send_validation(tracker, run_dir: Path, row: dict, task: Task) -> None:
-    """A validation after a stage (or the baseline): its samples' table, then its metrics, as eval/validation.py
-    `validate` logs them."""
+    """A validation after a stage: its samples' table, then its metrics, as `validate` logs them."""
     level, step = row["level"], row["global_step"]
     samples = samples_file(samples_dir(run_dir, stage_dirname(row["stage"], row["stage_name"])), level)
     if samples.exists():

@@ -1,11 +1,7 @@
-"""How each stage starts in this attempt at a run (`plan_stages`: one answer per stage, asked once before the stage
-loop), and what becomes of a final once no stage still to train reads it (`compact_finals`).
-
-A fresh run trains every stage from its start. An attempt that finds an earlier one's run.json and stage folders
-may also skip a done stage (unless its needed final is not the one run.json recorded: `on_damaged_checkpoint`
-stops, or trains it again), adopt a final published before run.json knew of it (a kill between the two) if this
-run trained it, continue a killed stage from its newest complete, intact trainer checkpoint (or publish that one
-without a step at the budget), and cut a stage stopped early and killed before it was published to that stop.
+"""How each stage starts in this attempt at a run (`plan_stages`, asked once before the stage loop), and what
+becomes of a final once no stage still to train reads it (`compact_finals`). A resumed attempt may skip a done stage,
+adopt a final published before run.json knew of it, continue a killed stage from its newest intact trainer
+checkpoint (or publish that one at the budget), and cut a stage stopped early to that stop.
 """
 
 from __future__ import annotations
@@ -62,13 +58,8 @@ class StageStart:
 
 def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]], *,
                 on_damaged: str, processes: Processes) -> dict[int, StageStart]:
-    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads): skipped
-    unless it trains; else its final adopted, or trained (from a trainer checkpoint where a kill left one), or that
-    checkpoint published at its budget.
-
-    The main process alone decides which done stages train again (it alone sets a refused final aside); every
-    rank sends the same ones back to pending, then reads the same files to answer for each stage.
-    """
+    """How each stage of `plan` starts, by index (`finals_read`: the stages whose finals a stage reads). The main
+    process alone decides which done stages train again (it sets a refused final aside); every rank follows."""
     done = {s.index for s in manifest.stages if s.done}
     to_train = on_main(lambda: stages_to_train(run_dir, manifest, plan, finals_read, on_damaged=on_damaged),
                        processes)
@@ -107,10 +98,9 @@ def plan_stages(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_rea
 
 def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals_read: Callable[[Stage], set[int]],
                     *, on_damaged: str) -> set[int]:
-    """The indices of the stages still to train: those not done, and each done stage whose needed final (the run's
-    result, or read by a stage still to train) is not the one run.json recorded; such a final stops the run
-    (`on_damaged: error`) or sends its stage back (`retrain`). Walked from the last stage back, so that a stage sent
-    back makes the finals it reads needed in turn."""
+    """The stages still to train: those not done, and each done one whose needed final is not the one run.json
+    recorded (`on_damaged`: error stops, retrain sends it back); walked backwards, as a stage sent back needs the
+    finals it reads."""
     needed, to_train = {len(plan)}, set()
     for stage in reversed(plan):
         record = manifest.record(stage.index)
@@ -125,8 +115,7 @@ def stages_to_train(run_dir: Path, manifest: Manifest, plan: list[Stage], finals
 
 
 def _refuse_final(run_dir: Path, manifest: Manifest, stage: Stage, problem: str, on_damaged: str) -> None:
-    """A done stage's final that may not be handed on: stop naming it, or set it aside (`final.refused`, in the
-    stage's folder: it may be another stage's intact weights) and send the stage back to pending."""
+    """Stop, or set aside a final that may not be handed on (`final.refused`) and send its stage back to pending."""
     record = manifest.record(stage.index)
     said = f"stage {stage.name}: its final checkpoint {record.checkpoint} is missing or damaged ({problem})"
     if on_damaged != "retrain":
@@ -143,9 +132,8 @@ def _refuse_final(run_dir: Path, manifest: Manifest, stage: Stage, problem: str,
 
 
 def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult | None:
-    """The result held by a complete final of `stage` that run.json does not know of yet (a kill after
-    publishing it), None when there is none. A final that this run did not train is refused: with
-    run.json lost, a run with another config would otherwise adopt the old run's weights."""
+    """The result of a complete final run.json does not know of yet (a kill after publishing it), or None; one this
+    run did not train is refused (with run.json lost, another config would adopt the old run's weights)."""
     final = run_dir / final_checkpoint(stage.dirname)
     problem = final_problem(final)
     if problem is not None:
@@ -165,10 +153,8 @@ def adopted_final(run_dir: Path, stage: Stage, config_hash: str) -> StageResult 
 
 
 def resume_budget(stage: Stage, record: StageRecord) -> Stage:
-    """The stage with its budget cut to an early stop that run.json recorded before a kill (so the resume
-    publishes the checkpoint saved at that stop, or trains up to it), else the stage as planned.
-
-    A stage sent back to `pending` (a damaged final retrained) starts over with its whole budget.
+    """The stage with its budget cut to an early stop run.json recorded before a kill, else as planned (a stage
+    sent back to `pending` starts over with its whole budget).
 
     >>> stage = Stage(1, "a", "grpo", {2: 1.0}, steps=10, pool=8)
     >>> resume_budget(stage, StageRecord(status="running", end={"reason": "threshold", "stage_step": 4})).steps
@@ -183,8 +169,7 @@ def resume_budget(stage: Stage, record: StageRecord) -> Stage:
 
 
 def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -> list[dict]:
-    """The stage's step rows up to the trainer `checkpoint` a resume continues from ([] on a fresh start):
-    later rows are logged again by the resumed steps."""
+    """The stage's step rows up to the `checkpoint` a resume continues from (later ones are logged again)."""
     if checkpoint is None:
         return []
     resumed_at = checkpoint_step(checkpoint)
@@ -192,18 +177,13 @@ def logged_before_resume(run_dir: Path, stage: Stage, checkpoint: Path | None) -
             if row.get("stage") == stage.index and row.get("kind") == "step" and row["stage_step"] <= resumed_at]
 
 
-# `finals`: a final is published in float32 (the trainer's master weights), so the next stage starts from it, and
-# measures KL against it, exactly. Once the stage after it is done nothing still to train reads it, but the run's
-# last final and the one `reference: rl_start` points at while a later GRPO stage is to come. Such a final is then
-# rewritten in bfloat16 (`dtype: bfloat16`: half the disk; its stage.json names the marker it replaces,
-# `compacted_from`, so run.json's record still vouches for it) or removed (`keep: last`). Never before: bfloat16's
-# 8 bits of mantissa would round away a stage's updates (~1e-6 of a weight). A resume needs neither (`stages_to_train`
-# skips a done stage whose successor is done); run.json's `compacted_finals` records what was done to which.
+# `finals`: a final is published in float32 (bfloat16 would round away ~1e-6 updates); once nothing still to train
+# reads it, it is rewritten in bfloat16 (naming the marker it replaces, `compacted_from`) or removed (`keep: last`)
 
 
 def finals_to_compact(stages: Sequence[StageRecord], rl_start: int | None) -> list[StageRecord]:
-    """The done stages whose finals nothing still to train reads: the next stage is done, it is not the last
-    stage, and it is not the `rl_start` final (stage index `rl_start`) while a GRPO stage after it is to train.
+    """The done stages whose finals nothing still to train reads: not the last, the next one done, and not the
+    `rl_start` final while a GRPO stage after it is to train.
 
     >>> done, todo = StageRecord(index=1, status="done"), StageRecord(index=3, kind="grpo", status="pending")
     >>> [s.index for s in finals_to_compact([done, StageRecord(index=2, status="done"), todo], rl_start=None)]

@@ -1,16 +1,9 @@
 """The curriculum run: a plan, then `for stage in plan:` train, publish, validate.
 
-Order of work, so that a bad input fails before anything expensive and nothing written is lost: (the config
-checked and read into `RunSettings` by the caller) -> lock the run directory -> draw every pool and render its rows
-(prompt lengths checked) -> baseline validation -> per stage: train from the previous final, publish the stage's
-final, validate it; run.json records each step. A resume takes the same path, each stage as `plan_stages` answers.
-
-With many processes only the main one writes the run directory, and the gate is in each writer, not at call sites:
-the main process holds the lock and opens run.json (the others are handed its contents); the others' Manifest
-saves nothing, their RunLogs drop rows, their tracker is a NullTracker; `publish_stage` and validation write from
-the main process, the trainer saves from it (`should_save`); error.txt is created once, by the first rank that
-fails. Every rank takes the same path: what it decides on comes from the plan, from results gathered from all
-ranks, or from files read before any of this run's writes.
+Ordered so a bad input fails before anything expensive: lock the run directory, draw every pool and render its rows
+(lengths checked), baseline validation, then per stage train, publish, validate; a resume takes the same path. With
+many processes only the main one writes, gated in each writer (Manifest, RunLogs, tracker), not at call sites; every
+rank decides from the plan, gathered results, or files read before this run's writes.
 """
 
 from __future__ import annotations
@@ -63,12 +56,8 @@ OFFLINE_RUN = "tracker_offline_run"  # run.json: the offline wandb folder that h
 
 def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), processes: Processes = SINGLE, *,
                    identity: RunIdentity | None = None, accepted: Callable[[], None] = lambda: None) -> float:
-    """Run (or resume) the curriculum `settings` describes in `run_dir`; returns the sweep objective (on every rank).
-
-    `callbacks` (TrainerCallbacks) are added to every stage's trainer; every rank of `processes` calls this with the
-    same arguments; `identity` names the run to its tracker (default: a single run named by its folder); `accepted`
-    is called once nothing can refuse the run any more, before it changes anything in a run it continues.
-    """
+    """Run (or resume) the curriculum in `run_dir`; returns the sweep objective (on every rank). `callbacks` join
+    every stage's trainer; `accepted` is called once nothing can refuse the run, before it changes a resumed one."""
     plan, validation = settings.plan, settings.validation
     if processes.is_main:  # what the run will generate, before anything loads
         size = run_size(settings.grpo, plan, validation, processes.world_size)
@@ -84,8 +73,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
         completions = validation_completions(validation.eval.subsets_after_stage, validation.subsets, plan, sizes)
         console = RunConsole(run_dir, plan, level_word=settings.task.report.level_word, rewards=settings.reward_stack,
                              completions=completions)
-        # built (tiny, SmolLM2) or looked up once, by the main process: transformers' save_pretrained writes
-        # from rank 0 only, so a cache entry another rank built would hold no weights
+        # by the main process: save_pretrained writes from rank 0 only, so another rank's cache entry holds no weights
         base = on_main(lambda: resolve_model(settings.model, settings.cache_dir), processes)
         tokenizer, rows = AutoTokenizer.from_pretrained(base), {}
         for stage in plan:  # rendered by its kind, checked against its token budget
@@ -121,8 +109,7 @@ def run_curriculum(settings: RunSettings, run_dir: Path, callbacks: tuple = (), 
 def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str, held_out: dict, manifest: Manifest,
                  identity: RunIdentity, callbacks: list, processes: Processes, console: RunConsole,
                  tracked: bool) -> float:
-    """The stage loop with the run's tracker and vLLM engine around it, both closed after; run.json `failed` on any
-    failure (with its error where no stage records one), else `done` with the objective, which it returns."""
+    """The stage loop inside the run's tracker and vLLM engine; run.json `failed`, or `done` with the objective."""
     tracker = engine = None
     try:
         # inside the try: a tracker that cannot start (wandb.init raising) fails the run, never leaves it running
@@ -130,8 +117,7 @@ def _tracked_run(settings: RunSettings, run_dir: Path, *, rows: dict, base: str,
                                job_type=identity.job_type, run_id=manifest.fields["tracker_id"],
                                config=tracker_config(settings), writes=processes.is_main and tracked)
         if processes.is_main and tracked:
-            # the offline wandb folder this attempt writes (relative to the run), which holds the whole run once a
-            # resume has replayed the earlier attempts into it; none when the tracker is online or none
+            # the offline wandb folder (relative to the run), which holds the whole run once a resume replayed into it
             folder = tracker.offline_folder
             if folder is None:
                 manifest.fields.pop(OFFLINE_RUN, None)
@@ -183,9 +169,7 @@ class CurriculumRun:
     engine: ProcessEngine | None = None  # the process's vLLM engine: every validation and colocated rollout
 
     def run(self) -> None:
-        """The baseline, then each stage as `plan_stages` answers for it: train from the previous stage's final and
-        publish its own (or publish, or adopt, what a killed attempt left), then validate it; a done stage is
-        skipped. Then `finals` applies to the finals nothing still to train reads (run.json says which)."""
+        """The baseline, then each stage as `plan_stages` answers, validated; then the finals compacted."""
         resumed = self.manifest.fields["baseline"] is not None  # an earlier attempt logged it, and perhaps stages
         if not resumed:
             summary, cost = self.validate_checkpoint(self.base, 0, BASELINE, global_step=0)
@@ -222,31 +206,29 @@ class CurriculumRun:
 
     @property
     def rl_start_index(self) -> int | None:
-        """The stage whose final `reference: rl_start` measures KL against (0: the base model), None when the
-        reference is another or no stage learns from rewards."""
+        """The stage whose final `reference: rl_start` measures KL against (0: the base model), else None."""
         settings = self.settings
         first_rl = next((s.index for s in settings.plan if s.kind_facts.learns_from_rewards), None)
         return first_rl - 1 if settings.reference == "rl_start" and first_rl else None
 
     def finals_read(self, stage: Stage) -> set[int]:
-        """The stages whose finals `stage` reads: the one before it (it starts from it, and `previous_stage`
-        measures KL against it) and `rl_start`'s."""
+        """The stages whose finals `stage` reads: the one before it, and `rl_start`'s."""
         read = {stage.index - 1}
         if self.settings.kinds[stage.kind].has_reference(stage) and self.rl_start_index is not None:
             read.add(self.rl_start_index)
         return read - {0}
 
     def train(self, kind: StageKind, start: StageStart, *, init: str, reference: str | None) -> None:
-        """Train the stage from `init` with every callback it gets and publish its final (or adopt the final a
-        killed attempt published); run.json says trained, why it ended, or failed with the error."""
+        """Train the stage from `init` and publish its final (or adopt a killed attempt's); run.json records it."""
         stage = start.stage
         try:
             if start.action is StageAction.ADOPT:
                 result = start.adopted
             else:
-                callbacks, ends = self.stage_callbacks(stage, self.manifest.global_step_before(stage.index), init,
-                                                       history=start.history)
-                self.manifest.stage_started(stage.index, policy_init=init)
+                offset = self.manifest.global_step_before(stage.index)
+                callbacks, ends = self.stage_callbacks(stage, offset, init, history=start.history)
+                self.manifest.update_stage(stage.index, status=Status.RUNNING, policy_init=init,
+                                           global_step_start=offset)
                 context = StageContext(run_dir=self.run_dir, init_model=init, reference_model=reference,
                                        config_hash=self.manifest.fields["config_hash"], task=self.settings.task.name,
                                        keep_trainer_checkpoints=self.settings.keep_trainer_checkpoints,
@@ -264,10 +246,7 @@ class CurriculumRun:
 
     def stage_callbacks(self, stage: Stage, step_offset: int, init: str, *,
                         history: list[dict]) -> tuple[list, StageEnd]:
-        """Every callback of the stage's trainer, in the order it calls them, and the `StageEnd` among them that
-        says why the stage ended: its log lines, its checkpoints' digests, the caller's callbacks, what may end it
-        early (`history`: the steps logged before a resume), the console, sampled rollouts, and those that act only
-        where they apply (DeepSpeed's exact start from `init`, a vLLM server's weight-sync group)."""
+        """Every callback of the stage's trainer, in calling order, and the `StageEnd` that says why it ended."""
         logs, rollouts, validation = self.logs, self.settings.rollouts, self.settings.validation
         metrics = MetricsCallback(logs.metrics, logs.tracker, stage_index=stage.index, stage_name=stage.name,
                                   level=stage.level_label, step_offset=step_offset, kind=stage.kind_facts)
@@ -294,8 +273,7 @@ class CurriculumRun:
                 WeightSyncGroup()], ends
 
     def validate_checkpoint(self, model_path, index: int, name: str, *, global_step: int) -> tuple[dict, dict]:
-        """Validate a checkpoint after stage `index` (0: the baseline) on the subsets `eval.subsets_after_stage`
-        chooses (rows, samples, tracker); returns run.json's summary of it and what it cost."""
+        """Validate a checkpoint after stage `index` (0: the baseline); returns run.json's summary and its cost."""
         tag = {"stage": index, "stage_name": name, "global_step": global_step}
         validation = self.settings.validation
         chosen = validation_subsets(validation.eval.subsets_after_stage, validation.subsets, self.settings.plan, index)
@@ -312,9 +290,7 @@ class CurriculumRun:
 
 
 def intact(run_dir: Path, manifest: Manifest, *checkpoints: str | None) -> None:
-    """Refuse to train from, or measure KL against, a stage's final of this run that is not the one run.json
-    recorded for its stage (damaged since it was published, another stage's or run's: core/rundir/records.py); a
-    base model is not the run's to check."""
+    """Refuse to train from, or measure KL against, a final of this run that is not the one run.json recorded."""
     for checkpoint in dict.fromkeys(checkpoints):  # the reference is often the init: checked once
         if checkpoint is not None and run_of_final(Path(checkpoint)) == run_dir:
             index = int(Path(checkpoint).parent.name.split("-", 1)[0])  # stages/<k>-<name>/final, as the run wrote it

@@ -1,10 +1,6 @@
-"""Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`, `budget`).
-
-Promotion (`promote: {accuracy, every, min_steps}`) reuses the in-stage validation (`eval.validation`) on the stage's
-own levels. The collapse guard watches per-step signals of collapse (TRL's `completions/mean_length` and
-`frac_reward_zero_std`, and `completions/distinct_share`) over a window, and warns or stops; when it may stop a
-stage that validates inside itself, the best-validated weights are put back before the final is published, so a
-collapse is not handed on. A loss or weights that become NaN or inf stop the stage before the trainer saves them.
+"""Why a stage ends before its budget, and run.json's record of why it ended (`threshold`, `guard`, `budget`):
+promotion (in-stage validation on the stage's own levels), the collapse guard (window means of per-step signals; on a
+stop the best-validated weights are put back, so a collapse is not handed on), and NaN or inf before a save.
 """
 
 from __future__ import annotations
@@ -29,9 +25,7 @@ log = logging.getLogger(__name__)
 
 
 class CollapseWatch:
-    """Window means of each watched signal; an event when one crosses its threshold (once per crossing, re-armed
-    back within bounds): length dropping by `length_drop` from the stage's best window, zero-variance groups at or
-    above `zero_std`, the distinct share below `distinct_below`."""
+    """Window means of each watched signal; an event once per crossing of its threshold (re-armed within)."""
 
     def __init__(self, guard: Guard):
         self.guard = guard
@@ -79,8 +73,7 @@ def tracked_guard(event: Mapping) -> dict:
 
 
 class CollapseGuard(TrainerCallback):
-    """Watches every step log line of a stage; on an event: metrics.jsonl, the tracker, a console line,
-    `record(event)` (run.json), and with `action: stop` the end of the stage."""
+    """Watches a stage's step lines: each event to metrics.jsonl, tracker, console, run.json; `stop` ends it."""
 
     def __init__(self, guard: Guard, writer, tracker, record: Callable[[dict], None], *, stage_index: int,
                  stage_name: str, step_offset: int, history: Sequence[Mapping] = ()):
@@ -122,8 +115,7 @@ def stage_accuracy(rows: Sequence[Mapping], weights: Mapping[str, float]) -> dic
 
 
 class SkillCheck(InStageValidation):
-    """In-stage validation at `eval.every` and at the promotion cadence (not at the last step, which the stage-end
-    validation measures); ends the stage at the threshold."""
+    """In-stage validation at `eval.every` and the promotion cadence; ends the stage at the threshold."""
 
     def __init__(self, validation: ValidationSettings, pools: dict[str, list], writer, tracker, *, stage: Stage,
                  step_offset: int, keep_best: bool, processes: Processes):
@@ -171,13 +163,8 @@ class NonFiniteLossError(RuntimeError):
 
 @dataclass(eq=False)
 class DivergenceStop(TrainerCallback):
-    """Stops the stage with `NonFiniteLossError` at a non-finite loss or reward (in a log line) or weights (after a
-    step). The reward is TRL's weighted sum, in float32: components each finite can still sum past its range.
-
-    The weights are checked where each rank holds them (`core.weights.held_weights_finite`: under ZeRO-3 and FSDP2
-    a rank holds a shard), and the ranks' answers combined, so one rank's non-finite shard stops every rank at the
-    same step instead of leaving the others waiting in the next collective.
-    """
+    """Stops the stage with `NonFiniteLossError` at a non-finite loss or reward (finite components can sum past
+    float32) or weights; each rank checks what it holds and the answers are gathered, so all stop at the same step."""
 
     stage_name: str
     processes: Processes = SINGLE
@@ -189,8 +176,7 @@ class DivergenceStop(TrainerCallback):
                 self._stop(f"the {key} ({value})", state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
-        # Checked after each optimizer step and before the trainer saves it: diverged weights would
-        # otherwise crash the next generation (NaN probabilities) or be handed to the next stage.
+        # before the trainer saves: diverged weights would crash the next generation or reach the next stage
         if model is not None and not all(gather(held_weights_finite(model), self.processes)):
             self._stop("the weights", state.global_step)
 
@@ -203,11 +189,8 @@ class DivergenceStop(TrainerCallback):
 
 @dataclass(eq=False)
 class StageEnd(TrainerCallback):
-    """Collects why a stage ended, from the skill check and the guard; restores the best weights after a stop.
-
-    An early stop saves that step's checkpoint and writes the stage's `end` to run.json at once: a kill before the
-    final is published then resumes to the same end (`resume_budget`) instead of training on.
-    """
+    """Collects why a stage ended and restores the best weights after a stop; an early stop saves that step and
+    records `end` at once, so a kill before the final is published resumes to the same end."""
 
     skill: SkillCheck | None
     guard: CollapseGuard | None

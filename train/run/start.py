@@ -1,9 +1,5 @@
-"""What a run takes hold of before its stage loop, each for the whole run (the run directory's lock, the CPU thread
-count torch uses, the process's one vLLM engine: eval/vllm_engine.py), and what it will cost, said before it starts.
-
-The cost is the completions it generates in training and validation and their token budgets, an upper bound (every
-completion at its budget); on a machine without CUDA a GPU-sized recipe is warned of at the rate `make demo`
-measured (`CPU_TOKENS_PER_SECOND`): a rough ceiling, not a forecast.
+"""What a run takes hold of before its stage loop, for the whole run (the directory's lock, torch's CPU threads, the
+process's vLLM engine), and what it will cost, said before it starts (an upper bound: every completion at its budget).
 """
 
 from __future__ import annotations
@@ -31,10 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def process_engine(settings: RunSettings, base: str, processes: Processes) -> ProcessEngine | None:
-    """The run's one vLLM engine in this process, where anything generates through vLLM: a stage's rollouts (TRL's
-    colocate mode: started with TRL's arguments, so every stage's trainer takes it) or validation (`eval.backend`);
-    None where nothing does. It starts when first used; under a launcher it is never shut down (vLLM's shutdown
-    destroys the launcher's default process group)."""
+    """The run's one vLLM engine in this process (started with TRL's arguments where a stage rolls out through it),
+    None where nothing generates through vLLM; never shut down under a launcher (it would take its process group)."""
     kinds, validation = settings.kinds, settings.validation
     rollouts = next((found for stage in settings.plan
                      if (found := kinds[stage.kind].rollout_engine(stage, processes.rank)) is not None), None)
@@ -47,12 +41,9 @@ def process_engine(settings: RunSettings, base: str, processes: Processes) -> Pr
 
 @contextmanager
 def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[str]) -> Iterator[None]:
-    """The run directory's lock, held by the main process for the run; the other ranks wait until it has it, or
-    leave with its refusal (on every rank, nothing written): RunLockedError, or a ConfigError for a run being
-    continued on another number of processes or with another config (`resolved`; `planned`: the plan's stage
-    names). Once it holds the lock, the main process removes a failed attempt's error.txt, before any other rank
-    can fail and create one.
-    """
+    """The run directory's lock, held by the main process; every rank leaves with its refusal (another holder,
+    process count or config). Holding it, the main process removes a failed attempt's error.txt before any rank can
+    fail and create one."""
     with ExitStack() as held:
         refusal = None
         if processes.is_main:
@@ -70,9 +61,8 @@ def run_lock(run_dir: Path, processes: Processes, resolved: dict, planned: list[
 
 
 def run_threads(recorded: int | None, setting, processes: Processes) -> int:
-    """The CPU threads torch uses for the whole run, set on every rank and returned (run.json records them): a
-    resume's are those `recorded` (another count sums floats in another order); a new run's `cpu_threads` (auto:
-    measured once, by the main process), kept: a count that followed the machine's load would change the run."""
+    """The CPU threads torch uses for the whole run, set on every rank: a resume's are those `recorded` (another count
+    sums floats in another order); a new run's `cpu_threads`, measured once by the main process where auto."""
     if recorded is None:
         chosen = on_main(lambda: configure_cpu_threads(setting), processes)
         log.info("torch CPU threads: %d (cpu_threads=%s)", chosen, setting)
@@ -89,8 +79,7 @@ CPU_SIZED = ("experiment=cpu_demo (SmolLM2-135M, the whole recipe in ~20-30 min)
 
 @dataclass(frozen=True)
 class RunSize:
-    """What a run generates: GRPO steps and completions with their budget, SFT steps, validation completions.
-    Training completions count every process; validation's are shared out, so their number is one process's."""
+    """What a run generates (training completions over every process; validation's are shared out)."""
 
     stages: int
     grpo_steps: int
@@ -126,8 +115,7 @@ def _millions(tokens: int) -> str:
 
 
 def run_size(grpo: Mapping, plan: Sequence[Stage], validation: ValidationSettings, processes: int = 1) -> RunSize:
-    """The size of `plan` under the `grpo` group (with each stage's overrides) and the validation settings, on
-    `processes` processes (TRL's batch arithmetic: each process generates its per-device batch)."""
+    """The size of `plan` under the `grpo` group (and each stage's overrides) on `processes` processes."""
     grpo_steps = sft_steps = completions = tokens = longest = 0
     for stage in plan:
         if not stage.kind_facts.learns_from_rewards:  # trains on given text (SFT): generates nothing

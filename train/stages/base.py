@@ -1,7 +1,5 @@
-"""What a stage kind is given and gives back: `KindSettings` (the groups every kind reads besides its own),
-`StageContext` (what a stage needs from the run around it) and the `StageKind` protocol a kind fills in. A kind
-(`train/stages/grpo.py`, `train/stages/sft.py`) says only what differs: its rows, its checks, its trainer;
-`run_stage` (`train/stages/training.py`) does the rest the same way for each.
+"""What a stage kind is given (`KindSettings`, `StageContext`) and the `StageKind` protocol it fills in: only what
+differs (rows, checks, trainer); `run_stage` does the rest the same way for each.
 """
 
 from __future__ import annotations
@@ -30,8 +28,7 @@ class KindSettings:
     seed: int  # each stage's trainer is seeded with seed + its index
     world_size: int = 1  # processes training each step: TRL's batch arithmetic counts them
     task: Task | None = None  # the run's task: its reward functions (kk: the reward group's components)
-    # the reward group's functions and weights at `grpo.max_completion_length` (`reward_stack`, built once by
-    # check_config); a stage that overrides the length gets its own
+    # the reward functions and weights at `grpo.max_completion_length`; a stage overriding the length builds its own
     rewards: tuple[Sequence[Callable], Sequence[float]] = ((), ())
 
 
@@ -54,8 +51,7 @@ class StageContext:
 
 
 class StageKind(Protocol):
-    """What one kind of stage (`kind:` in a curriculum) brings, built from its config group (`cfg.<name>`) and the
-    `KindSettings` every kind shares."""
+    """What one kind of stage (`kind:` in a curriculum) brings, built from its config group and `KindSettings`."""
 
     facts: ClassVar[StageKindFacts]  # its name, label, step cap, whether it learns from rewards
 
@@ -75,8 +71,7 @@ class StageKind(Protocol):
         """Whether the stage's loss holds the policy to a reference model (GRPO's KL term)."""
 
     def rollout_engine(self, stage: Stage, rank: int) -> dict | None:
-        """The arguments of the vLLM engine the stage's trainer rolls out through in this process (TRL's colocate
-        mode: eval/vllm_engine.py `rollout_arguments`), or None where it starts none."""
+        """The arguments of the vLLM engine the stage's trainer rolls out through here (colocate mode), or None."""
 
     def trainer(self, stage: Stage, ctx: StageContext, rows, output_dir: Path) -> Trainer:
         """The TRL trainer for the stage, its policy loaded from `ctx.init_model`, with `ctx.callbacks`."""

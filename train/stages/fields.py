@@ -1,6 +1,5 @@
-"""A trainer config's fields, the same for every kind (`trainer_fields`: the kind's group, LoRA's rate, the stage's
-overrides, the runner's own, under the names the installed transformers knows), checked before any model loads
-against the trainer's dataclass (`check_trainer_fields`); `model.lora` read with the schema's defaults.
+"""A trainer config's fields, the same for every kind (`trainer_fields`), checked before any model loads against
+the trainer's dataclass (`check_trainer_fields`); `model.lora` read with the schema's defaults.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ RUNNER_OWNED = {"output_dir", "max_steps", "report_to", "bf16", "use_cpu", "mode
 
 
 def lora_settings(lora) -> dict | None:
-    """`model.lora` with each key it leaves out at the schema's default (conf/schema.py LoraConfig); None where it
-    is null (or empty): full weights train."""
+    """`model.lora` with the schema's defaults for what it leaves out; None where null (full weights train)."""
     return with_defaults(LoraConfig, plain(lora)) if lora else None
 
 
@@ -41,8 +39,7 @@ def lora_config(model_cfg: Mapping):
 
 def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Path, lora: Mapping | None,
                    config_class: type) -> dict:
-    """A trainer config's fields: the kind's config group, LoRA's rate (adapters train at their own, larger rate:
-    TRL's PEFT docs say about 10x), the stage's overrides, then the runner's, under the installed names."""
+    """A trainer config's fields: the kind's group, LoRA's rate, the stage's overrides, then the runner's."""
     device = device_settings()
     fields = {"optim": device["optim"], **section}
     adapters = lora_settings(lora)
@@ -62,8 +59,7 @@ def trainer_fields(section: Mapping, stage: Stage, *, seed: int, output_dir: Pat
     return installed_names(fields, config_class)
 
 
-# transformers 5.24 renamed these TrainingArguments fields (the old names stay as deprecated aliases); vLLM 0.31,
-# the newest TRL 1.16 accepts, needs transformers < 5.18, which knows only the old ones. The configs use the new.
+# The configs use transformers 5.24's names; vLLM 0.31 (TRL 1.16's newest) needs transformers < 5.18, the old ones
 RENAMED_FIELDS = {"activation_checkpointing": "gradient_checkpointing",
                   "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs"}
 
@@ -79,9 +75,7 @@ def installed_names(fields: Mapping, config_class: type) -> dict:
     return {(RENAMED_FIELDS[k] if k in RENAMED_FIELDS and k not in known else k): v for k, v in fields.items()}
 
 
-# The sampling fields of a trainer that generates (GRPOConfig), with the values they may take: TRL divides the
-# logits by `temperature` and transformers checks the others only when it first generates, after the baseline
-# validation (grpo.temperature=0 ended there in a 121-line traceback).
+# GRPOConfig's sampling fields and their values (transformers checks them only once it generates, after the baseline)
 SAMPLING_RANGES = {
     "temperature": (lambda v: v > 0, "> 0 (TRL divides the logits by it; GRPO needs sampled, differing completions)"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1] (1: every token)"),
@@ -94,9 +88,7 @@ SCALARS = {bool: "true or false", int: "a whole number", float: "a number", str:
 
 
 def check_trainer_fields(fields: Mapping, config_class: type, key: str) -> None:
-    """Every field a config sets is a field of the trainer's config (TRL's dataclass), with a value of its type
-    where that is a plain one (`SCALARS`, or one of them or null), not one the runner sets, not a warmup, and each
-    sampling field finite and in its range."""
+    """Each field a config sets is the trainer's, of its plain type, not the runner's, no warmup, sampling in range."""
     known = {spec.name: spec.type for spec in dataclasses.fields(config_class)}
     for name, value in installed_names(fields, config_class).items():
         if name not in known:

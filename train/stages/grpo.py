@@ -1,10 +1,6 @@
-"""The GRPO stage kind: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final.
-
-TRL builds the reference model from the checkpoint the policy's config names, so each stage starts from the
-previous one's saved directory (`reference: previous_stage`); for `rl_start` or `base` the policy is pointed at
-that checkpoint (`core.trl_internals.point_reference_at`). `beta: 0` loads no reference; under LoRA the reference is
-the policy with its adapters off, the stage's start. With colocated vLLM rollouts the trainer rolls out through the
-process's one engine (eval/vllm_engine.py), handed to TRL where it would start its own (`colocated_engine_setup`).
+"""The GRPO stage kind: TRL's GRPOTrainer from the previous stage's saved checkpoint to this stage's final. TRL
+builds the reference from the checkpoint the policy's config names (for `rl_start` or `base` pointed there:
+`point_reference_at`); colocated rollouts go through the process's one vLLM engine (`colocated_engine_setup`).
 """
 
 from __future__ import annotations
@@ -44,8 +40,7 @@ def grpo_config(grpo: Mapping, stage: Stage, output_dir: Path, *, seed: int, lor
 
 
 def check_grpo_fields(fields: Mapping, key: str, world_size: int = 1) -> None:
-    """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL would accept on
-    `world_size` processes and that train."""
+    """GRPOConfig fields (the `grpo` group, or it with a stage's overrides) that TRL accepts and that train."""
     check_trainer_fields(fields, GRPOConfig, key)  # names and plain types, against TRL's dataclass
     if fields.get("beta", 0.0) < 0:
         raise ConfigError(f"{key}.beta: must be >= 0 (got {fields['beta']})")
@@ -138,11 +133,8 @@ class GrpoStage:
 
 @contextmanager
 def colocated_engine_setup(engine: ProcessEngine) -> Iterator[None]:
-    """Around the construction of a colocated GRPOTrainer: TRL 1.16 (`VLLMGeneration._init_vllm`) gets the
-    process's engine where it would start its own, and the process is left as it was (`process_kept`): TRL writes
-    RANK, WORLD_SIZE, MASTER_ADDR... into os.environ for good, and the next stage's trainer in this process would
-    read them as a distributed launch and wrap the policy in DDP. The random state stays TRL's, as bare TRL has it.
-    """
+    """Around building a colocated GRPOTrainer: TRL gets the process's engine where it would start its own, and
+    os.environ is put back (TRL's RANK, WORLD_SIZE... would make the next trainer wrap the policy in DDP)."""
     names = trl_engine_names()
     started = names.get("LLM")
     names["LLM"] = engine.for_trainer

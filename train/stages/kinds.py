@@ -1,7 +1,5 @@
-"""The stage kinds by the name a curriculum's `kind:` gives them, each built with the config it reads.
-
-The kinds are listed once, in core/stage_kinds.py (their facts, which the plan, the report and the schema read
-without importing the trainers); each gets its trainer here, and a kind on one side only fails the import.
+"""The stage kinds by the name a curriculum's `kind:` gives them, each with its trainer (their facts are listed in
+core/stage_kinds.py; a kind on one side only fails the import).
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ from train.stages.sft import SftStage
 
 def kinds_by_name(implementations: Sequence[type[StageKind]],
                   listed: Mapping[str, StageKindFacts]) -> dict[str, type[StageKind]]:
-    """Each kind of `listed` (core/stage_kinds.py's list, in its order) by name, with its implementation: the one
-    whose `facts` are that kind's. Raises TypeError naming each kind on one side only.
+    """Each kind of `listed` by name with the implementation whose `facts` are its; TypeError for one on one side.
 
     >>> from core.stage_kinds import GRPO
     >>> kinds_by_name([GrpoStage], {"grpo": GRPO})
@@ -46,8 +43,7 @@ GROUPS = ("prompt", "model", "reward", *STAGE_KINDS)
 
 def stage_kinds(groups: Mapping, seed: int, task: Task, world_size: int, names: Iterable[str],
                 rewards: tuple[Sequence[Callable], Sequence[float]]) -> dict[str, StageKind]:
-    """The kinds `names` (a plan's), each built from its own config group in `groups` and what every kind reads
-    (`KindSettings`)."""
+    """The kinds `names` (a plan's), each built from its config group in `groups` and the shared `KindSettings`."""
     shared = KindSettings(prompt=plain(groups["prompt"]), model=plain(groups["model"]), reward=plain(groups["reward"]),
                           seed=seed, world_size=world_size, task=task, rewards=rewards)
     return {name: STAGE_KINDS[name](plain(groups[name]), shared) for name in dict.fromkeys(names)}

@@ -35,8 +35,7 @@ class SftStage:
         return {**self.sft, **stage.overrides}
 
     def rows(self, records: list[TaskRecord], tokenizer):
-        """SFT rows: each record's prompt and the task's reference response (`Task.sft_target`; check_config
-        keeps kind: sft to a supervised task)."""
+        """SFT rows: each record's prompt and the task's reference response (`Task.sft_target`)."""
         model = self.shared.model
         return to_sft_rows(self.shared.task, records, self.shared.prompt, tokenizer, chat=bool(model["chat"]),
                            chat_kwargs=model.get("chat_template_kwargs"))

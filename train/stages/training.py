@@ -1,12 +1,8 @@
 """One stage, the same way for every kind (`run_stage`): fingerprint the start, train (resuming a killed attempt's
-last complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`; the callbacks
-bound to its trainer (DeepSpeed's exact start, a vLLM server's weight-sync group); its trainer checkpoints on disk.
-
-With many processes every rank runs all of it (the trainer needs them all, and `save_model` gathers weights ZeRO-3
-or FSDP shard); the ranks' final weights must have one fingerprint; the main process alone writes the final and its
-`stage.json`, and every rank waits until it is in place. A trainer checkpoint counts once it is complete and its
-files match the digests recorded after its save; a final is written to `final.tmp` with its marker (its files'
-digests) last, then renamed: a kill during either save never leaves a half checkpoint a resume would take.
+last complete checkpoint), save full weights (LoRA merged) and publish `stages/<k>-<name>/final`; the callbacks bound
+to its trainer; its trainer checkpoints on disk. Every rank runs all of it; the main process alone writes the final
+(to `final.tmp`, its marker last, then renamed) and a checkpoint counts once its digests match: a kill mid-save never
+leaves a half checkpoint a resume would take.
 """
 
 from __future__ import annotations
@@ -61,7 +57,12 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
     trainer = kind.trainer(stage, ctx, rows, stage_dir / "trainer")
     try:
         bind_to_trainer(trainer)
-        start = start_fingerprint(trainer)
+        # the weights it starts from, the same on every rank: under DeepSpeed its checkpoint's (`ExactStart`)
+        exact = [c.expected for c in trainer.callback_handler.callbacks if isinstance(c, ExactStart) and c.expected]
+        if trainer.is_deepspeed_enabled and not exact:
+            raise RuntimeError("a DeepSpeed stage starts from its checkpoint's float32 weights through ExactStart, "
+                               "and its trainer has none bound (train/run/runner.py stage_callbacks)")
+        start = exact[0] if trainer.is_deepspeed_enabled else fingerprint(trainer.model)
         reference = kind.reference_fingerprint(trainer)
         resumed_from, adopted = resume_and_train(trainer, ctx, stage.name)
         model = merged_lora(trainer.model)  # what the final holds: full weights (LoRA merged in place)
@@ -86,9 +87,7 @@ def run_stage(kind: StageKind, stage: Stage, ctx: StageContext, rows) -> StageRe
 
 
 def bind_to_trainer(trainer: Trainer) -> None:
-    """Hand the trainer to the callbacks that need more than a callback sees (`bind(trainer)`), and drop TRL's
-    per-checkpoint model card: nobody reads it, and drafting it reads `wandb.run.url`, which prints "URL not
-    available in offline run" at every checkpoint."""
+    """Hand the trainer to the callbacks that `bind`; drop TRL's model card (it warns at every offline save)."""
     trainer.create_model_card = lambda *args, **kwargs: None
     for callback in list(trainer.callback_handler.callbacks):
         if callable(getattr(callback, "bind", None)):
@@ -96,8 +95,7 @@ def bind_to_trainer(trainer: Trainer) -> None:
 
 
 def distributed_record(trainer: Trainer) -> dict:
-    """How a stage's trainer ran, as accelerate set it up (what ran, not what a launch file asked for: accelerate
-    makes a launch FSDP only on GPUs): distributed type, processes, mixed precision, ZeRO stage.
+    """How a stage's trainer ran as accelerate set it up (not what a launch file asked for): type, processes, ...
 
     >>> from types import SimpleNamespace as NS
     >>> state = NS(distributed_type=NS(value="MULTI_CPU"), num_processes=2, mixed_precision="no")
@@ -114,16 +112,14 @@ def distributed_record(trainer: Trainer) -> dict:
 
 @dataclass(frozen=True)
 class FinalWeights:
-    """What a stage's final will hold: its fingerprint on this rank, and (on the main process, when the module's
-    own weights are not them: an engine's float32 master copy, or a DeepSpeed checkpoint's) the whole weights."""
+    """A final's fingerprint on this rank, and where the module's are not them the whole weights (main process)."""
 
     fingerprint: str
     weights: dict[str, torch.Tensor] | None = None  # None: save the module as it is (one process, DDP, LoRA merged)
 
 
 def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Processes) -> FinalWeights:
-    """The final's weights: a DeepSpeed checkpoint's master weights (`adopted`, read on the main process, its
-    fingerprint handed to every rank), the engine's gathered master copy (DeepSpeed, FSDP), or the module."""
+    """A DeepSpeed checkpoint's master weights (`adopted`), the engine's gathered master copy, or the module."""
     if adopted is not None:
         names = [name for name, _ in model.named_parameters()]
         weights = checkpoint_weights(adopted, names) if processes.is_main else None
@@ -136,10 +132,9 @@ def final_weights(trainer: Trainer, model, adopted: Path | None, processes: Proc
 
 
 def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str | None, Path | None]:
-    """Train, continuing from `ctx.resume_from` if given; returns the checkpoint resumed from, and the DeepSpeed
-    checkpoint to publish as it is (else None). One at the budget (`ctx.resume_at_budget`) is loaded, not trained on
-    (a step past `max_steps` would shift every later global step); a DeepSpeed one is not loaded at all (only
-    `train()` builds the engine loading needs): its master weights are read from its files."""
+    """Train, continuing from `ctx.resume_from`; returns it, and a DeepSpeed checkpoint to publish as it is. One at
+    the budget is loaded, not trained on (a step past `max_steps` would shift later steps); a DeepSpeed one is not
+    loaded at all (only `train()` builds its engine): its master weights are read from its files."""
     resume_from = ctx.resume_from
     if resume_from is None:
         trainer.train()
@@ -158,9 +153,7 @@ def resume_and_train(trainer, ctx: StageContext, stage_name: str) -> tuple[str |
 
 def publish_stage(trainer: Trainer, model, weights: dict | None, stage_dir: Path, info: dict, *,
                   keep_trainer_checkpoints: bool, processes: Processes) -> None:
-    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints. `weights` (main process):
-    whole float32 weights an engine kept apart from the module; else `model` itself, through the trainer's
-    `save_model` (every rank) when it is the trainer's, or by the main process (a merged LoRA model)."""
+    """Save the final to `final.tmp`, publish it as `final`, prune trainer checkpoints (`weights`: an engine's)."""
     tmp = stage_dir / "final.tmp"
     if processes.is_main:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -192,14 +185,9 @@ def publish_final(tmp_dir: Path, final_dir: Path, info: dict) -> None:
 
 @dataclass(eq=False)
 class ExactStart(TrainerCallback):
-    """A DeepSpeed stage starts from its checkpoint's exact float32 weights, as every other stage does.
-
-    Under bf16 DeepSpeed makes its float32 master weights from the module cast to bf16 (ZeRO-1/2), and ZeRO-3 loads
-    every parameter into bf16 partitions: each handoff would erase the updates below bf16's resolution (GRPO's
-    ~1e-6 of a weight). So when training begins at step 0 the start checkpoint's float32 values are written into
-    the master copy and checked against its fingerprint. A resume (DeepSpeed restored its master weights) and a
-    trainer without DeepSpeed are left alone.
-    """
+    """A DeepSpeed stage starts from its checkpoint's exact float32 weights: under bf16 DeepSpeed builds its master
+    weights from bf16 copies, which would erase each handoff's updates below bf16's resolution (GRPO's ~1e-6). At
+    step 0 the checkpoint's values are written into the master copy and checked; a resume is left alone."""
 
     init_model: str
     names: list[str] = field(default_factory=list)
@@ -224,29 +212,14 @@ class ExactStart(TrainerCallback):
                                f"({self.expected}): the stage would not start from its checkpoint")
 
 
-def start_fingerprint(trainer) -> str:
-    """The fingerprint of the weights a stage starts from, the same on every rank: under DeepSpeed its checkpoint's
-    (which `ExactStart` sets as the master weights); else the module's, as loaded."""
-    if not trainer.is_deepspeed_enabled:
-        return fingerprint(trainer.model)
-    exact = [c for c in trainer.callback_handler.callbacks if isinstance(c, ExactStart) and c.expected is not None]
-    if not exact:
-        raise RuntimeError("a DeepSpeed stage starts from its checkpoint's float32 weights through ExactStart, and "
-                           "its trainer has none bound (train/run/runner.py stage_callbacks)")
-    return exact[0].expected
+
 
 
 @dataclass(eq=False)
 class WeightSyncGroup(TrainerCallback):
-    """Closes the weight-sync group of a trainer that rolls out through a vLLM server (`grpo.vllm_mode=server`).
-
-    TRL 1.16's `VLLMClient.init_communicator` (main process only) opens a group whose TCP store listens on
-    `vllm_group_port` in this process, and closes it only at exit; the next stage's trainer, in the same process,
-    opens it again on the same port. `close_communicator` drops the store and the NCCL communicator (the server's
-    side is replaced at its next `/init_weight_transfer_engine`). Closed at the stage's teardown (`release`, from
-    `run_stage`'s `finally`): a trainer's `on_train_end` never runs when training raises or a resume publishes
-    without a step, and the next stage's trainer is built only after it.
-    """
+    """Closes the weight-sync group of a trainer rolling out through a vLLM server (`grpo.vllm_mode=server`): TRL
+    1.16 closes its TCP store only at exit, and the next stage's trainer opens it again on the same port. Closed at
+    `run_stage`'s teardown: `on_train_end` never runs when training raises or a resume publishes without a step."""
 
     client: Any = None  # TRL's VLLMClient, once bound to a server-mode trainer on the main process
 
@@ -264,9 +237,7 @@ class WeightSyncGroup(TrainerCallback):
 
 @dataclass(eq=False)
 class CheckpointDigests(TrainerCallback):
-    """Record a trainer checkpoint's digests (`checksums.json`) once transformers has saved all of it, after
-    `trainer_state.json`. Every rank writes its own RNG state into it, so all ranks meet first: a rank killed
-    mid-save leaves a checkpoint without digests."""
+    """Record a trainer checkpoint's digests once it is saved; all ranks meet first (each writes its RNG state)."""
 
     processes: Processes = SINGLE
 
@@ -278,8 +249,7 @@ class CheckpointDigests(TrainerCallback):
 
 
 def checkpoint_problem(folder: Path, world_size: int = 1) -> str | None:
-    """Why a trainer checkpoint of `world_size` processes may not be resumed from (incomplete or damaged),
-    None when it may."""
+    """Why a trainer checkpoint of `world_size` processes may not be resumed from, or None."""
     try:
         json.loads((folder / TRAINER_STATE_NAME).read_text())
     except (OSError, ValueError):
@@ -296,23 +266,18 @@ def checkpoint_problem(folder: Path, world_size: int = 1) -> str | None:
 
 @dataclass(frozen=True)
 class CheckpointScan:
-    """The newest trainer checkpoint a resume may continue from (None: the stage's start), and the newer
-    ones passed over, each {"checkpoint": its folder name, "problem": why}."""
+    """The newest checkpoint a resume may take (None: the stage's start), and newer ones passed over, with why."""
 
     usable: Path | None
     skipped: list[dict] = field(default_factory=list)
 
 
 def scan_checkpoints(trainer_dir: Path, world_size: int = 1) -> CheckpointScan:
-    """The trainer checkpoints of a stage (trained by `world_size` processes), newest first, up to the first
-    complete and intact one."""
+    """A stage's trainer checkpoints, newest first, up to the first complete and intact one."""
     if not trainer_dir.is_dir():
         return CheckpointScan(None)
-    steps = []
-    for child in trainer_dir.iterdir():
-        match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", child.name)
-        if match and child.is_dir():
-            steps.append((int(match.group(1)), child))
+    steps = [(int(match.group(1)), child) for child in trainer_dir.iterdir()
+             if (match := re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", child.name)) and child.is_dir()]
     skipped: list[dict] = []
     for _, child in sorted(steps, reverse=True):
         problem = checkpoint_problem(child, world_size)

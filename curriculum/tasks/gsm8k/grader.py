@@ -1,12 +1,9 @@
 """The GSM8K grader: the final `<answer>` block (the last closed one) read as one number and compared exactly.
 
 One number is ASCII digits with an optional leading ``-``, an optional ``$``, comma thousands groups (``1,000``,
-never ``1,00``), an optional decimal part and at most one trailing period; anything else (words, two numbers,
-units, percent, fractions, LaTeX) is refused with a reason. Numbers compare by their canonical text, no float:
-``$1,000.`` equals ``1000``, ``5.50`` equals ``5.5``.
-
-Both format checks are the recipe's patterns (module constants) with ``re.DOTALL``, run as plain scans so a long
-completion costs linear time (`tests/tasks/test_gsm8k_grader.py` checks them against the compiled patterns).
+never ``1,00``), an optional decimal part and at most one trailing period, compared by canonical text, no float
+(``$1,000.`` equals ``1000``); anything else is refused with a reason. The format checks are the recipe's
+patterns run as plain scans, linear in a long completion (tests compare them).
 """
 
 from __future__ import annotations
@@ -72,14 +69,10 @@ def strict_format(text: str) -> bool:
     >>> strict_format("<reasoning>2+3</reasoning><answer>5</answer>")
     False
     """
-    if not text.startswith(_STRICT_OPEN):
+    trailing = next((end for end in ("", "\n", "\n\n") if text.endswith(_STRICT_CLOSE + end)), None)
+    if trailing is None or not text.startswith(_STRICT_OPEN):
         return False
-    for trailing in ("", "\n", "\n\n"):
-        if text.endswith(_STRICT_CLOSE + trailing):
-            close_at = len(text) - len(trailing) - len(_STRICT_CLOSE)
-            break
-    else:
-        return False
+    close_at = len(text) - len(trailing) - len(_STRICT_CLOSE)
     middle = text.find(_STRICT_MIDDLE, len(_STRICT_OPEN))
     return middle >= 0 and middle + len(_STRICT_MIDDLE) <= close_at
 
@@ -105,8 +98,7 @@ def _shown(text: str, limit: int = 60) -> str:
 
 
 def grade(completion, answer: str) -> AnswerGrade:
-    """Grade one completion against the reference `answer` (the number after ``####``): `correct` needs only the
-    number in the final answer block; `format_ok` is the strict format.
+    """Grade one completion against the reference `answer`: `correct` needs only the final block's number.
 
     >>> g = grade("<reasoning>\\n48 / 2 = 24\\n</reasoning>\\n<answer>\\n$24.\\n</answer>", "24")
     >>> g.correct, g.format_ok, g.answer

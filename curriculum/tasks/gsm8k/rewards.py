@@ -1,12 +1,8 @@
-"""The GSM8K recipe's five rewards in TRL's form (pure, batched, ``f(completions, **columns) -> list[float]``;
-keyword arguments a function does not name are ignored), in three readings; docs/tasks.md ("Other tasks") lists
-each difference and why the default differs.
-
-- `REWARD_FUNCTIONS` (``reward=gsm8k_stack``, the default): what the recipe says, on the grader's one reading of
-  the answer; unit scores, the recipe's values are the weights, so a sweep over the weights searches the stack.
-- `VERBATIM_FUNCTIONS` (``reward=gsm8k_stack_verbatim``): the recipe's code as its write-up writes it, its values
-  inside the functions (components ``recipe_*``).
-- `GIST_FORMAT_FUNCTIONS` (``reward=gsm8k_stack_gist``): the earlier gist's two format readings, with no flags.
+"""The GSM8K recipe's five rewards in TRL's form (``f(completions, **columns) -> list[float]``) in three readings
+(docs/tasks.md, "Other tasks"): `REWARD_FUNCTIONS` (``reward=gsm8k_stack``, the default), the recipe on the grader's
+one reading of the answer, unit scores weighted by the recipe's values (so a sweep over the weights searches the
+stack); `VERBATIM_FUNCTIONS` (``reward=gsm8k_stack_verbatim``), the write-up's code, its values inside
+(``recipe_*``); `GIST_FORMAT_FUNCTIONS` (``reward=gsm8k_stack_gist``), the earlier gist's two format readings.
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ from curriculum.tasks.base import RewardFunc, completion_text, final_answer_bloc
 from curriculum.tasks.gsm8k.grader import SOFT_FORMAT, STRICT_FORMAT, grade, read_number, soft_format, strict_format
 
 XML_TAGS = ("<reasoning>\n", "\n</reasoning>\n", "\n<answer>\n", "\n</answer>")
-#: Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).
-XML_TRAILING_PENALTY = 0.002
+XML_TRAILING_PENALTY = 0.002  # Unit penalty per character after </answer> (0.001 at the recipe's weight 0.5).
 
 
 def correctness_reward(completions, answer, **kwargs) -> list[float]:
@@ -63,8 +58,7 @@ def soft_format_reward(completions, **kwargs) -> list[float]:
 
 
 def xml_count_reward(completions, **kwargs) -> list[float]:
-    """A quarter per tag of XML_TAGS present exactly once, minus XML_TRAILING_PENALTY per character after
-    </answer> (one newline there is free), each completion.
+    """A quarter per tag of XML_TAGS present once, minus XML_TRAILING_PENALTY a character after </answer> but one.
 
     >>> xml_count_reward(["<reasoning>\\nr\\n</reasoning>\\n<answer>\\n5\\n</answer>\\nbye", "<answer>5</answer>"])
     [0.994, 0.0]
@@ -175,22 +169,13 @@ def xmlcount_reward_func(completions, **kwargs) -> list[float]:
 
 
 REWARD_FUNCTIONS: dict[str, RewardFunc] = {
-    "correctness": correctness_reward,
-    "integer": integer_reward,
-    "strict_format": strict_format_reward,
-    "soft_format": soft_format_reward,
-    "xml_count": xml_count_reward,
-}
+    "correctness": correctness_reward, "integer": integer_reward, "strict_format": strict_format_reward,
+    "soft_format": soft_format_reward, "xml_count": xml_count_reward}
 #: component name -> function: the write-up's five, as `reward=gsm8k_stack_verbatim` weighs them (1.0 each)
 VERBATIM_FUNCTIONS: dict[str, RewardFunc] = {
-    "recipe_correctness": correctness_reward_func,
-    "recipe_int": int_reward_func,
-    "recipe_strict_format": strict_format_reward_func,
-    "recipe_soft_format": soft_format_reward_func,
-    "recipe_xmlcount": xmlcount_reward_func,
-}
+    "recipe_correctness": correctness_reward_func, "recipe_int": int_reward_func,
+    "recipe_strict_format": strict_format_reward_func, "recipe_soft_format": soft_format_reward_func,
+    "recipe_xmlcount": xmlcount_reward_func}
 #: the gist's two format readings (no flags), which `reward=gsm8k_stack_gist` weighs in place of the write-up's
-GIST_FORMAT_FUNCTIONS = {
-    "gist_strict_format": gist_strict_format_reward_func,
-    "gist_soft_format": gist_soft_format_reward_func,
-}
+GIST_FORMAT_FUNCTIONS = {"gist_strict_format": gist_strict_format_reward_func,
+                         "gist_soft_format": gist_soft_format_reward_func}

@@ -1,8 +1,8 @@
 """``python -m curriculum.tasks.gsm8k.sample``: the offline GSM8K-format sample, from reasoning-gym.
 
-reasoning-gym's ``gsm_symbolic`` (GSM8K problems as templates with fresh names and numbers) written in GSM8K's
-own format, so ``source=sample`` runs the ``source=local`` loader. The same arguments write the same files (train
-and test drawn a million seeds apart, a train question that is a test question skipped). Needs the rgym extra.
+reasoning-gym's ``gsm_symbolic`` (GSM8K problems as templates with fresh names and numbers) in GSM8K's format, so
+``source=sample`` runs the ``source=local`` loader; the same arguments write the same files (train and test drawn
+a million seeds apart, a train question that is a test question skipped). Needs the rgym extra.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from pathlib import Path
 
 from curriculum.tasks.base import normalized_question
 from curriculum.tasks.gsm8k.grader import reference_answer
-from curriculum.tasks.gsm8k.task import LEVELS, SAMPLE_DIR, solution_steps, step_level
+from curriculum.tasks.gsm8k.task import LEVELS, SAMPLE_DIR, solution_level
 
 SUFFIX = " Give the result as your final answer. Do not include units."
 TEST_SEED_OFFSET = 1_000_000
-#: Draws per split before giving up on filling every level (6+ steps is about one draw in ten).
-MAX_DRAWS = 20_000
+MAX_DRAWS = 20_000  # Draws per split before giving up on filling every level (6+ steps is about one draw in ten).
 
 
 def gsm_symbolic_rows(seed: int) -> Iterator[dict[str, str]]:
@@ -42,7 +41,7 @@ def sample_split(seed: int, per_level: int, exclude: Collection[str] = ()) -> li
     taken = dict.fromkeys(LEVELS, 0)
     seen, rows = set(exclude), []
     for row in gsm_symbolic_rows(seed):
-        level, key = step_level(solution_steps(row["answer"])), normalized_question(row["question"])
+        level, key = solution_level(row["answer"]), normalized_question(row["question"])
         if level is None or taken[level] >= per_level or key in seen:
             continue
         seen.add(key)

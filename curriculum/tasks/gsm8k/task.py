@@ -1,14 +1,9 @@
-"""GSM8K as a task: sources (``hub``, ``local``: a folder of train.jsonl and test.jsonl in the published format,
-``sample``: the offline one in ./data), levels by solution steps, decontaminated pools.
-
-A record's level is the number of non-empty lines before ``####`` (2, 3, 4, 5 or 6 and more); a one-step
-solution has no level and is left out. A training record whose normalised question is a test question is
-dropped. A level's records are in a seeded shuffle, so ``n=5`` is the first five of ``n=10``.
-"""
+"""GSM8K as a task: sources (``hub``; ``local``: a folder of train.jsonl and test.jsonl in the published format;
+``sample``: the offline one in ./data), levels by solution steps (a one-step solution is left out), train
+decontaminated against test, each level in a seeded shuffle (``n=5`` is the first five of ``n=10``)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import re
@@ -18,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import ConfigError
+from curriculum.tasks import jsonl_rows
 from curriculum.tasks.base import (
     ALL,
     AnswerGrade,
@@ -38,34 +34,25 @@ log = logging.getLogger(__name__)
 SOURCES = ("hub", "local", "sample")
 LEVELS = ("2steps", "3steps", "4steps", "5steps", "6+steps")
 SAMPLE_DIR = Path(__file__).resolve().parent / "data"
-#: GSM8K's calculator annotations in a solution step: "48/2 = <<48/2=24>>24"
-CALCULATOR = re.compile(r"<<[^<>]*>>")
+CALCULATOR = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations in a solution step: "48/2 = <<48/2=24>>24"
 
 
-def solution_steps(solution: str) -> int:
-    """The non-empty lines of a reference solution before ``####``.
+def solution_level(solution: str) -> str | None:
+    """The level of a reference solution by its steps, the non-empty lines before ``####`` (None below 2).
 
-    >>> solution_steps("Half of 48 is 24.\\n\\n24 + 48 = 72.\\n#### 72")
-    2
-    """
-    body, _, _ = solution.rpartition("####")
-    return sum(1 for line in body.splitlines() if line.strip())
-
-
-def step_level(steps: int) -> str | None:
-    """The level of a solution of `steps` steps: "2steps".."5steps", "6+steps", None below 2.
-
-    >>> [step_level(s) for s in (1, 2, 5, 6, 9)]
+    >>> solution_level("Half of 48 is 24.\\n\\n24 + 48 = 72.\\n#### 72")
+    '2steps'
+    >>> [solution_level("step\\n" * steps + "#### 1") for steps in (1, 2, 5, 6, 9)]
     [None, '2steps', '5steps', '6+steps', '6+steps']
     """
+    steps = sum(1 for line in solution.rpartition("####")[0].splitlines() if line.strip())
     if steps < 2:
         return None
     return "6+steps" if steps >= 6 else f"{steps}steps"
 
 
 def gsm8k_record(raw, where: str, split: str, index: int) -> TaskRecord | None:
-    """One published row as a TaskRecord (None when its solution has under two steps); RecordError naming `where`
-    when the row is not ``{"question": str, "answer": str}`` with a number after ``####``."""
+    """One published row as a TaskRecord (None below two steps); RecordError naming `where` for a malformed one."""
     if not isinstance(raw, Mapping):
         raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     for name in ("question", "answer"):
@@ -74,7 +61,7 @@ def gsm8k_record(raw, where: str, split: str, index: int) -> TaskRecord | None:
     number = reference_answer(raw["answer"])
     if number is None:
         raise RecordError(f"{where}: field 'answer' must end with '#### <number>' (the published format)")
-    level = step_level(solution_steps(raw["answer"]))
+    level = solution_level(raw["answer"])
     if level is None:
         return None
     return TaskRecord(id=f"gsm8k-{split}-{index}", level=level, question=raw["question"].strip(),
@@ -87,19 +74,7 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file; source=local needs path= a folder with train.jsonl and "
                                 'test.jsonl, one {"question": ..., "answer": "...\\n#### <number>"} a line')
-    with path.open("rb") as lines:  # decoded a line at a time: a byte that is not UTF-8 is named by its line
-        for number, raw in enumerate(lines, start=1):
-            where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise RecordError(f"{where}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); "
-                                  "a GSM8K file holds one UTF-8 JSON record a line") from None
-            if line.strip():
-                try:
-                    yield where, json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RecordError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
+    return jsonl_rows(path, "a GSM8K file")
 
 
 def _hub_rows(hub_id: str, hub_config: str, split: str) -> Iterator[tuple[str, Any]]:
@@ -108,11 +83,9 @@ def _hub_rows(hub_id: str, hub_config: str, split: str) -> Iterator[tuple[str, A
 
         rows = datasets.load_dataset(hub_id, hub_config, split=split)
     except Exception as exc:  # offline, unreachable, renamed: datasets raises many types
-        raise ConnectionError(
-            f"task.source=hub needs the Hugging Face hub to load {hub_id} ({hub_config}, {split}), and that failed "
-            f"({type(exc).__name__}: {exc}). Offline, use task.source=sample, or task.source=local with task.path= "
-            "a folder of train.jsonl and test.jsonl."
-        ) from exc
+        raise ConnectionError(f"task.source=hub needs the Hugging Face hub to load {hub_id} ({hub_config}, {split}), "
+                              f"and that failed ({type(exc).__name__}: {exc}). Offline, use task.source=sample, or "
+                              "task.source=local with task.path= a folder of train.jsonl and test.jsonl.") from exc
     for index, row in enumerate(rows):
         yield f"{hub_id}/{hub_config}/{split}, row {index}", row
 
@@ -150,6 +123,7 @@ class GSM8KTask(Task):
     has_all = True  # a stage's `level: all` trains on the whole split (the one-stage recipe)
     supervised = True  # every record has its worked solution (`sft_target`)
     columns = ("answer", "answer_text")
+    levels = LEVELS
     report = TaskReport(format_reward="strict_format")
 
     def __init__(self, source: str = "hub", path: str | None = None, hub_id: str = "openai/gsm8k",
@@ -162,25 +136,16 @@ class GSM8KTask(Task):
         self.path = SAMPLE_DIR if source == "sample" else (Path(path) if path else None)
         self._splits: dict[str, LoadedSplit] = {}
 
-    @property
-    def levels(self) -> tuple[str, ...]:
-        return LEVELS
-
     def _read(self, split: str) -> tuple[list[TaskRecord], int]:
-        records, unleveled = [], 0
         if self.source == "hub":
             rows = _hub_rows(self.hub_id, self.hub_config, split)
         else:
             rows = _jsonl_rows(self.path / f"{split}.jsonl")
-        for index, (where, raw) in enumerate(rows):
-            record = gsm8k_record(raw, where, split, index)
-            if record is None:
-                unleveled += 1
-            else:
-                records.append(record)
-        if not records and not unleveled:
+        read = [gsm8k_record(raw, where, split, index) for index, (where, raw) in enumerate(rows)]
+        if not read:
             raise RecordError(f"{self.source} {split} split: no records")
-        return records, unleveled
+        records = [record for record in read if record is not None]
+        return records, len(read) - len(records)
 
     def split(self, split: str) -> LoadedSplit:
         """Every leveled record of `split`, in source order; train decontaminated against all of test."""

@@ -43,8 +43,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    options = {"depth": args.depth, "width": args.width, "role_pair": args.role_pair}
-    records = generate(args.ppl, args.n, args.seed, **options)
+    records = generate(args.ppl, args.n, args.seed, depth=args.depth, width=args.width, role_pair=args.role_pair)
     lines = "".join(json.dumps(record) + "\n" for record in records)
     if args.output is None:
         sys.stdout.write(lines)
@@ -63,9 +62,8 @@ def _check(files: list[Path]) -> int:
             found = solve(record["statements"])
             if found != [tuple(record["solution"])]:
                 disagree += 1
-                solver_says = [list(solution) for solution in found]
-                stored = record["solution"]
-                print(f"{where}: index {record['index']}: stored {stored}, solver finds {solver_says}")
+                print(f"{where}: index {record['index']}: stored {record['solution']}, solver finds "
+                      f"{[list(solution) for solution in found]}")
     print(f"checked {checked} records: {disagree} disagree with the solver or lack exactly one solution")
     return 1 if disagree else 0
 

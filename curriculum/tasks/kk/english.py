@@ -1,18 +1,14 @@
 """The published K&K English, word for word (tests check it against every published record): names, speech
-templates, claims, quizzes, solutions, and the chain of thought.
-
-The chain of thought is the published backtracking search: each person is tried as a knight, then as a knave.
-After every guess it asks, for each person guessed so far (in person order), whether some completion of the
-open roles keeps that person's claim true for a knight (false for a knave); the first for whom none does is
-"contradicted". A consistent guess moves on to the next person, preferring the people the guessed person just
-talked about; a person with both roles refuted sends the search back. With the solver's bitmasks "some
-completion" is one ``&`` against the assignments that agree with the guesses so far.
+templates, claims, quizzes, solutions, and the chain of thought. That is the published backtracking search: each
+person tried as a knight, then a knave; "contradicted", the first person guessed so far whose claim no completion
+of the open roles honours (one ``&`` of the solver's bitmasks); a consistent guess moving on, the people the
+guessed one talked about first; a person with both roles refuted sending the search back.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from curriculum.tasks.kk.statements import (
     Statement,
@@ -26,12 +22,11 @@ from curriculum.tasks.kk.statements import (
 
 #: The 51 common first names the published puzzles draw from (without replacement).
 COMMON_NAMES = (
-    "Emma", "Liam", "Olivia", "Noah", "Ava", "Ethan", "Sophia", "Mason", "Isabella", "William",
-    "Mia", "James", "Charlotte", "Benjamin", "Amelia", "Lucas", "Harper", "Henry", "Evelyn",
-    "Alexander", "Abigail", "Michael", "Emily", "Daniel", "Elizabeth", "Jacob", "Sofia", "Logan",
-    "Avery", "Jackson", "Ella", "Sebastian", "Scarlett", "Jack", "Grace", "Aiden", "Chloe", "Owen",
-    "Victoria", "Samuel", "Riley", "Matthew", "Aria", "Joseph", "Lily", "Luke", "Aurora", "David",
-    "Zoey", "Oliver", "Penelope",
+    "Emma", "Liam", "Olivia", "Noah", "Ava", "Ethan", "Sophia", "Mason", "Isabella", "William", "Mia", "James",
+    "Charlotte", "Benjamin", "Amelia", "Lucas", "Harper", "Henry", "Evelyn", "Alexander", "Abigail", "Michael", "Emily",
+    "Daniel", "Elizabeth", "Jacob", "Sofia", "Logan", "Avery", "Jackson", "Ella", "Sebastian", "Scarlett", "Jack",
+    "Grace", "Aiden", "Chloe", "Owen", "Victoria", "Samuel", "Riley", "Matthew", "Aria", "Joseph", "Lily", "Luke",
+    "Aurora", "David", "Zoey", "Oliver", "Penelope",
 )
 
 #: One of these frames each person's statement; ``{content}`` is the claim, ``{name}`` the speaker.
@@ -45,6 +40,7 @@ SPEECH_TEMPLATES = (
 )
 
 KNIGHT_KNAVE = ("a knight", "a knave")
+RolePair = str | tuple[str, str] | None
 #: The published synonym pairs (language perturbation "random_pair"); plurals just add "s".
 ROLE_PAIRS = (("a pioneer", "a laggard"), ("a saint", "a sinner"), ("a hero", "a villain"), ("an angel", "a devil"),
               ("an altruist", "an egoist"), ("a sage", "a fool"))
@@ -100,10 +96,8 @@ def list_in_words(items: Sequence[str]) -> str:
 def quiz_text(names: Sequence[str], claims: Sequence[str], templates: Sequence[str],
               words: dict[str, str]) -> str:
     """The full puzzle: preamble, the inhabitants, one framed claim per person, the question."""
-    said = "".join(
-        " " + template.format(name=name, content=claim)
-        for name, claim, template in zip(names, claims, templates, strict=True)
-    )
+    said = "".join(" " + template.format(name=name, content=claim)
+                   for name, claim, template in zip(names, claims, templates, strict=True))
     meet = f"You meet {len(names)} inhabitants: {list_in_words(names)}."
     return _PREAMBLE.format(**words) + meet + said + " " + _CLOSING.format(**words)
 
@@ -138,27 +132,6 @@ COT_FOOT_SOLVED = "This leads to a feasible solution."
 COT_FOOT_UNSOLVABLE = "All the configurations lead to contradictions."
 
 
-@dataclass(frozen=True)
-class Guess:
-    """``person`` tried as a knight (``knight``) or knave; ``contradicts`` names whose claim broke."""
-
-    person: int
-    knight: bool
-    contradicts: int | None = None
-    contradicted_is_knight: bool = True
-
-
-@dataclass(frozen=True)
-class Backtrack:
-    """Both roles of ``exhausted`` (innermost first) failed; ``reconsider`` gets its other role."""
-
-    exhausted: tuple[int, ...]
-    reconsider: int
-
-
-Step = Guess | Backtrack
-
-
 def _first_contradicted(roles: list, truths: list[int], knights: tuple[int, ...], all_bits: int) -> int | None:
     """The first guessed person whose claim no completion of the open roles can honour."""
     agreeing = all_bits  # assignments that agree with every role guessed so far
@@ -171,8 +144,9 @@ def _first_contradicted(roles: list, truths: list[int], knights: tuple[int, ...]
     return None
 
 
-def search_steps(parsed: Statements) -> tuple[list[Step], bool]:
-    """The search's steps for validated statements, and whether it ended in a solution."""
+def _search_steps(parsed: Statements, names: Sequence[str], claims: Sequence[str],
+                  words: dict[str, str]) -> tuple[list[str], bool]:
+    """The search's steps in words, for validated statements, and whether it ended in a solution."""
     n_people = len(parsed)
     knights, all_bits = knight_masks(n_people)
     truths = [statement_mask(stmt, knights, all_bits) for stmt in parsed]
@@ -180,50 +154,46 @@ def search_steps(parsed: Statements) -> tuple[list[Step], bool]:
     order = list(range(n_people))
     roles: list[bool | None] = [None] * n_people
     tried = [0] * n_people  # roles tried so far per person: 1 = knight, 2 = knight and knave
-    steps: list[Step] = []
+    steps: list[str] = []
     cursor = 0
     while cursor < n_people:
         if tried[order[cursor]] == 2:
-            exhausted = []
+            exhausted = []  # innermost first
             while cursor >= 0 and tried[order[cursor]] == 2:
                 tried[order[cursor]], roles[order[cursor]] = 0, None
-                exhausted.append(order[cursor])
+                exhausted.append(names[order[cursor]])
                 cursor -= 1
             if cursor < 0:
                 return steps, False
-            steps.append(Backtrack(tuple(exhausted), order[cursor]))
+            listed = " and ".join(exhausted) if len(exhausted) == 2 else list_in_words(exhausted)
+            steps.append(f"We have exhausted all possibilities for {listed}, "
+                         f"so let us go back and reconsider {names[order[cursor]]}.")
         person = order[cursor]
         roles[person] = tried[person] == 0  # knight first, as published
         tried[person] += 1
         contradicted = _first_contradicted(roles, truths, knights, all_bits)
+        steps.append(_guess_text(person, roles, contradicted, names, claims, words))
         if contradicted is None:
-            steps.append(Guess(person, roles[person]))
             cursor += 1
             # the people just talked about first; as published, this order is never restored on backtracking
             remaining = order[cursor:]
             front = [other for other in mentioned[person] if other in remaining]
             order[cursor:] = front + [other for other in remaining if other not in front]
-        else:
-            steps.append(Guess(person, roles[person], contradicted, roles[contradicted]))
     return steps, True
 
 
-def _step_text(step: Step, names: Sequence[str], claims: Sequence[str], words: dict[str, str]) -> str:
-    if isinstance(step, Backtrack):
-        exhausted = [names[person] for person in step.exhausted]
-        listed = " and ".join(exhausted) if len(exhausted) == 2 else list_in_words(exhausted)
-        return (f"We have exhausted all possibilities for {listed}, "
-                f"so let us go back and reconsider {names[step.reconsider]}.")
-    role = words["a_knight"] if step.knight else words["a_knave"]
-    name = names[step.person]
-    if step.contradicts is None:
-        false = "" if step.knight else "false "
-        claim = claims[step.person]
-        return f"Assume {name} is {role}. No contradiction is found in their {false}claim that {claim}."
-    false = "" if step.contradicted_is_knight else "false "
-    whose = "their own" if step.contradicts == step.person else names[step.contradicts]
-    return (f"{name} cannot be {role}, because this would contradict the {false}claim of {whose} "
-            f"that {claims[step.contradicts]}.")
+def _guess_text(person: int, roles: Sequence[bool | None], contradicted: int | None, names: Sequence[str],
+                claims: Sequence[str], words: dict[str, str]) -> str:
+    """`person` tried in their role: no contradiction (`contradicted` None), or the claim it breaks."""
+    role = words["a_knight"] if roles[person] else words["a_knave"]
+    if contradicted is None:
+        false = "" if roles[person] else "false "
+        return (f"Assume {names[person]} is {role}. No contradiction is found in their {false}claim that "
+                f"{claims[person]}.")
+    false = "" if roles[contradicted] else "false "
+    whose = "their own" if contradicted == person else names[contradicted]
+    return (f"{names[person]} cannot be {role}, because this would contradict the {false}claim of {whose} "
+            f"that {claims[contradicted]}.")
 
 
 def chain_of_thought(statements: StatementsLike, names: Sequence[str],
@@ -245,13 +215,30 @@ def chain_of_thought(statements: StatementsLike, names: Sequence[str],
     parsed = parse_statements(statements)
     words = knight_knave if knight_knave is not None else role_words(KNIGHT_KNAVE)
     claims = [claim_text(stmt, names, words) for stmt in parsed]
-    steps, foot = told_search(parsed, names, claims, words)
-    return COT_HEAD, steps, foot
+    steps, solved = _search_steps(parsed, names, claims, words)
+    return COT_HEAD, steps, COT_FOOT_SOLVED if solved else COT_FOOT_UNSOLVABLE
 
 
-def told_search(parsed: Statements, names: Sequence[str], claims: Sequence[str],
-                words: dict[str, str]) -> tuple[list[str], str]:
-    """The search's steps in words and its closing line, for callers that already have the claims."""
-    steps, solved = search_steps(parsed)
-    texts = [_step_text(step, names, claims, words) for step in steps]
-    return texts, COT_FOOT_SOLVED if solved else COT_FOOT_UNSOLVABLE
+def render_record(statements, solution: tuple[bool, ...], index: int, rng: random.Random,
+                  role_pair: RolePair = None) -> dict:
+    """Word one puzzle and its solution as a published K&K record (names and templates from ``rng``)."""
+    n_people = len(statements)
+    names = rng.sample(COMMON_NAMES, n_people)
+    pair = rng.choice(ROLE_PAIRS) if role_pair == "random" else (role_pair or KNIGHT_KNAVE)
+    words = role_words(pair)
+    templates = [rng.choice(SPEECH_TEMPLATES) for _ in range(n_people)]
+    claims = [claim_text(stmt, names, words) for stmt in statements]
+    _, steps, foot = chain_of_thought(statements, names, words)
+    return {
+        "quiz": quiz_text(names, claims, templates, words),
+        "names": names,
+        "knight_knave": words,
+        "solution": list(solution),
+        "solution_text": solution_text(names, solution, words),
+        "solution_text_format": solution_text_format(names, solution, words),
+        "cot_head": COT_HEAD,
+        "cot_repeat_steps": steps,
+        "cot_foot": foot,
+        "statements": str(statements),
+        "index": index,
+    }

@@ -1,15 +1,11 @@
 """Distinct unique-solution puzzles, drawn as the published sampler draws them, as published records.
 
-The published ``_sample_statement`` rolls a six-sided die: 0 a bare leaf, 1 ``not``, 2/3 ``and``/``or`` with
-2..width operands, 4/5 ``->``/``<=>``; operands are leaves (depth 2), drawn without repeats; a leaf is any
-``('telling-truth', i)`` or ``('lying', i)`` except ``('lying', speaker)``. Each person's possible statements
-are listed once with their probabilities (`puzzle_space`), so a statement is one ``bisect`` and a puzzle is
-solved by ``&``-ing precomputed masks. A space small enough to list (2 people: 900 combinations, 399 with one
-solution) is listed in full and ordered by weighted sampling without replacement (Efraimidis-Spirakis keys):
-the distribution of "draw, drop repeats and puzzles without one solution", but it always terminates, and
-asking for more than exist warns and returns them all. A larger space is sampled by rejection with bounded
-attempts. Puzzles are drawn from one seeded stream and worded from another, so ``generate(p, 100, s)`` is
-the first 100 records of ``generate(p, 1000, s)``.
+The published ``_sample_statement`` rolls a die: 0 a bare leaf, 1 ``not``, 2/3 ``and``/``or`` with 2..width
+operands, 4/5 ``->``/``<=>``, over leaves drawn without repeats (any but ``('lying', speaker)``). Each person's
+statements are listed once with their probabilities (`puzzle_space`), so a puzzle is solved by ``&``-ing masks. A
+space small enough to list is ordered by weighted sampling without replacement (Efraimidis-Spirakis keys: the
+distribution of "draw, drop repeats and puzzles without one solution", but it terminates); a larger one is sampled
+by rejection. Puzzles and words come from two seeded streams: ``generate(p, 100, s)`` starts ``generate(p, 1000, s)``.
 """
 
 from __future__ import annotations
@@ -22,26 +18,13 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-from curriculum.tasks.kk.english import (
-    COMMON_NAMES,
-    COT_HEAD,
-    KNIGHT_KNAVE,
-    ROLE_PAIRS,
-    SPEECH_TEMPLATES,
-    claim_text,
-    quiz_text,
-    role_words,
-    solution_text,
-    solution_text_format,
-    told_search,
-)
+from curriculum.tasks.kk.english import RolePair, render_record
 from curriculum.tasks.kk.statements import MAX_PEOPLE, Statement, assignments_in, knight_masks, statement_mask
 
 #: The fields of a published K&K record, in the published order (every record `generate` makes has them).
 RECORD_FIELDS = ("quiz", "names", "knight_knave", "solution", "solution_text", "solution_text_format", "cot_head",
                  "cot_repeat_steps", "cot_foot", "statements", "index")
-#: Spaces with at most this many statement combinations are listed instead of sampled.
-ENUMERATION_LIMIT = 100_000
+ENUMERATION_LIMIT = 100_000  # Spaces with at most this many statement combinations are listed instead of sampled.
 #: Rejection sampling gives up after this many draws per requested puzzle (plus a fixed reserve);
 #: about one draw in three has exactly one solution, so this only runs out on an exhausted space.
 ATTEMPTS_PER_PUZZLE = 100
@@ -50,7 +33,6 @@ ATTEMPTS_RESERVE = 10_000
 MAX_STATEMENTS_PER_PERSON = 100_000
 _DIE_FACE = 1 / 6  # probability of one face of the published die
 
-RolePair = str | tuple[str, str] | None
 Picks = tuple[int, ...]
 
 
@@ -93,8 +75,7 @@ class SpeakerMenu:
 
 @dataclass(frozen=True)
 class PuzzleSpace:
-    """All puzzles of ``n_people`` with statements of at most ``depth`` levels and ``width`` operands;
-    ``size``: statement combinations (puzzles before the unique-solution filter)."""
+    """All puzzles of a size; ``size``: statement combinations (puzzles before the unique-solution filter)."""
 
     n_people: int
     depth: int
@@ -114,8 +95,8 @@ class PuzzleSpace:
 def puzzle_space(n_people: int, depth: int = 2, width: int = 2) -> PuzzleSpace:
     """The (cached) space for a puzzle size; depth 1 means bare leaves, 2 one operator over leaves.
 
-    >>> puzzle_space(2).size
-    900
+    >>> puzzle_space(2).size, len(_listed_unique_puzzles(2, 2, 2))  # 399 of them have exactly one solution
+    (900, 399)
     """
     if not 2 <= n_people <= MAX_PEOPLE:
         raise ValueError(f"ppl must be between 2 and {MAX_PEOPLE}, got {n_people}")
@@ -127,10 +108,8 @@ def puzzle_space(n_people: int, depth: int = 2, width: int = 2) -> PuzzleSpace:
         raise ValueError(f"width must be between 2 and {n_leaves} for {n_people} people, got {width}")
     n_and_or = sum(math.perm(n_leaves, k) for k in range(2, width + 1)) if depth == 2 else 0
     if 2 * n_and_or > MAX_STATEMENTS_PER_PERSON:
-        raise ValueError(
-            f"width {width} gives {2 * n_and_or} and/or statements per person at {n_people} people, "
-            f"over the {MAX_STATEMENTS_PER_PERSON} this generator lists; use a smaller width"
-        )
+        raise ValueError(f"width {width} gives {2 * n_and_or} and/or statements per person at {n_people} people, "
+                         f"over the {MAX_STATEMENTS_PER_PERSON} this generator lists; use a smaller width")
     knights, all_bits = knight_masks(n_people)
     menus = []
     for speaker in range(n_people):
@@ -153,24 +132,11 @@ def _listed_unique_puzzles(ppl: int, depth: int, width: int) -> tuple[Picks, ...
     return tuple(picks for picks in every_puzzle if _has_one_solution(space.consistent(picks)))
 
 
-def count_unique_puzzles(ppl: int, *, depth: int = 2, width: int = 2) -> int | None:
-    """How many distinct puzzles with exactly one solution exist, or None if too many to list.
-
-    >>> count_unique_puzzles(2)
-    399
-    """
-    space = puzzle_space(ppl, depth, width)
-    return len(_listed_unique_puzzles(ppl, depth, width)) if space.size <= ENUMERATION_LIMIT else None
-
-
 def _pick_from_list(space: PuzzleSpace, n: int, rng: random.Random) -> list[Picks]:
     listed = _listed_unique_puzzles(space.n_people, space.depth, space.width)
     if n > len(listed):
-        warnings.warn(
-            f"only {len(listed)} distinct {space.n_people}-person puzzles with exactly one solution exist "
-            f"(depth {space.depth}, width {space.width}); returning all {len(listed)}, not {n}",
-            stacklevel=3,
-        )
+        warnings.warn(f"only {len(listed)} distinct {space.n_people}-person puzzles with exactly one solution exist "
+                      f"(depth {space.depth}, width {space.width}); returning all {len(listed)}, not {n}", stacklevel=3)
     # Keys log(u)/p, largest first: successive draws proportional to p among the puzzles left.
     keys = {picks: math.log(1.0 - rng.random())
             / math.prod(menu.probabilities[pick] for menu, pick in zip(space.menus, picks, strict=True))
@@ -192,47 +158,17 @@ def _pick_by_rejection(space: PuzzleSpace, n: int, rng: random.Random) -> list[P
             seen.add(picks)
             accepted.append(picks)
     if len(accepted) < n:
-        warnings.warn(
-            f"found only {len(accepted)} of {n} distinct {space.n_people}-person puzzles with one solution "
-            f"in {budget} draws (depth {space.depth}, width {space.width}); returning those",
-            stacklevel=3,
-        )
+        warnings.warn(f"found only {len(accepted)} of {n} distinct {space.n_people}-person puzzles with one solution "
+                      f"in {budget} draws (depth {space.depth}, width {space.width}); returning those", stacklevel=3)
     return accepted
-
-
-def render_record(statements, solution: tuple[bool, ...], index: int, rng: random.Random,
-                  role_pair: RolePair = None) -> dict:
-    """Word one puzzle and its solution as a published K&K record (names and templates from ``rng``)."""
-    n_people = len(statements)
-    names = rng.sample(COMMON_NAMES, n_people)
-    pair = rng.choice(ROLE_PAIRS) if role_pair == "random" else (role_pair or KNIGHT_KNAVE)
-    words = role_words(pair)
-    templates = [rng.choice(SPEECH_TEMPLATES) for _ in range(n_people)]
-    claims = [claim_text(stmt, names, words) for stmt in statements]
-    steps, foot = told_search(statements, names, claims, words)
-    return {
-        "quiz": quiz_text(names, claims, templates, words),
-        "names": names,
-        "knight_knave": words,
-        "solution": list(solution),
-        "solution_text": solution_text(names, solution, words),
-        "solution_text_format": solution_text_format(names, solution, words),
-        "cot_head": COT_HEAD,
-        "cot_repeat_steps": steps,
-        "cot_foot": foot,
-        "statements": str(statements),
-        "index": index,
-    }
 
 
 def generate(ppl: int, n: int, seed: int, *, depth: int = 2, width: int = 2, role_pair: RolePair = None) -> list[dict]:
     """``n`` distinct puzzles of ``ppl`` people, each with exactly one solution, as published records.
 
-    ``depth`` 2 (published) lets a statement be one operator over bare claims; ``depth`` 1 allows bare claims
-    only, which never pin down a unique solution (flipping everyone keeps it consistent), so it yields nothing.
-    ``width`` is the most operands of ``and``/``or``. ``role_pair`` is None (knight/knave), a pair like
-    ``("a saint", "a sinner")``, or "random" (one of :data:`~curriculum.tasks.kk.english.ROLE_PAIRS` per
-    puzzle). ``index`` counts from 0. The same arguments give the same records.
+    ``depth`` 1 (bare claims only) never pins down one solution (flipping everyone keeps it consistent), so it
+    yields nothing; ``width`` is the most operands of ``and``/``or``; ``role_pair`` is None (knight/knave), a pair
+    like ``("a saint", "a sinner")``, or "random" (one of `english.ROLE_PAIRS` per puzzle).
 
     >>> from curriculum.tasks.kk import solve
     >>> records = generate(3, 2, seed=0)

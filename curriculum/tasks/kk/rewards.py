@@ -1,20 +1,12 @@
-"""K&K's reward components for GRPO, all but `logic_rl_strict` on the one grader (`grading.grader.grade`).
-
-Each has TRL's reward signature, `f(completions, names, solution, **kwargs) -> list[float]` (completions are
-strings or conversational lists; other kwargs are ignored), and TRL logs it as `rewards/<__name__>/mean`:
-`format_reward` (1.0 for the strict format), `think_reward` (a non-empty <think> block), `answer_reward` (the
-answer right, format not required), `partial_reward`, `overlong_reward` (DAPO's soft overlong punishment: with
-L = len(completion_ids), M = max length, B = buffer, 0 when L <= M - B, -(L - (M - B)) / B in between, -1 when
-L >= M), `tiered_reward` (one value per outcome tier, from a table; `tier` has them) and
-`logic_rl_strict_reward` (Logic-RL's own score, read by its parser: `grading/logic_rl.py`).
-`reward_components` binds them all to a run; `KKTask.reward_functions` is it. Presets: conf/reward/*.yaml.
+"""K&K's reward components in TRL's form, `f(completions, names, solution, **kwargs) -> list[float]` (logged as
+`rewards/<__name__>/mean`), all but `logic_rl_strict` on the one grader (`grading.grader.grade`).
+`reward_components` binds them to a run (`KKTask.reward_functions`); presets: conf/reward/*.yaml.
 """
 
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from core.checks import ConfigError, is_number
@@ -28,83 +20,58 @@ TIERED_SCHEMES: dict[str, dict[str, float]] = {
     # the seeds' v1, v2 and v4-instruct (no half tier) schemes
     "seed_v1": {"no_format": -5.0, "half_format": 1.0, "unparsed": 3.0, "wrong": 3.0, "correct": 5.0},
     "seed_v2": {"no_format": -1.0, "half_format": -0.3, "unparsed": 0.3, "wrong": 0.3, "correct": 5.0},
-    "seed_v4_instruct": {"no_format": -1.0, "half_format": -1.0, "unparsed": -0.1, "wrong": -0.1,
-                         "correct": 5.0},
+    "seed_v4_instruct": {"no_format": -1.0, "half_format": -1.0, "unparsed": -0.1, "wrong": -0.1, "correct": 5.0},
     # Logic-RL: format +1/-1 plus answer +2 / -1.5 wrong / -2 unparseable (and -2 on a format failure)
     "logic_rl": {"no_format": -3.0, "half_format": -3.0, "unparsed": -1.0, "wrong": -0.5, "correct": 3.0},
 }
 PARTIAL_FLOOR, PARTIAL_SPAN = 0.3, 0.7
 
-Grader = Callable[[object, Sequence[str], Sequence[bool]], Grade]
+@functools.lru_cache(maxsize=4096)
+def _graded(text: str, names: tuple[str, ...], solution: tuple[bool, ...], fmt: str) -> Grade:
+    """`grade`, memoised (least recently used out) so every component of a batch grades a completion once.
 
-
-class GradeCache:
-    """`grade` for one prompt format, memoised on (text, names, solution), least recently used out: every
-    component of a batch grades the same completions once. Picklable (the memo is dropped), for
-    multiprocessing launchers.
-
-    >>> cache, text = GradeCache("answer_only"), "<answer>Zoey is a knight</answer>"
-    >>> cache(text, ["Zoey"], [True]) is cache(text, ["Zoey"], [True])
+    >>> text = "<answer>Zoey is a knight</answer>"
+    >>> _graded(text, ("Zoey",), (True,), "answer_only") is _graded(text, ("Zoey",), (True,), "answer_only")
     True
     """
-
-    def __init__(self, fmt: str, maxsize: int = 4096):
-        self.fmt, self.maxsize = fmt, maxsize
-        self._memo: OrderedDict[tuple, Grade] = OrderedDict()
-
-    def __call__(self, completion, names: Sequence[str], solution: Sequence[bool]) -> Grade:
-        key = (completion_text(completion), tuple(names), tuple(bool(s) for s in solution))
-        hit = self._memo.get(key)
-        if hit is not None:
-            self._memo.move_to_end(key)
-            return hit
-        result = self._memo[key] = grade(key[0], key[1], key[2], fmt=self.fmt)
-        if len(self._memo) > self.maxsize:
-            self._memo.popitem(last=False)
-        return result
-
-    def __getstate__(self) -> dict:
-        return {"fmt": self.fmt, "maxsize": self.maxsize}
-
-    def __setstate__(self, state: dict) -> None:
-        GradeCache.__init__(self, state["fmt"], state["maxsize"])
+    return grade(text, names, solution, fmt=fmt)
 
 
-def _grades(completions, names, solution, fmt: str, grader: Grader | None) -> list[Grade]:
-    grade_one = grader or GradeCache(fmt)
-    return [grade_one(c, n, s) for c, n, s in zip(completions, names, solution, strict=True)]
+def _grades(completions, names, solution, fmt: str) -> list[Grade]:
+    return [_graded(completion_text(completion), tuple(people), tuple(bool(role) for role in roles), fmt)
+            for completion, people, roles in zip(completions, names, solution, strict=True)]
 
 
-def format_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
+def format_reward(completions, names, solution, *, fmt="think_answer", **kwargs) -> list[float]:
     """1.0 for the strict format, else 0.0.
 
     >>> format_reward(["<think>a</think><answer>Zoey is a knight</answer>", "Zoey is a knight"],
     ...               [["Zoey"]] * 2, [[True]] * 2)
     [1.0, 0.0]
     """
-    return [float(g.format_ok) for g in _grades(completions, names, solution, fmt, grader)]
+    return [float(g.format_ok) for g in _grades(completions, names, solution, fmt)]
 
 
-def think_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
+def think_reward(completions, names, solution, *, fmt="think_answer", **kwargs) -> list[float]:
     """1.0 when a non-empty <think> block is present, else 0.0.
 
     >>> think_reward(["<think>Zoey lies.</think>", "<think> </think>"], [["Zoey"]] * 2, [[False]] * 2)
     [1.0, 0.0]
     """
-    return [float(g.think_ok) for g in _grades(completions, names, solution, fmt, grader)]
+    return [float(g.think_ok) for g in _grades(completions, names, solution, fmt)]
 
 
-def answer_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
+def answer_reward(completions, names, solution, *, fmt="think_answer", **kwargs) -> list[float]:
     """1.0 when the answer is correct (format not required), else 0.0.
 
     >>> chat = [{"role": "assistant", "content": "<answer>Zoey: knave</answer>"}]
     >>> answer_reward([chat, "<answer>Zoey: knight</answer>"], [["Zoey"]] * 2, [[False]] * 2)
     [1.0, 0.0]
     """
-    return [float(g.correct) for g in _grades(completions, names, solution, fmt, grader)]
+    return [float(g.correct) for g in _grades(completions, names, solution, fmt)]
 
 
-def partial_reward(completions, names, solution, *, fmt="think_answer", grader=None, **kwargs) -> list[float]:
+def partial_reward(completions, names, solution, *, fmt="think_answer", **kwargs) -> list[float]:
     """1.0 if correct; 0.3 + 0.7 * share right when everyone has exactly one role; 0.0 when anyone is missing,
     hedged or contradictory, or there is no answer (reasoning-gym's: a blind guess earns at least 0.3).
 
@@ -115,7 +82,7 @@ def partial_reward(completions, names, solution, *, fmt="think_answer", grader=N
     [1.0, 0.65, 0.0]
     """
     out = []
-    for g in _grades(completions, names, solution, fmt, grader):
+    for g in _grades(completions, names, solution, fmt):
         if g.correct or not g.complete:
             out.append(float(g.correct))
             continue
@@ -126,7 +93,8 @@ def partial_reward(completions, names, solution, *, fmt="think_answer", grader=N
 
 def overlong_reward(completions, names, solution, *, max_completion_length: int, buffer: int = 128,
                     completion_ids=None, **kwargs) -> list[float]:
-    """DAPO's soft overlong punishment from token lengths (the formula: module docstring).
+    """DAPO's soft overlong punishment of L = len(completion_ids) at limit M and buffer B: 0 when L <= M - B,
+    -(L - (M - B)) / B in between, -1 when L >= M.
 
     >>> overlong_reward(["a"] * 4, [["A"]] * 4, [[True]] * 4, max_completion_length=10, buffer=4,
     ...                 completion_ids=[[0] * 6, [0] * 7, [0] * 9, [0] * 10])
@@ -140,9 +108,8 @@ def overlong_reward(completions, names, solution, *, max_completion_length: int,
 
 
 def tier(g: Grade) -> str:
-    """The tier of one grade: no_format (not format_ok, none of the format's tags there), half_format (not
-    format_ok, some tags there: `Grade.partial_format`), correct (format_ok, answer right), unparsed (format_ok,
-    someone missing, hedged or contradictory, or no answer block), wrong (format_ok, one role each, some wrong).
+    """The tier of one grade: no_format / half_format (not format_ok: `Grade.partial_format`), else correct,
+    wrong (one role each, some wrong) or unparsed (someone missing, hedged or contradictory, or no answer).
 
     >>> tier(grade("<think>x</think><answer>Zoey is a knave</answer>", ["Zoey"], [True]))
     'wrong'
@@ -155,7 +122,7 @@ def tier(g: Grade) -> str:
 
 
 def tiered_reward(completions, names, solution, *, fmt="think_answer",
-                  table: Mapping[str, float] | None = None, grader=None, **kwargs) -> list[float]:
+                  table: Mapping[str, float] | None = None, **kwargs) -> list[float]:
     """The table's value for each completion's tier (default table: Logic-RL's).
 
     >>> tiered_reward(["reasoning</think><answer>(1) Zoey is a knight</answer>",
@@ -165,7 +132,7 @@ def tiered_reward(completions, names, solution, *, fmt="think_answer",
     [3.0, -0.5, -1.0, -3.0]
     """
     table = TIERED_SCHEMES["logic_rl"] if table is None else table
-    return [float(table[tier(g)]) for g in _grades(completions, names, solution, fmt, grader)]
+    return [float(table[tier(g)]) for g in _grades(completions, names, solution, fmt)]
 
 
 def logic_rl_strict_reward(completions, names, solution, *, prompts, **kwargs) -> list[float]:
@@ -187,17 +154,9 @@ _FUNCS: dict[str, RewardFunc] = {
     "overlong": overlong_reward, "tiered": tiered_reward, "logic_rl_strict": logic_rl_strict_reward}
 
 
-def _finite(value, key: str) -> float:
-    if not is_number(value, finite=True):
-        raise ConfigError(f"{key}: {value!r} is not a finite number")
-    return float(value)
-
-
 def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
-    """The tier table of a `tiered` config: the named scheme's, overridden by `table` entries.
-
-    `scheme: custom` starts from nothing and needs no_format, wrong and correct; a missing
-    half_format falls back to no_format and a missing unparsed to wrong.
+    """The tier table of a `tiered` config: the named scheme's, overridden by `table` entries. `scheme: custom`
+    starts from nothing and needs no_format, wrong and correct (half_format defaults to no_format, unparsed to wrong).
 
     >>> tier_table({"scheme": "custom", "table": {"no_format": -1, "wrong": 0, "correct": 1}})
     {'no_format': -1.0, 'half_format': -1.0, 'unparsed': 0.0, 'wrong': 0.0, 'correct': 1.0}
@@ -206,11 +165,12 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
     if scheme != "custom" and scheme not in TIERED_SCHEMES:
         raise ConfigError(f"{key}.scheme: {scheme!r} unknown; known: custom, {', '.join(TIERED_SCHEMES)}")
     table = tiered.get("table") or {}
-    for name in table:
+    for name, value in table.items():
         if name not in TIERS:
             raise ConfigError(f"{key}.table.{name}: unknown tier; known: {', '.join(TIERS)}")
-    values = dict(TIERED_SCHEMES.get(scheme, {}))
-    values.update({name: _finite(v, f"{key}.table.{name}") for name, v in table.items()})
+        if not is_number(value, finite=True):
+            raise ConfigError(f"{key}.table.{name}: {value!r} is not a finite number")
+    values = {**TIERED_SCHEMES.get(scheme, {}), **{name: float(value) for name, value in table.items()}}
     for required in ("no_format", "wrong", "correct"):
         if required not in values:
             raise ConfigError(f"{key}.table.{required}: required with scheme 'custom'")
@@ -220,9 +180,7 @@ def tier_table(tiered: Mapping, key: str = "reward.tiered") -> dict[str, float]:
 
 
 def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
-    """Every component, bound (`functools.partial`) to the run's prompt format and completion length and to K&K's
-    blocks of the reward group (`overlong.buffer`, capped at the completion length; `tiered`: scheme and table,
-    checked here: ConfigError names the bad key), sharing one `GradeCache`.
+    """Every component bound to the run: its format, completion length, `overlong.buffer` and `tiered` table.
 
     >>> funcs = reward_components(RewardSettings("think_answer", 1024, {"overlong": {"buffer": 128}}))
     >>> list(funcs) == list(COMPONENTS), funcs["answer"].func.__name__
@@ -230,7 +188,7 @@ def reward_components(settings: RewardSettings) -> dict[str, RewardFunc]:
     """
     buffer = int((settings.options.get("overlong") or {}).get("buffer", 128))  # > 0: the schema's range
     table = tier_table(settings.options.get("tiered") or {})
-    graded = {"fmt": settings.fmt, "grader": GradeCache(settings.fmt)}
+    graded = {"fmt": settings.fmt}
     bound: dict[str, dict[str, Any]] = {
         # a buffer longer than the completion (a CPU smoke run) ramps over the whole length
         "overlong": {"max_completion_length": settings.max_completion_length,

@@ -1,12 +1,7 @@
-"""Which K&K records of a file can be graded right, checked as the file is read.
-
-The grader finds people by name and roles by the words knight and knave, so a record whose names are role words
-("Knight", "Sir Knave") or repeat ("Amelia" twice, or "amelia" beside "Amelia") would grade its own solution
-wrong, silently; such records, and those with an empty quiz, are dropped, one log line per file saying which. A
-file of nothing else is refused. Two records with one `index` would be one id ("3ppl-17") for two puzzles: the
-first repeat is refused, naming both places. Repeated quizzes are kept (a published file may repeat a puzzle) and
-counted in one log line; validation counts each puzzle once.
-"""
+"""Which K&K records of a file can be graded right, checked as the file is read: a record whose names are role words
+("Sir Knave") or repeat ("amelia" beside "Amelia") would grade its own solution wrong, silently, so such records
+and those with an empty quiz are dropped (a file of nothing else is refused); two records with one `index` (one id,
+two puzzles) are refused. Repeated quizzes are kept and counted; validation counts each puzzle once."""
 
 from __future__ import annotations
 
@@ -22,8 +17,7 @@ log = logging.getLogger(__name__)
 #: knight or knave as a whole word, any case: the words the grader reads as roles
 ROLE_WORD = re.compile(r"\b(?:knight|knave)\b", re.IGNORECASE)
 ROLE_WORD_NAME, REPEATED_NAME, EMPTY_QUIZ = "with a role word as a name", "with a name repeated", "with an empty quiz"
-#: how many dropped ids a log line lists for each reason before it says "..."
-SHOWN_IDS = 5
+SHOWN_IDS = 5  # how many dropped ids a log line lists for each reason before it says "..."
 # (file, what a line says) -> the records read when it was said: a file read again as far (another pool, the
 # contract check) says nothing new, so a line is said again only for a read that went further
 _said: dict[tuple[str, str], int] = {}
@@ -49,8 +43,7 @@ def ungradable(record: dict) -> str | None:
 
 
 def screened(located: Iterable[tuple[str, dict]], file: str) -> Iterator[tuple[str, dict]]:
-    """The gradable `(location, record)` pairs of `file`, in order; what was dropped and how many quizzes repeat
-    is said when the reading ends, however far it went."""
+    """The gradable `(location, record)` pairs of `file`; what was dropped is logged when the reading ends."""
     first_at: dict[int, str] = {}
     dropped: dict[str, list[str]] = {}
     quizzes: Counter[str] = Counter()

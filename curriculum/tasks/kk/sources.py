@@ -1,32 +1,25 @@
-"""Where K&K records come from: generated offline, the Hugging Face hub, or local files.
-
-Every source gives plain-Python records with exactly the published fields (`generator.RECORD_FIELDS`), text in
-composed Unicode (NFC: "Zoe" + combining diaeresis is the name typed composed). Bad data fails naming the file
-and the line (jsonl) or the column (parquet): bytes not UTF-8, a `solution` its statements do not allow, two
-records with one index, a file with no records. Records the grader cannot grade right are dropped (`screen`).
-Local files are read a record at a time, as far as a pool needs them (`iter_records`): a pool of 900 from a
-100,000-record file reads ~900 records, and a bad record further on is named when a larger pool reaches it.
-"""
+"""Where K&K records come from: generated offline, the Hugging Face hub, or local files, as plain-Python records
+with the published fields (`generator.RECORD_FIELDS`) in composed Unicode (NFC). Bad data fails naming the file and
+the line or column; records the grader cannot grade right are dropped (`screen`). A local file is read a record at
+a time, as far as a pool needs (`iter_records`)."""
 
 from __future__ import annotations
 
-import json
+import itertools
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from core.checks import is_int
-from curriculum.tasks.base import RecordError
+from curriculum.tasks import jsonl_rows
+from curriculum.tasks.base import SPLITS, RecordError, check_split
 from curriculum.tasks.kk.generator import RECORD_FIELDS, generate
 from curriculum.tasks.kk.screen import screened
-from curriculum.tasks.kk.statements import StatementError, canonical_key, parse_statements, solve
+from curriculum.tasks.kk.statements import StatementError, parse_statements, solve
 
 HUB_ID = "K-and-K/knights-and-knaves"
-#: people per puzzle that the published data cover
-KNOWN_PPL = range(2, 9)
-SPLITS = ("train", "test")
+KNOWN_PPL = range(2, 9)  # people per puzzle that the published data cover
 SOURCES = ("generated", "hub", "local")
 
 _TEXT_FIELDS = ("quiz", "solution_text", "solution_text_format", "cot_head", "cot_foot", "statements")
@@ -54,8 +47,7 @@ def _typed_list(value, item_type: type, field: str, where: str, kind: str) -> li
 
 
 def normalize_record(raw, where: str, kind: str = "field") -> dict:
-    """One raw record checked, as plain Python with exactly the published fields; ``where`` locates it
-    ("data.jsonl:12"), ``kind`` ("field" or "column") is what messages call a field."""
+    """One raw record checked, as plain Python with the published fields; messages name `where` and a `kind`."""
     if not isinstance(raw, Mapping):
         raise RecordError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     missing = [field for field in RECORD_FIELDS if field not in raw]
@@ -66,10 +58,9 @@ def normalize_record(raw, where: str, kind: str = "field") -> dict:
         if not isinstance(record[field], str):
             raise RecordError(f"{where}: {kind} {field!r} must be a string, got {type(record[field]).__name__}")
         record[field] = _nfc(record[field])
-    record["names"] = [_nfc(name) for name in _typed_list(record["names"], str, "names", where, kind)]
-    record["solution"] = _typed_list(record["solution"], bool, "solution", where, kind)
-    record["cot_repeat_steps"] = [_nfc(step) for step in
-                                  _typed_list(record["cot_repeat_steps"], str, "cot_repeat_steps", where, kind)]
+    for field, item_type in (("names", str), ("solution", bool), ("cot_repeat_steps", str)):
+        items = _typed_list(record[field], item_type, field, where, kind)
+        record[field] = [_nfc(item) for item in items] if item_type is str else items
     if not isinstance(record["knight_knave"], Mapping):
         raise RecordError(f"{where}: {kind} 'knight_knave' must be a mapping of role words")
     record["knight_knave"] = {str(key): str(value) for key, value in record["knight_knave"].items()}
@@ -95,7 +86,8 @@ def check_solution(record: dict, where: str, kind: str = "field") -> dict:
     """`record`, if its statements allow exactly its `solution`: a wrong label would be trained on and graded by."""
     allowed = solve(record["statements"])
     if allowed != [tuple(record["solution"])]:
-        found = {0: "no assignment", 1: _roles(allowed[0])}.get(len(allowed), f"{len(allowed)} assignments")
+        many = f"{len(allowed)} assignments" if allowed else "no assignment"  # none: the statements contradict
+        found = _roles(allowed[0]) if len(allowed) == 1 else many
         raise RecordError(f"{where}: {kind} 'solution' is {_roles(record['solution'])}, but the statements "
                           f"allow {found} (a puzzle has exactly one)")
     return record
@@ -108,61 +100,36 @@ def _roles(assignment) -> str:
 
 def _jsonl_records(path: Path) -> Iterator[tuple[str, dict]]:
     found = False
-    with path.open("rb") as lines:
-        for line_number, raw_line in enumerate(lines, start=1):
-            where = f"{path}:{line_number}"
-            line = _utf8(raw_line, where)
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(f"{where}: malformed JSON ({exc.msg} at column {exc.colno})") from exc
-            found = True
-            yield where, normalize_record(raw, where)
+    for where, raw in jsonl_rows(path, "a puzzle file"):
+        found = True
+        yield where, normalize_record(raw, where)
     if not found:
         raise RecordError(f"{path}: no records (the file is empty); a puzzle file holds one JSON record a line")
 
 
-def _utf8(raw_line: bytes, where: str) -> str:
-    try:
-        return raw_line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RecordError(f"{where}: not UTF-8 (byte 0x{raw_line[exc.start]:02x} at column {exc.start + 1}); a "
-                          "puzzle file holds one UTF-8 JSON record a line") from None
-
-
 def _parquet_records(path: Path) -> Iterator[tuple[str, dict]]:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     try:
-        yield from _parquet_rows(path)
+        table = pq.ParquetFile(path)
+        columns = table.schema_arrow.names
+        missing = [field for field in RECORD_FIELDS if field not in columns]
+        if missing:
+            raise RecordError(f"{path}: missing column {missing[0]!r} (has {', '.join(columns)})")
+        if table.metadata.num_rows == 0:
+            raise RecordError(f"{path}: no records (the table has no rows)")
+        batches = table.iter_batches(batch_size=1024, columns=list(RECORD_FIELDS))
+        for row_number, raw in enumerate(itertools.chain.from_iterable(batch.to_pylist() for batch in batches)):
+            where = f"{path}, row {row_number}"
+            yield where, normalize_record(raw, where, kind="column")
     except (pa.ArrowException, OSError) as exc:  # a truncated file: pyarrow's ArrowInvalid never names it
         said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise RecordError(f"{path}: not a readable parquet file ({said}); copy it again, or remove it") from None
 
 
-def _parquet_rows(path: Path) -> Iterator[tuple[str, dict]]:
-    import pyarrow.parquet as pq
-
-    table = pq.ParquetFile(path)
-    columns = table.schema_arrow.names
-    missing = [field for field in RECORD_FIELDS if field not in columns]
-    if missing:
-        raise RecordError(f"{path}: missing column {missing[0]!r} (has {', '.join(columns)})")
-    if table.metadata.num_rows == 0:
-        raise RecordError(f"{path}: no records (the table has no rows)")
-    row_number = 0
-    for batch in table.iter_batches(batch_size=1024, columns=list(RECORD_FIELDS)):
-        for raw in batch.to_pylist():
-            where = f"{path}, row {row_number}"
-            yield where, normalize_record(raw, where, kind="column")
-            row_number += 1
-
-
 def located_records(path: str | Path, *, check_solutions: bool = True) -> Iterator[tuple[str, dict]]:
-    """``(location, record)`` for each record of a ``.jsonl`` or ``.parquet`` file, validated;
-    ``check_solutions=False`` leaves the solver check to the caller (an audit that reports every wrong one)."""
+    """``(location, record)`` for each record of a .jsonl or .parquet file, validated (by the solver if asked)."""
     path = Path(path)
     readers = {".jsonl": (_jsonl_records, "field"), ".parquet": (_parquet_records, "column")}
     if path.suffix not in readers:
@@ -182,10 +149,8 @@ def _local_file(root: Path, ppl: int, split: str) -> Path:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise FileNotFoundError(
-            f"no {split} records for {ppl} people under {root}: expected "
-            f"{split_dir}/people{ppl}_num<N>.jsonl (K&K layout) or {parquet} (Logic-RL layout)"
-        )
+        raise FileNotFoundError(f"no {split} records for {ppl} people under {root}: expected "
+                                f"{split_dir}/people{ppl}_num<N>.jsonl (K&K layout) or {parquet} (Logic-RL layout)")
     raise RecordError(f"several {split} files for {ppl} people under {root}: {', '.join(map(str, found))}")
 
 
@@ -200,11 +165,10 @@ def _hub_records(hub_id: str, ppl: int, split: str) -> Iterator[tuple[str, dict]
 
         rows = datasets.load_dataset(hub_id, data_files=data_file, split="train")
     except Exception as exc:  # offline, unreachable, missing file: datasets raises many types
-        raise ConnectionError(
-            f"source='hub' needs the Hugging Face hub to load {hub_id} {data_file}, and that failed "
-            f"({type(exc).__name__}: {exc}). Offline, use source='generated', or source='local' with "
-            f"path= a folder of {{train,test}}/people<n>_num<N>.jsonl or <n>ppl/{{train,test}}.parquet files."
-        ) from exc
+        raise ConnectionError(f"source='hub' needs the Hugging Face hub to load {hub_id} {data_file}, and that failed "
+                              f"({type(exc).__name__}: {exc}). Offline, use source='generated', or source='local' "
+                              "with path= a folder of {train,test}/people<n>_num<N>.jsonl or <n>ppl/{train,test}"
+                              ".parquet files.") from exc
     for i, row in enumerate(rows):
         where = f"{hub_id}/{data_file}, row {i}"
         yield where, check_solution(normalize_record(row, where), where)
@@ -212,10 +176,8 @@ def _hub_records(hub_id: str, ppl: int, split: str) -> Iterator[tuple[str, dict]
 
 def iter_records(source: str, ppl: int, split: str, *, seed: int = 0, path: str | Path | None = None,
                  hub_id: str = HUB_ID) -> Iterator[dict]:
-    """The records of ``source`` for ``ppl`` people and ``split``, checked one at a time as they are read
-    (so a caller that needs the first few reads only those); "generated" yields the published file's size."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    """The records of `source` for `ppl` people and `split`, checked one at a time as they are read."""
+    check_split(split)
     if source == "generated":
         yield from generate(ppl, published_count(ppl, split), 2 * seed + SPLITS.index(split))
         return
@@ -238,10 +200,9 @@ def load_records(source: str, ppl: int, split: str, *, n: int | None = None, see
                  path: str | Path | None = None, hub_id: str = HUB_ID) -> list[dict]:
     """Records for ``ppl`` people and ``split`` ("train"/"test"); the first ``n`` (None: all).
 
-    "generated": offline, ``generate(ppl, n, seed)`` with seed ``2*seed`` for train and ``2*seed + 1`` for test
-    (``n=None``: the published file size; small sizes can repeat puzzles across splits: `split_disjoint`);
-    "hub": the published jsonl file from ``hub_id``; "local": ``path`` holds
-    ``{train,test}/people<ppl>_num<N>.jsonl`` or ``<ppl>ppl/<split>.parquet``, read only as far as ``n``.
+    "generated": offline, seed ``2*seed`` for train and ``2*seed + 1`` for test (None: the published size); "hub":
+    the published file of `hub_id`; "local": ``path`` holds ``{train,test}/people<ppl>_num<N>.jsonl`` or
+    ``<ppl>ppl/<split>.parquet``.
 
     >>> [len(load_records("generated", 3, split, n=5)) for split in ("train", "test")]
     [5, 5]
@@ -249,34 +210,5 @@ def load_records(source: str, ppl: int, split: str, *, n: int | None = None, see
     if n is not None and n < 0:
         raise ValueError(f"n must be None or non-negative, got {n}")
     if source == "generated" and n is not None:
-        if split not in SPLITS:
-            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        return generate(ppl, n, 2 * seed + SPLITS.index(split))
-    return list(islice(iter_records(source, ppl, split, seed=seed, path=path, hub_id=hub_id), n))
-
-
-def split_disjoint(train_records: Iterable[dict], val_records: Sequence[dict],
-                   limit: int | None = None) -> tuple[list[dict], int]:
-    """The training records, in order, whose puzzle (up to renaming/reordering people) is not in validation,
-    and how many were removed; with `limit`, `train_records` is read no further than that many kept.
-
-    >>> train = load_records("generated", 2, "train", n=50)
-    >>> kept, removed = split_disjoint(train, train[:10])
-    >>> len(kept), removed  # 2 more than the 10 shared: the same puzzles with the people swapped
-    (38, 12)
-    >>> kept, removed = split_disjoint(iter(train), train[:10], limit=5)  # reads 15: 10 held out, then 5 kept
-    >>> len(kept), removed
-    (5, 10)
-    """
-    held_out = {canonical_key(record) for record in val_records}
-    kept: list[dict] = []
-    removed = 0
-    for record in train_records:
-        if limit is not None and len(kept) >= limit:
-            break
-        if canonical_key(record) in held_out:
-            removed += 1
-        else:
-            kept.append(record)
-    return kept, removed
-
+        return generate(ppl, n, 2 * seed + SPLITS.index(check_split(split)))
+    return list(itertools.islice(iter_records(source, ppl, split, seed=seed, path=path, hub_id=hub_id), n))

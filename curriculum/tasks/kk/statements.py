@@ -1,21 +1,18 @@
 """A puzzle's statements: the published grammar, a truth-table solver on bitmasks, the canonical key.
 
-A puzzle is a tuple with one statement per person; person ``i`` speaks ``statements[i]``:
-``('telling-truth', i)`` ("person i is a knight"), ``('lying', i)``, ``('not', s)``, ``('and', s1, s2, ...)``
-and ``('or', ...)`` with two or more operands, ``('->', s1, s2)``, ``('<=>', s1, s2)``. Records store
-``str(statements)``; :func:`parse_statements` reads it back.
-
-The solver makes every assignment of n people one bit of a Python int: assignment ``a`` makes person ``i``
-a knight when bit ``n-1-i`` of ``a`` is 0, so counting ``a`` upwards walks the order of
-``itertools.product((True, False), repeat=n)`` (the published ``find_solution``'s). A statement is the int
-of the assignments that make it true; ``and``/``or``/``not`` become ``&``/``|``/``^``.
+Person ``i`` speaks ``statements[i]``: ``('telling-truth', i)`` ("person i is a knight"), ``('lying', i)``,
+``('not', s)``, ``('and', s1, s2, ...)``, ``('or', ...)``, ``('->', s1, s2)``, ``('<=>', s1, s2)``; records store
+``str(statements)``. Assignment ``a`` (an int) makes person ``i`` a knight when bit ``n-1-i`` of ``a`` is 0, so
+counting ``a`` up walks the published ``itertools.product((True, False), repeat=n)``; a statement is the int of
+the assignments that make it true.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import operator
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 
 from core.checks import is_int
 
@@ -26,10 +23,8 @@ Assignment = tuple[bool, ...]
 
 LEAF_KINDS = ("telling-truth", "lying")
 OPERATORS = ("not", "and", "or", "->", "<=>")
-#: operand order does not change their meaning (canonical keys sort their operands)
-COMMUTATIVE = ("and", "or", "<=>")
-#: 2**20 assignments make million-bit masks; beyond that a truth table is the wrong tool.
-MAX_PEOPLE = 20
+COMMUTATIVE = ("and", "or", "<=>")  # operand order does not change their meaning (canonical keys sort them)
+MAX_PEOPLE = 20  # 2**20 assignments make million-bit masks; beyond that a truth table is the wrong tool
 
 
 class StatementError(ValueError):
@@ -54,7 +49,7 @@ def parse_statements(statements: StatementsLike) -> Statements:
     return tuple(_validated(stmt, n_people, f"statement {i}") for i, stmt in enumerate(statements))
 
 
-@lru_cache(maxsize=16_384)
+@functools.lru_cache(maxsize=16_384)
 def _parse_text(text: str) -> Statements:
     # cached: a record's statements are parsed to load, solve and key it; errors are raised again, not cached
     try:
@@ -93,19 +88,12 @@ def mentioned_people(stmt: Statement) -> list[int]:
     >>> mentioned_people(('or', ('lying', 2), ('not', ('telling-truth', 0)), ('telling-truth', 2)))
     [2, 0]
     """
-    found: list[int] = []
-    stack = [stmt]
-    while stack:
-        node = stack.pop()
-        if node[0] in LEAF_KINDS:
-            if node[1] not in found:
-                found.append(node[1])
-        else:
-            stack.extend(reversed(node[1:]))
-    return found
+    if stmt[0] in LEAF_KINDS:
+        return [stmt[1]]
+    return list(dict.fromkeys(person for arg in stmt[1:] for person in mentioned_people(arg)))
 
 
-@lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64)
 def knight_masks(n_people: int) -> tuple[tuple[int, ...], int]:
     """Per person, the mask of the assignments in which that person is a knight; and the mask of them all.
 
@@ -136,15 +124,9 @@ def statement_mask(stmt: Statement, knights: tuple[int, ...], all_bits: int) -> 
     if kind == "not":
         return all_bits ^ operands[0]
     if kind == "and":
-        result = all_bits
-        for mask in operands:
-            result &= mask
-        return result
+        return functools.reduce(operator.and_, operands, all_bits)
     if kind == "or":
-        result = 0
-        for mask in operands:
-            result |= mask
-        return result
+        return functools.reduce(operator.or_, operands, 0)
     if kind == "->":
         return (all_bits ^ operands[0]) | operands[1]
     if kind == "<=>":
@@ -209,11 +191,8 @@ def _refine(parsed: Statements, mentions: list[set[int]], colors: list[int]) -> 
     while True:
         signatures = []
         for person in range(n_people):
-            said_about = sorted(
-                (colors[speaker], _view(parsed[speaker], colors, speaker, person))
-                for speaker in range(n_people)
-                if speaker != person and person in mentions[speaker]
-            )
+            said_about = sorted((colors[speaker], _view(parsed[speaker], colors, speaker, person))
+                                for speaker in range(n_people) if speaker != person and person in mentions[speaker])
             signatures.append((colors[person], _view(parsed[person], colors, person), tuple(said_about)))
         rank = {signature: i for i, signature in enumerate(sorted(set(signatures)))}
         refined = [rank[signature] for signature in signatures]
@@ -261,9 +240,7 @@ def _smallest_form(parsed: Statements, mentions: list[set[int]], plain: Statemen
 
 
 def canonical_key(puzzle: Mapping | StatementsLike) -> str:
-    """A key shared by exactly the puzzles equal up to renaming/reordering people (and swapping operands of
-    ``and``/``or``/``<=>``), from a record, its statements string or the parsed tuples. The key is itself a
-    statements string: the puzzle with its people in canonical order.
+    """The puzzle with its people in canonical order: one key for exactly the puzzles equal up to renaming.
 
     >>> a = canonical_key("(('lying', 1), ('and', ('telling-truth', 0), ('telling-truth', 1)))")
     >>> b = canonical_key("(('and', ('telling-truth', 1), ('telling-truth', 0)), ('lying', 0))")

@@ -1,9 +1,6 @@
-"""Knights and Knaves as a task (`KKTask`): levels "2ppl".."8ppl" (people per puzzle), records from
-`sources.load_records`, a record's columns names, solution and its people count; two puzzles are one problem
-when their `canonical_key` is. Here too: the supervised targets (the published chain of thought, then the
-answer), what validation rows and samples add (people right, the reasoning, the lenient reading) and how the
-report shows them (`REPORT`). The grader is `grading/`, the rewards `rewards.py` (presets: conf/reward/).
-"""
+"""Knights and Knaves as a task (`KKTask`): levels "2ppl".."8ppl", records from `sources.load_records` (columns
+names, solution, ppl; one problem per `canonical_key`), supervised targets, what validation rows and samples add
+and how the report shows them (`REPORT`). The grader is `grading/`, the rewards `rewards.py`."""
 
 from __future__ import annotations
 
@@ -13,10 +10,10 @@ from typing import Any
 
 from core.checks import ConfigError, is_int
 from core.stats import rounded_mean
-from curriculum.tasks.base import Rate, Task, TaskRecord, TaskReport, check_split
+from curriculum.tasks.base import Rate, Task, TaskRecord, TaskReport, check_split, disjoint
 from curriculum.tasks.kk.grading.grader import FORMATS, Grade, check_reasoning, grade, lenient_grade
 from curriculum.tasks.kk.rewards import reward_components
-from curriculum.tasks.kk.sources import HUB_ID, KNOWN_PPL, SOURCES, iter_records, load_records, split_disjoint
+from curriculum.tasks.kk.sources import HUB_ID, KNOWN_PPL, SOURCES, iter_records, load_records
 from curriculum.tasks.kk.statements import canonical_key
 
 LEVELS = tuple(f"{ppl}ppl" for ppl in KNOWN_PPL)
@@ -79,8 +76,7 @@ def kk_record(record: Mapping) -> TaskRecord:
 
 
 def reference_response(record: Mapping, fmt: str) -> str:
-    """The completion an SFT stage trains on for `record` in prompt format `fmt`: the published chain of thought
-    as one paragraph, then the answer (logic_rl: the prompt pre-fills <think>). It must grade right.
+    """The completion an SFT stage trains on in format `fmt`: the published chain of thought, then the answer.
 
     >>> rec = {"cot_head": "Think.", "cot_repeat_steps": ["Step."], "cot_foot": "Done.",
     ...        "solution_text_format": "(1) Zoey is a knave"}
@@ -89,13 +85,11 @@ def reference_response(record: Mapping, fmt: str) -> str:
     """
     answer = f"<answer>\n{record['solution_text_format']}\n</answer>"
     thought = " ".join([record["cot_head"], *record["cot_repeat_steps"], record["cot_foot"]])
-    if fmt == "answer_only":
-        return answer
-    if fmt == "think_answer":
-        return f"<think>{thought}</think>\n{answer}"
-    if fmt == "logic_rl":
-        return f"{thought}</think>\n{answer}"
-    raise ValueError(f"prompt.fmt: no reference response for format {fmt!r}")
+    responses = {"answer_only": answer, "think_answer": f"<think>{thought}</think>\n{answer}",
+                 "logic_rl": f"{thought}</think>\n{answer}"}  # logic_rl's prompt pre-fills <think>
+    if fmt not in responses:
+        raise ValueError(f"prompt.fmt: no reference response for format {fmt!r}")
+    return responses[fmt]
 
 
 def roles_text(names: Sequence[str], roles: Sequence[bool | None]) -> str:
@@ -144,6 +138,16 @@ class KKTask(Task):
         return [kk_record(record) for record in loaded]
 
     def content_key(self, record: TaskRecord) -> Hashable:
+        """The puzzle up to renaming and reordering its people: the default 2ppl validation pool (`eval.n` 100,
+        `eval.seed` 1234) holds 63 puzzles, since only 95 exist up to renaming.
+
+        >>> len(KKTask().validation_records("2ppl", 100, 1234))
+        63
+        >>> train = KKTask().records("2ppl", "train", n=50)
+        >>> kept, removed = disjoint(train, train[:10], KKTask().content_key)
+        >>> len(kept), removed  # 2 more than the 10 shared: the same puzzles with the people swapped
+        (38, 12)
+        """
         return canonical_key(record.source)
 
     def level_of(self, value, key: str) -> str:
@@ -160,34 +164,14 @@ class KKTask(Task):
                               f"puzzles exist for {KNOWN_PPL.start}..{KNOWN_PPL.stop - 1}")
         return f"{int(text)}ppl"
 
-    def validation_records(self, level: str, n: int, seed: int) -> list[TaskRecord]:
-        """Of the first `n` test puzzles, those no earlier one equals up to renaming: the default 2ppl pool
-        (`eval.n` 100, `eval.seed` 1234) holds 63, since only 95 exist up to renaming.
-
-        >>> len(KKTask().validation_records("2ppl", 100, 1234))
-        63
-        """
-        ppl = ppl_of_level(self.check_level(level))
-        records = load_records(self.source, ppl, "test", n=n, seed=seed, path=self.path, hub_id=self.hub_id)
-        if len(records) < n:
-            raise ConfigError(f"eval.n: {n} validation puzzles asked at {level}, but data.source={self.source} has "
-                              f"only {len(records)} distinct ones; lower eval.n")
-        distinct: dict[str, Mapping] = {}
-        for record in records:
-            distinct.setdefault(canonical_key(record), record)
-        return [kk_record(record) for record in distinct.values()]
-
     def training_records(self, level: str, want: int, held_out, *, seed: int,
                          spare: int) -> tuple[list[TaskRecord], int]:
-        """Generated puzzles: `want` plus `spare` asked (the held-out ones dropped); a file (local, hub) is
-        read only as far as its first `want` puzzles not held out."""
-        ppl, guard = ppl_of_level(self.check_level(level)), [record.source for record in held_out]
+        """Generated puzzles as any task's; a file is read only as far as its first `want` puzzles not held out."""
         if self.source == "generated":
-            pool = load_records(self.source, ppl, "train", n=want + (spare if guard else 0), seed=seed)
-        else:
-            pool = iter_records(self.source, ppl, "train", seed=seed, path=self.path, hub_id=self.hub_id)
-        kept, dropped = split_disjoint(pool, guard, limit=None if self.source == "generated" else want)
-        return [kk_record(record) for record in kept[:want]], dropped
+            return super().training_records(level, want, held_out, seed=seed, spare=spare)
+        pool = iter_records(self.source, ppl_of_level(self.check_level(level)), "train", seed=seed, path=self.path,
+                            hub_id=self.hub_id)
+        return disjoint(map(kk_record, pool), held_out, self.content_key, limit=want)
 
     def grade(self, completion, columns: Mapping[str, Any]) -> Grade:
         return grade(completion, columns["names"], columns["solution"], fmt=self.fmt)
@@ -204,9 +188,7 @@ class KKTask(Task):
         return {"ppl": ppl_of_level(level)}
 
     def sample_fields(self, record: TaskRecord, text: str, g: Grade) -> dict[str, Any]:  # type: ignore[override]  # a task is handed its own grades
-        """One graded completion's K&K fields: the people it got right, its reasoning's verdict (agreement only
-        where the reasoning settles someone: else it is no evidence either way), the people it invents, the
-        lenient reading, and the answer and solution in words.
+        """One graded completion's K&K fields (agreement only where the reasoning settles someone: else no evidence).
 
         >>> task, text = KKTask(), "<think>Zoey lies.</think><answer>Zoey is a knight</answer>"
         >>> record = TaskRecord("1", "1ppl", "", {"names": ["Zoey"], "solution": [False]})
@@ -237,9 +219,7 @@ class KKTask(Task):
         }
 
     def subset_metrics(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """The K&K columns of one subset's row, from its samples' `sample_fields`: agreement over the completions
-        whose reasoning settles someone (None when none does), settling nobody over those with reasoning, the
-        rest over every completion, like accuracy.
+        """A subset's K&K columns: agreement over reasoning that settles someone, settling nobody over reasoning.
 
         >>> rows = [{"correct": True, "lenient_correct": True, "n_right": 2, "n_people": 2, "has_reasoning": True,
         ...          "reasoning_settles": True, "reasoning_agrees": False, "invented": []},

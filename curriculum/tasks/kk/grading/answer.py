@@ -1,15 +1,11 @@
 """Who is a knight and who a knave, read out of the text of one <answer> block, in three linear passes.
 
-1. **Tables** with a telling header become "name: role" lines (`rewrite_tables`): read as prose, a table's cells
-   run together (in `| Knights | Knaves |` the header is two roles with no names, and a "Reason" column tells
-   claims that are not the answer). Role columns (`| Knights | Knaves |`, no name column): every name takes its
-   column's role. Name and role columns (`| Name | Role |`, `| Person | Knight/Knave | Reason |`): each row's
-   name and role cells, other columns dropped; a column headed by one role ("Knight?") reads yes / no cells as
-   that role or the other. Any other table with a header is read row by row, without the columns that quote
-   claims (`| Speaker | Statement |`). A table without a header over a |---| line, or a row that lacks the cells,
-   stays prose.
-2. **Claims** are read by `claims.read_claims`, the parser validation also runs on reasoning blocks, so both
-   read "X is a knight / knave" phrasings the same way.
+1. **Tables** with a telling header become "name: role" lines (`rewrite_tables`; as prose, cells run together):
+   role columns (`| Knights | Knaves |`) give each name its column's role; name and role columns (`| Person |
+   Knight/Knave | Reason |`) each row's name and role, a one-role column ("Knight?") reading yes / no cells; any
+   other headed table is read row by row without the columns that quote claims. Without a |---| line under the
+   header, or in a row that lacks the cells, a table stays prose.
+2. **Claims** are read by `claims.read_claims`, which validation also runs on reasoning blocks.
 3. **Refuse rather than guess.** A person given both roles anywhere in the block, or named in a hedged
    sentence, is undecided. Everyone is undecided when a sentence that names nobody hedges ("Or the reverse.",
    "Either way works.") or says the roles cannot be determined. People not in the puzzle but given a role are
@@ -18,6 +14,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,17 +42,10 @@ def rewrite_tables(text: str) -> str:
     """
     if "|" not in text:
         return text
-    lines, out, i = text.split("\n"), [], 0
-    while i < len(lines):
-        if "|" not in lines[i]:
-            out.append(lines[i])
-            i += 1
-            continue
-        end = i
-        while end < len(lines) and "|" in lines[end]:
-            end += 1
-        out.extend(_table(lines[i:end]))
-        i = end
+    out: list[str] = []
+    for in_table, group in itertools.groupby(text.split("\n"), key=lambda line: "|" in line):
+        lines = list(group)
+        out.extend(_table(lines) if in_table else lines)
     return "\n".join(out)
 
 
@@ -123,14 +113,11 @@ def _name_role_line(row: list[str], name_col: int, role_col: int, header: list[t
 
 @dataclass(frozen=True)
 class ParsedAnswer:
-    """What one answer block says: name -> True (knight) / False (knave) / None, and why not.
+    """What one answer block says, and why not."""
 
-    invented: people not in the puzzle whom the block gives a role (lower-case).
-    """
-
-    assignment: dict[str, bool | None]
+    assignment: dict[str, bool | None]  # name -> knight (True), knave (False), None
     reasons: tuple[str, ...]
-    invented: tuple[str, ...] = ()
+    invented: tuple[str, ...] = ()  # people not in the puzzle whom the block gives a role (lower-case)
 
 
 def parse_answer(text: str, names: Sequence[str]) -> ParsedAnswer:

@@ -1,28 +1,16 @@
 """The binding state machine behind `claims` (read its docstring first): its state and the moves a role word, a
-clause break and a sentence break make; `claims.feed` drives it over tokens.
-"""
+clause break and a sentence break make; `claims.feed` drives it over tokens."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from curriculum.tasks.kk.grading.claim_words import (
-    KEEP_SPEAKER,
-    KIND,
-    ROLE_WORDS,
-    SENTENCE_BREAKS,
-    UNMUTE,
-)
+from curriculum.tasks.kk.grading.claim_words import KEEP_SPEAKER, KIND, ROLE_WORDS, SENTENCE_BREAKS, UNMUTE
 
 
 class Binder:
-    """The binding state machine of step 3 (`claims`); one instance per text.
-
-    People are indices: the puzzle's first (`n` of them), then invented people as they appear.
-    `rare` marks a sentence that set state few sentences set, so the common sentence ends without
-    resetting it. State that only such sentences write starts from the class defaults below (a
-    binder is made per answer block, so it must start cheaply).
-    """
+    """The binding state machine of step 3 (`claims`), one per text (people are indices, the puzzle's `n` first).
+    `rare` marks a sentence that set state few set (it starts from the class defaults below), so most end cheaply."""
 
     fwd_at: int = -2  # the forward role's token index,
     fwd_alone: bool = False  # ... whether a break came right before it,
@@ -81,10 +69,14 @@ class Binder:
         person = self.people.get(tok)
         if person is None and (tok in self.extra or KIND.get(tok) == "stranger"):
             person = self.people[tok] = self.n + len(self.invented)
-            if isinstance(self.invented, tuple):  # the class default, empty and immutable
-                self.invented = []
-            self.invented.append(tok)
+            self.own("invented").append(tok)
         return person
+
+    def own(self, name: str) -> list:
+        """The binder's own list `name`, made on first write (its class default is an empty, immutable tuple)."""
+        if isinstance(getattr(self, name), tuple):
+            setattr(self, name, [])
+        return getattr(self, name)
 
     def named(self, people: list[int], role: bool) -> None:
         """Names given a role by the text itself (not by a quantifier)."""
@@ -191,15 +183,11 @@ class Binder:
         if self.hedge and self.touched:
             self.hedge_people(self.touched)
         elif self.hedge and not self.saw_role:
-            if isinstance(self.void, tuple):
-                self.void = []
-            self.void.append("a hedge that names nobody")
+            self.own("void").append("a hedge that names nobody")
         if self.declining and self.touched:
             self.hedge_people(self.touched)  # "Zoey is a knight, but I am not sure"
         elif self.declining:
-            if isinstance(self.void, tuple):
-                self.void = []
-            self.void.append("a sentence saying the roles cannot be determined")
+            self.own("void").append("a sentence saying the roles cannot be determined")
         self.quant, self.only_bound, self.excluded, self.pending = None, None, [], []
         self.excepting = self.only = self.ditto = self.ditto_here = self.elliptic = self.hedge = False
         self.explaining = False

@@ -1,8 +1,5 @@
-"""The words the claims parser (`curriculum.tasks.kk.grading.claims`) knows, and how text becomes its tokens.
-
-Each word belongs to one kind (`KIND`): a role, a negation, a hedge, a quantifier, a reporting
-verb ... Everything else is noise, except names: the puzzle's, and the ones a model invents
-(`KNOWN_NAMES`, or `capitalised_strangers`).
+"""The words the claims parser (`claims`) knows, each of one kind (`KIND`: a role, a negation, a hedge ...), and
+how text becomes its tokens; everything else is noise, but names (the puzzle's, `KNOWN_NAMES`, `capitalised_strangers`).
 """
 
 from __future__ import annotations
@@ -28,9 +25,9 @@ ROLE_WORDS = {
 NEGATIONS = frozenset({"not", "no", "never", "cannot", "neither", "none", "nobody", "impossible"})
 # Words that offer alternatives: the sentence commits to nothing about the people it names.
 HEDGES = frozenset({
-    "or", "/", "either", "might", "may", "maybe", "perhaps", "possibly", "possible", "probably", "likely",
-    "unlikely", "could", "unknown", "unclear", "uncertain", "unsure", "undecided", "guess", "depends",
-    "seems", "seem", "alternatively", "versa",
+    "or", "/", "either", "might", "may", "maybe", "perhaps", "possibly", "possible", "probably", "likely", "unlikely",
+    "could", "unknown", "unclear", "uncertain", "unsure", "undecided", "guess", "depends", "seems", "seem",
+    "alternatively", "versa",
 })
 # A condition on a claim already made qualifies it (a hedge); at a sentence's start it opens a supposition.
 CONDITIONS = frozenset({"if", "unless", "whether", "otherwise", "iff"})
@@ -46,10 +43,9 @@ EXCEPT = frozenset({"except", "excluding", "besides", "apart"})
 DITTO = frozenset({"too", "likewise", "same", "well"})
 # Reported speech: what follows quotes a claim, not the answer.
 REPORTING = frozenset({
-    "said", "says", "saying", "claim", "claims", "claimed", "claiming", "statement", "statements", "stated",
-    "states", "stating", "remarked", "asserted", "asserts", "assertion", "mentioned", "commented", "noted",
-    "declared", "expressed", "insisted", "insists", "accused", "accuses", "according", "words", "told",
-    "tells", "tell",
+    "said", "says", "saying", "claim", "claims", "claimed", "claiming", "statement", "statements", "stated", "states",
+    "stating", "remarked", "asserted", "asserts", "assertion", "mentioned", "commented", "noted", "declared",
+    "expressed", "insisted", "insists", "accused", "accuses", "according", "words", "told", "tells", "tell",
 })
 # "told the truth" is a role; "told you that ..." is a report.
 TELL_REPORTS = frozenset({"you", "us", "me", "him", "her", "them", "that", "everyone"})
@@ -70,9 +66,9 @@ DECLINE_NEGATIONS = NEGATIONS | {"unable"}
 
 # First names a model invents: the K&K pool (every puzzle draws from it) and common English ones.
 KNOWN_NAMES = frozenset(n.lower() for n in COMMON_NAMES) | frozenset({
-    "alice", "bob", "carol", "charlie", "dave", "george", "hannah", "john", "mary", "peter",
-    "sam", "sarah", "tom", "anna", "ben", "emily", "jane", "kate", "leo", "lucy", "max", "nora", "ruby",
-    "zephyr", "zara", "ella", "layla", "luna", "nathan", "ryan", "tyler", "dylan", "adam", "isaac",
+    "alice", "bob", "carol", "charlie", "dave", "george", "hannah", "john", "mary", "peter", "sam", "sarah", "tom",
+    "anna", "ben", "emily", "jane", "kate", "leo", "lucy", "max", "nora", "ruby", "zephyr", "zara", "ella", "layla",
+    "luna", "nathan", "ryan", "tyler", "dylan", "adam", "isaac",
 })
 KIND = {
     **dict.fromkeys(NEGATIONS | HEDGES | QUANT_ALL | QUANT_REST | CONDITIONS | SUPPOSITIONS | ASSUMPTIONS,
@@ -94,25 +90,23 @@ KIND = {
 # Capitalised words that are no person, though they can sit mid-sentence ("Final Answer", "Case 2").
 NOT_NAMES = frozenset({
     "the", "a", "an", "and", "or", "but", "so", "thus", "therefore", "hence", "final", "answer", "answers",
-    "conclusion", "summary", "solution", "solutions", "step", "steps", "case", "cases", "person", "people",
-    "name", "names", "role", "roles", "identity", "identities", "status", "type", "verification", "verify",
-    "check", "checking", "note", "yes", "true", "false", "correct", "incorrect", "wrong", "is", "are", "in",
-    "on", "of", "for", "to", "this", "that", "these", "those", "it", "its", "we", "they", "he", "she",
-    "his", "her", "their", "then", "now", "let", "lets", "as", "when", "given", "based", "after", "first",
-    "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "last", "finally", "next",
-    "consistent", "inconsistent", "contradiction", "result", "results", "table", "list", "island",
-    "inhabitant", "inhabitants", "character", "characters", "reasoning", "explanation", "analysis", "who",
-    "what", "whom", "whose", "from", "with", "by", "assignment", "assignments", "one", "two", "three",
-    "four", "five", "six", "seven", "eight", "option", "scenario", "hypothesis", "assumption", "ok", "okay",
-    "here", "there", "overall", "clearly", "indeed", "wait", "good", "done", "puzzle", "problem",
-    "question", "am", "was", "were", "be", "been", "has", "have", "had", "do", "does", "did", "can", "will",
-    "should", "must", "lastly", "similarly", "additionally", "furthermore", "moreover", "conversely",
-    "statement", "knight", "knave", "liar", "truth", "teller", "boxed", "text", "proof", "premise", "rule",
-    "rules", "scenarios", "options", "remember", "recall", "again", "also", "if", "not", "all",
-    "islander", "islanders", "resident", "residents", "individual", "individuals", "speaker", "speakers",
-    "native", "natives", "villager", "villagers", "persons", "participant", "participants", "member", "members",
-    "logic", "verified", "confirmed", "valid", "invalid", "key", "legend", "total", "count", "number", "part",
-    "section", "quiz", "condition", "conditions", "reason", "reasons", "hint",
+    "conclusion", "summary", "solution", "solutions", "step", "steps", "case", "cases", "person", "people", "name",
+    "names", "role", "roles", "identity", "identities", "status", "type", "verification", "verify", "check", "checking",
+    "note", "yes", "true", "false", "correct", "incorrect", "wrong", "is", "are", "in", "on", "of", "for", "to", "this",
+    "that", "these", "those", "it", "its", "we", "they", "he", "she", "his", "her", "their", "then", "now", "let",
+    "lets", "as", "when", "given", "based", "after", "first", "second", "third", "fourth", "fifth", "sixth", "seventh",
+    "eighth", "last", "finally", "next", "consistent", "inconsistent", "contradiction", "result", "results", "table",
+    "list", "island", "inhabitant", "inhabitants", "character", "characters", "reasoning", "explanation", "analysis",
+    "who", "what", "whom", "whose", "from", "with", "by", "assignment", "assignments", "one", "two", "three", "four",
+    "five", "six", "seven", "eight", "option", "scenario", "hypothesis", "assumption", "ok", "okay", "here", "there",
+    "overall", "clearly", "indeed", "wait", "good", "done", "puzzle", "problem", "question", "am", "was", "were", "be",
+    "been", "has", "have", "had", "do", "does", "did", "can", "will", "should", "must", "lastly", "similarly",
+    "additionally", "furthermore", "moreover", "conversely", "statement", "knight", "knave", "liar", "truth", "teller",
+    "boxed", "text", "proof", "premise", "rule", "rules", "scenarios", "options", "remember", "recall", "again", "also",
+    "if", "not", "all", "islander", "islanders", "resident", "residents", "individual", "individuals", "speaker",
+    "speakers", "native", "natives", "villager", "villagers", "persons", "participant", "participants", "member",
+    "members", "logic", "verified", "confirmed", "valid", "invalid", "key", "legend", "total", "count", "number",
+    "part", "section", "quiz", "condition", "conditions", "reason", "reasons", "hint",
 })
 # A capital, then fixed-width look-behinds for what precedes it (a letter, digit or comma, a space and
 # up to two emphasis marks): no nested quantifiers, linear, and the capital lets the scan skip ahead.
@@ -158,8 +152,7 @@ def merge_names(tokens: list[str], words: list[tuple[str, ...]]) -> list[str]:
 
 
 def capitalised_strangers(text: str, own: Collection[str]) -> set[str]:
-    """Capitalised words mid-sentence (after a letter, digit or comma and a space) that are no common
-    word and not the puzzle's: people a model invents outside `KNOWN_NAMES`.
+    """Capitalised words mid-sentence that are no common word and not the puzzle's: people a model invents.
 
     >>> sorted(capitalised_strangers("Final Answer: Zoey and **Quinn** are knights. Therefore Zoey lies.", {"zoey"}))
     ['quinn']

@@ -1,32 +1,21 @@
 """Claims about who is a knight and who is a knave, read out of free text: the one reader of "X is a knight /
-knave" phrasings, for answer blocks (`answer`) and reasoning blocks (`Claims.last`) alike. Every step is a single
-pass over the tokens: linear in the text.
+knave" phrasings, for answer blocks (`answer`) and reasoning blocks (`Claims.last`), each step one linear pass.
 
-1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence breaks (newline . ; ! ?), clause
-   breaks (, & ( ) [ ] { } |), ":", "/" and quotes. Markdown, bullets and enumerators leave only breaks behind;
-   "isn't" becomes "is not", so negation is one token.
-2. **Classify** each word once: a person of the puzzle (whole words, longest name first: Ava never matches
-   inside Avery), an invented person (a K&K first name not in the puzzle, or a capitalised word mid-sentence
-   that is no common word), a role word, a negation, a hedge, a quantifier ...
-3. **Bind** names to roles (`claim_binder.Binder`, driven by `feed`: one action per kind of word). A role word
-   takes the names before it in its clause and in the name-only clauses before it ("A, B, and C are knights");
-   with none, the names after it ("Knights: A, B", "The knave is C"). A role that takes no name in its sentence
-   is a heading for the next lines only when a colon ends its line or it stands alone there ("Knights:"), so a
-   copied rule ("Knights always tell the truth.") binds nobody. Negations flip a role ("A is not a knave",
-   "Neither A nor B is a knight"). Quantifiers bind at the sentence end: "all", "both", "everyone"; "the rest",
-   "others"; "everyone except X" / "all but X" (X takes the other role); "only X is a knight" (everyone else is
-   a knave). "respectively" pairs the sentence's names and roles in order. "so is X", "X too", "nor is X"
-   repeat the last role; "X is not." denies it.
-4. **Not claims**: reported or quoted speech ("Zoey said ...", "her statement that A is a knave and B is a knave
-   is false", a quoted claim) up to a word that ends the report (but, so, which ..., a closing bracket, the
-   sentence end); conditions ("would", "if", "otherwise") to the end of their sentence. What a sentence assumes
-   ("Assume Zoey is a knight") is kept apart (`Claims.assumed`): never an answer, but a reasoning's last claims
-   count it (`Claims.last`).
-5. **Hedges**: a sentence with a hedge word (or, /, either, might, possible ...), or an "if" after a claim it
-   qualifies, leaves everyone it names undecided; a hedge sentence that names nobody and no role ("Or the
-   reverse.", "Either way works."), or one that names nobody and says the roles cannot be determined ("I cannot
-   tell."), commits the whole text to nothing (`void`). Doubt ("not sure") or a question mark hedges the people
-   its sentence names; a rule about all of a role ("all knights tell the truth") binds nobody.
+1. **Tokenize** (one regex, no nested quantifiers): lower-case words, sentence and clause breaks, ":", "/" and
+   quotes; "isn't" becomes "is not".
+2. **Classify** each word once: a person of the puzzle (longest name first), an invented person (a K&K first
+   name, or a capitalised word mid-sentence that is no common word), a role word, a negation, a hedge ...
+3. **Bind** names to roles (`claim_binder.Binder`, driven by `feed`): a role word takes the names before it in its
+   clause and in the name-only clauses before it ("A, B, and C are knights"), else those after it ("Knights: A,
+   B"); a role that takes no name heads the next lines only as "Knights:" (or alone on its line), so a copied rule
+   binds nobody. Negations flip a role; quantifiers bind at the sentence end ("all", "the rest", "everyone except
+   X", "only X is a knight"); "respectively" pairs names and roles; "so is X", "X too" repeat the last role.
+4. **Not claims**: reported or quoted speech up to a word that ends the report (but, so, which ..., a closing
+   bracket, the sentence end); conditions to their sentence's end; what a sentence assumes ("Assume Zoey is a
+   knight") is kept apart (`Claims.assumed`), never an answer, but counted by a reasoning's last claims.
+5. **Hedges**: a sentence with a hedge word (or, /, either, might ...), or an "if" after a claim, leaves everyone
+   it names undecided; one that names nobody and no role ("Or the reverse."), or says the roles cannot be
+   determined, commits the whole text to nothing (`void`); doubt or a question mark hedges whom it names.
 """
 
 from __future__ import annotations
@@ -36,29 +25,8 @@ from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import NamedTuple
 
+from curriculum.tasks.kk.grading import claim_words as words
 from curriculum.tasks.kk.grading.claim_binder import Binder
-from curriculum.tasks.kk.grading.claim_words import (
-    ALL_BUT,
-    ASSUMPTIONS,
-    CLAUSE_SYMBOLS,
-    CONDITIONS,
-    DECLINE_NEGATIONS,
-    DECLINE_WORDS,
-    HEDGES,
-    KIND,
-    NEGATIONS,
-    QUANT_ALL,
-    QUANT_REST,
-    ROLE_WORDS,
-    SENTENCE_BREAKS,
-    SO_VERBS,
-    SUPPOSITIONS,
-    TELL_REPORTS,
-    capitalised_strangers,
-    merge_names,
-    name_tokens,
-    tokenize,
-)
 
 _DECLINE_WINDOW = 3
 
@@ -71,28 +39,26 @@ def _set(flag: str, b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
 
 def _modifier(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
     b.rare = True
-    if tok in NEGATIONS:
+    if tok in words.NEGATIONS:
         b.neg += 1
         b.neg_at = i
-    if tok in HEDGES and not _hedge_exempt(b, tok, tokens, i):
+    if tok in words.HEDGES and not _hedge_exempt(b, tok, tokens, i):
         b.hedge = True
-    if tok in CONDITIONS:
+    if tok in words.CONDITIONS:
         b.hedge = b.hedge or (bool(b.touched) and not b.explaining)
         b.supposing = b.quiet = True
-    elif tok in SUPPOSITIONS:
+    elif tok in words.SUPPOSITIONS:
         b.supposing = b.quiet = True
-    elif tok in ASSUMPTIONS and b.events is b.claimed:
-        if isinstance(b.assumed, tuple):
-            b.assumed = []
-        b.events = b.assumed  # "Assume Zoey is a knight": what follows in the sentence is assumed
+    elif tok in words.ASSUMPTIONS and b.events is b.claimed:
+        b.events = b.own("assumed")  # "Assume Zoey is a knight": what follows in the sentence is assumed
     if tok == "neither":
         b.ditto = True  # "Zoey is not a knight, and neither is Liam" (a role word after it cancels this)
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
     if tok == "other" and after == "than":
         b.excepting = True  # "other than X, all are knights"
-    elif tok in QUANT_REST:
+    elif tok in words.QUANT_REST:
         b.quant = "rest"
-    elif (tok in QUANT_ALL or tok == "no" and after == "one") and b.quant is None and not _generic(tokens, i):
+    elif (tok in words.QUANT_ALL or tok == "no" and after == "one") and b.quant is None and not _generic(tokens, i):
         b.quant = "all"  # "all three", "both", "no one"
 
 
@@ -101,7 +67,7 @@ def _generic(tokens: Sequence[str], i: int) -> bool:
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
     if after == "the" and i + 2 < len(tokens):
         after = tokens[i + 2]
-    return after in ROLE_WORDS
+    return after in words.ROLE_WORDS
 
 
 def _hedge_exempt(b: Binder, tok: str, tokens: Sequence[str], i: int) -> bool:
@@ -112,12 +78,12 @@ def _hedge_exempt(b: Binder, tok: str, tokens: Sequence[str], i: int) -> bool:
     if tok == "could":
         return after == "not"
     if tok == "either":
-        return after in SENTENCE_BREAKS or after in CLAUSE_SYMBOLS
+        return after in words.SENTENCE_BREAKS or after in words.CLAUSE_SYMBOLS
     return False
 
 
 def _clause(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
-    if tok == "but" and i > 0 and tokens[i - 1] in ALL_BUT:
+    if tok == "but" and i > 0 and tokens[i - 1] in words.ALL_BUT:
         b.excepting = b.rare = True  # "all but Jacob are knights"
         return
     b.clause_break(i)
@@ -128,11 +94,11 @@ def _clause(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
 def _declines_here(tokens: Sequence[str], i: int) -> bool:
     """A negation shortly before: "cannot determine", "impossible to say", "no way to tell"."""
     window = tokens[max(0, i - _DECLINE_WINDOW):i]
-    return any(t in DECLINE_NEGATIONS for t in window) and "other" not in window  # not "no other solution"
+    return any(t in words.DECLINE_NEGATIONS for t in window) and "other" not in window  # not "no other solution"
 
 
 def _decline(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
-    if tok in DECLINE_WORDS or _declines_here(tokens, i):
+    if tok in words.DECLINE_WORDS or _declines_here(tokens, i):
         b.declining = b.rare = True
 
 
@@ -140,7 +106,7 @@ def _report(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
     if tok.startswith("tell") or tok == "told":
         if _declines_here(tokens, i):
             b.declining = b.rare = True
-        if i + 1 >= len(tokens) or tokens[i + 1] not in TELL_REPORTS:
+        if i + 1 >= len(tokens) or tokens[i + 1] not in words.TELL_REPORTS:
             return  # "tells the truth" is a role, not a report
     b.muted = b.quiet = b.rare = True
 
@@ -155,22 +121,20 @@ def _colon(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
 
 
 def _resume(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
-    if (tok == "so" or tok == "as") and i + 1 < len(tokens) and tokens[i + 1] in SO_VERBS:
+    if (tok == "so" or tok == "as") and i + 1 < len(tokens) and tokens[i + 1] in words.SO_VERBS:
         _ditto(b, tok, tokens, i)  # "and so is Jacob", "as is Jacob"
 
 
 def _only(b: Binder, tok: str, tokens: Sequence[str], i: int) -> None:
     # "Only X is ...", "the only knight is X", "X is the only knight", "the only one who ..."; not "X only lies"
     after = tokens[i + 1] if i + 1 < len(tokens) else ""
-    names_or_role = after in ROLE_WORDS or after in ("one", "ones") or b.person(after) is not None
+    names_or_role = after in words.ROLE_WORDS or after in ("one", "ones") or b.person(after) is not None
     if (not b.cur or tokens[i - 1] == "the") and names_or_role:
         b.only = b.rare = True
 
 
 _ACTIONS: dict[str, Callable[[Binder, str, Sequence[str], int], None]] = {
-    "role": Binder.role,
-    "clause": _clause,
-    "sentence": lambda b, tok, tokens, i: b.sentence_break(tok, i),
+    "clause": _clause,  # but and nor; `feed` calls the binder itself for roles, sentences and other clauses
     "report": _report,
     "modifier": _modifier,
     "colon": _colon,
@@ -188,8 +152,7 @@ _QUOTES = frozenset({'"', "“", "”", "‘", "'"})
 
 
 def _quote(b: Binder, kind: str, tokens: Sequence[str], i: int) -> None:
-    """A quote opens or closes quoted speech, except around one word or two without a name
-    ('"Zoey": "knight"', 'a "truth-teller"'): those are no claim, and no reason to stop reading."""
+    """A quote opens or closes quoted speech, but around one word or two without a name ('a "truth-teller"')."""
     b.rare = True
     if i == b.short_quote_end:
         return
@@ -207,12 +170,12 @@ def _quote(b: Binder, kind: str, tokens: Sequence[str], i: int) -> None:
 def feed(b: Binder, tokens: Sequence[str], start: int, end: int) -> None:
     """Run the binder over tokens[start:end] (steps 2-5 of the module docstring)."""
     # the hot path: the binder's state that names and noise touch lives in locals, refreshed after actions
-    people, extra = b.people, b.extra
+    people, extra, kinds = b.people, b.extra, words.KIND
     cur, touched, quiet, excepting = b.cur, b.touched, b.quiet, b.excepting
     for i, tok in enumerate(tokens[start:end], start):
         person = people.get(tok)
         if person is None:
-            kind = KIND.get(tok)
+            kind = kinds.get(tok)
             if kind is None:
                 if tok not in extra:
                     continue  # most words are noise
@@ -252,12 +215,12 @@ def pair_respectively(b: Binder, tokens: Sequence[str], start: int, end: int) ->
         person = b.person(tok)
         if person is not None:
             names.append(person)
-        elif tok in ROLE_WORDS:
-            roles.append(ROLE_WORDS[tok] ^ (neg % 2 == 1))
+        elif tok in words.ROLE_WORDS:
+            roles.append(words.ROLE_WORDS[tok] ^ (neg % 2 == 1))
             neg = 0
-        elif tok in NEGATIONS:
+        elif tok in words.NEGATIONS:
             neg += 1
-        elif tok in HEDGES or tok in CONDITIONS:
+        elif tok in words.HEDGES or tok in words.CONDITIONS:
             b.hedge = b.rare = True
     b.touched.extend(names)
     if len(names) == len(roles):
@@ -265,9 +228,7 @@ def pair_respectively(b: Binder, tokens: Sequence[str], start: int, end: int) ->
             b.named([person], role)
     else:
         b.hedge_people(names)
-        if isinstance(b.notes, tuple):
-            b.notes = []
-        b.notes.append(f"'respectively' pairs {len(names)} names with {len(roles)} roles")
+        b.own("notes").append(f"'respectively' pairs {len(names)} names with {len(roles)} roles")
     b.sentence_break(".", end)
 
 
@@ -275,7 +236,7 @@ def _sentences(tokens: Sequence[str]) -> list[tuple[int, int, bool]]:
     """(start, end, has "respectively") per sentence."""
     spans, start = [], 0
     for i, tok in enumerate(tokens):
-        if tok in SENTENCE_BREAKS:
+        if tok in words.SENTENCE_BREAKS:
             spans.append((start, i + 1))
             start = i + 1
     spans.append((start, len(tokens)))
@@ -283,24 +244,16 @@ def _sentences(tokens: Sequence[str]) -> list[tuple[int, int, bool]]:
 
 
 class Claims(NamedTuple):
-    """What a text claims about each person, in order, and what hedges or voids those claims.
-
-    Person indices: the puzzle's `names` first, then `invented` (lower-case, in order of appearance).
-    events: (person, knight?, sentence) for every claim, in text order; assumed: the same for what
-        the text assumes ("Assume Zoey is a knight"), which is never an answer.
-    hedged: people named in a hedged sentence; hedged_sentences: those sentences.
-    void: why the text as a whole commits to nothing ("a hedge that names nobody").
-    notes: other reasons a reader should see ("'respectively' pairs 2 names with 3 roles").
-    """
+    """What a text claims about each person (the puzzle's `names`, then `invented`), and what hedges or voids it."""
 
     names: Sequence[str]
-    invented: Sequence[str]
-    events: Sequence[tuple[int, bool, int]]
-    assumed: Sequence[tuple[int, bool, int]]
-    hedged: AbstractSet[int]
+    invented: Sequence[str]  # lower-case, in order of appearance
+    events: Sequence[tuple[int, bool, int]]  # (person, knight?, sentence) for every claim, in text order
+    assumed: Sequence[tuple[int, bool, int]]  # the same for what it assumes ("Assume Zoey is a knight"): no answer
+    hedged: AbstractSet[int]  # people named in a hedged sentence
     hedged_sentences: AbstractSet[int]
-    void: Sequence[str]
-    notes: Sequence[str]
+    void: Sequence[str]  # why the text as a whole commits to nothing ("a hedge that names nobody")
+    notes: Sequence[str]  # other reasons a reader should see ("'respectively' pairs 2 names with 3 roles")
 
     def invented_with_roles(self) -> tuple[str, ...]:
         """Invented people the text gives a role."""
@@ -308,11 +261,8 @@ class Claims(NamedTuple):
         return tuple(dict.fromkeys(self.invented[p - n] for p, _, _ in self.events if p >= n))
 
     def last(self) -> dict[str, bool | None]:
-        """The last claim about each puzzle person (hedged sentences do not count), or None.
-
-        Assumptions count as claims here (never in an answer): a backtracking search ends on the
-        assumptions that held ("Assume Zoey is a knave. No contradiction ..."), and a refuted one is
-        followed by its conclusion ("Assume Zoey is a knight. ... So Zoey is a knave.").
+        """The last claim about each puzzle person outside hedged sentences, or None. Assumptions count here: a
+        search ends on those that held, and a refuted one is followed by its conclusion.
 
         >>> read_claims("Assume Zoey is a knight. Then Oliver lies. So Zoey is a knave.", ["Zoey", "Oliver"]).last()
         {'Zoey': False, 'Oliver': False}
@@ -335,13 +285,14 @@ def read_claims(text: str, names: Sequence[str]) -> Claims:
     >>> c.last(), c.invented_with_roles()
     ({'Zoey': True, 'Jacob': False}, ('liam',))
     """
-    words = name_tokens(names)
+    name_words = words.name_tokens(names)
     # a name given twice binds its last position only; names are distinct in K&K
-    people = {" ".join(w): person for person, w in enumerate(words) if w}
-    multi_word = len(people) != sum(map(len, words))
-    own = {w for name in words for w in name} if multi_word else people.keys()
-    b = Binder(len(names), people, capitalised_strangers(text, own))
-    tokens = merge_names(tokenize(text), words) if multi_word else tokenize(text)
+    people = {" ".join(w): person for person, w in enumerate(name_words) if w}
+    multi_word = len(people) != sum(map(len, name_words))
+    own = {w for name in name_words for w in name} if multi_word else people.keys()
+    b = Binder(len(names), people, words.capitalised_strangers(text, own))
+    tokens = words.tokenize(text)
+    tokens = words.merge_names(tokens, name_words) if multi_word else tokens
     for start, end, paired in _sentences(tokens) if "espectively" in text else [(0, len(tokens), False)]:
         (pair_respectively if paired else feed)(b, tokens, start, end)
     b.sentence_break("\n", len(tokens))

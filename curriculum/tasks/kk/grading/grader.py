@@ -1,17 +1,12 @@
-"""The one grader (`grade`: training rewards and reported accuracy both call it), and the two readings validation
-adds to it: whether the reasoning agrees with the answer (`check_reasoning`), and lenient accuracy
-(`lenient_grade`, reported beside strict accuracy, never a reward).
+"""The one grader (`grade`: training rewards and reported accuracy both call it), and what validation adds: whether
+the reasoning agrees with the answer (`check_reasoning`) and lenient accuracy (`lenient_grade`, never a reward).
 
-`grade` runs two linear passes (no regex that can backtrack). **Tags**: one scan finds every `<think>`,
-`</think>`, `<answer>`, `</answer>`; the format is the format's tags, each exactly once, in order, and only
-whitespace after `</answer>` (text before `<think>` or between `</think>` and `<answer>` is allowed, as in
-Logic-RL). The same walk collects the closed `<answer>` blocks outside any `<think>`: an answer only inside
-`<think>`, or a block never closed, is no answer. For fmt "logic_rl" the prompt pre-fills `<think>`, so the walk
-runs over `"<think>" + completion` and a second `<think>` from the model breaks the format. **Answer text**:
-each block is read by `answer.parse_answer` (the claims parser validation shares); the final block is the
-answer, and a person whom two blocks give different roles is undecided, so several blocks are never more right
-than one. `correct` is judged on the answer alone (everyone decided and right, and no one outside the puzzle
-given a role: a reward must never teach a model to invent people); the format is `format_ok`.
+`grade` runs two linear passes (no regex that can backtrack). **Tags**: the format's tags each once, in order,
+only whitespace after `</answer>` (text before `<think>` or between `</think>` and `<answer>` is allowed, as in
+Logic-RL); an answer only inside `<think>`, or never closed, is no answer; logic_rl's prompt pre-fills `<think>`.
+**Answer text**: each block is read by `answer.parse_answer`; a person two blocks give different roles is
+undecided, so several blocks are never more right than one. `correct` also needs no one outside the puzzle given
+a role (a reward must never teach a model to invent people).
 """
 
 from __future__ import annotations
@@ -29,38 +24,23 @@ from curriculum.tasks.kk.grading.claims import read_claims
 FORMATS = ("think_answer", "answer_only", "logic_rl")
 _ROLE = {True: "knight", False: "knave"}
 _TAG = re.compile(r"</?(?:think|answer)>")
-_EXPECTED = {
-    "think_answer": ("<think>", "</think>", "<answer>", "</answer>"),
-    "answer_only": ("<answer>", "</answer>"),
-    "logic_rl": ("<think>", "</think>", "<answer>", "</answer>"),
-}
+_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+_EXPECTED = {"think_answer": _TAGS, "answer_only": _TAGS[2:], "logic_rl": _TAGS}
 
 
 @dataclass(frozen=True)
 class Grade:
-    """The verdict on one completion.
+    """The verdict on one completion."""
 
-    correct: every person decided and equal to the solution (format not required).
-    format_ok: the format's tags each exactly once, in order, only whitespace after </answer>.
-    partial_format: not format_ok, but the completion holds at least one of the format's tags
-        (for "logic_rl" the pre-filled <think> does not count): the tiered rewards' "half format".
-    think_ok: a <think> block with non-whitespace content is present.
-    answered: a closed <answer> block was found outside <think>.
-    assignment: name -> True (knight) / False (knave) / None (missing, hedged or contradictory).
-    n_right: people whose parsed role equals the solution.
-    reasons: why anything is not right, e.g. "no <answer> block", "Zoey given both roles".
-    invented: people not in the puzzle whom the answer gives a role (lower-case); any makes it wrong.
-    """
-
-    correct: bool
-    format_ok: bool
-    partial_format: bool
-    think_ok: bool
-    answered: bool
-    assignment: dict[str, bool | None]
-    n_right: int
-    reasons: tuple[str, ...]
-    invented: tuple[str, ...] = ()
+    correct: bool  # every person decided and equal to the solution (format not required)
+    format_ok: bool  # the format's tags each exactly once, in order, only whitespace after </answer>
+    partial_format: bool  # not format_ok, but some of the format's own tags there: the tiered rewards' half format
+    think_ok: bool  # a <think> block with non-whitespace content is present
+    answered: bool  # a closed <answer> block was found outside <think>
+    assignment: dict[str, bool | None]  # name -> knight (True), knave (False), None (missing, hedged, both)
+    n_right: int  # people whose parsed role equals the solution
+    reasons: tuple[str, ...]  # why anything is not right ("no <answer> block", "Zoey given both roles")
+    invented: tuple[str, ...] = ()  # people not in the puzzle the answer gives a role (lower-case): wrong
 
     @property
     def complete(self) -> bool:
@@ -107,8 +87,7 @@ def _read_tags(text: str, fmt: str) -> tuple[list[str], bool, list[str], bool, b
 
 def _combine_blocks(blocks: list[str], names: Sequence[str]) -> tuple[dict[str, bool | None], list[str],
                                                                      tuple[str, ...]]:
-    """The final block's assignment (and invented people), with anyone whom two blocks give different
-    roles undecided."""
+    """The final block's assignment and invented people, anyone two blocks give different roles undecided."""
     parsed = [parse_answer(block, names) for block in blocks]
     if len(parsed) == 1:  # the common case: nothing to disagree with
         return parsed[0].assignment, list(parsed[0].reasons), parsed[0].invented
@@ -155,41 +134,25 @@ def grade(completion, names: Sequence[str], solution: Sequence[bool], *, fmt: st
             n_right += 1
         elif said is not None:
             answer_reasons.append(f"{name} named a {_ROLE[said]}, but is a {_ROLE[knight]}")
-    return Grade(
-        correct=bool(blocks) and n_right == len(names) and not invented, format_ok=not reasons,
-        partial_format=partial_format, think_ok=think_ok, answered=bool(blocks), assignment=assignment, n_right=n_right,
-        reasons=tuple(reasons + answer_reasons), invented=invented,
-    )
-
-
-_OPEN, _CLOSE = "<think>", "</think>"
+    return Grade(correct=bool(blocks) and n_right == len(names) and not invented, format_ok=not reasons,
+                 partial_format=partial_format, think_ok=think_ok, answered=bool(blocks), assignment=assignment,
+                 n_right=n_right, reasons=tuple(reasons + answer_reasons), invented=invented)
 
 
 @dataclass(frozen=True)
 class ReasoningCheck:
-    """The reasoning of one completion against its answer.
+    """The reasoning of one completion against its answer (settling nobody, it neither agrees nor disagrees)."""
 
-    has_reasoning: a closed <think> block with non-whitespace text.
-    settled: name -> the last definite claim about that person in the reasoning (None: never settled).
-    settles: the reasoning settles at least one person (one that settles nobody can neither agree nor
-        disagree: "Let me think about the statements" is no evidence for the answer).
-    agrees: it settles someone, and every person it settles has that role in the answer (people it
-        never settles do not count against it; an answer that leaves a settled person undecided does).
-    invented: people not in the puzzle that the reasoning names (a K&K first name) or gives a role.
-    """
-
-    has_reasoning: bool
-    settled: dict[str, bool | None]
-    agrees: bool
-    invented: tuple[str, ...]
-    settles: bool = False
+    has_reasoning: bool  # a closed <think> block with non-whitespace text
+    settled: dict[str, bool | None]  # name -> the last definite claim about that person (None: never settled)
+    agrees: bool  # it settles someone, and the answer gives each person it settles that role
+    invented: tuple[str, ...]  # people not in the puzzle that the reasoning names (a K&K first name) or gives a role
+    settles: bool = False  # it settles at least one person
 
 
 def check_reasoning(text: str, names: Sequence[str], answer: Mapping[str, bool | None], fmt: str) -> ReasoningCheck:
-    """Compare the reasoning of completion `text` (its first closed <think> block; for fmt "logic_rl", whose
-    prompt pre-fills <think>, the text before </think>) with the grader's `answer` (name -> role or None). A
-    right answer reached by wrong reasoning, and invented people, are invisible to accuracy: validation
-    reports them.
+    """The reasoning of `text` (its first closed <think> block; logic_rl pre-fills <think>) against the grader's
+    `answer`: a right answer reached by wrong reasoning, or invented people, are invisible to accuracy.
 
     >>> names = ["Aiden", "Zoey"]
     >>> r = check_reasoning("<think>Suppose Aiden lies. Then Zoey is a knight. So Aiden is a knave.</think>",
@@ -205,10 +168,10 @@ def check_reasoning(text: str, names: Sequence[str], answer: Mapping[str, bool |
     False
     """
     if fmt == "logic_rl":
-        text = _OPEN + text
-    start = text.find(_OPEN)
-    end = text.find(_CLOSE, start) if start >= 0 else -1
-    block = text[start + len(_OPEN):end] if end >= 0 else ""
+        text = "<think>" + text
+    start = text.find("<think>")
+    end = text.find("</think>", start) if start >= 0 else -1
+    block = text[start + len("<think>"):end] if end >= 0 else ""
     if not block.strip():
         return ReasoningCheck(False, dict.fromkeys(names), False, ())
     claims = read_claims(block, names)
@@ -233,11 +196,8 @@ class Lenient:
 
 
 def lenient_grade(text: str, names: Sequence[str], solution: Sequence[bool], strict: Grade) -> Lenient:
-    """The lenient verdict on one completion, given its strict grade: the strict verdict when it has a closed
-    <answer> block; else (instruct models often answer in prose) the final conclusion, the shortest tail of the
-    text after the last </think> (tags dropped), grown a line at a time from the end up to `MAX_LINES`, that
-    decides every person. Each tail is read by `parse_answer`, with its refusals (a hedge, both roles, a
-    voiding hedge, an invented person): the first tail that refuses ends the reading as wrong.
+    """The strict verdict given a closed <answer> block; else (instruct models answer in prose) the shortest tail of
+    `MAX_LINES` at most after </think> that decides everyone, the first tail `parse_answer` refuses being wrong.
 
     >>> names, solution = ["Zoey", "Oliver"], [False, True]
     >>> text = "<think>Zoey is a knight.</think>Zoey's claim is false.\\nSo Zoey is a knave and Oliver is a knight."
@@ -246,7 +206,7 @@ def lenient_grade(text: str, names: Sequence[str], solution: Sequence[bool], str
     """
     if strict.answered:  # a tagged answer is the answer: the lenient reading never overrides it
         return Lenient(strict.correct, dict(strict.assignment), "" if strict.correct else "the tagged answer")
-    conclusion = _TAG.sub("\n", text.rsplit(_CLOSE, 1)[-1]).strip()  # the reasoning is not the answer
+    conclusion = _TAG.sub("\n", text.rsplit("</think>", 1)[-1]).strip()  # the reasoning is not the answer
     lines = [line for line in conclusion.splitlines() if line.strip()]
     for k in range(1, min(len(lines), MAX_LINES) + 1):
         parsed = parse_answer("\n".join(lines[-k:]), names)

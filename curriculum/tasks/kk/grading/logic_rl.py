@@ -1,13 +1,9 @@
-"""Logic-RL's K&K reward (`reward=logic_rl_strict`): a port of Unakar/Logic-RL
-`verl/utils/reward_score/kk.py` (`compute_score`), its regexes, structure check and scores kept, its prints left
-out. It scores the decoded prompt then response (as verl's reward manager decodes them), so the batched function
-takes TRL's `prompts`. The response is the text after the first "Assistant:", else after the first
-"<|im_start|>assistant"; format +1 when `<think>`, `</think>`, `<answer>`, `</answer>` are each once in it, in
-that order (the prompt's pre-filled `<think>` is inside it, so a model writing its own fails), else -1; answer 2
-when every person's "<name> is a knight|knave" matches, -1.5 when one does not, -2 when "knight"/"knave" (any
-case, inside words too) is not said once per person, someone has no such sentence, or the format failed. Far
-stricter than the grader: "Knights: Zoey, Ava" is +3 there and -1 here. One difference from verl: TRL decodes
-without special tokens, so one emitted mid-text is not in the string scored.
+"""Logic-RL's K&K reward (`reward=logic_rl_strict`): a port of Unakar/Logic-RL `verl/utils/reward_score/kk.py`
+(`compute_score`), its regexes, structure check and scores kept, its prints left out, scoring the decoded prompt
+then response as verl does (so it takes TRL's `prompts`). Format +1 when `<think>`, `</think>`, `<answer>`,
+`</answer>` are each once in the response, in order (the pre-filled `<think>` is in it), else -1; answer 2 when every
+"<name> is a knight|knave" matches, -1.5 when one does not, -2 when the roles are not said once per person or the
+format failed: far stricter than the grader. Unlike verl, TRL decodes without special tokens.
 """
 
 from __future__ import annotations
